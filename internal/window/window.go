@@ -1,0 +1,154 @@
+// Package window provides the rate-limit algorithms as pure math: bucket
+// indexes, estimates, decisions, remaining, reset and retry times.
+//
+// Nothing here does I/O or reads a clock: every function takes the current
+// instant as a parameter, and all times are whole Unix milliseconds, so that
+// every node in every region computes the same bucket from the same instant.
+package window
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Algorithm selects how a [Limit] counts hits over time.
+type Algorithm uint8
+
+// The algorithms. The zero value means SlidingWindow.
+const (
+	// SlidingWindow is the sliding window counter, the default:
+	//
+	//	estimate = cur + floor(prev * (W - e) / W)
+	//	allow    = estimate + hits <= limit
+	//
+	// where cur and prev are the current and previous epoch-aligned buckets'
+	// counts and e is the time elapsed in the current bucket.
+	SlidingWindow Algorithm = iota + 1
+	// FixedWindow counts hits per epoch-aligned bucket: allow = cur + hits <= limit.
+	FixedWindow
+	// TokenBucket is a token bucket computed as GCRA: limit tokens refill
+	// evenly over the window and the burst is limit.
+	TokenBucket
+	// SlidingLog keeps every hit's timestamp: exact, memory-heavy.
+	SlidingLog
+)
+
+// String returns the algorithm's name as used in configuration.
+func (a Algorithm) String() string {
+	switch a {
+	case 0, SlidingWindow:
+		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
+	case TokenBucket:
+		return "token_bucket"
+	case SlidingLog:
+		return "sliding_log"
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm parses a configuration name; "" means SlidingWindow.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "", "sliding_window", "sliding":
+		return SlidingWindow, nil
+	case "fixed_window", "fixed":
+		return FixedWindow, nil
+	case "token_bucket", "gcra", "leaky_bucket":
+		return TokenBucket, nil
+	case "sliding_log", "log":
+		return SlidingLog, nil
+	}
+	return 0, fmt.Errorf("window: unknown algorithm %q (want sliding_window, fixed_window, token_bucket or sliding_log)", s)
+}
+
+// Counted reports whether the algorithm keeps per-bucket counts, which
+// replicate across regions. TokenBucket and SlidingLog are region-local.
+func (a Algorithm) Counted() bool { return a == 0 || a == SlidingWindow || a == FixedWindow }
+
+// Bounds on a Limit.
+const (
+	MinWindow = time.Second
+	MaxWindow = 7 * 24 * time.Hour
+	MaxLimit  = 1 << 53
+)
+
+// Errors returned by Validate and the checks on hits.
+var (
+	ErrLimit  = errors.New("window: limit must be from 1 to 2^53")
+	ErrWindow = errors.New("window: window must be from 1s to 7d, in whole milliseconds")
+	ErrHits   = errors.New("window: hits must be from 1 to the limit")
+	ErrAlgo   = errors.New("window: unknown algorithm")
+)
+
+// Limit is at most Limit hits per Window, counted by Algorithm.
+// The zero Algorithm means SlidingWindow. A Limit is a small value, safe to
+// copy and to use from many goroutines.
+type Limit struct {
+	Limit     uint64
+	Window    time.Duration
+	Algorithm Algorithm
+}
+
+// Validate reports whether l is within the supported bounds.
+func (l Limit) Validate() error {
+	if l.Limit < 1 || l.Limit > MaxLimit {
+		return ErrLimit
+	}
+	if l.Window < MinWindow || l.Window > MaxWindow || l.Window%time.Millisecond != 0 {
+		return ErrWindow
+	}
+	if l.Algorithm > SlidingLog {
+		return ErrAlgo
+	}
+	return nil
+}
+
+// ValidateHits reports whether hits may be asked of l.
+func (l Limit) ValidateHits(hits uint64) error {
+	if hits < 1 || hits > l.Limit {
+		return ErrHits
+	}
+	return nil
+}
+
+// WindowMs returns the window in milliseconds.
+func (l Limit) WindowMs() int64 { return l.Window.Milliseconds() }
+
+// Ms returns t as Unix milliseconds, the time unit of this package.
+func Ms(t time.Time) int64 { return t.UnixMilli() }
+
+// Bucket returns the index of the epoch-aligned bucket of length w that holds
+// the instant nowMs: floor(nowMs / w).
+func Bucket(nowMs int64, w time.Duration) int64 {
+	wm := w.Milliseconds()
+	b := nowMs / wm
+	if nowMs%wm < 0 {
+		b--
+	}
+	return b
+}
+
+// MulDiv returns floor(a * b / c) computed exactly in 128 bits. It requires
+// c > 0 and a result that fits in 64 bits.
+func MulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
+// mulDivCeil returns ceil(a * b / c), saturating at the maximum uint64.
+func mulDivCeil(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return ^uint64(0)
+	}
+	q, r := bits.Div64(hi, lo, c)
+	if r != 0 {
+		q++
+	}
+	return q
+}
