@@ -1,0 +1,188 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server or a Redis Cluster, each on free loopback ports, stopped
+// when the test ends.
+//
+// When redis-server is not installed the test is skipped, unless the
+// environment sets RLCLUSTER_REQUIRE_REDIS=1 (as CI does), in which case it
+// fails.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string // host:port
+	cmd  *exec.Cmd
+	dir  string
+	args []string
+}
+
+// URL returns the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+// Bin returns the path of the named binary (redis-server, redis-cli), or
+// skips or fails t when it is not installed.
+func Bin(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		for _, d := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin"} {
+			if _, serr := os.Stat(filepath.Join(d, name)); serr == nil {
+				return filepath.Join(d, name)
+			}
+		}
+		if os.Getenv("RLCLUSTER_REQUIRE_REDIS") == "1" {
+			t.Fatalf("%s not found and RLCLUSTER_REQUIRE_REDIS=1: %v", name, err)
+		}
+		t.Skipf("%s not installed (set RLCLUSTER_REQUIRE_REDIS=1 to fail instead): %v", name, err)
+	}
+	return p
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start starts a standalone redis-server with no persistence and returns it;
+// it is stopped when t ends. Extra arguments are passed to redis-server.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := Bin(t, "redis-server")
+	dir := t.TempDir()
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port := FreePort(t)
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
+		s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)
+		if lastErr = s.start(bin); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("start redis-server: %v", lastErr)
+	return nil
+}
+
+func (s *Server) start(bin string) error {
+	s.cmd = exec.Command(bin, s.args...)
+	s.cmd.Dir = s.dir
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("exec %s: %w", bin, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := Ping(s.Addr); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return fmt.Errorf("redis-server on %s did not answer PING in 10s", s.Addr)
+}
+
+// Stop kills the server. It is safe to call more than once.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Restart starts a stopped server again on the same address (its data is
+// gone, as with a crash of a server without persistence).
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	if err := s.start(Bin(t, "redis-server")); err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+// Ping sends a PING in RESP to addr and waits up to a second for PONG.
+func Ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+// Cluster is a running Redis Cluster of three masters.
+type Cluster struct {
+	Addrs   []string
+	servers []*Server
+}
+
+// URL returns a redis:// URL naming every master; the region package's URL
+// parser turns several addr parameters into a cluster client.
+func (c *Cluster) URL() string {
+	u := "redis://" + c.Addrs[0] + "?cluster=true"
+	for _, a := range c.Addrs[1:] {
+		u += "&addr=" + a
+	}
+	return u
+}
+
+// StartCluster starts three cluster-enabled redis-servers, joins them with
+// redis-cli --cluster create and waits until the cluster is ok.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	cli := Bin(t, "redis-cli")
+	c := &Cluster{}
+	for i := 0; i < 3; i++ {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
+			"--cluster-node-timeout", "2000")
+		c.servers = append(c.servers, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	host, port, _ := net.SplitHostPort(c.Addrs[0])
+	for ctx.Err() == nil {
+		out, _ := exec.CommandContext(ctx, cli, "-h", host, "-p", port, "cluster", "info").Output()
+		if strings.Contains(string(out), "cluster_state:ok") {
+			return c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("redis cluster on %v did not reach cluster_state:ok", c.Addrs)
+	return nil
+}
