@@ -1,0 +1,491 @@
+package region
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// MemoryConfig configures a [Memory] store. Zero fields mean their default.
+type MemoryConfig struct {
+	// Region is the local region's name, the only region whose counts
+	// Check increments. Default "local".
+	Region string
+	// MaxKeys bounds the number of keys held (one key per limit key, window
+	// and algorithm). When a new key would exceed it, the least recently
+	// used key is evicted and counted in Evictions. Default 1,000,000.
+	MaxKeys int
+	// SweepEvery is how often, in the time of the requests (Request.Now),
+	// each shard drops its expired keys. Default 1s.
+	SweepEvery time.Duration
+}
+
+const (
+	memShards               = 64
+	defaultMaxKeys          = 1_000_000
+	defaultRegion           = "local"
+	defaultSweepEvery       = time.Second
+	kindCounter       uint8 = 0
+	kindGCRA          uint8 = 1
+	kindLog           uint8 = 2
+)
+
+// Memory is the embedded in-memory [Store]: a region's counts held in this
+// process. It is sharded 64 ways by a hash of the key, safe for concurrent
+// use, and bounded to MaxKeys keys (least recently used first out).
+//
+// For the counter algorithms it keeps, per key and window, the two newest
+// buckets it has seen, each a vector of per-region counts, exactly as the
+// Redis store keeps one hash per bucket; Merge max-merges remote totals into
+// them. A bucket older than the previous one of the newest request is
+// dropped, lazily on access and by a periodic sweep driven by Request.Now
+// (the store never reads the clock).
+type Memory struct {
+	region  string
+	maxKeys int64
+	keys    atomic.Int64
+	sweepMs int64
+	seed    maphash.Seed
+	shards  [memShards]memShard
+	evicted atomic.Uint64
+}
+
+var _ Store = (*Memory)(nil)
+
+type memShard struct {
+	mu        sync.Mutex
+	m         map[memKey]*list.Element
+	lru       list.List // of *memEntry, most recently used at the front
+	lastSweep int64
+	_         [40]byte // keep shards on separate cache lines
+}
+
+type memKey struct {
+	key  string
+	wMs  int64
+	kind uint8
+}
+
+// memEntry is one key's state. Which fields are used depends on kind.
+type memEntry struct {
+	k memKey
+	// counter algorithms: the two newest buckets seen.
+	b [2]memBucket
+	// GCRA: theoretical arrival time, Unix µs.
+	tatUs int64
+	// sliding log: admitted requests, oldest first.
+	log []logEntry
+}
+
+type memBucket struct {
+	idx    int64
+	used   bool
+	counts []regionN
+}
+
+type regionN struct {
+	region string
+	n      uint64
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory(cfg MemoryConfig) *Memory {
+	if cfg.Region == "" {
+		cfg.Region = defaultRegion
+	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = defaultMaxKeys
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = defaultSweepEvery
+	}
+	m := &Memory{
+		region:  cfg.Region,
+		maxKeys: int64(cfg.MaxKeys),
+		sweepMs: cfg.SweepEvery.Milliseconds(),
+		seed:    maphash.MakeSeed(),
+	}
+	for i := range m.shards {
+		m.shards[i].m = make(map[memKey]*list.Element)
+	}
+	return m
+}
+
+// Region returns the local region's name.
+func (m *Memory) Region() string { return m.region }
+
+// Evictions returns how many keys were evicted to respect MaxKeys.
+func (m *Memory) Evictions() uint64 { return m.evicted.Load() }
+
+// Keys returns the number of keys held.
+func (m *Memory) Keys() int { return int(m.keys.Load()) }
+
+func (m *Memory) shard(key string) *memShard {
+	return &m.shards[maphash.String(m.seed, key)%memShards]
+}
+
+// Check decides each request in order; see [Store].
+func (m *Memory) Check(ctx context.Context, reqs []Request, res []Result) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
+	}
+	for i := range reqs {
+		if err := validate(&reqs[i]); err != nil {
+			return err
+		}
+	}
+	for i := range reqs {
+		res[i] = m.check(&reqs[i])
+	}
+	return nil
+}
+
+func validate(r *Request) error {
+	if err := r.Limit.Validate(); err != nil {
+		return fmt.Errorf("region: check %q: %w", r.Key, err)
+	}
+	if err := r.Limit.ValidateHits(r.Hits); err != nil {
+		return fmt.Errorf("region: check %q: %w", r.Key, err)
+	}
+	return nil
+}
+
+func kindOf(a window.Algorithm) uint8 {
+	switch a {
+	case window.TokenBucket:
+		return kindGCRA
+	case window.SlidingLog:
+		return kindLog
+	}
+	return kindCounter
+}
+
+func (m *Memory) check(r *Request) Result {
+	nowMs := window.Ms(r.Now)
+	k := memKey{key: r.Key, wMs: r.Limit.WindowMs(), kind: kindOf(r.Limit.Algorithm)}
+	s := m.shard(r.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.maybeSweep(s, nowMs)
+	e := m.lookup(s, k, !r.Peek)
+	var res Result
+	switch k.kind {
+	case kindGCRA:
+		var tat int64
+		if e != nil {
+			tat = e.tatUs
+		}
+		d, newTat := decideGCRA(r.Limit, nowMs, tat, r.Hits)
+		if d.Allowed && !r.Peek {
+			e.tatUs = newTat
+		}
+		res.Decision = d
+	case kindLog:
+		var log []logEntry
+		if e != nil {
+			e.log = pruneLog(e.log, nowMs-k.wMs)
+			log = e.log
+		}
+		d := decideLog(r.Limit, nowMs, log, r.Hits)
+		if d.Allowed && !r.Peek {
+			e.log = append(e.log, logEntry{AtMs: nowMs, Hits: r.Hits})
+		}
+		res.Decision = d
+	default:
+		b := window.Bucket(nowMs, r.Limit.Window)
+		var cur, prev *memBucket
+		if e != nil {
+			cur, prev = e.bucket(b), e.bucket(b-1)
+		}
+		c := window.Counts{Cur: cur.sum(), Prev: prev.sum()}
+		d := r.Limit.DecideCounter(nowMs, c, r.Hits)
+		if d.Allowed && !r.Peek {
+			cur = e.ensure(b)
+			if cur != nil {
+				cur.add(m.region, r.Hits)
+			}
+		}
+		res.Decision = d
+		res.Regions = regionCounts(m.region, cur, prev)
+		res.Local = cur.get(m.region)
+	}
+	return res
+}
+
+// lookup returns k's entry, moving it to the front, or creates it when
+// create is set (evicting the least recently used key when the shard is
+// full). It returns nil when the key is absent and create is unset.
+func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
+	if el, ok := s.m[k]; ok {
+		s.lru.MoveToFront(el)
+		return el.Value.(*memEntry)
+	}
+	if !create {
+		return nil
+	}
+	if m.keys.Load() >= m.maxKeys {
+		m.evictOne(s)
+	}
+	e := &memEntry{k: k}
+	s.m[k] = s.lru.PushFront(e)
+	m.keys.Add(1)
+	return e
+}
+
+// evictOne evicts the least recently used key of s, whose lock is held, or
+// when s is empty, of the first other shard it can lock without waiting
+// (locking without waiting cannot deadlock). The bound is thus global, and
+// the order least recently used within each shard.
+func (m *Memory) evictOne(s *memShard) {
+	if s.evictBack() {
+		m.keys.Add(-1)
+		m.evicted.Add(1)
+		return
+	}
+	for i := range m.shards {
+		o := &m.shards[i]
+		if o == s || !o.mu.TryLock() {
+			continue
+		}
+		ok := o.evictBack()
+		o.mu.Unlock()
+		if ok {
+			m.keys.Add(-1)
+			m.evicted.Add(1)
+			return
+		}
+	}
+}
+
+// evictBack removes the shard's least recently used key.
+func (s *memShard) evictBack() bool {
+	old := s.lru.Back()
+	if old == nil {
+		return false
+	}
+	s.lru.Remove(old)
+	delete(s.m, old.Value.(*memEntry).k)
+	return true
+}
+
+// maybeSweep drops the shard's expired keys when SweepEvery of request time
+// has passed since its last sweep.
+func (m *Memory) maybeSweep(s *memShard, nowMs int64) {
+	if nowMs-s.lastSweep < m.sweepMs {
+		return
+	}
+	s.lastSweep = nowMs
+	for k, el := range s.m {
+		if el.Value.(*memEntry).expired(nowMs) {
+			s.lru.Remove(el)
+			delete(s.m, k)
+			m.keys.Add(-1)
+		}
+	}
+}
+
+// expired reports whether the entry holds nothing that matters at nowMs.
+func (e *memEntry) expired(nowMs int64) bool {
+	switch e.k.kind {
+	case kindGCRA:
+		return e.tatUs <= nowMs*1000
+	case kindLog:
+		return len(e.log) == 0 || e.log[len(e.log)-1].AtMs <= nowMs-e.k.wMs
+	}
+	// Both buckets older than the previous bucket of nowMs.
+	b := floorDiv(nowMs, e.k.wMs)
+	for i := range e.b {
+		if e.b[i].used && e.b[i].idx >= b-1 {
+			return false
+		}
+	}
+	return true
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+func pruneLog(log []logEntry, beforeMs int64) []logEntry {
+	i := 0
+	for i < len(log) && log[i].AtMs < beforeMs {
+		i++
+	}
+	if i == 0 {
+		return log
+	}
+	return append(log[:0], log[i:]...)
+}
+
+// bucket returns the bucket with index b, or nil.
+func (e *memEntry) bucket(b int64) *memBucket {
+	for i := range e.b {
+		if e.b[i].used && e.b[i].idx == b {
+			return &e.b[i]
+		}
+	}
+	return nil
+}
+
+// ensure returns the bucket with index b, making room for it by dropping the
+// older of the two held buckets; it returns nil when b is older than both.
+func (e *memEntry) ensure(b int64) *memBucket {
+	if x := e.bucket(b); x != nil {
+		return x
+	}
+	// Pick the unused slot, or the one with the lower index.
+	j := 0
+	switch {
+	case !e.b[0].used:
+		j = 0
+	case !e.b[1].used:
+		j = 1
+	case e.b[1].idx < e.b[0].idx:
+		j = 1
+	}
+	if e.b[j].used && e.b[j].idx > b {
+		return nil
+	}
+	// A new newest bucket makes every bucket older than its previous one
+	// stale.
+	o := 1 - j
+	if e.b[o].used && e.b[o].idx < b-1 {
+		e.b[o] = memBucket{}
+	}
+	e.b[j] = memBucket{idx: b, used: true, counts: e.b[j].counts[:0]}
+	return &e.b[j]
+}
+
+func (b *memBucket) sum() uint64 {
+	if b == nil {
+		return 0
+	}
+	var s uint64
+	for _, c := range b.counts {
+		s += c.n
+	}
+	return s
+}
+
+func (b *memBucket) get(region string) uint64 {
+	if b == nil {
+		return 0
+	}
+	for _, c := range b.counts {
+		if c.region == region {
+			return c.n
+		}
+	}
+	return 0
+}
+
+func (b *memBucket) add(region string, n uint64) {
+	for i := range b.counts {
+		if b.counts[i].region == region {
+			b.counts[i].n += n
+			return
+		}
+	}
+	b.counts = append(b.counts, regionN{region, n})
+}
+
+// maxMerge raises region's count to n if it is lower.
+func (b *memBucket) maxMerge(region string, n uint64) {
+	for i := range b.counts {
+		if b.counts[i].region == region {
+			b.counts[i].n = max(b.counts[i].n, n)
+			return
+		}
+	}
+	b.counts = append(b.counts, regionN{region, n})
+}
+
+// regionCounts lists the per-region counts of cur and prev, sorted by
+// region, with local always present.
+func regionCounts(local string, cur, prev *memBucket) []RegionCount {
+	out := []RegionCount{{Region: local, Current: cur.get(local), Previous: prev.get(local)}}
+	add := func(b *memBucket, isCur bool) {
+		if b == nil {
+			return
+		}
+		for _, c := range b.counts {
+			i := slices.IndexFunc(out, func(rc RegionCount) bool { return rc.Region == c.region })
+			if i < 0 {
+				out = append(out, RegionCount{Region: c.region})
+				i = len(out) - 1
+			}
+			if isCur {
+				out[i].Current = c.n
+			} else {
+				out[i].Previous = c.n
+			}
+		}
+	}
+	add(cur, true)
+	add(prev, false)
+	sortRegions(out)
+	return out
+}
+
+func sortRegions(rc []RegionCount) {
+	slices.SortFunc(rc, func(a, b RegionCount) int { return strings.Compare(a.Region, b.Region) })
+}
+
+// Merge max-merges remote totals; see [Store]. Totals for the local region,
+// for non-positive windows and for buckets older than the two a key holds
+// are ignored.
+func (m *Memory) Merge(ctx context.Context, totals []Total) error {
+	for _, t := range totals {
+		if t.Region == m.region || t.Region == "" || t.Window < time.Millisecond {
+			continue
+		}
+		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
+		s := m.shard(t.Key)
+		s.mu.Lock()
+		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil {
+			b.maxMerge(t.Region, t.Count)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Vectors returns the per-region counts of each bucket; see [Store].
+func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error) {
+	out := make([][]Total, len(refs))
+	for i, r := range refs {
+		if r.Window < time.Millisecond {
+			continue
+		}
+		k := memKey{key: r.Key, wMs: r.Window.Milliseconds(), kind: kindCounter}
+		s := m.shard(r.Key)
+		s.mu.Lock()
+		if el, ok := s.m[k]; ok {
+			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
+				v := make([]Total, 0, len(b.counts))
+				for _, c := range b.counts {
+					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n})
+				}
+				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
+				out[i] = v
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Close releases nothing; the store stays usable.
+func (m *Memory) Close() error { return nil }
