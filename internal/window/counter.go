@@ -15,12 +15,14 @@ type Decision struct {
 	// further traffic.
 	ResetAfter time.Duration
 	// RetryAfter is how long until the same request would be admitted with
-	// no other traffic; 0 when Allowed.
+	// no other traffic; 0 when Allowed, [Never] when hits exceed the limit.
 	RetryAfter time.Duration
 
 	// Bucket is the current bucket's index (counter algorithms).
 	Bucket int64
-	// Estimate is the count the decision was made on, before this request.
+	// Estimate is the count the decision was made on, before this request:
+	// the counter estimate, the live hits of a sliding log, or the tokens in
+	// use in a token bucket.
 	Estimate uint64
 	// PrevWeight is (W - e) / W for SlidingWindow, 0 otherwise.
 	PrevWeight float64
@@ -33,67 +35,84 @@ type Counts struct {
 }
 
 // Estimate returns the count a counter algorithm decides on at nowMs:
-// cur + floor(prev * (W - e) / W) for SlidingWindow, cur for FixedWindow.
+// cur + floor(prev * (W - e) / W) for SlidingWindow, cur for FixedWindow,
+// where e is the time elapsed in the current bucket. It saturates at the
+// maximum uint64.
 func (l Limit) Estimate(nowMs int64, c Counts) uint64 {
+	w := l.WindowMs()
+	return l.estimate(nowMs-Bucket(nowMs, l.Window)*w, w, c)
+}
+
+// estimate is Estimate at elapsed time e in a bucket of length w.
+func (l Limit) estimate(e, w int64, c Counts) uint64 {
 	if l.Algorithm == FixedWindow || c.Prev == 0 {
 		return c.Cur
 	}
-	w := l.WindowMs()
-	e := nowMs - Bucket(nowMs, l.Window)*w
-	return c.Cur + MulDiv(c.Prev, uint64(w-e), uint64(w))
+	est := c.Cur + MulDiv(c.Prev, uint64(w-e), uint64(w))
+	if est < c.Cur {
+		return ^uint64(0)
+	}
+	return est
 }
 
 // DecideCounter decides a request for hits against the counts c held before
-// it, for SlidingWindow and FixedWindow. When the decision is allowed, the
-// caller adds hits to the current bucket. hits must be from 1 to l.Limit.
+// it, for SlidingWindow and FixedWindow: allowed iff Estimate + hits <= limit.
+// When the decision is allowed, the caller adds hits to the current bucket.
+// hits should be from 1 to l.Limit: 0 asks whether the limit is already
+// exceeded, and more than l.Limit is never allowed (RetryAfter is [Never]).
+// l must be valid (see [Limit.Validate]).
 func (l Limit) DecideCounter(nowMs int64, c Counts, hits uint64) Decision {
 	w := l.WindowMs()
 	b := Bucket(nowMs, l.Window)
-	e := nowMs - b*w
-	est := l.Estimate(nowMs, c)
+	start := b * w
+	e := nowMs - start
+	est := l.estimate(e, w, c)
 	d := Decision{Limit: l.Limit, Bucket: b, Estimate: est}
 	if l.Algorithm != FixedWindow {
 		d.PrevWeight = float64(w-e) / float64(w)
 	}
 	after := c
-	if est <= l.Limit && hits <= l.Limit-est {
+	switch {
+	case est <= l.Limit && hits <= l.Limit-est:
 		d.Allowed = true
 		after.Cur += hits
 		est += hits
-	} else {
-		d.RetryAfter = time.Duration(l.earliestCounter(nowMs, c, hits)-nowMs) * time.Millisecond
+	case hits > l.Limit:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = time.Duration(l.earliestCounter(start, e, w, c, hits)-e) * time.Millisecond
 	}
 	if est < l.Limit {
 		d.Remaining = l.Limit - est
 	}
-	d.ResetAfter = time.Duration(l.earliestCounter(nowMs, after, l.Limit)-nowMs) * time.Millisecond
+	d.ResetAfter = time.Duration(l.earliestCounter(start, e, w, after, l.Limit)-e) * time.Millisecond
 	return d
 }
 
-// earliestCounter returns the earliest instant (Unix ms) at or after nowMs at
-// which need more hits would fit under the limit if no other traffic came.
-// need must be at most l.Limit, so the answer is at most two buckets away.
-func (l Limit) earliestCounter(nowMs int64, c Counts, need uint64) int64 {
-	w := l.WindowMs()
-	start := Bucket(nowMs, l.Window) * w
-	e := nowMs - start
+// earliestCounter returns the earliest elapsed time, counted from the start
+// of the current bucket and at least e, at which need more hits would fit
+// under the limit if no other traffic came. need must be at most l.Limit, so
+// the answer is less than three buckets away (two buckets from the end of
+// the current one the estimate is 0).
+func (l Limit) earliestCounter(start, e, w int64, c Counts, need uint64) int64 {
 	m := l.Limit - need // the estimate may be at most m
 	// In the current bucket the estimate only falls as e grows.
 	if c.Cur <= m {
 		if l.Algorithm == FixedWindow {
-			return nowMs
+			return e
 		}
 		if emin := minElapsed(c.Prev, m-c.Cur, uint64(w)); emin <= e {
-			return nowMs
+			return e
 		} else if emin < w {
-			return start + emin
+			return emin
 		}
 	}
-	// In the next bucket, the current count becomes the previous one.
+	// In the next bucket, the current count becomes the previous one and the
+	// current count is 0.
 	if l.Algorithm == FixedWindow {
-		return start + w
+		return w
 	}
-	return start + w + minElapsed(c.Cur, m, uint64(w))
+	return w + minElapsed(c.Cur, m, uint64(w))
 }
 
 // minElapsed returns the least elapsed time e (ms, 0 to w) in a bucket at

@@ -1,14 +1,9 @@
-// Package window provides the rate-limit algorithms as pure math: bucket
-// indexes, estimates, decisions, remaining, reset and retry times.
-//
-// Nothing here does I/O or reads a clock: every function takes the current
-// instant as a parameter, and all times are whole Unix milliseconds, so that
-// every node in every region computes the same bucket from the same instant.
 package window
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 )
@@ -75,6 +70,10 @@ const (
 	MaxWindow = 7 * 24 * time.Hour
 	MaxLimit  = 1 << 53
 )
+
+// Never is the RetryAfter of a request that can never be admitted: one that
+// asks for more hits than the limit.
+const Never = time.Duration(math.MaxInt64)
 
 // Errors returned by Validate and the checks on hits.
 var (
