@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+)
+
+// ceilingBody is the ceiling's fixed answer, about the size of a node's.
+var ceilingBody = []byte(`{"allowed":true,"limit":"1000000000","remaining":"999999999","resetAfter":"60s"}`)
+
+// CeilingHandler is the ceiling: a trivial net/http handler that reads the
+// request and answers a small fixed JSON body. gRPC requests (content type
+// application/grpc) go to a generated Connect handler that answers a fixed
+// CheckResponse (or one per check for CheckBatch), the least a gRPC server
+// can do.
+func CeilingHandler() http.Handler {
+	_, grpcH := ratelimitv1connect.NewRateLimitServiceHandler(ceilingService{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			grpcH.ServeHTTP(w, r)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(ceilingBody)
+	})
+}
+
+type ceilingService struct {
+	ratelimitv1connect.UnimplementedRateLimitServiceHandler
+}
+
+var ceilingResp = &ratelimitv1.CheckResponse{Allowed: true, Limit: 1_000_000_000, Remaining: 999_999_999}
+
+func (ceilingService) Check(context.Context, *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
+	return connect.NewResponse(ceilingResp), nil
+}
+
+func (ceilingService) CheckBatch(_ context.Context, req *connect.Request[ratelimitv1.CheckBatchRequest]) (*connect.Response[ratelimitv1.CheckBatchResponse], error) {
+	res := make([]*ratelimitv1.CheckResult, len(req.Msg.GetChecks()))
+	for i := range res {
+		res[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: ceilingResp}}
+	}
+	return connect.NewResponse(&ratelimitv1.CheckBatchResponse{Results: res}), nil
+}
+
+// runCeiling is the `ceiling` subcommand: serve CeilingHandler on -listen
+// until ctx is done.
+func runCeiling(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("ceiling", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (loopback)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("ceiling listen: %w", err)
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: CeilingHandler(), Protocols: &p}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("ceiling serve: %w", err)
+	}
+	return nil
+}

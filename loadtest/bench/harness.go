@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	protoJSON = "connect-json"
+	protoGRPC = "grpc"
+	modeOpen  = "open"
+	modeClose = "closed"
+)
+
+// planRow is one row to measure against a target.
+type planRow struct {
+	Workload, Mode, Protocol string
+}
+
+// Plan returns the rows to measure against each store ("ceiling", "redis",
+// "memory"): every workload in both modes over both protocols, or a few
+// in short mode.
+func Plan(short bool) map[string][]planRow {
+	if short {
+		return map[string][]planRow{
+			"ceiling": {{"ceiling", modeClose, protoJSON}},
+			"redis": {
+				{"uniform10k", modeClose, protoJSON},
+				{"hotkey", modeClose, protoJSON},
+				{"batch10", modeClose, protoGRPC},
+				{"uniform10k", modeOpen, protoJSON},
+			},
+			"memory": {{"uniform10k", modeClose, protoGRPC}},
+		}
+	}
+	p := map[string][]planRow{}
+	for _, mode := range []string{modeClose, modeOpen} {
+		for _, proto := range []string{protoJSON, protoGRPC} {
+			p["ceiling"] = append(p["ceiling"], planRow{"ceiling", mode, proto})
+			for _, store := range []string{"redis", "memory"} {
+				for _, w := range []string{"uniform10k", "hotkey", "batch10"} {
+					p[store] = append(p[store], planRow{w, mode, proto})
+				}
+			}
+		}
+	}
+	return p
+}
+
+// harness runs the plan and collects results.
+type harness struct {
+	cfg     Config
+	procs   *Procs
+	out     io.Writer
+	pinGen  []string // taskset prefix for load generators run as processes
+	results []Result
+	failed  []string // rows where no request succeeded
+	seq     int
+	noPprof bool
+}
+
+func (h *harness) selected(store string) []planRow {
+	var rows []planRow
+	for _, r := range Plan(h.cfg.Short)[store] {
+		if h.cfg.Only == "" || strings.Contains(rowName(r.Workload, r.Mode, r.Protocol, store), h.cfg.Only) {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// all measures the ceiling, the node on Redis, redis-benchmark, and the node
+// on memory, in that order, each process stopped before the next starts.
+func (h *harness) all(ctx context.Context, redisBin string) error {
+	if rows := h.selected("ceiling"); len(rows) > 0 {
+		if err := h.ceiling(ctx, rows); err != nil {
+			return err
+		}
+	}
+	redisRows := h.selected("redis")
+	wantBench := h.cfg.RedisBench != "" && (h.cfg.Only == "" || strings.Contains("redis-benchmark", h.cfg.Only))
+	if len(redisRows) > 0 || wantBench {
+		rp, addr, err := StartRedis(ctx, h.procs, redisBin)
+		if err != nil {
+			return err
+		}
+		defer rp.Stop()
+		if len(redisRows) > 0 {
+			if err := h.node(ctx, "redis", "redis://"+addr, addr, redisRows); err != nil {
+				return err
+			}
+		}
+		if wantBench {
+			if err := h.redisBenchmark(ctx, addr); err != nil {
+				return err
+			}
+		}
+		rp.Stop()
+	}
+	if rows := h.selected("memory"); len(rows) > 0 {
+		if err := h.node(ctx, "memory", "", "", rows); err != nil {
+			return err
+		}
+	}
+	if len(h.results) == 0 {
+		return errNoRows
+	}
+	if len(h.failed) > 0 {
+		return errors.New(strings.Join(h.failed, "; "))
+	}
+	return nil
+}
+
+func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	var pr *Proc
+	var base string
+	for try := 0; try < 3; try++ {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		base = "http://127.0.0.1:" + strconv.Itoa(port)
+		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling", "-listen", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return err
+		}
+		if err = pr.WaitReady(ctx, 10*time.Second, func() error { return probe(ctx, base) }); err == nil {
+			break
+		}
+		pr.Stop()
+		if try == 2 {
+			return fmt.Errorf("start ceiling: %w", err)
+		}
+	}
+	defer pr.Stop()
+	for _, r := range rows {
+		if err := h.row(ctx, base, "ceiling", r, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// node starts rlnode on the given store, measures rows against it and
+// stops it. redisAddr, when set, is watched for script calls.
+func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, rows []planRow) error {
+	var pr *Proc
+	var base string
+	var err error
+	for try := 0; try < 3; try++ {
+		var port int
+		if port, err = FreePort(); err != nil {
+			return err
+		}
+		listen := "127.0.0.1:" + strconv.Itoa(port)
+		base = "http://" + listen
+		args := []string{"--listen", listen, "--region", "bench"}
+		if redisURL != "" {
+			args = append(args, "--redis-url", redisURL)
+		}
+		args = append(args, h.cfg.RlnodeArgs...)
+		if pr, err = h.procs.Start("rlnode-"+store, h.cfg.Rlnode, nil, args...); err != nil {
+			return err
+		}
+		if err = pr.WaitReady(ctx, 20*time.Second, func() error { return probe(ctx, base) }); err == nil {
+			break
+		}
+		pr.Stop()
+	}
+	if err != nil {
+		return fmt.Errorf("start rlnode (%s store): %w", store, err)
+	}
+	defer pr.Stop()
+	for _, r := range rows {
+		if err := h.row(ctx, base, store, r, redisAddr); err != nil {
+			return err
+		}
+		if pr.Exited() {
+			return fmt.Errorf("rlnode (%s store) exited during %s: %s", store, r.Workload, pr.Tail())
+		}
+	}
+	return nil
+}
+
+// probe sends one Check over Connect JSON and wants 200.
+func probe(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	body := `{"key":"bench-probe","hits":1,"limit":{"limit":"1000000000","window":"60s"}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+checkPath, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe: status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+func (h *harness) workload(name string) *Workload {
+	h.seq++
+	prefix := fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq)
+	switch name {
+	case "hotkey":
+		return NewHotKey(prefix)
+	case "batch10":
+		return NewBatch(prefix, uint64(h.seq)*0x9E3779B97F4A7C15)
+	default: // uniform10k, ceiling
+		w := NewUniform(prefix)
+		w.Name = name
+		return w
+	}
+}
+
+// row measures one row: warm-up, then the measured run, with Redis script
+// calls counted over the measured run only.
+func (h *harness) row(ctx context.Context, base, store string, r planRow, redisAddr string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w := h.workload(r.Workload)
+	var c Client
+	if r.Protocol == protoGRPC {
+		c = NewGRPCClient(base)
+	} else {
+		c = NewJSONClient(base, h.cfg.Conns)
+	}
+	defer c.Close()
+	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration}
+	if r.Mode == modeOpen {
+		l.Rate = h.cfg.Rate
+	}
+	if h.cfg.Warmup > 0 {
+		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup})
+	}
+	var before int64
+	if redisAddr != "" {
+		var err error
+		if before, err = ScriptCalls(ctx, redisAddr); err != nil {
+			return err
+		}
+	}
+	prof := h.startProfile(ctx, base, store, r)
+	o := Run(ctx, c, w, l)
+	if prof != nil {
+		if msg := <-prof; msg != "" {
+			fmt.Fprintln(h.out, "  profile:", msg)
+		}
+	}
+	res := Result{
+		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
+		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
+		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
+	}
+	secs := o.Elapsed.Seconds()
+	res.ReqPerSec = float64(o.Requests) / secs
+	res.DecPerSec = float64(o.Allowed+o.Denied) / secs
+	if store == "ceiling" {
+		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
+	}
+	res.setLatencies(o.Latencies)
+	if o.FirstErr != nil {
+		res.FirstError = o.FirstErr.Error()
+	}
+	if redisAddr != "" {
+		after, err := ScriptCalls(ctx, redisAddr)
+		if err != nil {
+			return err
+		}
+		res.setScriptCalls(after - before)
+	}
+	h.results = append(h.results, res)
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d denied %d errors %d unsent %d\n",
+		rowName(r.Workload, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
+		res.Allowed, res.Denied, res.Errors, res.Unsent)
+	if res.FirstError != "" {
+		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
+	}
+	if o.Requests == 0 && ctx.Err() == nil {
+		h.failed = append(h.failed, fmt.Sprintf("%s: no request succeeded: %v", rowName(r.Workload, r.Mode, r.Protocol, store), o.FirstErr))
+	}
+	return nil
+}
+
+// startProfile fetches a CPU profile of the node over the measured run of
+// the closed-loop JSON rows, when -profile is set. The channel yields a
+// message for the log.
+func (h *harness) startProfile(ctx context.Context, base, store string, r planRow) <-chan string {
+	if h.cfg.Profile == "" || h.noPprof || store == "ceiling" || r.Mode != modeClose || r.Protocol != protoJSON || r.Workload == "batch10" {
+		return nil
+	}
+	ch := make(chan string, 1)
+	secs := max(int(h.cfg.Duration.Seconds())-1, 1)
+	path := filepath.Join(h.cfg.Profile, fmt.Sprintf("rlnode-%s-%s.pprof", store, r.Workload))
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(secs+10)*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- "fetch: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			h.noPprof = resp.StatusCode == http.StatusNotFound
+			ch <- fmt.Sprintf("rlnode serves no CPU profile at /debug/pprof/profile (status %d)", resp.StatusCode)
+			return
+		}
+		if err := os.MkdirAll(h.cfg.Profile, 0o755); err != nil {
+			ch <- err.Error()
+			return
+		}
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			ch <- err.Error()
+			return
+		}
+		ch <- "wrote " + path
+	}()
+	return ch
+}
+
+// redisBenchmark measures redis-benchmark's EVALSHA rate against addr,
+// sized to last about -duration.
+func (h *harness) redisBenchmark(ctx context.Context, addr string) error {
+	n := int64(20000)
+	if !h.cfg.Short {
+		cal, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
+		if err != nil {
+			return err
+		}
+		n = max(int64(cal.ReqPerSec*h.cfg.Duration.Seconds()), n)
+	}
+	res, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
+	if err != nil {
+		return err
+	}
+	res.Seconds = float64(n) / res.ReqPerSec
+	h.results = append(h.results, res)
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  (EVALSHA, %d calls)\n",
+		"redis-benchmark/closed/resp/redis-server", res.ReqPerSec, res.P50Ms, res.P99Ms, n)
+	return nil
+}

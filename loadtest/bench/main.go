@@ -1,0 +1,187 @@
+// Command bench measures an rlnode's throughput and latency against the
+// ceiling of a trivial Go HTTP handler and against redis-benchmark's
+// EVALSHA rate on the same Redis, all in one run on loopback.
+//
+// It starts every process it measures itself: a redis-server without
+// persistence, rlnode on that Redis and rlnode on its in-memory store, and
+// the ceiling (this binary re-executed with the `ceiling` subcommand). With
+// taskset and at least two cores, the measured processes run on CPU 0 and
+// the load generator on CPU 1. It drives each workload closed-loop (N
+// connections, each sending when the last answer arrives) and open-loop (a
+// constant arrival rate, latency measured from each request's due time)
+// over the Connect JSON API on HTTP/1.1 and over gRPC on h2c, counts Redis
+// script calls per decision from INFO commandstats, and prints one table
+// (and, with -out, the same as JSON).
+//
+// Usage:
+//
+//	go run ./loadtest/bench [-duration 10s] [-conns 64] [-rate 20000] [-short] [-out bench.json]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// subcommandEnv names the subcommand a re-executed harness runs; the test
+// binary honours it in TestMain.
+const subcommandEnv = "RLBENCH_SUBCOMMAND"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Config is the harness's configuration, from flags.
+type Config struct {
+	Duration    time.Duration
+	Warmup      time.Duration
+	Conns       int
+	Rate        float64
+	Short       bool
+	Rlnode      string
+	RlnodeArgs  []string
+	RedisServer string
+	RedisBench  string
+	Out         string
+	Pin         bool
+	Profile     string
+	Only        string
+}
+
+func parseFlags(args []string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "measured time per workload (with -short: 1s unless set)")
+	fs.DurationVar(&c.Warmup, "warmup", time.Second, "unmeasured warm-up per workload (with -short: 200ms unless set)")
+	fs.IntVar(&c.Conns, "conns", 64, "concurrent connections (closed loop) and workers (open loop)")
+	fs.Float64Var(&c.Rate, "rate", 20000, "open-loop arrival rate, requests per second (with -short: at most 2000)")
+	fs.BoolVar(&c.Short, "short", false, "smoke mode: few workloads, about 1s each; for CI, not for figures")
+	fs.StringVar(&c.Rlnode, "rlnode", "", "rlnode binary (default: go build ./cmd/rlnode)")
+	rlnodeArgs := fs.String("rlnode-args", "", "extra space-separated arguments for rlnode")
+	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary")
+	fs.StringVar(&c.RedisBench, "redis-benchmark", "redis-benchmark", "redis-benchmark binary (empty: skip)")
+	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
+	fs.BoolVar(&c.Pin, "pin", true, "pin measured processes to CPU 0 and the load generator to CPU 1 (needs taskset and 2 cores)")
+	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of rlnode under load (from its /debug/pprof, if served)")
+	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.Short {
+		if !set["duration"] {
+			c.Duration = time.Second
+		}
+		if !set["warmup"] {
+			c.Warmup = 200 * time.Millisecond
+		}
+		c.Rate = min(c.Rate, 2000)
+	}
+	c.RlnodeArgs = strings.Fields(*rlnodeArgs)
+	switch {
+	case c.Duration <= 0 || c.Duration > time.Hour:
+		return c, fmt.Errorf("-duration %v: want (0, 1h]", c.Duration)
+	case c.Warmup < 0 || c.Warmup > time.Minute:
+		return c, fmt.Errorf("-warmup %v: want [0, 1m]", c.Warmup)
+	case c.Conns < 1 || c.Conns > 10000:
+		return c, fmt.Errorf("-conns %d: want 1 to 10000", c.Conns)
+	case c.Rate <= 0 || c.Rate > 10_000_000:
+		return c, fmt.Errorf("-rate %v: want (0, 1e7]", c.Rate)
+	}
+	return c, nil
+}
+
+// run is the harness: args are the command-line arguments, the table goes
+// to stdout.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if os.Getenv(subcommandEnv) == "ceiling" || (len(args) > 0 && args[0] == "ceiling") {
+		if len(args) > 0 && args[0] == "ceiling" {
+			args = args[1:]
+		}
+		return runCeiling(ctx, args)
+	}
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "rlbench-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	rep := Report{Command: "go run ./loadtest/bench " + strings.Join(args, " "), Started: time.Now().UTC(), Machine: machineInfo()}
+	rep.Machine.GoVersion = runtime.Version()
+
+	// Build before pinning, so the build may use every core.
+	if cfg.Rlnode == "" {
+		fmt.Fprintln(stdout, "building ./cmd/rlnode ...")
+		if cfg.Rlnode, err = BuildRlnode(ctx, dir); err != nil {
+			return err
+		}
+	}
+	redisBin, err := exec.LookPath(cfg.RedisServer)
+	if err != nil {
+		return fmt.Errorf("redis-server: %w", err)
+	}
+	procs := &Procs{Dir: dir}
+	defer procs.Close()
+	var pinGen []string
+	if ts, err := exec.LookPath("taskset"); cfg.Pin && err == nil && numCPU() >= 2 {
+		if err := PinSelf(ts, "1"); err != nil {
+			return err
+		}
+		procs.Taskset, procs.CPU = ts, "0"
+		pinGen = []string{ts, "-c", "1"}
+		rep.Machine.Pinned = true
+		rep.Machine.Pinning = "node, its Redis and the ceiling on CPU 0 (taskset -c 0); load generator and redis-benchmark on CPU 1 (taskset -c 1)"
+	} else {
+		rep.Machine.Pinning = "none"
+	}
+	fmt.Fprintf(stdout, "machine: %d CPUs, %s; pinning: %s\n", rep.Machine.NProc, rep.Machine.CPUModel, rep.Machine.Pinning)
+
+	h := &harness{cfg: cfg, procs: procs, out: stdout, pinGen: pinGen}
+	runErr := h.all(ctx, redisBin)
+	rep.Results = h.results
+	applyRatios(rep.Results)
+	fmt.Fprintln(stdout)
+	if err := WriteTable(stdout, rep.Results); err != nil {
+		return err
+	}
+	if cfg.Out != "" {
+		if err := WriteJSON(cfg.Out, rep); err != nil {
+			return err
+		}
+	}
+	if runErr == nil && ctx.Err() != nil {
+		runErr = ctx.Err()
+	}
+	return runErr
+}
+
+// rowName is what -only matches.
+func rowName(workload, mode, protocol, store string) string {
+	return workload + "/" + mode + "/" + protocol + "/" + store
+}
+
+var errNoRows = errors.New("no rows selected")

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one measured row: a workload driven in one mode over one
+// protocol against one target.
+type Result struct {
+	Workload string `json:"workload"` // uniform10k, hotkey, batch10, ceiling, redis-benchmark
+	Mode     string `json:"mode"`     // closed or open
+	Protocol string `json:"protocol"` // connect-json, grpc, resp
+	Store    string `json:"store"`    // redis, memory, ceiling, redis-server
+
+	Conns    int     `json:"conns"`
+	Rate     float64 `json:"target_rate,omitempty"` // open loop: scheduled requests per second
+	Seconds  float64 `json:"seconds"`
+	PerCall  int     `json:"decisions_per_request"`
+	Requests int64   `json:"requests"`
+	Allowed  int64   `json:"allowed"`
+	Denied   int64   `json:"denied"`
+	Errors   int64   `json:"errors"`
+	Unsent   int64   `json:"unsent,omitempty"` // open loop: due but never sent before the end
+
+	ReqPerSec float64 `json:"req_per_sec"`
+	DecPerSec float64 `json:"decisions_per_sec"`
+	P50Ms     float64 `json:"p50_ms"`
+	P95Ms     float64 `json:"p95_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+
+	// CeilingRatio is req/s over the ceiling's req/s for the same protocol
+	// and mode (closed loop only).
+	CeilingRatio *float64 `json:"node_over_ceiling,omitempty"`
+	// RedisRatio is decisions/s over redis-benchmark's EVALSHA calls/s
+	// against the same Redis (Redis store, closed loop only).
+	RedisRatio *float64 `json:"node_over_redis,omitempty"`
+
+	// ScriptCalls is the delta of Redis's evalsha+evalsha_ro+eval calls
+	// (INFO commandstats) over the measured interval.
+	ScriptCalls *int64 `json:"redis_script_calls,omitempty"`
+	// ScriptPerAdmitted is ScriptCalls / Allowed, shown when nothing was
+	// denied.
+	ScriptPerAdmitted *float64 `json:"script_calls_per_admitted,omitempty"`
+	// ScriptPerDenied is (ScriptCalls - Allowed) / Denied, shown when most
+	// decisions were denied: each admitted decision is charged one call.
+	ScriptPerDenied *float64 `json:"script_calls_per_denied,omitempty"`
+
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	NProc     int    `json:"nproc"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	Pinned    bool   `json:"pinned"`
+	Pinning   string `json:"pinning"`
+}
+
+// Report is the whole run, as written by -out.
+type Report struct {
+	Command string    `json:"command"`
+	Started time.Time `json:"started"`
+	Machine Machine   `json:"machine"`
+	Results []Result  `json:"results"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// setLatencies fills the latency and rate fields from samples.
+func (r *Result) setLatencies(l Latencies) {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	r.P50Ms, r.P95Ms, r.P99Ms, r.MaxMs = ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max)
+}
+
+// setScriptCalls records the Redis script calls made during the row and
+// derives the per-decision figures.
+func (r *Result) setScriptCalls(calls int64) {
+	r.ScriptCalls = ptr(calls)
+	switch {
+	case r.Denied == 0 && r.Allowed > 0:
+		r.ScriptPerAdmitted = ptr(float64(calls) / float64(r.Allowed))
+	case r.Denied > 0 && r.Allowed > 0 && r.Denied < r.Allowed/100:
+		// A few denials among many admissions: the admitted figure is
+		// what this row measures.
+		r.ScriptPerAdmitted = ptr(float64(calls) / float64(r.Allowed+r.Denied))
+	case r.Denied > 0:
+		extra := calls - r.Allowed
+		if extra < 0 {
+			extra = 0
+		}
+		r.ScriptPerDenied = ptr(float64(extra) / float64(r.Denied))
+	}
+}
+
+// applyRatios sets the ceiling and Redis ratios of every node row from the
+// ceiling rows (same protocol and mode) and the redis-benchmark row.
+func applyRatios(rs []Result) {
+	ceiling := map[string]float64{}
+	var redisRate float64
+	for _, r := range rs {
+		switch {
+		case r.Store == "ceiling" && r.Mode == "closed":
+			ceiling[r.Protocol] = r.ReqPerSec
+		case r.Workload == "redis-benchmark":
+			redisRate = r.ReqPerSec
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		if r.Mode != "closed" || r.Store == "ceiling" || r.Workload == "redis-benchmark" {
+			continue
+		}
+		if c := ceiling[r.Protocol]; c > 0 {
+			r.CeilingRatio = ptr(r.ReqPerSec / c)
+		}
+		if r.Store == "redis" && redisRate > 0 {
+			r.RedisRatio = ptr(r.DecPerSec / redisRate)
+		}
+	}
+}
+
+// WriteTable prints rs as an aligned text table.
+func WriteTable(w io.Writer, rs []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%s\t\n",
+			r.Workload, modeLabel(r), r.Protocol, r.Store, r.ReqPerSec, r.DecPerSec,
+			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors,
+			optf(r.CeilingRatio, 2), optf(r.RedisRatio, 2),
+			optf(r.ScriptPerAdmitted, 3), optf(r.ScriptPerDenied, 3))
+	}
+	return tw.Flush()
+}
+
+func modeLabel(r Result) string {
+	if r.Mode == "open" {
+		return fmt.Sprintf("open@%.0f", r.Rate)
+	}
+	if r.Conns > 0 {
+		return fmt.Sprintf("closed/%d", r.Conns)
+	}
+	return r.Mode
+}
+
+func optf(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, *v)
+}
+
+// WriteJSON writes the report to path, indented.
+func WriteJSON(path string, rep Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// machineInfo reads nproc and the CPU model of this machine.
+func machineInfo() Machine {
+	m := Machine{NProc: numCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
