@@ -1,0 +1,247 @@
+// Package api serves rlcluster's decision API: the ratelimit.v1
+// RateLimitService for the Connect protocol (JSON and binary), gRPC and
+// gRPC-Web on one HTTP handler, with gRPC health checking, server
+// reflection, named rules, Prometheus metrics and the /healthz, /readyz and
+// /metrics endpoints.
+//
+// The handler validates requests, turns them into [region.Request]s, decides
+// them with one [region.Store.Check] call per RPC, tells an optional
+// [Replicator] about the new local totals, and maps errors to wire codes:
+// bad input is invalid_argument with a message naming the field, a store
+// failure is unavailable, and a denial is a normal response.
+//
+// Counter keys: a named rule counts key under rule name + ":" + key, so two
+// rules on one key count separately; an inline limit counts under the
+// caller's key as given (the store adds the window and bucket to it).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Defaults for zero [Config] fields.
+const (
+	DefaultMaxKeyBytes     = 1024
+	DefaultMaxBatch        = 1000
+	DefaultMaxRequestBytes = 1 << 20
+	DefaultReadyTimeout    = 2 * time.Second
+)
+
+// Replicator carries this region's totals to the other regions. It is
+// optional: nil means a single region.
+type Replicator interface {
+	// Dirty records that the local region's total for a bucket is now
+	// t.Count. It is called after every admitted Check of a counter
+	// algorithm (sliding or fixed window), on the request path, so it must
+	// not block: queue the total and return.
+	Dirty(t region.Total)
+	// Ages returns, for each remote region heard from, how old the newest
+	// total merged from it is. It is called at most once per RPC and must
+	// not block. Regions missing from the map show no age.
+	Ages() map[string]time.Duration
+}
+
+// ReadyCheck is one condition /readyz requires, besides the store being
+// reachable.
+type ReadyCheck struct {
+	// Name appears in /readyz's answer.
+	Name string
+	// Check returns nil when ready. It should honour ctx's deadline.
+	Check func(ctx context.Context) error
+}
+
+// Config configures a [Server]. Zero fields mean the documented default.
+type Config struct {
+	// Store decides requests. Required.
+	Store region.Store
+	// Region is this node's region name; default "local".
+	Region string
+	// Rules are the named rules at start; nil means none. Replace them
+	// later with [Server.SetRules].
+	Rules *Rules
+	// Replicator, when set, is told of every admitted counter decision and
+	// asked for the remote regions' ages. Nil means a single region.
+	Replicator Replicator
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+	// MaxKeyBytes bounds a request's key; default 1024.
+	MaxKeyBytes int
+	// MaxBatch bounds the checks in one CheckBatch; default 1000.
+	MaxBatch int
+	// MaxRequestBytes bounds a request message; default 1 MiB.
+	MaxRequestBytes int
+	// Logger receives warnings such as store failures; default discards.
+	Logger *slog.Logger
+	// Registerer receives the metrics; default a new registry.
+	Registerer prometheus.Registerer
+	// Gatherer is served on /metrics; default Registerer when it is a
+	// Gatherer (as *prometheus.Registry is), else the new registry.
+	Gatherer prometheus.Gatherer
+	// HandlerOptions are added to the Connect handlers' options, for
+	// example interceptors for authentication.
+	HandlerOptions []connect.HandlerOption
+	// ReadyChecks are extra conditions for /readyz.
+	ReadyChecks []ReadyCheck
+	// ReadyTimeout bounds each /readyz probe; default 2s.
+	ReadyTimeout time.Duration
+}
+
+// Server is the API's http.Handler. It is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	rules   atomic.Pointer[Rules]
+	mux     *http.ServeMux
+	metrics *metrics
+	health  *grpchealth.StaticChecker
+}
+
+var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
+
+// NewHandler checks cfg and returns the API handler. It serves:
+//
+//	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek}   Connect, gRPC, gRPC-Web
+//	/grpc.health.v1.Health/Check                             gRPC health
+//	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
+//	/metrics  /healthz  /readyz
+//
+// The handler serves HTTP/1.1 and HTTP/2; gRPC needs HTTP/2, so serve it
+// with an http.Server whose Protocols allow unencrypted HTTP/2 (h2c).
+func NewHandler(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
+	}
+	if cfg.Region == "" {
+		cfg.Region = "local"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxKeyBytes <= 0 {
+		cfg.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer = reg
+		if cfg.Gatherer == nil {
+			cfg.Gatherer = reg
+		}
+	}
+	if cfg.Gatherer == nil {
+		g, ok := cfg.Registerer.(prometheus.Gatherer)
+		if !ok {
+			return nil, errors.New("api: Config.Gatherer is required when Config.Registerer is not a Gatherer")
+		}
+		cfg.Gatherer = g
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), metrics: m}
+	s.rules.Store(cfg.Rules)
+
+	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, cfg.HandlerOptions...)
+	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
+	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName)
+	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, grpchealth.HealthV1ServiceName)
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	s.mux.HandleFunc("/readyz", s.serveReady)
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Handle mounts another handler on the server's mux, for endpoints that
+// other packages add (for example Envoy's rate-limit service). It panics,
+// as http.ServeMux.Handle does, when pattern is already taken.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Rules returns the rules in use (nil when none).
+func (s *Server) Rules() *Rules { return s.rules.Load() }
+
+// SetRules atomically replaces the rules in use; requests already being
+// decided finish with the rules they started with.
+func (s *Server) SetRules(rs *Rules) { s.rules.Store(rs) }
+
+// SetServing sets what gRPC health checking reports for the service and
+// the server as a whole, for example NotServing while shutting down.
+func (s *Server) SetServing(serving bool) {
+	st := grpchealth.StatusServing
+	if !serving {
+		st = grpchealth.StatusNotServing
+	}
+	s.health.SetStatus(ratelimitv1connect.RateLimitServiceName, st)
+	s.health.SetStatus("", st)
+}
+
+// pinger is implemented by stores that can check they are reachable more
+// cheaply than a read.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ready reports whether the store is reachable and every ReadyCheck passes.
+func (s *Server) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	var err error
+	if p, ok := s.cfg.Store.(pinger); ok {
+		err = p.Ping(ctx)
+	} else {
+		_, err = s.cfg.Store.Vectors(ctx, []region.BucketRef{{Key: "rlcluster:readyz", Window: time.Second}})
+	}
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	for _, c := range s.cfg.ReadyChecks {
+		if err := c.Check(ctx); err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.Ready(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}

@@ -1,0 +1,689 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// t0 is 30 s into the minute bucket 29,000,000 (2025-02-20 09:20:30 UTC).
+var t0 = time.UnixMilli(29_000_000*60_000 + 30_000)
+
+// testServer is an API server on a real loopback listener that speaks
+// HTTP/1.1 and h2c, as rlnode's does.
+type testServer struct {
+	URL   string
+	API   *api.Server
+	Store region.Store
+	Reg   *prometheus.Registry
+}
+
+// newServer starts cfg's handler (with an in-memory store, a fixed clock at
+// t0 and a fresh registry unless cfg sets them) and stops it when t ends.
+func newServer(t *testing.T, cfg api.Config) *testServer {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = region.NewMemory(region.MemoryConfig{Region: cfg.Region})
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return t0 }
+	}
+	reg := prometheus.NewRegistry()
+	if cfg.Registerer == nil {
+		cfg.Registerer = reg
+	}
+	h, err := api.NewHandler(cfg)
+	if err != nil {
+		t.Fatalf("NewHandler: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &testServer{URL: srv.URL, API: h, Store: cfg.Store, Reg: reg}
+}
+
+// h2cClient speaks HTTP/2 without TLS (prior knowledge), as gRPC needs.
+func h2cClient(t *testing.T) *http.Client {
+	t.Helper()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// protocols are the ways the tests call the service.
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+	h2c  bool
+}{
+	{name: "connect-json", opts: []connect.ClientOption{connect.WithProtoJSON()}},
+	{name: "grpc", opts: []connect.ClientOption{connect.WithGRPC()}, h2c: true},
+	{name: "grpc-web", opts: []connect.ClientOption{connect.WithGRPCWeb()}},
+}
+
+func (s *testServer) client(t *testing.T, h2c bool, opts ...connect.ClientOption) ratelimitv1connect.RateLimitServiceClient {
+	t.Helper()
+	hc := http.DefaultClient
+	if h2c {
+		hc = h2cClient(t)
+	}
+	return ratelimitv1connect.NewRateLimitServiceClient(hc, s.URL, opts...)
+}
+
+func inline(limit uint64, w time.Duration) *ratelimitv1.Limit {
+	return &ratelimitv1.Limit{Limit: limit, Window: durationpb.New(w)}
+}
+
+// TestAcceptance101 is the issue's acceptance: 101 Checks for a
+// 100-per-minute inline limit answer allowed 100 times, then denied with the
+// right retry_after.
+func TestAcceptance101(t *testing.T) {
+	for _, st := range stores {
+		for _, pr := range protocols {
+			t.Run(st.name+"/"+pr.name, func(t *testing.T) {
+				s := newServer(t, api.Config{Store: st.new(t)})
+				c := s.client(t, pr.h2c, pr.opts...)
+				ctx := context.Background()
+				req := &ratelimitv1.CheckRequest{Key: "alice", Limit: inline(100, time.Minute)}
+				for i := 1; i <= 100; i++ {
+					resp, err := c.Check(ctx, connect.NewRequest(req))
+					if err != nil {
+						t.Fatalf("Check %d: %v", i, err)
+					}
+					if !resp.Msg.Allowed {
+						t.Fatalf("Check %d: denied, want allowed", i)
+					}
+					if got, want := resp.Msg.Remaining, uint64(100-i); got != want {
+						t.Errorf("Check %d: remaining = %d, want %d", i, got, want)
+					}
+				}
+				resp, err := c.Check(ctx, connect.NewRequest(req))
+				if err != nil {
+					t.Fatalf("Check 101: %v", err)
+				}
+				m := resp.Msg
+				if m.Allowed {
+					t.Fatalf("Check 101: allowed, want denied")
+				}
+				// The next bucket starts in 30 s; there the 100 hits count
+				// as previous with weight (60000-e)/60000, and floor(100 *
+				// (60000-e)/60000) <= 99 first holds at e = 1 ms.
+				if got, want := m.RetryAfter.AsDuration(), 30*time.Second+time.Millisecond; got != want {
+					t.Errorf("retry_after = %v, want %v", got, want)
+				}
+				if got, want := m.Remaining, uint64(0); got != want {
+					t.Errorf("remaining = %d, want %d", got, want)
+				}
+				if got, want := m.Limit, uint64(100); got != want {
+					t.Errorf("limit = %d, want %d", got, want)
+				}
+				stats := m.Stats
+				if got, want := stats.Bucket, int64(29_000_000); got != want {
+					t.Errorf("stats.bucket = %d, want %d", got, want)
+				}
+				if got, want := stats.Current, uint64(100); got != want {
+					t.Errorf("stats.current = %d, want %d", got, want)
+				}
+				if got, want := stats.Estimate, uint64(100); got != want {
+					t.Errorf("stats.estimate = %d, want %d", got, want)
+				}
+				if got, want := stats.PreviousWeight, 0.5; got != want {
+					t.Errorf("stats.previous_weight = %v, want %v", got, want)
+				}
+				if len(stats.Regions) != 1 || stats.Regions[0].Region != "local" || stats.Regions[0].Current != 100 {
+					t.Errorf("stats.regions = %v, want [local current 100]", stats.Regions)
+				}
+			})
+		}
+	}
+}
+
+func TestInvalidArgument(t *testing.T) {
+	rules, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, api.Config{Rules: rules})
+	cases := []struct {
+		name string
+		req  *ratelimitv1.CheckRequest
+		want string // the message's start
+		// binary marks requests that JSON cannot carry.
+		binary bool
+	}{
+		{"empty key", &ratelimitv1.CheckRequest{Limit: inline(10, time.Minute)}, "key: must not be empty", false},
+		{"long key", &ratelimitv1.CheckRequest{Key: strings.Repeat("k", 1025), Limit: inline(10, time.Minute)}, "key: 1025 bytes, more than the maximum of 1024", false},
+		{"hits over limit", &ratelimitv1.CheckRequest{Key: "a", Hits: 11, Limit: inline(10, time.Minute)}, "hits: 11 is more than the limit of 10", false},
+		{"hits over rule limit", &ratelimitv1.CheckRequest{Key: "a", Hits: 11, Rule: "per-user"}, "hits: 11 is more than the limit of 10", false},
+		{"unknown rule", &ratelimitv1.CheckRequest{Key: "a", Rule: "nope"}, `rule: unknown rule "nope"`, false},
+		{"both", &ratelimitv1.CheckRequest{Key: "a", Rule: "per-user", Limit: inline(10, time.Minute)}, "rule: set exactly one of rule and limit, not both", false},
+		{"neither", &ratelimitv1.CheckRequest{Key: "a"}, "limit: required when no rule is named", false},
+		{"limit 0", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(0, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
+		{"limit over 2^53", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(1<<53+1, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
+		{"no window", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10}}, "limit.window: required", false},
+		{"window too short", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 999*time.Millisecond)}, "limit.window: must be from 1s to 168h0m0s, got 999ms", false},
+		{"window too long", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 8*24*time.Hour)}, "limit.window: must be from 1s to 168h0m0s, got 192h0m0s", false},
+		{"window not whole ms", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 1500*time.Microsecond+time.Second)}, "limit.window: must be a whole number of milliseconds", false},
+		{"window negative", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Window: &durationpb.Duration{Seconds: -5}}}, "limit.window: must be from 1s", false},
+		{"window malformed", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Window: &durationpb.Duration{Seconds: 5, Nanos: -1}}}, "limit.window: not a valid duration (seconds 5, nanos -1)", true},
+		{"unknown algorithm", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute), Algorithm: 99}}, "limit.algorithm: unknown algorithm 99", false},
+	}
+	for _, pr := range protocols {
+		c := s.client(t, pr.h2c, pr.opts...)
+		for _, tc := range cases {
+			if tc.binary && pr.name == "connect-json" {
+				continue
+			}
+			t.Run(pr.name+"/"+tc.name, func(t *testing.T) {
+				_, err := c.Check(context.Background(), connect.NewRequest(tc.req))
+				checkInvalid(t, "Check", err, tc.want)
+				p := &ratelimitv1.PeekRequest{Key: tc.req.Key, Hits: tc.req.Hits, Rule: tc.req.Rule, Limit: tc.req.Limit}
+				_, err = c.Peek(context.Background(), connect.NewRequest(p))
+				checkInvalid(t, "Peek", err, tc.want)
+				resp, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{
+					Checks: []*ratelimitv1.CheckRequest{{Key: "ok " + pr.name + tc.name, Limit: inline(10, time.Minute)}, tc.req},
+				}))
+				if err != nil {
+					t.Fatalf("CheckBatch: %v", err)
+				}
+				if got := resp.Msg.Results[0].GetResponse(); got == nil || !got.Allowed {
+					t.Errorf("CheckBatch results[0] = %v, want allowed", resp.Msg.Results[0])
+				}
+				e := resp.Msg.Results[1].GetError()
+				if e == nil {
+					t.Fatalf("CheckBatch results[1] = %v, want an error", resp.Msg.Results[1])
+				}
+				if got, want := e.Code, "invalid_argument"; got != want {
+					t.Errorf("CheckBatch results[1].error.code = %q, want %q", got, want)
+				}
+				if want := "checks[1]." + tc.want; !strings.HasPrefix(e.Message, want) {
+					t.Errorf("CheckBatch results[1].error.message = %q, want it to start with %q", e.Message, want)
+				}
+			})
+		}
+	}
+}
+
+func checkInvalid(t *testing.T, method string, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want invalid_argument %q", method, want)
+	}
+	if got, wantCode := connect.CodeOf(err), connect.CodeInvalidArgument; got != wantCode {
+		t.Errorf("%s: code = %v, want %v (%v)", method, got, wantCode, err)
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), want) {
+		t.Errorf("%s: message = %q, want it to start with %q", method, ce.Message(), want)
+	}
+}
+
+func TestHitsZeroMeansOne(t *testing.T) {
+	s := newServer(t, api.Config{})
+	c := s.client(t, false)
+	resp, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "k", Hits: 0, Limit: inline(5, time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Msg.Remaining, uint64(4); got != want {
+		t.Errorf("remaining = %d, want %d", got, want)
+	}
+	resp, err = c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "k", Hits: 4, Limit: inline(5, time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Msg.Remaining, uint64(0); !resp.Msg.Allowed || got != want {
+		t.Errorf("allowed, remaining = %v, %d, want true, %d", resp.Msg.Allowed, got, want)
+	}
+}
+
+func TestRulesCountSeparately(t *testing.T) {
+	rules, err := api.ParseRules([]byte(`
+rules:
+  - name: per-user
+    limit: 2
+    window: 1m
+  - name: per-user-fixed
+    limit: 2
+    window: 1m
+    algorithm: fixed_window
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, api.Config{Rules: rules})
+	c := s.client(t, false)
+	ctx := context.Background()
+	check := func(rule string, lim *ratelimitv1.Limit) bool {
+		t.Helper()
+		resp, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Rule: rule, Limit: lim}))
+		if err != nil {
+			t.Fatalf("Check(%s): %v", rule, err)
+		}
+		return resp.Msg.Allowed
+	}
+	steps := []struct {
+		rule string
+		lim  *ratelimitv1.Limit
+		want bool
+	}{
+		{"per-user", nil, true},
+		{"per-user", nil, true},
+		{"per-user", nil, false},
+		{"per-user-fixed", nil, true}, // another rule, another counter
+		{"per-user-fixed", nil, true},
+		{"per-user-fixed", nil, false},
+		{"", inline(2, time.Minute), true}, // inline: the caller's key, apart from the rules
+		{"", inline(2, time.Minute), true},
+		{"", inline(2, time.Minute), false},
+		{"", inline(2, time.Hour), true}, // another window, another counter
+	}
+	for i, st := range steps {
+		if got := check(st.rule, st.lim); got != st.want {
+			t.Errorf("step %d (%s): allowed = %v, want %v", i, st.rule, got, st.want)
+		}
+	}
+
+	// Swapping the rules takes effect for the next request.
+	bigger, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 3, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.API.SetRules(bigger)
+	if got := check("per-user", nil); !got {
+		t.Errorf("after SetRules with limit 3: allowed = false, want true")
+	}
+	_, err = c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Rule: "per-user-fixed"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("removed rule: err = %v, want invalid_argument", err)
+	}
+}
+
+// countingStore counts Check calls.
+type countingStore struct {
+	region.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Check(ctx context.Context, reqs []region.Request, res []region.Result) error {
+	s.calls.Add(1)
+	return s.Store.Check(ctx, reqs, res)
+}
+
+func TestCheckBatch(t *testing.T) {
+	for _, pr := range protocols {
+		t.Run(pr.name, func(t *testing.T) {
+			store := &countingStore{Store: region.NewMemory(region.MemoryConfig{})}
+			s := newServer(t, api.Config{Store: store})
+			c := s.client(t, pr.h2c, pr.opts...)
+			resp, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{
+				Checks: []*ratelimitv1.CheckRequest{
+					{Key: "a", Hits: 2, Limit: inline(3, time.Minute)},
+					{Key: "", Limit: inline(3, time.Minute)},
+					{Key: "a", Hits: 2, Limit: inline(3, time.Minute)}, // same key: sees the first
+					{Key: "b", Limit: inline(3, time.Minute)},
+				},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := resp.Msg.Results
+			if got, want := len(rs), 4; got != want {
+				t.Fatalf("len(results) = %d, want %d", got, want)
+			}
+			if r := rs[0].GetResponse(); r == nil || !r.Allowed || r.Remaining != 1 {
+				t.Errorf("results[0] = %v, want allowed, remaining 1", rs[0])
+			}
+			if e := rs[1].GetError(); e == nil || e.Code != "invalid_argument" || e.Message != "checks[1].key: must not be empty" {
+				t.Errorf("results[1] = %v, want invalid_argument checks[1].key: must not be empty", rs[1])
+			}
+			if r := rs[2].GetResponse(); r == nil || r.Allowed || r.RetryAfter.AsDuration() <= 0 {
+				t.Errorf("results[2] = %v, want denied with a retry_after", rs[2])
+			}
+			if r := rs[3].GetResponse(); r == nil || !r.Allowed || r.Remaining != 2 {
+				t.Errorf("results[3] = %v, want allowed, remaining 2", rs[3])
+			}
+			if got, want := store.calls.Load(), int64(1); got != want {
+				t.Errorf("store Check calls = %d, want %d (one round trip per batch)", got, want)
+			}
+
+			// An empty batch is an empty answer; an oversized one is refused.
+			resp, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{}))
+			if err != nil || len(resp.Msg.Results) != 0 {
+				t.Errorf("empty batch = %v, %v, want no results", resp, err)
+			}
+			big := make([]*ratelimitv1.CheckRequest, api.DefaultMaxBatch+1)
+			for i := range big {
+				big[i] = &ratelimitv1.CheckRequest{Key: "x", Limit: inline(1<<40, time.Minute)}
+			}
+			_, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: big}))
+			checkInvalid(t, "CheckBatch", err, "checks: 1001 checks, more than the maximum of 1000")
+		})
+	}
+}
+
+func TestPeek(t *testing.T) {
+	for _, pr := range append(protocols, struct {
+		name string
+		opts []connect.ClientOption
+		h2c  bool
+	}{name: "connect-get", opts: []connect.ClientOption{connect.WithProtoJSON(), connect.WithHTTPGet()}}) {
+		t.Run(pr.name, func(t *testing.T) {
+			s := newServer(t, api.Config{})
+			c := s.client(t, pr.h2c, pr.opts...)
+			ctx := context.Background()
+			lim := inline(3, time.Minute)
+			for i := 0; i < 2; i++ {
+				if _, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 3; i++ { // peeking consumes nothing
+				resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Limit: lim}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r := resp.Msg.Response; !r.Allowed || r.Remaining != 0 || r.Stats.Current != 2 {
+					t.Errorf("Peek %d = %v, want allowed, remaining 0, current 2", i, r)
+				}
+			}
+			resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Hits: 2, Limit: lim}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := resp.Msg.Response; r.Allowed || r.RetryAfter.AsDuration() != 30*time.Second+time.Millisecond {
+				// The next bucket starts in 30 s with previous 2: floor(2 *
+				// (60000-e)/60000) <= 1 first holds at e = 1 ms.
+				t.Errorf("Peek 2 hits = %v, want denied, retry_after 30.001s", r)
+			}
+			chk, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim}))
+			if err != nil || !chk.Msg.Allowed {
+				t.Errorf("Check after peeks = %v, %v, want allowed", chk, err)
+			}
+		})
+	}
+}
+
+// TestPeekHTTPGet uses the GET form documented in the README.
+func TestPeekHTTPGet(t *testing.T) {
+	s := newServer(t, api.Config{})
+	q := url.Values{
+		"encoding": {"json"},
+		"message":  {`{"key":"alice","limit":{"limit":100,"window":"60s"}}`},
+	}
+	resp, err := http.Get(s.URL + ratelimitv1connect.RateLimitServicePeekProcedure + "?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"allowed":true`) || !strings.Contains(string(body), `"remaining":"99"`) {
+		t.Errorf("GET Peek = %d %s, want 200 with allowed and remaining 99", resp.StatusCode, body)
+	}
+}
+
+// failingStore fails every call.
+type failingStore struct{}
+
+var errDown = errors.New("connection refused")
+
+func (failingStore) Check(context.Context, []region.Request, []region.Result) error { return errDown }
+func (failingStore) Merge(context.Context, []region.Total) error                    { return errDown }
+func (failingStore) Vectors(context.Context, []region.BucketRef) ([][]region.Total, error) {
+	return nil, errDown
+}
+func (failingStore) Close() error { return nil }
+
+func TestStoreErrorIsUnavailable(t *testing.T) {
+	s := newServer(t, api.Config{Store: failingStore{}})
+	for _, pr := range protocols {
+		t.Run(pr.name, func(t *testing.T) {
+			c := s.client(t, pr.h2c, pr.opts...)
+			ctx := context.Background()
+			_, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(1, time.Second)}))
+			if got, want := connect.CodeOf(err), connect.CodeUnavailable; got != want {
+				t.Errorf("Check code = %v, want %v (%v)", got, want, err)
+			}
+			_, err = c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "a", Limit: inline(1, time.Second)}))
+			if got, want := connect.CodeOf(err), connect.CodeUnavailable; got != want {
+				t.Errorf("Peek code = %v, want %v (%v)", got, want, err)
+			}
+			_, err = c.CheckBatch(ctx, connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: []*ratelimitv1.CheckRequest{{Key: "a", Limit: inline(1, time.Second)}}}))
+			if got, want := connect.CodeOf(err), connect.CodeUnavailable; got != want {
+				t.Errorf("CheckBatch code = %v, want %v (%v)", got, want, err)
+			}
+		})
+	}
+	body := get(t, s.URL+"/metrics", http.StatusOK)
+	for _, want := range []string{
+		"rlcluster_store_errors_total 9",
+		`rlcluster_decisions_total{outcome="error",rule="inline"} 6`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if body := get(t, s.URL+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "connection refused") {
+		t.Errorf("/readyz = %q, want the store's error", body)
+	}
+	get(t, s.URL+"/healthz", http.StatusOK)
+}
+
+func get(t *testing.T, u string, wantStatus int) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	if resp.StatusCode != wantStatus {
+		t.Errorf("GET %s: status %d, want %d: %s", u, resp.StatusCode, wantStatus, b)
+	}
+	return string(b)
+}
+
+func TestMetricsAndProbes(t *testing.T) {
+	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 1, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, api.Config{Rules: rules})
+	c := s.client(t, false)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Rule: "r"}))
+	}
+	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Rule: "nope"}))
+	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(5, time.Minute)}))
+	body := get(t, s.URL+"/metrics", http.StatusOK)
+	for _, want := range []string{
+		`rlcluster_decisions_total{outcome="allowed",rule="r"} 1`,
+		`rlcluster_decisions_total{outcome="denied",rule="r"} 2`,
+		`rlcluster_decisions_total{outcome="error",rule="unknown"} 1`,
+		`rlcluster_decisions_total{outcome="allowed",rule="inline"} 1`,
+		`rlcluster_decision_duration_seconds_bucket{method="Check",le="5e-05"}`,
+		`rlcluster_decision_duration_seconds_count{method="Check"} 5`,
+		"rlcluster_keys_held 2",
+		"rlcluster_keys_evicted_total 0",
+		"rlcluster_store_errors_total 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if got := get(t, s.URL+"/readyz", http.StatusOK); got != "ok\n" {
+		t.Errorf("/readyz = %q, want ok", got)
+	}
+	if got := get(t, s.URL+"/healthz", http.StatusOK); got != "ok\n" {
+		t.Errorf("/healthz = %q, want ok", got)
+	}
+}
+
+func TestReadyChecks(t *testing.T) {
+	var fail atomic.Bool
+	s := newServer(t, api.Config{ReadyChecks: []api.ReadyCheck{{Name: "gossip", Check: func(context.Context) error {
+		if fail.Load() {
+			return errors.New("no members")
+		}
+		return nil
+	}}}})
+	get(t, s.URL+"/readyz", http.StatusOK)
+	fail.Store(true)
+	if got := get(t, s.URL+"/readyz", http.StatusServiceUnavailable); got != "not ready: gossip: no members\n" {
+		t.Errorf("/readyz = %q", got)
+	}
+}
+
+// fakeReplicator records Dirty totals and reports fixed ages.
+type fakeReplicator struct {
+	mu    sync.Mutex
+	dirty []region.Total
+	ages  map[string]time.Duration
+}
+
+func (f *fakeReplicator) Dirty(t region.Total) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dirty = append(f.dirty, t)
+}
+
+func (f *fakeReplicator) Ages() map[string]time.Duration { return f.ages }
+
+func TestReplicator(t *testing.T) {
+	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 1500 * time.Millisecond}}
+	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := region.NewMemory(region.MemoryConfig{Region: "us"})
+	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rules})
+	ctx := context.Background()
+	bucket := int64(29_000_000)
+	if err := store.Merge(ctx, []region.Total{{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.client(t, true, connect.WithGRPC())
+	resp, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Rule: "r", Hits: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.Msg.Stats
+	if got, want := st.Current, uint64(6); got != want {
+		t.Errorf("stats.current = %d, want %d", got, want)
+	}
+	if got, want := len(st.Regions), 2; got != want {
+		t.Fatalf("stats.regions = %v, want 2 regions", st.Regions)
+	}
+	eu, us := st.Regions[0], st.Regions[1]
+	if eu.Region != "eu" || eu.Current != 4 || eu.Age.AsDuration() != 1500*time.Millisecond {
+		t.Errorf("regions[0] = %v, want eu current 4 age 1.5s", eu)
+	}
+	if us.Region != "us" || us.Current != 2 || us.Age != nil {
+		t.Errorf("regions[1] = %v, want us current 2, no age", us)
+	}
+	// A peek, a denial, an inline token bucket: none is replicated.
+	c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "alice", Rule: "r"}))
+	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Rule: "r", Hits: 5}))
+	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: &ratelimitv1.Limit{Limit: 5, Window: durationpb.New(time.Minute), Algorithm: ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET}}))
+	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: inline(5, time.Minute)}))
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	want := []region.Total{
+		{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
+		{Key: "alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
+	}
+	if len(rep.dirty) != len(want) {
+		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
+	}
+	for i := range want {
+		if rep.dirty[i] != want[i] {
+			t.Errorf("Dirty[%d] = %v, want %v", i, rep.dirty[i], want[i])
+		}
+	}
+}
+
+func TestHealthWithGRPCGo(t *testing.T) {
+	s := newServer(t, api.Config{})
+	conn, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"", ratelimitv1connect.RateLimitServiceName} {
+		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil {
+			t.Fatalf("health Check(%q): %v", svc, err)
+		}
+		if got, want := resp.Status, healthpb.HealthCheckResponse_SERVING; got != want {
+			t.Errorf("health Check(%q) = %v, want %v", svc, got, want)
+		}
+	}
+	s.API.SetServing(false)
+	resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: ratelimitv1connect.RateLimitServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Status, healthpb.HealthCheckResponse_NOT_SERVING; got != want {
+		t.Errorf("after SetServing(false): %v, want %v", got, want)
+	}
+}
+
+func TestReflection(t *testing.T) {
+	s := newServer(t, api.Config{})
+	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	stream := rc.NewStream(context.Background())
+	t.Cleanup(func() { stream.Close() })
+	names, err := stream.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, n := range names {
+		got[string(n)] = true
+	}
+	for _, want := range []string{"ratelimit.v1.RateLimitService", "grpc.health.v1.Health"} {
+		if !got[want] {
+			t.Errorf("ListServices() = %v, want %s in it", names, want)
+		}
+	}
+	files, err := stream.FileContainingSymbol("ratelimit.v1.RateLimitService")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 || files[0].GetName() != "ratelimit/v1/ratelimit.proto" {
+		t.Errorf("FileContainingSymbol: got %d files, first %q", len(files), files[0].GetName())
+	}
+}

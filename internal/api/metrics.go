@@ -1,0 +1,79 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Decision outcomes, the values of the outcome label.
+const (
+	outcomeAllowed = "allowed"
+	outcomeDenied  = "denied"
+	outcomeError   = "error"
+)
+
+// Values of the rule label besides configured rule names.
+const (
+	ruleInline  = "inline"  // an inline limit
+	ruleUnknown = "unknown" // a request naming no known rule
+)
+
+// keyCounter is implemented by stores that know how many keys they hold
+// (the in-memory store).
+type keyCounter interface {
+	Keys() int
+}
+
+// evictionCounter is implemented by stores that evict keys to stay within
+// a bound (the in-memory store).
+type evictionCounter interface {
+	Evictions() uint64
+}
+
+// metrics are the API's Prometheus metrics.
+type metrics struct {
+	decisions   *prometheus.CounterVec   // rule, outcome
+	latency     *prometheus.HistogramVec // method
+	storeErrors prometheus.Counter
+}
+
+// latencyBuckets go from 50 µs to 1 s in 24 steps of about x1.54.
+var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 1, 24)
+
+func newMetrics(reg prometheus.Registerer, store region.Store) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rlcluster_decisions_total",
+			Help: "Decisions made by Check and CheckBatch, by rule (a rule name, \"inline\" or \"unknown\") and outcome (allowed, denied, error).",
+		}, []string{"rule", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rlcluster_decision_duration_seconds",
+			Help:    "Time to answer one RPC (Check, CheckBatch or Peek), from validation to response.",
+			Buckets: latencyBuckets,
+		}, []string{"method"}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlcluster_store_errors_total",
+			Help: "Store calls that failed.",
+		}),
+	}
+	cs := []prometheus.Collector{m.decisions, m.latency, m.storeErrors}
+	if kc, ok := store.(keyCounter); ok {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rlcluster_keys_held",
+			Help: "Keys held by the in-memory store.",
+		}, func() float64 { return float64(kc.Keys()) }))
+	}
+	if ec, ok := store.(evictionCounter); ok {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "rlcluster_keys_evicted_total",
+			Help: "Keys the in-memory store evicted to stay within its key bound.",
+		}, func() float64 { return float64(ec.Evictions()) }))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

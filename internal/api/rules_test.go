@@ -1,0 +1,143 @@
+package api_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+func TestParseRules(t *testing.T) {
+	rs, err := api.ParseRules([]byte(`
+rules:
+  - name: api-per-user
+    limit: 100
+    window: 1m
+  - name: login
+    limit: 5
+    window: 15m
+    algorithm: fixed_window
+  - name: burst
+    limit: 10
+    window: 1s
+    algorithm: token_bucket
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.Rule{
+		{Name: "api-per-user", Limit: window.Limit{Limit: 100, Window: time.Minute, Algorithm: window.SlidingWindow}},
+		{Name: "burst", Limit: window.Limit{Limit: 10, Window: time.Second, Algorithm: window.TokenBucket}},
+		{Name: "login", Limit: window.Limit{Limit: 5, Window: 15 * time.Minute, Algorithm: window.FixedWindow}},
+	}
+	got := rs.All()
+	if len(got) != len(want) {
+		t.Fatalf("All() = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("All()[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if r, ok := rs.Lookup("login"); !ok || r.CounterKey("alice") != "login:alice" {
+		t.Errorf("Lookup(login) = %v, %v; CounterKey = %q", r, ok, r.CounterKey("alice"))
+	}
+	if _, ok := rs.Lookup("nope"); ok {
+		t.Errorf("Lookup(nope) found a rule")
+	}
+}
+
+func TestParseRulesListsEveryError(t *testing.T) {
+	_, err := api.ParseRules([]byte(`
+rules:
+  - name: ok
+    limit: 1
+    window: 1s
+  - limit: 0
+    window: 500ms
+  - name: bad name!
+    limit: 10
+    window: forever
+  - name: ok
+    limit: 10
+    window: 1m
+    algorithm: magic
+  - name: week
+    limit: 9007199254740993
+    window: 169h
+  - name: frac
+    limit: 1
+    window: 1.0005s
+`))
+	if err == nil {
+		t.Fatal("ParseRules: no error")
+	}
+	for _, want := range []string{
+		"rule 1: name: required; limit: must be from 1 to 2^53, got 0; window: must be from 1s to 168h0m0s, got 500ms",
+		`rule 2 (bad name!): name: "bad name!" must be 1 to 128 of`,
+		`window: "forever" is not a Go duration`,
+		"rule 3 (ok): name: duplicate of rule 0; algorithm: window: unknown algorithm \"magic\"",
+		"rule 4 (week): limit: must be from 1 to 2^53, got 9007199254740993; window: must be from 1s to 168h0m0s, got 169h0m0s",
+		"rule 5 (frac): window: must be a whole number of milliseconds, got 1.0005s",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if got, want := strings.Count(err.Error(), "\n")+1, 5; got != want {
+		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
+	}
+}
+
+func TestParseRulesRejectsUnknownFields(t *testing.T) {
+	_, err := api.ParseRules([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    windw: 2s\n"))
+	if err == nil || !strings.Contains(err.Error(), "windw") {
+		t.Errorf("ParseRules = %v, want an error naming the unknown field", err)
+	}
+}
+
+func TestLoadRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := api.LoadRules(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rs.Len(), 1; got != want {
+		t.Errorf("Len() = %d, want %d", got, want)
+	}
+	if _, err := api.LoadRules(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("LoadRules(missing) = nil error")
+	}
+	// An empty file is no rules, not an error.
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := api.LoadRules(empty); err != nil || rs.Len() != 0 {
+		t.Errorf("LoadRules(empty) = %v, %v, want no rules", rs.Len(), err)
+	}
+}
+
+func TestNewRules(t *testing.T) {
+	_, err := api.NewRules([]api.Rule{
+		{Name: "a", Limit: window.Limit{Limit: 1, Window: time.Second}},
+		{Name: "a", Limit: window.Limit{Limit: 1, Window: time.Second}},
+		{Name: "", Limit: window.Limit{Limit: 1, Window: time.Second}},
+		{Name: "b", Limit: window.Limit{Limit: 0, Window: time.Second}},
+	})
+	if err == nil {
+		t.Fatal("NewRules: no error")
+	}
+	for _, want := range []string{"rule 1 (a): duplicate name", "rule 2: name:", "rule 3 (b): window: limit must be"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
