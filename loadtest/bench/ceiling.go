@@ -19,8 +19,13 @@ import (
 // ceilingBody is the ceiling's fixed answer, about the size of a node's.
 var ceilingBody = []byte(`{"allowed":true,"limit":"1000000000","remaining":"999999999","resetAfter":"60s"}`)
 
+// ceilingBatchBody answers CheckBatch: ten allowed results.
+var ceilingBatchBody = []byte(`{"results":[` + strings.Repeat(`{"response":`+string(ceilingBody)+`},`, batchSize-1) +
+	`{"response":` + string(ceilingBody) + `}]}`)
+
 // CeilingHandler is the ceiling: a trivial net/http handler that reads the
-// request and answers a small fixed JSON body. gRPC requests (content type
+// request and answers a small fixed JSON body (ten of them in a batch for
+// CheckBatch). gRPC requests (content type
 // application/grpc) go to a generated Connect handler that answers a fixed
 // CheckResponse (or one per check for CheckBatch), the least a gRPC server
 // can do.
@@ -33,6 +38,10 @@ func CeilingHandler() http.Handler {
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == batchPath {
+			_, _ = w.Write(ceilingBatchBody)
+			return
+		}
 		_, _ = w.Write(ceilingBody)
 	})
 }

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary serve as the harness's re-executed ceiling.
+func TestMain(m *testing.M) {
+	if os.Getenv(subcommandEnv) == "ceiling" {
+		args := os.Args[1:]
+		if i := slices.Index(args, "ceiling"); i >= 0 {
+			args = args[i+1:]
+		}
+		if err := runCeiling(context.Background(), args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func TestPercentile(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = ms(i + 1)
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		p       float64
+		want    time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", []time.Duration{ms(7)}, 99, ms(7)},
+		{"p50 of 100", hundred, 50, ms(50)},
+		{"p95 of 100", hundred, 95, ms(95)},
+		{"p99 of 100", hundred, 99, ms(99)},
+		{"p100 of 100", hundred, 100, ms(100)},
+		{"p0 is the minimum", hundred, 0, ms(1)},
+		{"p99.9 rounds up", hundred, 99.9, ms(100)},
+		{"p50 of 4 is the 2nd", []time.Duration{ms(1), ms(2), ms(3), ms(4)}, 50, ms(2)},
+		{"p51 of 4 is the 3rd", []time.Duration{ms(1), ms(2), ms(3), ms(4)}, 51, ms(3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Percentile(tt.samples, tt.p); got != tt.want {
+				t.Errorf("Percentile(%v) = %v, want %v", tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	s := []time.Duration{ms(5), ms(1), ms(3), ms(2), ms(4)}
+	got := Summarise(s)
+	want := Latencies{P50: ms(3), P95: ms(5), P99: ms(5), Max: ms(5)}
+	if got != want {
+		t.Errorf("Summarise() = %+v, want %+v", got, want)
+	}
+	if got, want := Summarise(nil), (Latencies{}); got != want {
+		t.Errorf("Summarise(nil) = %+v, want %+v", got, want)
+	}
+}
+
+func TestScheduleAt(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		rate float64
+		i    int64
+		want time.Duration
+	}{
+		{1000, 0, 0},
+		{1000, 1, time.Millisecond},
+		{1000, 2500, 2500 * time.Millisecond},
+		{3, 1, 333333333},
+		{3, 3, time.Second},
+		{20000, 1, 50 * time.Microsecond},
+		{0.5, 1, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		s := Schedule{Start: t0, Rate: tt.rate}
+		if got := s.At(tt.i).Sub(t0); got != tt.want {
+			t.Errorf("Schedule{Rate: %v}.At(%d) = t0+%v, want t0+%v", tt.rate, tt.i, got, tt.want)
+		}
+	}
+}
+
+func TestScheduleDue(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		rate float64
+		at   time.Duration
+		want int64
+	}{
+		{1000, -time.Millisecond, 0},
+		{1000, 0, 1},
+		{1000, time.Millisecond - 1, 1},
+		{1000, time.Millisecond, 2},
+		{1000, time.Second, 1001},
+		{3, 333333332, 1},
+		{3, 333333333, 2},
+		{3, time.Second - 1, 3},
+		{3, time.Second, 4},
+	}
+	for _, tt := range tests {
+		s := Schedule{Start: t0, Rate: tt.rate}
+		if got := s.Due(t0.Add(tt.at)); got != tt.want {
+			t.Errorf("Schedule{Rate: %v}.Due(t0+%v) = %d, want %d", tt.rate, tt.at, got, tt.want)
+		}
+	}
+}
+
+// TestScheduleDueAgreesWithAt checks Due(t) = #{i : At(i) <= t} at and
+// around every due time, for awkward rates.
+func TestScheduleDueAgreesWithAt(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, rate := range []float64{1, 3, 7, 999.9, 20000, 33333.3, 123457} {
+		s := Schedule{Start: t0, Rate: rate}
+		for i := int64(0); i < 5000; i++ {
+			at := s.At(i)
+			if got, want := s.Due(at), i+1; got != want {
+				t.Fatalf("rate %v: Due(At(%d)) = %d, want %d", rate, i, got, want)
+			}
+			if at.After(t0) {
+				if got, want := s.Due(at.Add(-1)), i; got != want {
+					t.Fatalf("rate %v: Due(At(%d)-1ns) = %d, want %d", rate, i, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestScheduleTotal(t *testing.T) {
+	tests := []struct {
+		rate float64
+		d    time.Duration
+		want int64
+	}{
+		{1000, time.Second, 1000},
+		{20000, 10 * time.Second, 200000},
+		{3, time.Second, 3},
+		{3, 1100 * time.Millisecond, 4},
+		{0.5, time.Second, 1},
+		{2000, 500 * time.Millisecond, 1000},
+	}
+	for _, tt := range tests {
+		s := Schedule{Start: time.Unix(1000, 0), Rate: tt.rate}
+		if got := s.Total(tt.d); got != tt.want {
+			t.Errorf("Schedule{Rate: %v}.Total(%v) = %d, want %d", tt.rate, tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestCountAllowed(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want int
+	}{
+		{"allowed", `{"allowed":true,"limit":"100"}`, 1},
+		{"spaced", `{"allowed":  true, "limit": "100"}`, 1},
+		{"denied, field omitted", `{"limit":"100","retryAfter":"1s"}`, 0},
+		{"explicit false", `{"allowed":false}`, 0},
+		{"batch", `{"results":[{"response":{"allowed":true}},{"response":{}},{"response":{"allowed": true}}]}`, 2},
+		{"truncated", `{"allowed":`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CountAllowed([]byte(tt.body)); got != tt.want {
+				t.Errorf("CountAllowed(%s) = %d, want %d", tt.body, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseScriptCalls(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_config|get:calls=2,usec=14,usec_per_call=7.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=20000,usec=52712,usec_per_call=2.64,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha_ro:calls=5,usec=1,usec_per_call=0.2,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_eval:calls=3,usec=1,usec_per_call=0.3,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_hincrby:calls=100,usec=1,usec_per_call=0.01,rejected_calls=0,failed_calls=0\r\n"
+	if got, want := ParseScriptCalls(info), int64(20008); got != want {
+		t.Errorf("ParseScriptCalls() = %d, want %d", got, want)
+	}
+	if got, want := ParseScriptCalls("# Commandstats\r\n"), int64(0); got != want {
+		t.Errorf("ParseScriptCalls(empty) = %d, want %d", got, want)
+	}
+}
+
+func TestParseRedisBenchCSV(t *testing.T) {
+	out := `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+"EVALSHA 6163 1 k:__rand_int__","67567.57","0.582","0.160","0.519","0.991","1.671","2.703"
+`
+	r, err := ParseRedisBenchCSV(out)
+	if err != nil {
+		t.Fatalf("ParseRedisBenchCSV() error = %v", err)
+	}
+	if got, want := r.ReqPerSec, 67567.57; got != want {
+		t.Errorf("ReqPerSec = %v, want %v", got, want)
+	}
+	if got, want := [3]float64{r.P50Ms, r.P95Ms, r.P99Ms}, [3]float64{0.519, 0.991, 1.671}; got != want {
+		t.Errorf("p50/p95/p99 = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"", "ERR unknown command\n", `"test","rps"` + "\n"} {
+		if _, err := ParseRedisBenchCSV(bad); err == nil {
+			t.Errorf("ParseRedisBenchCSV(%q) error = nil, want an error", bad)
+		}
+	}
+}
+
+func TestSetScriptCalls(t *testing.T) {
+	tests := []struct {
+		name             string
+		allowed, denied  int64
+		calls            int64
+		wantAdm, wantDen *float64
+	}{
+		{"all admitted", 1000, 0, 1000, ptr(1.0), nil},
+		{"coalesced", 1000, 0, 100, ptr(0.1), nil},
+		{"hot key, denials from memory", 100, 9900, 100, nil, ptr(0.0)},
+		{"hot key, every denial to Redis", 100, 9900, 10000, nil, ptr(1.0)},
+		{"a few denials", 100000, 10, 100010, ptr(1.0), nil},
+		{"nothing", 0, 0, 0, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Result{Allowed: tt.allowed, Denied: tt.denied}
+			r.setScriptCalls(tt.calls)
+			if got, want := fmtp(r.ScriptPerAdmitted), fmtp(tt.wantAdm); got != want {
+				t.Errorf("ScriptPerAdmitted = %s, want %s", got, want)
+			}
+			if got, want := fmtp(r.ScriptPerDenied), fmtp(tt.wantDen); got != want {
+				t.Errorf("ScriptPerDenied = %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func fmtp(v *float64) string { return optf(v, 4) }
+
+func TestApplyRatios(t *testing.T) {
+	rs := []Result{
+		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", ReqPerSec: 60000},
+		{Workload: "ceiling", Mode: "closed", Protocol: protoGRPC, Store: "ceiling", ReqPerSec: 40000},
+		{Workload: "uniform10k", Mode: "closed", Protocol: protoJSON, Store: "redis", ReqPerSec: 30000, DecPerSec: 30000},
+		{Workload: "batch10", Mode: "closed", Protocol: protoGRPC, Store: "redis", ReqPerSec: 10000, DecPerSec: 100000},
+		{Workload: "uniform10k", Mode: "closed", Protocol: protoJSON, Store: "memory", ReqPerSec: 45000, DecPerSec: 45000},
+		{Workload: "uniform10k", Mode: "open", Protocol: protoJSON, Store: "redis", ReqPerSec: 20000, DecPerSec: 20000},
+		{Workload: "redis-benchmark", Mode: "closed", Protocol: "resp", Store: "redis-server", ReqPerSec: 50000, DecPerSec: 50000},
+	}
+	applyRatios(rs)
+	want := []struct{ ceiling, redis string }{
+		{"-", "-"}, {"-", "-"}, {"0.50", "0.60"}, {"0.25", "2.00"}, {"0.75", "-"}, {"-", "-"}, {"-", "-"},
+	}
+	for i, w := range want {
+		if got := optf(rs[i].CeilingRatio, 2); got != w.ceiling {
+			t.Errorf("row %d node/ceiling = %s, want %s", i, got, w.ceiling)
+		}
+		if got := optf(rs[i].RedisRatio, 2); got != w.redis {
+			t.Errorf("row %d node/redis = %s, want %s", i, got, w.redis)
+		}
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rs := []Result{
+		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004},
+		{Workload: "hotkey", Mode: "open", Rate: 20000, Protocol: protoGRPC, Store: "redis", Conns: 64, ReqPerSec: 19999.6, DecPerSec: 19999.6, P99Ms: 1.5,
+			CeilingRatio: ptr(0.8), RedisRatio: ptr(0.4), ScriptPerDenied: ptr(0.0), Errors: 2},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rs); err != nil {
+		t.Fatalf("WriteTable() error = %v", err)
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if got, want := len(lines), 3; got != want {
+		t.Fatalf("WriteTable() printed %d lines, want %d:\n%s", got, want, b.String())
+	}
+	wantFields := [][]string{
+		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
+		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "-", "-", "-", "-"},
+		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "0.80", "0.40", "-", "0.000"},
+	}
+	for i, want := range wantFields {
+		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {
+			t.Errorf("line %d = %q, want fields %q", i, lines[i], want)
+		}
+	}
+	// Columns are aligned: every line has the same width.
+	for i := 1; i < len(lines); i++ {
+		if len(lines[i]) != len(lines[0]) {
+			t.Errorf("line %d is %d wide, header %d:\n%s", i, len(lines[i]), len(lines[0]), b.String())
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-short"})
+	if err != nil {
+		t.Fatalf("parseFlags(-short) error = %v", err)
+	}
+	if c.Duration != time.Second || c.Warmup != 200*time.Millisecond || c.Rate != 2000 || c.Conns != 64 {
+		t.Errorf("parseFlags(-short) = %+v, want 1s, 200ms warm-up, rate 2000, 64 conns", c)
+	}
+	c, err = parseFlags([]string{"-short", "-duration", "3s"})
+	if err != nil || c.Duration != 3*time.Second {
+		t.Errorf("parseFlags(-short -duration 3s) = %v, %v, want 3s", c.Duration, err)
+	}
+	c, err = parseFlags(nil)
+	if err != nil || c.Duration != 10*time.Second || c.Rate != 20000 || !c.Pin {
+		t.Errorf("parseFlags() = %+v, %v, want 10s, rate 20000, pinned", c, err)
+	}
+	for _, bad := range [][]string{{"-conns", "0"}, {"-duration", "0s"}, {"-rate", "-1"}, {"stray"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) error = nil, want an error", bad)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	full := Plan(false)
+	if got, want := len(full["redis"]), 12; got != want {
+		t.Errorf("full plan has %d redis rows, want %d (3 workloads x 2 modes x 2 protocols)", got, want)
+	}
+	if got, want := len(full["ceiling"]), 4; got != want {
+		t.Errorf("full plan has %d ceiling rows, want %d", got, want)
+	}
+	short := Plan(true)
+	if n := len(short["ceiling"]) + len(short["redis"]) + len(short["memory"]); n > 8 {
+		t.Errorf("short plan has %d rows, want at most 8", n)
+	}
+}
+
+// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback.
+func ceilingServer(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(CeilingHandler())
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestClientsAgainstCeiling(t *testing.T) {
+	base := ceilingServer(t)
+	ctx := context.Background()
+	clients := map[string]Client{protoJSON: NewJSONClient(base, 4), protoGRPC: NewGRPCClient(base)}
+	for name, c := range clients {
+		t.Cleanup(c.Close)
+		for _, w := range []*Workload{NewUniform("t"), NewBatch("t", 1)} {
+			var buf bytes.Buffer
+			a, d, err := c.Do(ctx, w, w.Len()-1, &buf)
+			if err != nil {
+				t.Fatalf("%s %s: Do() error = %v", name, w.Name, err)
+			}
+			if a != w.PerCall || d != 0 {
+				t.Errorf("%s %s: Do() = %d allowed, %d denied, want %d, 0", name, w.Name, a, d, w.PerCall)
+			}
+		}
+	}
+}
+
+func TestRunClosed(t *testing.T) {
+	base := ceilingServer(t)
+	c := NewJSONClient(base, 4)
+	t.Cleanup(c.Close)
+	o := Run(context.Background(), c, NewUniform("t"), Load{Conns: 4, Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond})
+	if o.Requests == 0 || o.Errors != 0 || o.Allowed != o.Requests || o.Denied != 0 {
+		t.Errorf("Run() = %+v (first error %v), want requests, all allowed, no errors", o, o.FirstErr)
+	}
+	if o.Latencies.P50 <= 0 || o.Latencies.P50 > o.Latencies.P99 || o.Latencies.P99 > o.Latencies.Max {
+		t.Errorf("latencies %+v are not ordered", o.Latencies)
+	}
+}
+
+// TestRunOpen checks that every scheduled request is accounted for: sent
+// (answered or failed) or unsent.
+func TestRunOpen(t *testing.T) {
+	base := ceilingServer(t)
+	c := NewGRPCClient(base)
+	t.Cleanup(c.Close)
+	l := Load{Conns: 4, Rate: 500, Duration: 400 * time.Millisecond}
+	o := Run(context.Background(), c, NewHotKey("t"), l)
+	if got, want := o.Requests+o.Errors+o.Unsent, int64(200); got != want {
+		t.Errorf("requests %d + errors %d + unsent %d = %d, want %d scheduled", o.Requests, o.Errors, o.Unsent, got, want)
+	}
+	if o.Requests == 0 || o.Errors != 0 {
+		t.Errorf("Run() = %+v (first error %v), want requests and no errors", o, o.FirstErr)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	base := ceilingServer(t)
+	c := NewJSONClient(base, 2)
+	t.Cleanup(c.Close)
+	for _, rate := range []float64{0, 1000} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		Run(ctx, c, NewUniform("t"), Load{Conns: 2, Rate: rate, Duration: time.Minute})
+		cancel()
+		if el := time.Since(start); el > 30*time.Second {
+			t.Errorf("rate %v: Run() took %v after its context ended", rate, el)
+		}
+	}
+}

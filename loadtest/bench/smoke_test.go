@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+)
+
+// TestShortModeEndToEnd runs the harness's -short mode against a real
+// rlnode (built from ./cmd/rlnode) and a real redis-server: every row must
+// complete without errors and the Redis rows must have counted script calls.
+// No timing is asserted.
+func TestShortModeEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds rlnode and drives load for several seconds")
+	}
+	redisServer := redistest.Bin(t, "redis-server")
+	redisBench := redistest.Bin(t, "redis-benchmark")
+	matches, _ := filepath.Glob("../../cmd/rlnode/*.go")
+	if len(matches) == 0 {
+		t.Skip("cmd/rlnode is not in the tree yet")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rlnode, err := BuildRlnode(ctx, dir)
+	if err != nil {
+		t.Fatalf("BuildRlnode() error = %v", err)
+	}
+	out := filepath.Join(dir, "bench.json")
+	var log bytes.Buffer
+	start := time.Now()
+	err = run(ctx, []string{"-short", "-pin=false", "-conns", "16", "-rlnode", rlnode,
+		"-redis-server", redisServer, "-redis-benchmark", redisBench, "-out", out}, &log)
+	t.Logf("harness output (%v):\n%s", time.Since(start).Round(time.Millisecond), log.String())
+	if err != nil {
+		t.Fatalf("run(-short) error = %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("read -out: %v", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("decode -out: %v", err)
+	}
+	stores := map[string]int{}
+	for _, r := range rep.Results {
+		stores[r.Store]++
+		if r.Requests == 0 || r.Errors != 0 {
+			t.Errorf("%s/%s/%s/%s: %d requests, %d errors (%s), want requests and no errors",
+				r.Workload, r.Mode, r.Protocol, r.Store, r.Requests, r.Errors, r.FirstError)
+		}
+		if r.Store == "redis" && r.ScriptCalls == nil {
+			t.Errorf("%s/%s/%s/redis: no script call count", r.Workload, r.Mode, r.Protocol)
+		}
+		if r.Store == "redis" && r.Workload == "uniform10k" && r.Mode == "closed" && r.Denied != 0 {
+			t.Errorf("uniform10k: %d denied, want 0", r.Denied)
+		}
+		if r.Workload == "hotkey" && r.Denied <= r.Allowed {
+			t.Errorf("hotkey: %d allowed, %d denied, want mostly denied", r.Allowed, r.Denied)
+		}
+	}
+	for _, s := range []string{"ceiling", "redis", "memory", "redis-server"} {
+		if stores[s] == 0 {
+			t.Errorf("no %s row in %s", s, b)
+		}
+	}
+}
