@@ -1,0 +1,217 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures a Node. Zero fields mean the documented default.
+type Config struct {
+	// Name is the node's unique name in the pool. Required.
+	Name string
+	// Region is the node's region. Required, 1 to MaxRegionLen bytes.
+	Region string
+	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
+	// Default "0.0.0.0:7946". Ignored when Transport is set.
+	BindAddr string
+	// AdvertiseAddr is the host:port other nodes reach this node at.
+	// Default: the bound address (a private IP when bound to 0.0.0.0).
+	AdvertiseAddr string
+	// APIAddr is this node's API address, carried in its metadata with
+	// Region so that a status page can list every node. Optional.
+	APIAddr string
+	// Join lists seed addresses (host:port). New returns at once; a
+	// background loop retries with exponential backoff (JoinBackoff up to
+	// 30 s) until one seed answers.
+	Join []string
+	// SecretKey, when set (16, 24 or 32 bytes), turns on memberlist's AES-GCM
+	// encryption; peers without the key are refused.
+	SecretKey []byte
+
+	// FlushInterval is how often dirty totals go to the other regions.
+	// Default 20 ms.
+	FlushInterval time.Duration
+	// Grace is how long after a bucket closes its reconciliation runs.
+	// Default one FlushInterval.
+	Grace time.Duration
+	// MaxDirty bounds the totals waiting for the next flush; Dirty drops
+	// (and counts) new keys beyond it. Default 100000.
+	MaxDirty int
+	// MaxTouched bounds the buckets remembered for reconciliation.
+	// Default 1000000.
+	MaxTouched int
+	// MaxStateBytes bounds the push-pull anti-entropy state. Default 64 KiB.
+	MaxStateBytes int
+	// UDPBudget is the largest frame sent over UDP with SendBestEffort;
+	// larger batches go over TCP with SendReliable. Default 1360 (memberlist's
+	// 1400-byte UDPBufferSize less its user-message, CRC and encryption
+	// overheads).
+	UDPBudget int
+	// InboxSize bounds the received frames waiting to be merged; frames
+	// beyond it are dropped and counted. Default 4096.
+	InboxSize int
+
+	// Memberlist timings. Defaults are memberlist.DefaultWANConfig tuned for
+	// faster failure detection and anti-entropy: GossipInterval 200 ms,
+	// ProbeInterval 2 s, ProbeTimeout 1 s, SuspicionMult 6,
+	// PushPullInterval 10 s, TCPTimeout 10 s, GossipToTheDeadTime 60 s.
+	GossipInterval      time.Duration
+	ProbeInterval       time.Duration
+	ProbeTimeout        time.Duration
+	SuspicionMult       int
+	PushPullInterval    time.Duration
+	TCPTimeout          time.Duration
+	GossipToTheDeadTime time.Duration
+	// ReconnectInterval is how often the node tries to rejoin members it saw
+	// die (a healed partition otherwise leaves two pools). Default 5 s.
+	ReconnectInterval time.Duration
+	// JoinBackoff is the first retry delay of the seed join loop, doubled up
+	// to 30 s. Default 500 ms.
+	JoinBackoff time.Duration
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the node's and memberlist's logs. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Transport, when set, replaces memberlist's UDP/TCP transport (tests
+	// wrap one in a FaultTransport). See Listen.
+	Transport memberlist.NodeAwareTransport
+}
+
+// Defaults.
+const (
+	DefaultFlushInterval = 20 * time.Millisecond
+	DefaultBindAddr      = "0.0.0.0:7946"
+)
+
+func (c Config) withDefaults() Config {
+	d := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	i := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = DefaultBindAddr
+	}
+	d(&c.FlushInterval, DefaultFlushInterval)
+	d(&c.Grace, c.FlushInterval)
+	i(&c.MaxDirty, 100000)
+	i(&c.MaxTouched, 1000000)
+	i(&c.MaxStateBytes, 64<<10)
+	i(&c.UDPBudget, 1360)
+	i(&c.InboxSize, 4096)
+	d(&c.GossipInterval, 200*time.Millisecond)
+	d(&c.ProbeInterval, 2*time.Second)
+	d(&c.ProbeTimeout, time.Second)
+	i(&c.SuspicionMult, 6)
+	d(&c.PushPullInterval, 10*time.Second)
+	d(&c.TCPTimeout, 10*time.Second)
+	d(&c.GossipToTheDeadTime, 60*time.Second)
+	d(&c.ReconnectInterval, 5*time.Second)
+	d(&c.JoinBackoff, 500*time.Millisecond)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ErrConfig is wrapped by every configuration error from New.
+var ErrConfig = errors.New("gossip: invalid config")
+
+func (c Config) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if c.Name == "" {
+		return bad("name is required")
+	}
+	if c.Region == "" || len(c.Region) > MaxRegionLen {
+		return bad("region must be 1 to %d bytes, got %q", MaxRegionLen, c.Region)
+	}
+	if c.Transport == nil {
+		if _, _, err := splitHostPort(c.BindAddr); err != nil {
+			return bad("bind address %q: %v", c.BindAddr, err)
+		}
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := splitHostPort(c.AdvertiseAddr); err != nil {
+			return bad("advertise address %q: %v", c.AdvertiseAddr, err)
+		}
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
+	}
+	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.GossipInterval, c.ProbeInterval,
+		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff} {
+		if p < 0 {
+			return bad("durations must not be negative")
+		}
+	}
+	if c.MaxDirty < 0 || c.MaxTouched < 0 || c.MaxStateBytes < 0 || c.InboxSize < 0 || c.SuspicionMult < 0 {
+		return bad("sizes must not be negative")
+	}
+	if c.UDPBudget < 64 || c.UDPBudget > 65000 {
+		return bad("UDP budget must be from 64 to 65000 bytes, got %d", c.UDPBudget)
+	}
+	return nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return h, port, nil
+}
+
+// memberlistConfig builds memberlist's config from c (with defaults).
+func (c Config) memberlistConfig() (*memberlist.Config, error) {
+	mc := memberlist.DefaultWANConfig()
+	mc.Name = c.Name
+	if c.Transport != nil {
+		mc.Transport = c.Transport
+	} else {
+		h, p, _ := splitHostPort(c.BindAddr)
+		mc.BindAddr, mc.BindPort = h, p
+		mc.AdvertisePort = p
+	}
+	if c.AdvertiseAddr != "" {
+		h, p, _ := splitHostPort(c.AdvertiseAddr)
+		mc.AdvertiseAddr, mc.AdvertisePort = h, p
+	}
+	if len(c.SecretKey) > 0 {
+		mc.SecretKey = append([]byte(nil), c.SecretKey...)
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	mc.GossipInterval = c.GossipInterval
+	mc.ProbeInterval = c.ProbeInterval
+	mc.ProbeTimeout = c.ProbeTimeout
+	mc.SuspicionMult = c.SuspicionMult
+	mc.PushPullInterval = c.PushPullInterval
+	mc.TCPTimeout = c.TCPTimeout
+	mc.GossipToTheDeadTime = c.GossipToTheDeadTime
+	mc.Logger = newStdLogger(c.Logger)
+	return mc, nil
+}

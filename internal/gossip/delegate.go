@@ -1,0 +1,129 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate implements memberlist's Delegate, EventDelegate and PingDelegate
+// for a Node. memberlist calls these on its own goroutines, some holding its
+// locks: none of them blocks.
+type delegate struct{ n *Node }
+
+var (
+	_ memberlist.Delegate      = (*delegate)(nil)
+	_ memberlist.EventDelegate = (*delegate)(nil)
+	_ memberlist.PingDelegate  = (*delegate)(nil)
+)
+
+// Node metadata layout: version (1), region length (1), region, API address
+// length (1), API address.
+const metaVersion = 1
+
+func encodeMeta(regionName, api string) []byte {
+	if len(api) > 255 {
+		api = api[:255]
+	}
+	b := []byte{metaVersion, byte(len(regionName))}
+	b = append(b, regionName...)
+	b = append(b, byte(len(api)))
+	return append(b, api...)
+}
+
+func decodeMeta(b []byte) (regionName, api string, ok bool) {
+	if len(b) < 3 || b[0] != metaVersion {
+		return "", "", false
+	}
+	l := int(b[1])
+	if 2+l+1 > len(b) {
+		return "", "", false
+	}
+	regionName = string(b[2 : 2+l])
+	p := 2 + l
+	al := int(b[p])
+	if p+1+al > len(b) {
+		return "", "", false
+	}
+	return regionName, string(b[p+1 : p+1+al]), true
+}
+
+// NodeMeta returns the region and API address.
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr)
+	if len(b) > limit {
+		return encodeMeta(d.n.cfg.Region, "")
+	}
+	return b
+}
+
+// NotifyMsg queues a replication frame; it copies b and never blocks.
+func (d *delegate) NotifyMsg(b []byte) { d.n.enqueue(b) }
+
+// GetBroadcasts returns nothing: totals go point to point, not by gossip.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState returns the recently reconciled totals (anti-entropy).
+func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
+
+// MergeRemoteState queues a peer's recently reconciled totals for merging.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) > 0 {
+		d.n.enqueue(buf)
+	}
+}
+
+// NotifyJoin records a member coming alive.
+func (d *delegate) NotifyJoin(node *memberlist.Node) { d.n.setMember(node, "alive") }
+
+// NotifyUpdate records a member's new metadata.
+func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.n.setMember(node, "alive") }
+
+// NotifyLeave records a member that failed or left.
+func (d *delegate) NotifyLeave(node *memberlist.Node) {
+	state := "dead"
+	if node.State == memberlist.StateLeft {
+		state = "left"
+	}
+	d.n.setMember(node, state)
+}
+
+// AckPayload carries this node's clock (Unix ms) in ping acks.
+func (d *delegate) AckPayload() []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(d.n.cfg.Now().UnixMilli()))
+}
+
+// NotifyPingComplete estimates the peer's clock offset NTP-style: the peer
+// stamped its ack about rtt/2 before it arrived.
+func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	if len(payload) != 8 || other == nil {
+		return
+	}
+	peer := time.UnixMilli(int64(binary.BigEndian.Uint64(payload)))
+	mid := d.n.cfg.Now().Add(-rtt / 2)
+	d.n.ageMu.Lock()
+	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
+	d.n.ageMu.Unlock()
+}
+
+func (n *Node) setMember(node *memberlist.Node, state string) {
+	cp := *node
+	cp.Meta = append([]byte(nil), node.Meta...)
+	regionName, api, _ := decodeMeta(cp.Meta)
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	m := n.members[cp.Name]
+	if m == nil || m.state != state {
+		m = &member{since: time.Now()}
+		n.members[cp.Name] = m
+	} else {
+		m = &member{since: m.since}
+		n.members[cp.Name] = m
+	}
+	m.node, m.region, m.api, m.state = cp, regionName, api, state
+	m.isLocal = cp.Name == n.cfg.Name
+	if state != "alive" {
+		n.log.Info("member "+state, "member", cp.Name, "member_region", regionName)
+	}
+}

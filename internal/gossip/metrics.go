@@ -1,0 +1,145 @@
+package gossip
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// metrics are a Node's Prometheus metrics; the Node registers nothing
+// itself: see Collectors.
+type metrics struct {
+	node        *Node
+	msgsSent    *prometheus.CounterVec
+	bytesSent   *prometheus.CounterVec
+	msgsRecv    *prometheus.CounterVec
+	bytesRecv   *prometheus.CounterVec
+	merges      prometheus.Counter
+	dropped     *prometheus.CounterVec
+	lagDesc     *prometheus.Desc
+	membersDesc *prometheus.Desc
+	offsetDesc  *prometheus.Desc
+	dirtyDesc   *prometheus.Desc
+	touchedDesc *prometheus.Desc
+	pendingDesc *prometheus.Desc
+}
+
+func newMetrics() *metrics {
+	const ns, sub = "rlcluster", "gossip"
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		msgsSent:  cv("messages_sent_total", "Replication frames sent, by kind.", "kind"),
+		bytesSent: cv("bytes_sent_total", "Replication frame bytes sent (payload), by kind.", "kind"),
+		msgsRecv:  cv("messages_received_total", "Replication frames received and decoded, by kind.", "kind"),
+		bytesRecv: cv("bytes_received_total", "Replication frame bytes received (payload), by kind.", "kind"),
+		merges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "merges_total",
+			Help: "Remote totals max-merged into the local store."}),
+		dropped: cv("dropped_total", "Totals or frames dropped, by reason (malformed, version, kind, oversized, queue_full, dirty_full, touched_full, send_error, send_busy, store_error, retry_expired, ...).", "reason"),
+		lagDesc: prometheus.NewDesc("rlcluster_gossip_replication_lag_seconds",
+			"Age of the newest totals merged from each remote region (sender's clock); absent before the first.", []string{"region"}, nil),
+		membersDesc: prometheus.NewDesc("rlcluster_gossip_members",
+			"Members of the gossip pool by region and state.", []string{"region", "state"}, nil),
+		offsetDesc: prometheus.NewDesc("rlcluster_gossip_clock_offset_seconds",
+			"Estimated clock offset of each peer (peer minus local) from ping-ack timestamps.", []string{"peer"}, nil),
+		dirtyDesc: prometheus.NewDesc("rlcluster_gossip_dirty_totals",
+			"Totals waiting for the next flush.", nil, nil),
+		touchedDesc: prometheus.NewDesc("rlcluster_gossip_touched_buckets",
+			"Buckets waiting for reconciliation.", nil, nil),
+		pendingDesc: prometheus.NewDesc("rlcluster_gossip_reconcile_retries",
+			"Reconciliation batches waiting for a retry.", nil, nil),
+	}
+	// Make the common label values appear at zero.
+	for _, k := range []Kind{KindFlush, KindReconcile, KindState, KindTouch} {
+		m.msgsSent.WithLabelValues(k.String())
+		m.bytesSent.WithLabelValues(k.String())
+		m.msgsRecv.WithLabelValues(k.String())
+		m.bytesRecv.WithLabelValues(k.String())
+	}
+	for _, r := range []string{"malformed", "version", "oversized", "queue_full", "dirty_full", "send_error", "store_error"} {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) sent(k Kind, bytes int) {
+	m.msgsSent.WithLabelValues(k.String()).Inc()
+	m.bytesSent.WithLabelValues(k.String()).Add(float64(bytes))
+}
+
+func (m *metrics) received(k Kind, bytes int) {
+	m.msgsRecv.WithLabelValues(k.String()).Inc()
+	m.bytesRecv.WithLabelValues(k.String()).Add(float64(bytes))
+}
+
+func (m *metrics) merged(n int)       { m.merges.Add(float64(n)) }
+func (m *metrics) drop(reason string) { m.dropped.WithLabelValues(reason).Inc() }
+func (m *metrics) dropCount(r string) float64 {
+	c, err := m.dropped.GetMetricWithLabelValues(r)
+	if err != nil {
+		return 0
+	}
+	return counterValue(c)
+}
+
+// Collectors returns the node's Prometheus collectors, for the caller to
+// register (the node registers nothing globally).
+func (n *Node) Collectors() []prometheus.Collector {
+	m := n.met
+	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.merges, m.dropped, (*stateCollector)(m)}
+}
+
+// stateCollector reports the gauges computed from the node's state at
+// scrape time.
+type stateCollector metrics
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.lagDesc, c.membersDesc, c.offsetDesc, c.dirtyDesc, c.touchedDesc, c.pendingDesc} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.node
+	for _, a := range n.Ages() {
+		if !a.Newest.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, a.Age.Seconds(), a.Region)
+		}
+	}
+	counts := map[[2]string]int{}
+	for _, m := range n.Members() {
+		counts[[2]string{m.Region, m.State}]++
+	}
+	for k, v := range counts {
+		ch <- prometheus.MustNewConstMetric(c.membersDesc, prometheus.GaugeValue, float64(v), k[0], k[1])
+	}
+	for peer, off := range n.ClockOffsets() {
+		ch <- prometheus.MustNewConstMetric(c.offsetDesc, prometheus.GaugeValue, off.Seconds(), peer)
+	}
+	n.mu.Lock()
+	dirty, touched := len(n.dirty), n.nTouched
+	n.mu.Unlock()
+	n.pendMu.Lock()
+	pend := len(n.pending)
+	n.pendMu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.dirtyDesc, prometheus.GaugeValue, float64(dirty))
+	ch <- prometheus.MustNewConstMetric(c.touchedDesc, prometheus.GaugeValue, float64(touched))
+	ch <- prometheus.MustNewConstMetric(c.pendingDesc, prometheus.GaugeValue, float64(pend))
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
+}
+
+// bytesSent returns the payload bytes sent so far, all kinds together.
+func (m *metrics) bytesSentTotal() float64 {
+	var sum float64
+	for _, k := range []Kind{KindFlush, KindReconcile, KindState, KindTouch} {
+		sum += counterValue(m.bytesSent.WithLabelValues(k.String()))
+	}
+	return sum
+}

@@ -1,0 +1,262 @@
+package gossip
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// pending is a reconciliation batch for one remote region that could not be
+// sent yet; it is retried (re-routed each time) until its deadline.
+type pending struct {
+	region   string
+	totals   []region.Total
+	deadline time.Time
+	next     time.Time
+	backoff  time.Duration
+}
+
+// vectorChunk bounds the buckets read from the store in one Vectors call.
+const vectorChunk = 1000
+
+func (n *Node) reconcileLoop() {
+	tk := time.NewTicker(n.cfg.FlushInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tk.C:
+			n.reconcileDue()
+			n.retryPending()
+		}
+	}
+}
+
+// reconcileDue reconciles every touched bucket that closed at least Grace
+// ago: it reads the bucket's full vector from the store and sends every
+// region's total in it to every other region.
+func (n *Node) reconcileDue() {
+	now := n.cfg.Now()
+	cutoff := now.Add(-n.cfg.Grace).UnixMilli()
+	var refs []region.BucketRef
+	n.mu.Lock()
+	for due, set := range n.touched {
+		if due > cutoff {
+			continue
+		}
+		for k := range set {
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
+		}
+		n.nTouched -= len(set)
+		delete(n.touched, due)
+	}
+	n.mu.Unlock()
+	for len(refs) > 0 {
+		chunk := refs[:min(len(refs), vectorChunk)]
+		refs = refs[len(chunk):]
+		n.reconcile(now, chunk)
+	}
+}
+
+func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	vecs, err := n.store.Vectors(ctx, refs)
+	cancel()
+	if err != nil {
+		n.met.drop("store_error")
+		n.log.Warn("read vectors for reconciliation", "n", len(refs), "err", err)
+		// Try again next tick while the buckets can still matter.
+		n.mu.Lock()
+		for _, r := range refs {
+			if now.Before(bucketEnd(r.Window, r.Bucket).Add(2 * r.Window)) {
+				n.requeueLocked(r)
+			}
+		}
+		n.mu.Unlock()
+		return
+	}
+	var totals []region.Total
+	var deadline time.Time
+	for i, v := range vecs {
+		for _, t := range v {
+			if t.Count > 0 {
+				totals = append(totals, t)
+			}
+		}
+		if i < len(refs) {
+			if d := bucketEnd(refs[i].Window, refs[i].Bucket).Add(2 * refs[i].Window); d.After(deadline) {
+				deadline = d
+			}
+		}
+	}
+	if len(totals) == 0 {
+		return
+	}
+	n.keepRecent(totals)
+	v := n.view()
+	var wg sync.WaitGroup
+	for reg, ms := range v.remote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.sendReconcile(reg, ms, totals, deadline, time.Time{})
+		}()
+	}
+	// A region with no live member now gets its totals once one is back.
+	n.memMu.RLock()
+	known := map[string]bool{}
+	for _, m := range n.members {
+		if m.region != "" && m.region != n.cfg.Region {
+			known[m.region] = true
+		}
+	}
+	n.memMu.RUnlock()
+	for reg := range known {
+		if _, ok := v.remote[reg]; !ok {
+			n.addPending(&pending{region: reg, totals: totals, deadline: deadline, backoff: n.cfg.FlushInterval})
+		}
+	}
+	wg.Wait()
+}
+
+// sendReconcile sends totals to their owners in one region over TCP and
+// queues what failed for a retry.
+func (n *Node) sendReconcile(reg string, ms []*member, totals []region.Total, deadline time.Time, _ time.Time) {
+	var mu sync.Mutex
+	var failed []region.Total
+	var wg sync.WaitGroup
+	for dest, group := range route(totals, ms) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.sendReliable(KindReconcile, dest, group); err != nil {
+				n.log.Debug("reconcile send failed, will retry", "to", dest.node.Name, "err", err)
+				mu.Lock()
+				failed = append(failed, group...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		n.addPending(&pending{region: reg, totals: failed, deadline: deadline, backoff: n.cfg.FlushInterval})
+	}
+}
+
+func (n *Node) addPending(p *pending) {
+	p.next = time.Now().Add(p.backoff)
+	n.pendMu.Lock()
+	defer n.pendMu.Unlock()
+	if len(n.pending) >= 1024 {
+		n.met.drop("retry_full")
+		return
+	}
+	n.pending = append(n.pending, p)
+}
+
+// retryPending resends the failed reconciliation batches that are due.
+func (n *Node) retryPending() {
+	now := time.Now()
+	clock := n.cfg.Now()
+	var due []*pending
+	n.pendMu.Lock()
+	keep := n.pending[:0]
+	for _, p := range n.pending {
+		switch {
+		case clock.After(p.deadline):
+			n.met.drop("retry_expired")
+		case now.Before(p.next):
+			keep = append(keep, p)
+		default:
+			due = append(due, p)
+		}
+	}
+	n.pending = keep
+	n.pendMu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	v := n.view()
+	for _, p := range due {
+		ms := v.remote[p.region]
+		if len(ms) == 0 {
+			p.backoff = min(2*p.backoff, 2*time.Second)
+			n.addPending(p)
+			continue
+		}
+		var failed []region.Total
+		for dest, group := range route(p.totals, ms) {
+			if err := n.sendReliable(KindReconcile, dest, group); err != nil {
+				failed = append(failed, group...)
+			}
+		}
+		if len(failed) > 0 {
+			p.totals = failed
+			p.backoff = min(2*p.backoff, 2*time.Second)
+			n.addPending(p)
+		}
+	}
+}
+
+func (n *Node) requeueLocked(r region.BucketRef) {
+	k := ref{r.Key, r.Window, r.Bucket}
+	due := (r.Bucket + 1) * r.Window.Milliseconds()
+	set := n.touched[due]
+	if set == nil {
+		set = map[ref]struct{}{}
+		n.touched[due] = set
+	}
+	if _, ok := set[k]; !ok {
+		set[k] = struct{}{}
+		n.nTouched++
+	}
+}
+
+func bucketEnd(w time.Duration, b int64) time.Time {
+	return time.UnixMilli((b + 1) * w.Milliseconds())
+}
+
+// keepRecent adds reconciled totals to the bounded ring that push-pull
+// carries.
+func (n *Node) keepRecent(ts []region.Total) {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
+	for _, t := range ts {
+		if len(n.recent) < cap(n.recent) {
+			n.recent = append(n.recent, t)
+			continue
+		}
+		n.recent[n.next] = t
+		n.next = (n.next + 1) % len(n.recent)
+	}
+}
+
+// localState encodes the recent reconciled totals of buckets that closed
+// less than two windows ago, newest first, in one frame of at most
+// MaxStateBytes.
+func (n *Node) localState() []byte {
+	now := n.cfg.Now()
+	n.stateMu.Lock()
+	ts := make([]region.Total, 0, len(n.recent))
+	for i := range n.recent {
+		// Walk newest first: the slot before next is the newest.
+		j := (n.next - 1 - i + 2*len(n.recent)) % len(n.recent)
+		t := n.recent[j]
+		if now.Before(bucketEnd(t.Window, t.Bucket).Add(2 * t.Window)) {
+			ts = append(ts, t)
+		}
+	}
+	n.stateMu.Unlock()
+	if len(ts) == 0 {
+		return nil
+	}
+	frames, err := Encode(KindState, now, n.cfg.Region, ts, n.cfg.MaxStateBytes)
+	if err != nil || len(frames) == 0 {
+		return nil
+	}
+	n.met.sent(KindState, len(frames[0]))
+	return frames[0]
+}

@@ -1,0 +1,304 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// The wire format, version 1. Every replication message is one frame, all
+// integers big-endian or (u)varint as noted:
+//
+//	off  size     field
+//	0    1        version (1); a frame of another version is dropped
+//	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch
+//	2    8        sent: the sender's clock, Unix milliseconds (int64)
+//	10   1        nregions, 1..MaxRegions; region 0 is the sender's region
+//	11   ...      nregions times: 1-byte length (1..MaxRegionLen), name bytes
+//	     2        nentries (uint16)
+//	     ...      nentries times:
+//	                uvarint key length (1..MaxKeyLen), key bytes
+//	                uvarint window in ms (1..7d)
+//	                varint  bucket (zig-zag)
+//	                1 byte  region index (< nregions)
+//	                uvarint count
+//
+// A frame is at most MaxMessage bytes and ends exactly after its last entry.
+// An entry with a 20-byte key and a small count takes about 30 bytes, so one
+// UDP packet (about 1360 bytes of payload) carries about 40 totals.
+// Decode never panics on any input (see FuzzDecode).
+const (
+	// Version is the wire format version this package writes and reads.
+	Version = 1
+	// MaxMessage is the largest frame accepted or written (bytes).
+	MaxMessage = 1 << 20
+	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
+	MaxKeyLen = 4096
+	// MaxRegionLen is the longest region name (bytes).
+	MaxRegionLen = 64
+	// MaxRegions is the most regions one frame names.
+	MaxRegions = 255
+	// maxEntries is the most entries one frame holds.
+	maxEntries = 1<<16 - 1
+	// headerFixed is the size of the fixed part of the header.
+	headerFixed = 11
+	// maxWindowMs bounds a window on the wire: seven days.
+	maxWindowMs = int64(7 * 24 * time.Hour / time.Millisecond)
+)
+
+// Kind is the purpose of a frame.
+type Kind uint8
+
+// The kinds of frames.
+const (
+	// KindFlush carries the dirty totals of one flush interval.
+	KindFlush Kind = 1
+	// KindReconcile carries the final vectors of closed buckets.
+	KindReconcile Kind = 2
+	// KindState is the push-pull anti-entropy state (recent closed buckets).
+	KindState Kind = 3
+	// KindTouch tells a node of the sender's own region which buckets the
+	// sender touched, so that it reconciles them too if the sender dies.
+	KindTouch Kind = 4
+)
+
+// String returns the kind's metric label.
+func (k Kind) String() string {
+	switch k {
+	case KindFlush:
+		return "flush"
+	case KindReconcile:
+		return "reconcile"
+	case KindState:
+		return "state"
+	case KindTouch:
+		return "touch"
+	}
+	return "unknown"
+}
+
+// Errors returned by Decode; the drop counter uses them as reasons.
+var (
+	ErrVersion   = errors.New("gossip: unknown wire version")
+	ErrKind      = errors.New("gossip: unknown message kind")
+	ErrOversized = errors.New("gossip: message too large")
+	ErrMalformed = errors.New("gossip: malformed message")
+)
+
+// Message is one decoded frame.
+type Message struct {
+	Kind Kind
+	// Sent is the sender's clock when it built the frame.
+	Sent time.Time
+	// From is the sender's region.
+	From string
+	// Totals are the entries; each Total.Region is one of the frame's regions.
+	Totals []region.Total
+}
+
+// entrySize returns the encoded size of t's entry, excluding the region
+// table.
+func entrySize(t region.Total) int {
+	var b [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(b[:], uint64(len(t.Key))) + len(t.Key)
+	n += binary.PutUvarint(b[:], uint64(t.Window.Milliseconds()))
+	n += binary.PutVarint(b[:], t.Bucket)
+	n++
+	n += binary.PutUvarint(b[:], t.Count)
+	return n
+}
+
+// encoder packs totals into frames of at most budget bytes each.
+type encoder struct {
+	kind    Kind
+	sent    int64
+	regions []string       // region table, sender first
+	index   map[string]int // region -> index
+	head    int            // size of header incl. table and count
+}
+
+func newEncoder(kind Kind, sent time.Time, from string, totals []region.Total) (*encoder, error) {
+	e := &encoder{kind: kind, sent: sent.UnixMilli(), index: map[string]int{}}
+	add := func(r string) error {
+		if _, ok := e.index[r]; ok {
+			return nil
+		}
+		if len(r) == 0 || len(r) > MaxRegionLen {
+			return fmt.Errorf("encode region %q: %w", r, ErrMalformed)
+		}
+		if len(e.regions) == MaxRegions {
+			return fmt.Errorf("encode: more than %d regions: %w", MaxRegions, ErrMalformed)
+		}
+		e.index[r] = len(e.regions)
+		e.regions = append(e.regions, r)
+		return nil
+	}
+	if err := add(from); err != nil {
+		return nil, err
+	}
+	for _, t := range totals {
+		if err := add(t.Region); err != nil {
+			return nil, err
+		}
+	}
+	e.head = headerFixed + 2
+	for _, r := range e.regions {
+		e.head += 1 + len(r)
+	}
+	return e, nil
+}
+
+// encode packs totals into frames no larger than budget, except that a
+// single entry too large for budget gets a frame of its own. Totals with an
+// invalid key or window are skipped and counted in skipped.
+func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, skipped int) {
+	if budget > MaxMessage {
+		budget = MaxMessage
+	}
+	var cur []byte
+	n := 0
+	finish := func() {
+		if cur != nil {
+			binary.BigEndian.PutUint16(cur[e.head-2:], uint16(n))
+			frames = append(frames, cur)
+			cur, n = nil, 0
+		}
+	}
+	for _, t := range totals {
+		wm := t.Window.Milliseconds()
+		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs {
+			skipped++
+			continue
+		}
+		size := entrySize(t)
+		if cur != nil && (len(cur)+size > budget || n == maxEntries) {
+			finish()
+		}
+		if cur == nil {
+			cur = e.header(budget)
+		}
+		cur = binary.AppendUvarint(cur, uint64(len(t.Key)))
+		cur = append(cur, t.Key...)
+		cur = binary.AppendUvarint(cur, uint64(wm))
+		cur = binary.AppendVarint(cur, t.Bucket)
+		cur = append(cur, byte(e.index[t.Region]))
+		cur = binary.AppendUvarint(cur, t.Count)
+		n++
+	}
+	finish()
+	return frames, skipped
+}
+
+func (e *encoder) header(budget int) []byte {
+	b := make([]byte, 0, min(budget, 64<<10))
+	b = append(b, Version, byte(e.kind))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.sent))
+	b = append(b, byte(len(e.regions)))
+	for _, r := range e.regions {
+		b = append(b, byte(len(r)))
+		b = append(b, r...)
+	}
+	return append(b, 0, 0) // entry count, filled in by finish
+}
+
+// Encode packs totals into frames of at most budget bytes (a single entry
+// larger than budget gets a frame of its own). from is the sender's region;
+// totals with an empty or too long key or an out-of-range window are left
+// out.
+func Encode(kind Kind, sent time.Time, from string, totals []region.Total, budget int) ([][]byte, error) {
+	e, err := newEncoder(kind, sent, from, totals)
+	if err != nil {
+		return nil, err
+	}
+	frames, _ := e.encode(totals, budget)
+	return frames, nil
+}
+
+// Decode parses one frame. It returns ErrOversized, ErrVersion, ErrKind or
+// ErrMalformed (wrapped) for a frame it cannot accept, and never panics.
+func Decode(b []byte) (Message, error) {
+	var m Message
+	if len(b) > MaxMessage {
+		return m, ErrOversized
+	}
+	if len(b) < 1 {
+		return m, fmt.Errorf("empty frame: %w", ErrMalformed)
+	}
+	if b[0] != Version {
+		return m, ErrVersion
+	}
+	if len(b) < headerFixed {
+		return m, fmt.Errorf("short header: %w", ErrMalformed)
+	}
+	m.Kind = Kind(b[1])
+	if m.Kind < KindFlush || m.Kind > KindTouch {
+		return m, ErrKind
+	}
+	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))
+	nr := int(b[10])
+	if nr == 0 {
+		return m, fmt.Errorf("no regions: %w", ErrMalformed)
+	}
+	p := headerFixed
+	regions := make([]string, nr)
+	for i := range regions {
+		if p >= len(b) {
+			return m, fmt.Errorf("region table truncated: %w", ErrMalformed)
+		}
+		l := int(b[p])
+		p++
+		if l == 0 || l > MaxRegionLen || p+l > len(b) {
+			return m, fmt.Errorf("bad region length %d: %w", l, ErrMalformed)
+		}
+		regions[i] = string(b[p : p+l])
+		p += l
+	}
+	m.From = regions[0]
+	if p+2 > len(b) {
+		return m, fmt.Errorf("entry count truncated: %w", ErrMalformed)
+	}
+	n := int(binary.BigEndian.Uint16(b[p:]))
+	p += 2
+	// Every entry takes at least 5 bytes: bound the allocation by the input.
+	if n > (len(b)-p)/5 {
+		return m, fmt.Errorf("%d entries in %d bytes: %w", n, len(b)-p, ErrMalformed)
+	}
+	m.Totals = make([]region.Total, n)
+	for i := range m.Totals {
+		kl, k := binary.Uvarint(b[p:])
+		if k <= 0 || kl == 0 || kl > MaxKeyLen || uint64(len(b)-p-k) < kl {
+			return m, fmt.Errorf("entry %d: bad key length: %w", i, ErrMalformed)
+		}
+		p += k
+		key := string(b[p : p+int(kl)])
+		p += int(kl)
+		wm, k := binary.Uvarint(b[p:])
+		if k <= 0 || wm == 0 || wm > uint64(maxWindowMs) {
+			return m, fmt.Errorf("entry %d: bad window: %w", i, ErrMalformed)
+		}
+		p += k
+		bucket, k := binary.Varint(b[p:])
+		if k <= 0 {
+			return m, fmt.Errorf("entry %d: bad bucket: %w", i, ErrMalformed)
+		}
+		p += k
+		if p >= len(b) || int(b[p]) >= nr {
+			return m, fmt.Errorf("entry %d: bad region index: %w", i, ErrMalformed)
+		}
+		reg := regions[b[p]]
+		p++
+		count, k := binary.Uvarint(b[p:])
+		if k <= 0 {
+			return m, fmt.Errorf("entry %d: bad count: %w", i, ErrMalformed)
+		}
+		p += k
+		m.Totals[i] = region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
+	}
+	if p != len(b) {
+		return m, fmt.Errorf("%d trailing bytes: %w", len(b)-p, ErrMalformed)
+	}
+	return m, nil
+}
