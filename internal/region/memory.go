@@ -3,6 +3,7 @@ package region
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -149,6 +150,9 @@ func (m *Memory) Check(ctx context.Context, reqs []Request, res []Result) error 
 }
 
 func validate(r *Request) error {
+	if r.Key == "" {
+		return fmt.Errorf("region: check: %w", ErrEmptyKey)
+	}
 	if err := r.Limit.Validate(); err != nil {
 		return fmt.Errorf("region: check %q: %w", r.Key, err)
 	}
@@ -157,6 +161,9 @@ func validate(r *Request) error {
 	}
 	return nil
 }
+
+// ErrEmptyKey is returned by Check for a request without a key.
+var ErrEmptyKey = errors.New("region: empty key")
 
 func kindOf(a window.Algorithm) uint8 {
 	switch a {

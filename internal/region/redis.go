@@ -1,0 +1,599 @@
+package region
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// RedisConfig configures a [Redis] store. Zero fields mean their default.
+type RedisConfig struct {
+	// URL names the Redis deployment; see the package documentation for the
+	// forms accepted (standalone, TLS, Cluster, Sentinel). Required.
+	URL string
+	// Region is the local region's name, the only hash field that Check
+	// increments. Default "local".
+	Region string
+	// DialTimeout bounds opening a connection. Default 2s.
+	DialTimeout time.Duration
+	// ReadTimeout bounds waiting for a reply. Default 1s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a command. Default 1s.
+	WriteTimeout time.Duration
+	// PoolSize is the number of connections per Redis node. Default
+	// go-redis's (10 per GOMAXPROCS).
+	PoolSize int
+	// MaxRetries is how many times go-redis retries a command after a
+	// network error. Default 0 (-1 below): a decision whose reply was lost
+	// may already have counted, so retrying it could count it twice.
+	MaxRetries int
+	// TTLMargin is added to the two windows a bucket must live. Default 10s.
+	TTLMargin time.Duration
+	// Coalesce gathers concurrent Check calls into shared pipelines (see
+	// [Coalesce]). The zero value turns coalescing on with its defaults.
+	Coalesce Coalesce
+}
+
+// Redis is the [Store] on a region's Redis: standalone, Sentinel or
+// Cluster, through go-redis's UniversalClient. Every decision is one
+// EVALSHA of a Lua script; a batch of decisions is one pipeline. It is safe
+// for concurrent use.
+//
+// Key layout (W_ms is the window in milliseconds, b the bucket index, and
+// the key escaped so '}' and '%' never appear raw, which keeps the hash tag
+// whole and distinct keys distinct):
+//
+//	rl:{<key>}:<W_ms>:<b>   hash, one field per region: a counter bucket
+//	rl:{<key>}:g:<W_ms>     string, the GCRA theoretical arrival time (µs)
+//	rl:{<key>}:l:<W_ms>     sorted set, the sliding log
+type Redis struct {
+	c        redis.UniversalClient
+	region   string
+	marginMs int64
+	nonce    atomic.Uint64
+	node     string
+	co       *coalescer
+
+	mismatches atomic.Uint64
+	pipelines  atomic.Uint64
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis connects to the Redis named by cfg.URL, checks that it answers
+// and loads the scripts on every primary.
+func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+	if cfg.Region == "" {
+		cfg.Region = defaultRegion
+	}
+	if cfg.TTLMargin <= 0 {
+		cfg.TTLMargin = 10 * time.Second
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), node: hex.EncodeToString(id[:])}
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, r.wrap(ctx, "ping", err)
+	}
+	if err := r.load(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	r.co = newCoalescer(cfg.Coalesce, r.checkDirect)
+	return r, nil
+}
+
+// newClient builds the go-redis client for cfg.URL.
+func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("region: redis: empty URL")
+	}
+	dial := orDefault(cfg.DialTimeout, 2*time.Second)
+	read := orDefault(cfg.ReadTimeout, time.Second)
+	write := orDefault(cfg.WriteTimeout, time.Second)
+	retries := cfg.MaxRetries
+	if retries == 0 {
+		retries = -1
+	}
+	kind, u, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "cluster":
+		o, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("region: parse cluster URL: %w", err)
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
+		if cfg.PoolSize > 0 {
+			o.PoolSize = cfg.PoolSize
+		}
+		return redis.NewClusterClient(o), nil
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("region: parse sentinel URL: %w", err)
+		}
+		if o.Username == "" && o.Password == "" {
+			// The URL's user info authenticates to the sentinels and to the
+			// master alike.
+			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
+		if cfg.PoolSize > 0 {
+			o.PoolSize = cfg.PoolSize
+		}
+		return redis.NewFailoverClient(o), nil
+	default:
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("region: parse redis URL: %w", err)
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
+		if cfg.PoolSize > 0 {
+			o.PoolSize = cfg.PoolSize
+		}
+		return redis.NewClient(o), nil
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// parseURL classifies a Redis URL as "standalone", "cluster" or "sentinel"
+// and rewrites it into the form go-redis's parser for that kind accepts.
+func parseURL(raw string) (kind, rewritten string, err error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return "", "", fmt.Errorf("region: redis URL %q: missing scheme", raw)
+	}
+	switch scheme {
+	case "redis+sentinel", "rediss+sentinel":
+		return parseSentinelURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
+	case "redis", "rediss":
+	default:
+		return "", "", fmt.Errorf("region: redis URL %q: scheme must be redis, rediss, redis+sentinel or rediss+sentinel", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("region: redis URL: %w", err)
+	}
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		return "sentinel", raw, nil
+	case q.Has("cluster"):
+		v := q.Get("cluster")
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+		if b, err := strconv.ParseBool(v); err != nil {
+			return "", "", fmt.Errorf("region: redis URL: cluster=%q: %w", v, err)
+		} else if b {
+			return "cluster", u.String(), nil
+		}
+		if q.Has("addr") {
+			return "cluster", u.String(), nil
+		}
+		return "standalone", u.String(), nil
+	case q.Has("addr"):
+		return "cluster", raw, nil
+	}
+	return "standalone", raw, nil
+}
+
+// parseSentinelURL turns [user:pass@]h1:p1,h2:p2/master[/db][?query] into
+// go-redis's failover URL form.
+func parseSentinelURL(scheme, rest string) (string, string, error) {
+	query := ""
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest, query = rest[:i], rest[i+1:]
+	}
+	hostsPart, path, _ := strings.Cut(rest, "/")
+	userinfo := ""
+	if i := strings.LastIndexByte(hostsPart, '@'); i >= 0 {
+		userinfo, hostsPart = hostsPart[:i+1], hostsPart[i+1:]
+	}
+	hosts := strings.Split(hostsPart, ",")
+	if hostsPart == "" || slices.Contains(hosts, "") {
+		return "", "", fmt.Errorf("region: sentinel URL: no sentinel addresses")
+	}
+	parts := strings.Split(path, "/")
+	if parts[0] == "" {
+		return "", "", fmt.Errorf("region: sentinel URL: missing master name (%s+sentinel://host:port,.../mastername)", scheme)
+	}
+	if len(parts) > 2 {
+		return "", "", fmt.Errorf("region: sentinel URL: path %q: want /mastername or /mastername/db", path)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
+	}
+	master, err := url.PathUnescape(parts[0])
+	if err != nil {
+		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
+	}
+	q.Set("master_name", master)
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	out := scheme + "://" + userinfo + hosts[0]
+	if len(parts) == 2 {
+		out += "/" + parts[1]
+	}
+	return "sentinel", out + "?" + q.Encode(), nil
+}
+
+// load loads every script on every primary.
+func (r *Redis) load(ctx context.Context) error {
+	for _, s := range allScripts {
+		if err := s.Load(ctx, r.c).Err(); err != nil {
+			return r.wrap(ctx, "load scripts", err)
+		}
+	}
+	return nil
+}
+
+// wrap wraps err from operation op; errors that are not replies of Redis
+// (connection refused, timeouts, closed pools) and cluster outages also wrap
+// ErrUnavailable.
+func (r *Redis) wrap(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("region: redis %s: %w", op, err)
+	}
+	var re redis.Error
+	if errors.As(err, &re) && !strings.HasPrefix(re.Error(), "CLUSTERDOWN") &&
+		!strings.HasPrefix(re.Error(), "LOADING") && !strings.HasPrefix(re.Error(), "TRYAGAIN") &&
+		!strings.HasPrefix(re.Error(), "MASTERDOWN") {
+		return fmt.Errorf("region: redis %s: %w", op, err)
+	}
+	return fmt.Errorf("region: redis %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// Region returns the local region's name.
+func (r *Redis) Region() string { return r.region }
+
+// Client returns the underlying go-redis client (for health checks).
+func (r *Redis) Client() redis.UniversalClient { return r.c }
+
+// Pipelines returns how many round trips Check has made to Redis (a
+// single EVALSHA or a pipeline each).
+func (r *Redis) Pipelines() uint64 { return r.pipelines.Load() }
+
+// Mismatches returns how many decisions of the scripts disagreed with the Go
+// computation from the same counts. It should stay 0.
+func (r *Redis) Mismatches() uint64 { return r.mismatches.Load() }
+
+// Close stops coalescing and closes the client.
+func (r *Redis) Close() error {
+	if r.co != nil {
+		r.co.close()
+	}
+	return r.c.Close()
+}
+
+// escapeKey escapes '%' and '}' so the key can sit inside a hash tag.
+func escapeKey(key string) string {
+	if !strings.ContainsAny(key, "%}") {
+		return key
+	}
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		switch key[i] {
+		case '%':
+			b.WriteString("%25")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(key[i])
+		}
+	}
+	return b.String()
+}
+
+// CounterKey returns the Redis key of a counter bucket.
+func CounterKey(key string, w time.Duration, bucket int64) string {
+	return "rl:{" + escapeKey(key) + "}:" + strconv.FormatInt(w.Milliseconds(), 10) + ":" + strconv.FormatInt(bucket, 10)
+}
+
+func gcraKey(key string, wMs int64) string {
+	return "rl:{" + escapeKey(key) + "}:g:" + strconv.FormatInt(wMs, 10)
+}
+
+func logKey(key string, wMs int64) string {
+	return "rl:{" + escapeKey(key) + "}:l:" + strconv.FormatInt(wMs, 10)
+}
+
+// Check decides each request; see [Store]. Concurrent calls are coalesced
+// into shared pipelines unless RedisConfig.Coalesce disables it.
+func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
+	}
+	for i := range reqs {
+		if err := validate(&reqs[i]); err != nil {
+			return err
+		}
+	}
+	if r.co != nil {
+		return r.co.check(ctx, reqs, res)
+	}
+	return r.checkDirect(ctx, reqs, res)
+}
+
+// checkDirect runs reqs as one EVALSHA or one pipeline of them.
+func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
+	cmds := make([]*redis.Cmd, len(reqs))
+	if err := r.run(ctx, reqs, cmds, nil); err != nil {
+		return err
+	}
+	// Scripts flushed (SCRIPT FLUSH, a restart, a failover): reload them and
+	// rerun what NOSCRIPT refused; those requests did not run.
+	var again []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if err := r.load(ctx); err != nil {
+			return err
+		}
+		if err := r.run(ctx, reqs, cmds, again); err != nil {
+			return err
+		}
+	}
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			return r.wrap(ctx, "check "+strconv.Quote(reqs[i].Key), err)
+		}
+		if err := r.result(&reqs[i], c.Val(), &res[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run sends reqs (those listed in only, or all when only is nil) and stores
+// their commands in cmds. Per-command errors are left in the commands.
+func (r *Redis) run(ctx context.Context, reqs []Request, cmds []*redis.Cmd, only []int) error {
+	r.pipelines.Add(1)
+	n := len(reqs)
+	if only != nil {
+		n = len(only)
+	}
+	if n == 1 {
+		i := 0
+		if only != nil {
+			i = only[0]
+		}
+		cmds[i] = r.eval(ctx, r.c, &reqs[i])
+		if err := cmds[i].Err(); err != nil && !isReply(err) {
+			return r.wrap(ctx, "check", err)
+		}
+		return nil
+	}
+	pipe := r.c.Pipeline()
+	if only == nil {
+		for i := range reqs {
+			cmds[i] = r.eval(ctx, pipe, &reqs[i])
+		}
+	} else {
+		for _, i := range only {
+			cmds[i] = r.eval(ctx, pipe, &reqs[i])
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+		return r.wrap(ctx, "check", err)
+	}
+	return nil
+}
+
+// isReply reports whether err is an error reply of Redis to one command
+// (which leaves the connection usable), not a transport failure.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !strings.HasPrefix(re.Error(), "CLUSTERDOWN")
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// eval queues (or runs) the script for one request.
+func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.Cmd {
+	nowMs := window.Ms(q.Now)
+	wMs := q.Limit.WindowMs()
+	switch q.Limit.Algorithm {
+	case window.TokenBucket:
+		wUs := uint64(wMs) * 1000
+		inc := mulDivCeil(q.Hits, wUs, q.Limit.Limit)
+		return gcraScript.EvalSha(ctx, c, []string{gcraKey(q.Key, wMs)},
+			nowMs*1000, inc, wUs, boolArg(q.Peek))
+	case window.SlidingLog:
+		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
+		return logScript.EvalSha(ctx, c, []string{logKey(q.Key, wMs)},
+			nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs+r.marginMs)
+	}
+	b := window.Bucket(nowMs, q.Limit.Window)
+	return counterScript.EvalSha(ctx, c,
+		[]string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)},
+		nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
+		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs)
+}
+
+// result turns a script's reply into a Result, deciding in Go from the
+// counts the script read and keeping the script's verdict, which is what
+// happened.
+func (r *Redis) result(q *Request, v any, out *Result) error {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 2 {
+		return fmt.Errorf("region: redis check %q: unexpected reply %T", q.Key, v)
+	}
+	allowed, _ := arr[0].(int64)
+	nowMs := window.Ms(q.Now)
+	*out = Result{}
+	switch q.Limit.Algorithm {
+	case window.TokenBucket:
+		var tat int64
+		if s, _ := arr[1].(string); s != "" {
+			t, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return fmt.Errorf("region: redis check %q: bad TAT %q: %w", q.Key, s, err)
+			}
+			tat = t
+		}
+		out.Decision, _ = decideGCRA(q.Limit, nowMs, tat, q.Hits)
+	case window.SlidingLog:
+		raw, _ := arr[1].([]any)
+		log := make([]logEntry, 0, len(raw)/2)
+		for i := 0; i+1 < len(raw); i += 2 {
+			m, _ := raw[i].(string)
+			sc, _ := raw[i+1].(string)
+			h, _, _ := strings.Cut(m, ":")
+			hits, err1 := strconv.ParseUint(h, 10, 64)
+			at, err2 := strconv.ParseFloat(sc, 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("region: redis check %q: bad log entry %q %q", q.Key, m, sc)
+			}
+			log = append(log, logEntry{AtMs: int64(at), Hits: hits})
+		}
+		slices.SortStableFunc(log, func(a, b logEntry) int { return int(a.AtMs - b.AtMs) })
+		out.Decision = decideLog(q.Limit, nowMs, log, q.Hits)
+	default:
+		if len(arr) < 3 {
+			return fmt.Errorf("region: redis check %q: unexpected reply length %d", q.Key, len(arr))
+		}
+		cur, err := parseVector(arr[1])
+		if err != nil {
+			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
+		}
+		prev, err := parseVector(arr[2])
+		if err != nil {
+			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
+		}
+		out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
+		if allowed == 1 && !q.Peek {
+			cur.add(r.region, q.Hits)
+		}
+		out.Regions = regionCounts(r.region, cur, prev)
+		out.Local = cur.get(r.region)
+	}
+	if out.Allowed != (allowed == 1) {
+		r.mismatches.Add(1)
+		out.Allowed = allowed == 1
+		if out.Allowed {
+			out.RetryAfter = 0
+		}
+	}
+	return nil
+}
+
+// parseVector parses an HGETALL reply into a bucket.
+func parseVector(v any) (*memBucket, error) {
+	raw, _ := v.([]any)
+	b := &memBucket{used: true, counts: make([]regionN, 0, len(raw)/2)}
+	for i := 0; i+1 < len(raw); i += 2 {
+		f, _ := raw[i].(string)
+		s, _ := raw[i+1].(string)
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bad count %q for region %q: %w", s, f, err)
+		}
+		b.counts = append(b.counts, regionN{f, n})
+	}
+	return b, nil
+}
+
+// Merge max-merges remote totals in one pipeline; see [Store].
+func (r *Redis) Merge(ctx context.Context, totals []Total) error {
+	queue := func() (redis.Pipeliner, int) {
+		pipe := r.c.Pipeline()
+		n := 0
+		for _, t := range totals {
+			if t.Region == r.region || t.Region == "" || t.Window < time.Millisecond {
+				continue
+			}
+			ttl := 2*t.Window.Milliseconds() + r.marginMs
+			mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
+				t.Region, strconv.FormatUint(t.Count, 10), ttl)
+			n++
+		}
+		return pipe, n
+	}
+	pipe, n := queue()
+	if n == 0 {
+		return nil
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Merging is idempotent: rerunning the whole batch is safe.
+		if err := r.load(ctx); err != nil {
+			return err
+		}
+		pipe, _ = queue()
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
+		return r.wrap(ctx, "merge", err)
+	}
+	return nil
+}
+
+// Vectors reads the named buckets with one pipeline of HGETALL; see
+// [Store].
+func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error) {
+	out := make([][]Total, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	pipe := r.c.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(refs))
+	for i, ref := range refs {
+		cmds[i] = pipe.HGetAll(ctx, CounterKey(ref.Key, ref.Window, ref.Bucket))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, r.wrap(ctx, "vectors", err)
+	}
+	for i, c := range cmds {
+		m := c.Val()
+		if len(m) == 0 {
+			continue
+		}
+		v := make([]Total, 0, len(m))
+		for reg, s := range m {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", refs[i].Key, s, err)
+			}
+			v = append(v, Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n})
+		}
+		slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
+		out[i] = v
+	}
+	return out, nil
+}
