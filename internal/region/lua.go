@@ -76,7 +76,11 @@ return {allowed, cur, prev}
 // gcraScript decides a token bucket request as GCRA.
 //
 //	KEYS[1] the TAT string (Unix µs)
-//	ARGV    now_us, increment_us (ceil(hits*W_us/limit)), window_us, peek
+//	ARGV    now_us, increment_us (window.Limit.GCRAIncrement),
+//	        capacity_us (window.Limit.GCRACapacity), peek
+//
+// allow iff max(TAT, now) + inc - now <= capacity, then TAT = that sum,
+// exactly as window.Limit.DecideGCRA.
 //
 // It returns {allowed (0/1), TAT before the request ("" when none)}.
 var gcraScript = redis.NewScript(`
@@ -108,7 +112,8 @@ return {allowed, old}
 //	KEYS[1] the log, a sorted set of "<hits>:<nonce>" scored by Unix ms
 //	ARGV    now_ms, window_ms, limit, hits, peek, member, ttl_ms
 //
-// Entries after now - window count; older ones are removed. It returns {allowed (0/1),
+// Entries after now - window count (window.Limit.DecideLog's live entries);
+// older ones are removed. It returns {allowed (0/1),
 // ZRANGE WITHSCORES of the counted entries before the request}.
 var logScript = redis.NewScript(`
 local now = tonumber(ARGV[1])

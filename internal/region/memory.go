@@ -83,7 +83,7 @@ type memEntry struct {
 	// GCRA: theoretical arrival time, Unix µs.
 	tatUs int64
 	// sliding log: admitted requests, oldest first.
-	log []logEntry
+	log []window.LogEntry
 }
 
 type memBucket struct {
@@ -190,20 +190,20 @@ func (m *Memory) check(r *Request) Result {
 		if e != nil {
 			tat = e.tatUs
 		}
-		d, newTat := decideGCRA(r.Limit, nowMs, tat, r.Hits)
+		d, newTat := r.Limit.DecideGCRA(nowMs, tat, r.Hits)
 		if d.Allowed && !r.Peek {
 			e.tatUs = newTat
 		}
 		res.Decision = d
 	case kindLog:
-		var log []logEntry
+		var log []window.LogEntry
 		if e != nil {
 			e.log = pruneLog(e.log, nowMs-k.wMs)
 			log = e.log
 		}
-		d := decideLog(r.Limit, nowMs, log, r.Hits)
+		d := r.Limit.DecideLog(nowMs, log, r.Hits)
 		if d.Allowed && !r.Peek {
-			e.log = append(e.log, logEntry{AtMs: nowMs, Hits: r.Hits})
+			e.log = append(e.log, window.LogEntry{AtMs: nowMs, Hits: r.Hits})
 		}
 		res.Decision = d
 	default:
@@ -325,7 +325,7 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-func pruneLog(log []logEntry, beforeMs int64) []logEntry {
+func pruneLog(log []window.LogEntry, beforeMs int64) []window.LogEntry {
 	i := 0
 	for i < len(log) && log[i].AtMs < beforeMs {
 		i++

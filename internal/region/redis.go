@@ -430,10 +430,8 @@ func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.C
 	wMs := q.Limit.WindowMs()
 	switch q.Limit.Algorithm {
 	case window.TokenBucket:
-		wUs := uint64(wMs) * 1000
-		inc := mulDivCeil(q.Hits, wUs, q.Limit.Limit)
 		return gcraScript.EvalSha(ctx, c, []string{gcraKey(q.Key, wMs)},
-			nowMs*1000, inc, wUs, boolArg(q.Peek))
+			nowMs*1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity(), boolArg(q.Peek))
 	case window.SlidingLog:
 		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
 		return logScript.EvalSha(ctx, c, []string{logKey(q.Key, wMs)},
@@ -467,10 +465,10 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 			}
 			tat = t
 		}
-		out.Decision, _ = decideGCRA(q.Limit, nowMs, tat, q.Hits)
+		out.Decision, _ = q.Limit.DecideGCRA(nowMs, tat, q.Hits)
 	case window.SlidingLog:
 		raw, _ := arr[1].([]any)
-		log := make([]logEntry, 0, len(raw)/2)
+		log := make([]window.LogEntry, 0, len(raw)/2)
 		for i := 0; i+1 < len(raw); i += 2 {
 			m, _ := raw[i].(string)
 			sc, _ := raw[i+1].(string)
@@ -480,10 +478,10 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 			if err1 != nil || err2 != nil {
 				return fmt.Errorf("region: redis check %q: bad log entry %q %q", q.Key, m, sc)
 			}
-			log = append(log, logEntry{AtMs: int64(at), Hits: hits})
+			log = append(log, window.LogEntry{AtMs: int64(at), Hits: hits})
 		}
-		slices.SortStableFunc(log, func(a, b logEntry) int { return int(a.AtMs - b.AtMs) })
-		out.Decision = decideLog(q.Limit, nowMs, log, q.Hits)
+		slices.SortStableFunc(log, func(a, b window.LogEntry) int { return int(a.AtMs - b.AtMs) })
+		out.Decision = q.Limit.DecideLog(nowMs, log, q.Hits)
 	default:
 		if len(arr) < 3 {
 			return fmt.Errorf("region: redis check %q: unexpected reply length %d", q.Key, len(arr))
