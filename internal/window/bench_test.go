@@ -1,0 +1,77 @@
+package window
+
+import (
+	"testing"
+	"time"
+)
+
+// sink keeps the compiler from discarding the decisions.
+var sink Decision
+
+func BenchmarkDecideCounter(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 500, Window: time.Minute}
+	c := Counts{Prev: 400, Cur: 250}
+	now := int64(1_700_000_000_000)
+	for i := 0; b.Loop(); i++ {
+		sink = l.DecideCounter(now+int64(i&1023), c, 1)
+	}
+}
+
+func BenchmarkDecideCounterDenied(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 7, Window: time.Minute}
+	c := Counts{Prev: 5, Cur: 4}
+	now := int64(1_700_000_018_000)
+	for i := 0; b.Loop(); i++ {
+		sink = l.DecideCounter(now+int64(i&1023), c, 1)
+	}
+}
+
+func BenchmarkDecideCounterParallel(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 500, Window: time.Minute}
+	c := Counts{Prev: 400, Cur: 250}
+	b.RunParallel(func(pb *testing.PB) {
+		var d Decision
+		now := int64(1_700_000_000_000)
+		for pb.Next() {
+			now++
+			d = l.DecideCounter(now, c, 1)
+		}
+		_ = d
+	})
+}
+
+func BenchmarkDecideGCRA(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 7, Window: time.Minute, Algorithm: TokenBucket}
+	now := int64(1_700_000_000_000)
+	tat := now*1000 + 30_000_000
+	for i := 0; b.Loop(); i++ {
+		sink, _ = l.DecideGCRA(now+int64(i&1023), tat, 1)
+	}
+}
+
+func BenchmarkDecideGCRADenied(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 7, Window: time.Minute, Algorithm: TokenBucket}
+	now := int64(1_700_000_000_000)
+	tat := now*1000 + 60_000_000
+	for i := 0; b.Loop(); i++ {
+		sink, _ = l.DecideGCRA(now+int64(i&1023), tat, 1)
+	}
+}
+
+func BenchmarkDecideLog(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: 10, Window: time.Second, Algorithm: SlidingLog}
+	now := int64(1_700_000_000_000)
+	log := make([]LogEntry, 12)
+	for i := range log {
+		log[i] = LogEntry{AtMs: now - 1500 + int64(i)*100, Hits: 1}
+	}
+	for i := 0; b.Loop(); i++ {
+		sink = l.DecideLog(now+int64(i&63), log, 1)
+	}
+}
