@@ -1,6 +1,27 @@
 // Package region provides the regional store: a key's counts in this
 // region's Redis (standalone, Sentinel or Cluster) or in memory, behind one
 // interface, with every decision made atomically in one store round trip.
+//
+// [NewMemory] is the embedded default; [NewRedis] takes a URL in one of these
+// forms (query parameters are go-redis's: dial_timeout, pool_size, ...):
+//
+//	redis://[user:password@]host:port[/db]         standalone
+//	rediss://[user:password@]host:port[/db]        standalone over TLS
+//	redis://host1:port1?cluster=true                 Cluster, seeded from host1
+//	redis://host1:port1?addr=host2:port2&addr=...    Cluster (any addr= makes one;
+//	                                                 cluster=true is optional then)
+//	redis+sentinel://[user:password@]s1:p1,s2:p2/mastername[/db]
+//	rediss+sentinel://...                            Sentinel (TLS to all)
+//	redis://s1:p1?master_name=m&addr=s2:p2           Sentinel, go-redis's own form
+//
+// In the Sentinel forms the user info authenticates to the sentinels and,
+// unless username/password parameters say otherwise, to the master.
+//
+// Counts are kept per region: a counter bucket is a vector with one count
+// per region, of which only the local region's ever grows by a decision;
+// the others grow only by [Store.Merge], a max-merge of the totals other
+// regions report. The contract every Store meets is the test suite in
+// package storetest.
 package region
 
 import (

@@ -186,3 +186,25 @@ func StartCluster(t testing.TB) *Cluster {
 	t.Fatalf("redis cluster on %v did not reach cluster_state:ok", c.Addrs)
 	return nil
 }
+
+// StartSentinel starts a redis-server in Sentinel mode that monitors master
+// under the name "mymaster" with a quorum of 1, and waits until it answers
+// with the master's address; it is stopped when t ends.
+func StartSentinel(t testing.TB, master *Server) *Server {
+	t.Helper()
+	bin := Bin(t, "redis-server")
+	dir := t.TempDir()
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	port := FreePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster %s %s 1\n", port, dir, host, mport)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatalf("write sentinel config: %v", err)
+	}
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, args: []string{conf, "--sentinel"}}
+	if err := s.start(bin); err != nil {
+		t.Fatalf("start sentinel: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
