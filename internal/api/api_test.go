@@ -339,97 +339,109 @@ func (s *countingStore) Check(ctx context.Context, reqs []region.Request, res []
 }
 
 func TestCheckBatch(t *testing.T) {
-	for _, pr := range protocols {
-		t.Run(pr.name, func(t *testing.T) {
-			store := &countingStore{Store: region.NewMemory(region.MemoryConfig{})}
-			s := newServer(t, api.Config{Store: store})
-			c := s.client(t, pr.h2c, pr.opts...)
-			resp, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{
-				Checks: []*ratelimitv1.CheckRequest{
-					{Key: "a", Hits: 2, Limit: inline(3, time.Minute)},
-					{Key: "", Limit: inline(3, time.Minute)},
-					{Key: "a", Hits: 2, Limit: inline(3, time.Minute)}, // same key: sees the first
-					{Key: "b", Limit: inline(3, time.Minute)},
-				},
-			}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs := resp.Msg.Results
-			if got, want := len(rs), 4; got != want {
-				t.Fatalf("len(results) = %d, want %d", got, want)
-			}
-			if r := rs[0].GetResponse(); r == nil || !r.Allowed || r.Remaining != 1 {
-				t.Errorf("results[0] = %v, want allowed, remaining 1", rs[0])
-			}
-			if e := rs[1].GetError(); e == nil || e.Code != "invalid_argument" || e.Message != "checks[1].key: must not be empty" {
-				t.Errorf("results[1] = %v, want invalid_argument checks[1].key: must not be empty", rs[1])
-			}
-			if r := rs[2].GetResponse(); r == nil || r.Allowed || r.RetryAfter.AsDuration() <= 0 {
-				t.Errorf("results[2] = %v, want denied with a retry_after", rs[2])
-			}
-			if r := rs[3].GetResponse(); r == nil || !r.Allowed || r.Remaining != 2 {
-				t.Errorf("results[3] = %v, want allowed, remaining 2", rs[3])
-			}
-			if got, want := store.calls.Load(), int64(1); got != want {
-				t.Errorf("store Check calls = %d, want %d (one round trip per batch)", got, want)
-			}
-
-			// An empty batch is an empty answer; an oversized one is refused.
-			resp, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{}))
-			if err != nil || len(resp.Msg.Results) != 0 {
-				t.Errorf("empty batch = %v, %v, want no results", resp, err)
-			}
-			big := make([]*ratelimitv1.CheckRequest, api.DefaultMaxBatch+1)
-			for i := range big {
-				big[i] = &ratelimitv1.CheckRequest{Key: "x", Limit: inline(1<<40, time.Minute)}
-			}
-			_, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: big}))
-			checkInvalid(t, "CheckBatch", err, "checks: 1001 checks, more than the maximum of 1000")
-		})
+	for _, sf := range stores {
+		for _, pr := range protocols {
+			testCheckBatch(t, sf.name, sf.new, pr.name, pr.h2c, pr.opts)
+		}
 	}
 }
 
+func testCheckBatch(t *testing.T, storeName string, newStore func(*testing.T) region.Store, proto string, h2c bool, opts []connect.ClientOption) {
+	t.Run(storeName+"/"+proto, func(t *testing.T) {
+		store := &countingStore{Store: newStore(t)}
+		s := newServer(t, api.Config{Store: store})
+		c := s.client(t, h2c, opts...)
+		resp, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{
+			Checks: []*ratelimitv1.CheckRequest{
+				{Key: "a", Hits: 2, Limit: inline(3, time.Minute)},
+				{Key: "", Limit: inline(3, time.Minute)},
+				{Key: "a", Hits: 2, Limit: inline(3, time.Minute)}, // same key: sees the first
+				{Key: "b", Limit: inline(3, time.Minute)},
+			},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := resp.Msg.Results
+		if got, want := len(rs), 4; got != want {
+			t.Fatalf("len(results) = %d, want %d", got, want)
+		}
+		if r := rs[0].GetResponse(); r == nil || !r.Allowed || r.Remaining != 1 {
+			t.Errorf("results[0] = %v, want allowed, remaining 1", rs[0])
+		}
+		if e := rs[1].GetError(); e == nil || e.Code != "invalid_argument" || e.Message != "checks[1].key: must not be empty" {
+			t.Errorf("results[1] = %v, want invalid_argument checks[1].key: must not be empty", rs[1])
+		}
+		if r := rs[2].GetResponse(); r == nil || r.Allowed || r.RetryAfter.AsDuration() <= 0 {
+			t.Errorf("results[2] = %v, want denied with a retry_after", rs[2])
+		}
+		if r := rs[3].GetResponse(); r == nil || !r.Allowed || r.Remaining != 2 {
+			t.Errorf("results[3] = %v, want allowed, remaining 2", rs[3])
+		}
+		if got, want := store.calls.Load(), int64(1); got != want {
+			t.Errorf("store Check calls = %d, want %d (one round trip per batch)", got, want)
+		}
+
+		// An empty batch is an empty answer; an oversized one is refused.
+		resp, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{}))
+		if err != nil || len(resp.Msg.Results) != 0 {
+			t.Errorf("empty batch = %v, %v, want no results", resp, err)
+		}
+		big := make([]*ratelimitv1.CheckRequest, api.DefaultMaxBatch+1)
+		for i := range big {
+			big[i] = &ratelimitv1.CheckRequest{Key: "x", Limit: inline(1<<40, time.Minute)}
+		}
+		_, err = c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: big}))
+		checkInvalid(t, "CheckBatch", err, "checks: 1001 checks, more than the maximum of 1000")
+	})
+}
+
 func TestPeek(t *testing.T) {
-	for _, pr := range append(protocols, struct {
-		name string
-		opts []connect.ClientOption
-		h2c  bool
-	}{name: "connect-get", opts: []connect.ClientOption{connect.WithProtoJSON(), connect.WithHTTPGet()}}) {
-		t.Run(pr.name, func(t *testing.T) {
-			s := newServer(t, api.Config{})
-			c := s.client(t, pr.h2c, pr.opts...)
-			ctx := context.Background()
-			lim := inline(3, time.Minute)
-			for i := 0; i < 2; i++ {
-				if _, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim})); err != nil {
-					t.Fatal(err)
-				}
+	for _, sf := range stores {
+		for _, pr := range append(protocols, struct {
+			name string
+			opts []connect.ClientOption
+			h2c  bool
+		}{name: "connect-get", opts: []connect.ClientOption{connect.WithProtoJSON(), connect.WithHTTPGet()}}) {
+			testPeek(t, sf.name+"/"+pr.name, sf.new, pr.h2c, pr.opts)
+		}
+	}
+}
+
+func testPeek(t *testing.T, name string, newStore func(*testing.T) region.Store, h2c bool, opts []connect.ClientOption) {
+	t.Run(name, func(t *testing.T) {
+		s := newServer(t, api.Config{Store: newStore(t)})
+		c := s.client(t, h2c, opts...)
+		ctx := context.Background()
+		lim := inline(3, time.Minute)
+		for i := 0; i < 2; i++ {
+			if _, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim})); err != nil {
+				t.Fatal(err)
 			}
-			for i := 0; i < 3; i++ { // peeking consumes nothing
-				resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Limit: lim}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r := resp.Msg.Response; !r.Allowed || r.Remaining != 0 || r.Stats.Current != 2 {
-					t.Errorf("Peek %d = %v, want allowed, remaining 0, current 2", i, r)
-				}
-			}
-			resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Hits: 2, Limit: lim}))
+		}
+		for i := 0; i < 3; i++ { // peeking consumes nothing
+			resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Limit: lim}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r := resp.Msg.Response; r.Allowed || r.RetryAfter.AsDuration() != 30*time.Second+time.Millisecond {
-				// The next bucket starts in 30 s with previous 2: floor(2 *
-				// (60000-e)/60000) <= 1 first holds at e = 1 ms.
-				t.Errorf("Peek 2 hits = %v, want denied, retry_after 30.001s", r)
+			if r := resp.Msg.Response; !r.Allowed || r.Remaining != 0 || r.Stats.Current != 2 {
+				t.Errorf("Peek %d = %v, want allowed, remaining 0, current 2", i, r)
 			}
-			chk, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim}))
-			if err != nil || !chk.Msg.Allowed {
-				t.Errorf("Check after peeks = %v, %v, want allowed", chk, err)
-			}
-		})
-	}
+		}
+		resp, err := c.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: "p", Hits: 2, Limit: lim}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp.Msg.Response; r.Allowed || r.RetryAfter.AsDuration() != 30*time.Second+time.Millisecond {
+			// The next bucket starts in 30 s with previous 2: floor(2 *
+			// (60000-e)/60000) <= 1 first holds at e = 1 ms.
+			t.Errorf("Peek 2 hits = %v, want denied, retry_after 30.001s", r)
+		}
+		chk, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim}))
+		if err != nil || !chk.Msg.Allowed {
+			t.Errorf("Check after peeks = %v, %v, want allowed", chk, err)
+		}
+	})
 }
 
 // TestPeekHTTPGet uses the GET form documented in the README.

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// envPrefix prefixes the environment variable that backs each flag:
+// --redis-url falls back to RLNODE_REDIS_URL.
+const envPrefix = "RLNODE_"
+
+// config is rlnode's configuration, from flags with environment fallbacks.
+// Add a field here and its flag in newFlagSet; nothing else parses flags.
+type config struct {
+	Listen          string
+	Region          string
+	RedisURL        string
+	Rules           string
+	LogLevel        slog.Level
+	LogFormat       string
+	MaxKeys         int
+	MaxKeyBytes     int
+	ShutdownTimeout time.Duration
+}
+
+// newFlagSet returns the flag set that fills c with its defaults.
+func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c)")
+	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss://, Sentinel or Cluster); empty: the in-memory store")
+	fs.StringVar(&c.Rules, "rules", "", "YAML file of named rules (`path`); empty: inline limits only")
+	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
+	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
+	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
+	fs.Usage = func() { usage(fs) }
+	return fs
+}
+
+// envName returns the environment variable that backs flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// usage prints every flag with its environment variable and default.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `rlnode serves rlcluster's rate-limit API (Connect, gRPC and gRPC-Web on one port).
+
+Usage: rlnode [flags]
+
+Every flag can also be set by its environment variable; a flag on the
+command line wins.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, help := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n", f.Name, typ)
+		fmt.Fprintf(w, "\t%s\n", help)
+		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), f.DefValue)
+	})
+}
+
+// parseConfig parses args, falling back to getenv for each flag not given.
+// It returns flag.ErrHelp after printing usage to stdout for -h/-help/--help;
+// on a bad flag it prints the error and usage to stderr.
+func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) (config, error) {
+	var c config
+	var buf bytes.Buffer
+	fs := newFlagSet(&c, &buf)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = buf.WriteTo(stdout)
+		} else {
+			_, _ = buf.WriteTo(stderr)
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			}
+		}
+	})
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
+	}
+	if c.MaxKeys < 1 {
+		errs = append(errs, fmt.Errorf("--max-keys: %d, want at least 1", c.MaxKeys))
+	}
+	if c.MaxKeyBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-key-bytes: %d, want at least 1", c.MaxKeyBytes))
+	}
+	if c.Region == "" {
+		errs = append(errs, errors.New("--region: must not be empty"))
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// newLogger returns the logger c asks for, writing to w.
+func newLogger(c config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

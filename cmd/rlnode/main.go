@@ -1,0 +1,137 @@
+// Command rlnode runs one rlcluster node: the rate-limit API (Connect, gRPC
+// and gRPC-Web on one port, over HTTP/1.1 and h2c) in front of the region's
+// store, Redis or in memory.
+//
+// Run `rlnode -help` for the flags; each has an RLNODE_<FLAG> environment
+// fallback.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "rlnode: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run runs a node until ctx is done or the process gets SIGTERM or SIGINT,
+// then drains in-flight requests and returns nil. stdout receives -help's
+// text; stderr receives the logs.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseConfig(args, getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(c, stderr)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	store, storeName, err := openStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var rules *api.Rules
+	if c.Rules != "" {
+		if rules, err = api.LoadRules(c.Rules); err != nil {
+			return err
+		}
+		log.Info("rules loaded", "path", c.Rules, "rules", rules.Len())
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := api.NewHandler(api.Config{
+		Store:       store,
+		Region:      c.Region,
+		Rules:       rules,
+		MaxKeyBytes: c.MaxKeyBytes,
+		Logger:      log,
+		Registerer:  reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := newHTTPServer(h, log)
+	log.Info("rlnode listening", "addr", ln.Addr().String(), "region", c.Region, "store", storeName)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down: draining in-flight requests", "timeout", c.ShutdownTimeout)
+	h.SetServing(false)
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// openStore opens the store c names and describes it for the logs.
+func openStore(ctx context.Context, c config) (region.Store, string, error) {
+	if c.RedisURL == "" {
+		return region.NewMemory(region.MemoryConfig{Region: c.Region, MaxKeys: c.MaxKeys}), "memory", nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := region.NewRedis(sctx, region.RedisConfig{URL: c.RedisURL, Region: c.Region})
+	if err != nil {
+		return nil, "", fmt.Errorf("open redis: %w", err)
+	}
+	return r, "redis " + redactURL(c.RedisURL), nil
+}
+
+// newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which
+// gRPC clients need without TLS.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+var listenRE = regexp.MustCompile(`msg="rlnode listening" addr=(\S+)`)
+
+// start runs run() in the background and returns the node's base URL and
+// a channel that receives run's result.
+func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, getenv, io.Discard, logs) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listenRE.FindStringSubmatch(logs.String()); m != nil {
+			return "http://" + m[1], done, logs
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before listening: %v\nlogs:\n%s", err, logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("node did not log its address within 20s; logs:\n%s", logs)
+	return "", nil, nil
+}
+
+func wait(t *testing.T, done <-chan error, logs *syncBuffer) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run = %v, want nil\nlogs:\n%s", err, logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("run did not return within 20s of shutdown; logs:\n%s", logs)
+	}
+}
+
+// post sends body as the README's curl does and returns the answer.
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// exercise sends the README's requests: a 3-per-week inline limit admits 3
+// and denies the 4th; a bad request names the field.
+func exercise(t *testing.T, base string) {
+	t.Helper()
+	check := base + "/ratelimit.v1.RateLimitService/Check"
+	req := `{"key":"alice","limit":{"limit":3,"window":"604800s"}}`
+	for i := 1; i <= 4; i++ {
+		code, body := post(t, check, req)
+		if code != http.StatusOK {
+			t.Fatalf("Check %d: status %d: %s", i, code, body)
+		}
+		if want := i <= 3; strings.Contains(body, `"allowed":true`) != want {
+			t.Errorf("Check %d = %s, want allowed %v", i, body, want)
+		}
+	}
+	code, body := post(t, check, `{"key":"","limit":{"limit":3,"window":"60s"}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) || !strings.Contains(body, "key: must not be empty") {
+		t.Errorf("empty key: %d %s, want 400 invalid_argument naming the key", code, body)
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatalf("GET %s: %v", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d %s", p, resp.StatusCode, b)
+		}
+		if p == "/metrics" && !strings.Contains(string(b), `rlcluster_decisions_total{outcome="denied",rule="inline"} 1`) {
+			t.Errorf("/metrics lacks the denial:\n%s", b)
+		}
+	}
+}
+
+// TestRunMemorySIGTERM runs a node with no flags (the listen address comes
+// from the environment, to get a free port) and stops it with SIGTERM.
+func TestRunMemorySIGTERM(t *testing.T) {
+	base, done, logs := start(t, context.Background(), nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
+	if !strings.Contains(logs.String(), "store=memory") {
+		t.Errorf("logs do not name the store:\n%s", logs)
+	}
+	exercise(t, base)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, done, logs)
+	if !strings.Contains(logs.String(), "msg=stopped") {
+		t.Errorf("logs lack the shutdown:\n%s", logs)
+	}
+}
+
+func TestRunRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--region", "eu"}, env(nil))
+	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr+"\"") {
+		t.Errorf("logs do not name the store:\n%s", logs)
+	}
+	exercise(t, base)
+	cancel()
+	wait(t, done, logs)
+}
+
+func TestRunRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0"}, env(map[string]string{"RLNODE_RULES": path}))
+	check := base + "/ratelimit.v1.RateLimitService/Check"
+	for i, want := range []string{`"allowed":true`, `"limit":"1"`} {
+		if _, body := post(t, check, `{"key":"bob","rule":"per-user"}`); !strings.Contains(body, want) || (i == 1 && strings.Contains(body, `"allowed":true`)) {
+			t.Errorf("Check %d = %s", i+1, body)
+		}
+	}
+	cancel()
+	wait(t, done, logs)
+
+	// A bad rules file stops the node before it listens, saying why.
+	if err := os.WriteFile(path, []byte("rules:\n  - name: x\n    limit: 0\n    window: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "limit: must be from 1 to 2^53, got 0") {
+		t.Errorf("run with bad rules = %v", err)
+	}
+}
+
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-help"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatalf("run -help = %v, want nil", err)
+	}
+	var c config
+	newFlagSet(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+		for _, want := range []string{"--" + f.Name + " ", envName(f.Name), "default " + `"` + f.DefValue + `"`} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("help lacks %q for --%s:\n%s", want, f.Name, out.String())
+			}
+		}
+	})
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig([]string{"--region", "us"}, env(map[string]string{
+		"RLNODE_REGION":    "ignored: the flag wins",
+		"RLNODE_REDIS_URL": "redis://127.0.0.1:6379",
+		"RLNODE_LOG_LEVEL": "debug",
+		"RLNODE_MAX_KEYS":  "42",
+	}), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Region != "us" || c.RedisURL != "redis://127.0.0.1:6379" || c.LogLevel.String() != "DEBUG" || c.MaxKeys != 42 || c.Listen != "127.0.0.1:8080" {
+		t.Errorf("parseConfig = %+v", c)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--nope"}, nil, "flag provided but not defined: -nope"},
+		{nil, map[string]string{"RLNODE_MAX_KEYS": "many"}, `RLNODE_MAX_KEYS="many"`},
+		{[]string{"--log-format", "xml"}, nil, `--log-format: "xml" is not text or json`},
+		{[]string{"--max-key-bytes", "0"}, nil, "--max-key-bytes: 0, want at least 1"},
+		{[]string{"extra"}, nil, `unexpected arguments: ["extra"]`},
+	} {
+		_, err := parseConfig(tc.args, env(tc.env), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q, %v) = %v, want an error containing %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	if got, want := redactURL("redis://user:secret@host:6379/0"), "redis://user:xxxxx@host:6379/0"; got != want {
+		t.Errorf("redactURL = %q, want %q", got, want)
+	}
+}
