@@ -139,7 +139,7 @@ func FuzzDecideLog(f *testing.F) {
 		// Two bytes per entry: how long ago (in W/128 steps, up to 2W ago,
 		// a few in the future) and how many hits (0 to 15).
 		var log []LogEntry
-		for len(raw) >= 2 {
+		for len(raw) >= 2 && len(log) < 256 {
 			ago := (int64(raw[0]) - 8) * l.WindowMs() / 128
 			log = append(log, LogEntry{AtMs: now - ago, Hits: uint64(raw[1] % 16)})
 			raw = raw[2:]

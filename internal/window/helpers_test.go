@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -84,7 +85,8 @@ type logState struct {
 func (s *logState) decide(nowMs int64, hits uint64, commit bool) Decision {
 	d := s.l.DecideLog(nowMs, s.log, hits)
 	if commit && d.Allowed {
-		s.log = append(s.log, LogEntry{AtMs: nowMs, Hits: hits})
+		// Keep the log sorted even past entries from the future (skew).
+		s.log = slices.Insert(s.log, liveFrom(s.log, nowMs), LogEntry{AtMs: nowMs, Hits: hits})
 	}
 	return d
 }

@@ -16,7 +16,8 @@ type LogEntry struct {
 //
 // log must be sorted by AtMs, oldest first; expired entries are ignored, so
 // the caller may trim them at leisure. When the decision is allowed, the
-// caller appends LogEntry{AtMs: nowMs, Hits: hits}. Estimate is the sum of
+// caller appends LogEntry{AtMs: nowMs, Hits: hits} (inserting it in order if
+// the log holds entries later than nowMs, as clock skew may leave). Estimate is the sum of
 // the live hits. RetryAfter is the instant the oldest entries whose expiry
 // makes room for the request have expired; ResetAfter the instant the newest
 // live entry (this request's, when allowed) has expired. hits should be from
@@ -27,14 +28,14 @@ func (l Limit) DecideLog(nowMs int64, log []LogEntry, hits uint64) Decision {
 	w := l.WindowMs()
 	live := log[liveFrom(log, nowMs-w):]
 	var sum uint64
+	last := nowMs - w // when the newest live entry with hits arrived
 	for _, e := range live {
 		sum = addSat(sum, e.Hits)
+		if e.Hits > 0 {
+			last = e.AtMs
+		}
 	}
 	d := Decision{Limit: l.Limit, Estimate: sum}
-	last := nowMs - w // when the newest live entry arrived
-	if len(live) > 0 {
-		last = live[len(live)-1].AtMs
-	}
 	switch {
 	case sum <= l.Limit && hits <= l.Limit-sum:
 		d.Allowed = true
