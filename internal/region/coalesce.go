@@ -2,32 +2,174 @@ package region
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // Coalesce configures how a [Redis] store gathers concurrent Check calls
 // into shared pipelines. The zero value is on, with the defaults below.
+//
+// A Check that finds no round trip in flight is sent at once, so a lone
+// request at low load is never delayed. While a round trip is in flight,
+// later calls gather into the next batch, which is sent when the round trip
+// in flight returns, when MaxWait has passed since the batch's first call, or
+// when it holds MaxBatch requests, whichever comes first. Each batch is one
+// pipeline; each call still gets its own results and its own error.
 type Coalesce struct {
 	// Disabled sends every Check as its own round trip.
 	Disabled bool
-	// MaxWait is the longest a request waits for others to join its batch.
-	// Default 200µs. A request that finds no round trip in flight is sent at
-	// once.
+	// MaxWait is the longest a call waits for others to join its batch.
+	// Default 200µs.
 	MaxWait time.Duration
-	// MaxBatch is the most requests one pipeline carries. Default 64.
+	// MaxBatch is the most requests one gathered pipeline carries; a call
+	// with at least this many requests is sent on its own. Default 64.
 	MaxBatch int
 }
 
+// coalescer gathers Check calls into batches. No lock is held across I/O;
+// each batch has at most one timer.
 type coalescer struct {
-	direct func(context.Context, []Request, []Result) error
+	r        *Redis
+	maxWait  time.Duration
+	maxBatch int
+
+	mu       sync.Mutex
+	inFlight int
+	pending  *batch
+	closed   bool
 }
 
-func newCoalescer(cfg Coalesce, direct func(context.Context, []Request, []Result) error) *coalescer {
-	return nil
+// batch is the calls gathered for one pipeline.
+type batch struct {
+	calls []*call
+	n     int // requests in calls
+	timer *time.Timer
 }
 
+type call struct {
+	reqs []Request
+	res  []Result
+	done chan error
+}
+
+func newCoalescer(cfg Coalesce, r *Redis) *coalescer {
+	if cfg.Disabled {
+		return nil
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 200 * time.Microsecond
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 64
+	}
+	return &coalescer{r: r, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan error, 1)} }}
+
+// check decides reqs through a shared pipeline. It waits for the batch's
+// round trip even when ctx ends first (the results are written into res),
+// which the client's read and write timeouts bound.
 func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) error {
-	return c.direct(ctx, reqs, res)
+	c.mu.Lock()
+	if c.closed || len(reqs) >= c.maxBatch || (c.inFlight == 0 && c.pending == nil) {
+		c.inFlight++
+		c.mu.Unlock()
+		err := c.r.checkDirect(ctx, reqs, res)
+		c.done()
+		return err
+	}
+	cl := callPool.Get().(*call)
+	cl.reqs, cl.res = reqs, res
+	b := c.pending
+	if b == nil {
+		b = &batch{}
+		c.pending = b
+		b.timer = time.AfterFunc(c.maxWait, func() { c.fire(b) })
+	}
+	b.calls = append(b.calls, cl)
+	b.n += len(reqs)
+	var full *batch
+	if b.n >= c.maxBatch {
+		full = c.take()
+	}
+	c.mu.Unlock()
+	if full != nil {
+		c.send(full)
+	}
+	err := <-cl.done
+	cl.reqs, cl.res = nil, nil
+	callPool.Put(cl)
+	return err
 }
 
-func (c *coalescer) close() {}
+// take removes the pending batch and counts it in flight. c.mu is held.
+func (c *coalescer) take() *batch {
+	b := c.pending
+	c.pending = nil
+	b.timer.Stop()
+	c.inFlight++
+	return b
+}
+
+// fire sends b when its timer expires, unless it was sent already.
+func (c *coalescer) fire(b *batch) {
+	c.mu.Lock()
+	if c.pending != b {
+		c.mu.Unlock()
+		return
+	}
+	c.take()
+	c.mu.Unlock()
+	c.send(b)
+}
+
+// done ends a round trip; when none is left in flight, the gathered batch
+// goes at once rather than waiting for its timer.
+func (c *coalescer) done() {
+	c.mu.Lock()
+	c.inFlight--
+	var next *batch
+	if c.inFlight == 0 && c.pending != nil {
+		next = c.take()
+	}
+	c.mu.Unlock()
+	if next != nil {
+		go c.send(next)
+	}
+}
+
+// send runs b as one pipeline and hands each call its results.
+func (c *coalescer) send(b *batch) {
+	reqs := make([]Request, 0, b.n)
+	for _, cl := range b.calls {
+		reqs = append(reqs, cl.reqs...)
+	}
+	ctx := context.Background()
+	cmds, err := c.r.exec(ctx, reqs)
+	off := 0
+	for _, cl := range b.calls {
+		n := len(cl.reqs)
+		e := err
+		if e == nil {
+			e = c.r.finish(ctx, cl.reqs, cmds[off:off+n], cl.res)
+		}
+		off += n
+		cl.done <- e
+	}
+	c.done()
+}
+
+// close makes later calls go directly; batches already gathered still go.
+func (c *coalescer) close() {
+	c.mu.Lock()
+	c.closed = true
+	var next *batch
+	if c.pending != nil {
+		next = c.take()
+	}
+	c.mu.Unlock()
+	if next != nil {
+		c.send(next)
+	}
+}

@@ -96,7 +96,7 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	r.co = newCoalescer(cfg.Coalesce, r.checkDirect)
+	r.co = newCoalescer(cfg.Coalesce, r)
 	return r, nil
 }
 
@@ -344,9 +344,20 @@ func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
+	cmds, err := r.exec(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	return r.finish(ctx, reqs, cmds, res)
+}
+
+// exec sends reqs as one round trip (plus one to reload the scripts and
+// rerun what NOSCRIPT refused, which did not run). Errors of single commands
+// are left in their commands.
+func (r *Redis) exec(ctx context.Context, reqs []Request) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(reqs))
 	if err := r.run(ctx, reqs, cmds, nil); err != nil {
-		return err
+		return nil, err
 	}
 	// Scripts flushed (SCRIPT FLUSH, a restart, a failover): reload them and
 	// rerun what NOSCRIPT refused; those requests did not run.
@@ -358,12 +369,17 @@ func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) e
 	}
 	if len(again) > 0 {
 		if err := r.load(ctx); err != nil {
-			return err
+			return nil, err
 		}
 		if err := r.run(ctx, reqs, cmds, again); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return cmds, nil
+}
+
+// finish turns the commands' replies into results.
+func (r *Redis) finish(ctx context.Context, reqs []Request, cmds []*redis.Cmd, res []Result) error {
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
 			return r.wrap(ctx, "check "+strconv.Quote(reqs[i].Key), err)

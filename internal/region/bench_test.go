@@ -1,0 +1,64 @@
+package region_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// benchCheck runs batches of n requests over 10k keys from parallel
+// goroutines.
+func benchCheck(b *testing.B, s region.Store, n int) {
+	l := window.Limit{Limit: 1 << 40, Window: time.Minute}
+	var seq atomic.Uint64
+	now := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := make([]region.Request, n)
+		res := make([]region.Result, n)
+		for pb.Next() {
+			for i := range reqs {
+				reqs[i] = region.Request{Key: "bench" + strconv.FormatUint(seq.Add(1)%10000, 10), Limit: l, Hits: 1, Now: now}
+			}
+			if err := s.Check(context.Background(), reqs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkMemoryCheck(b *testing.B) {
+	benchCheck(b, region.NewMemory(region.MemoryConfig{}), 1)
+}
+
+func BenchmarkRedisCheck(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name  string
+		batch int
+		co    region.Coalesce
+	}{
+		{"single/coalesced", 1, region.Coalesce{}},
+		{"single/direct", 1, region.Coalesce{Disabled: true}},
+		{"batch10/coalesced", 10, region.Coalesce{}},
+		{"batch10/direct", 10, region.Coalesce{Disabled: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: tc.co})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.SetParallelism(16)
+			benchCheck(b, s, tc.batch)
+			b.ReportMetric(float64(s.Pipelines())/float64(b.N), "trips/op")
+		})
+	}
+}
