@@ -167,7 +167,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), metrics: m}
 	s.rules.Store(cfg.Rules)
 
-	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, cfg.HandlerOptions...)
+	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
+	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
 	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))

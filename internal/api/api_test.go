@@ -457,8 +457,12 @@ func TestPeekHTTPGet(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"allowed":true`) || !strings.Contains(string(body), `"remaining":"99"`) {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"allowed":true,"limit":"100","remaining":"99"`) {
 		t.Errorf("GET Peek = %d %s, want 200 with allowed and remaining 99", resp.StatusCode, body)
+	}
+	// Zero fields are shown too, so that a denial reads "allowed":false.
+	if !strings.Contains(string(body), `"estimate":"0"`) {
+		t.Errorf("GET Peek = %s, want zero fields shown", body)
 	}
 }
 

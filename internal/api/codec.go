@@ -1,0 +1,58 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// jsonCodec is Connect's JSON codec, except that responses show every
+// scalar field, zero or not ("allowed": false, "remaining": "0"), in compact
+// form, so that curl users see the whole decision.
+type jsonCodec struct{ name string }
+
+var _ connect.Codec = jsonCodec{}
+
+// jsonCodecs replace Connect's default JSON codecs.
+func jsonCodecs() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCodec(jsonCodec{name: "json"}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
+	}
+}
+
+func (c jsonCodec) Name() string { return c.name }
+
+func (c jsonCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a proto.Message", m)
+	}
+	b, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(pm)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func (c jsonCodec) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal into %T: not a proto.Message", m)
+	}
+	if len(b) == 0 {
+		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	// Unknown fields are dropped, as Connect's own codec does, so that
+	// clients and servers need not share one version of the schema.
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, pm)
+}
