@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -28,6 +29,12 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// Workloads are built once: preparing 10k requests is slow under -race.
+var (
+	testUniform = sync.OnceValue(func() *Workload { return NewUniform("t") })
+	testBatch   = sync.OnceValue(func() *Workload { return NewBatch("t", 1) })
+)
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
@@ -363,7 +370,7 @@ func TestClientsAgainstCeiling(t *testing.T) {
 	clients := map[string]Client{protoJSON: NewJSONClient(base, 4), protoGRPC: NewGRPCClient(base)}
 	for name, c := range clients {
 		t.Cleanup(c.Close)
-		for _, w := range []*Workload{NewUniform("t"), NewBatch("t", 1)} {
+		for _, w := range []*Workload{testUniform(), testBatch()} {
 			var buf bytes.Buffer
 			a, d, err := c.Do(ctx, w, w.Len()-1, &buf)
 			if err != nil {
@@ -380,7 +387,7 @@ func TestRunClosed(t *testing.T) {
 	base := ceilingServer(t)
 	c := NewJSONClient(base, 4)
 	t.Cleanup(c.Close)
-	o := Run(context.Background(), c, NewUniform("t"), Load{Conns: 4, Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond})
+	o := Run(context.Background(), c, testUniform(), Load{Conns: 4, Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond})
 	if o.Requests == 0 || o.Errors != 0 || o.Allowed != o.Requests || o.Denied != 0 {
 		t.Errorf("Run() = %+v (first error %v), want requests, all allowed, no errors", o, o.FirstErr)
 	}
@@ -412,7 +419,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	for _, rate := range []float64{0, 1000} {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		start := time.Now()
-		Run(ctx, c, NewUniform("t"), Load{Conns: 2, Rate: rate, Duration: time.Minute})
+		Run(ctx, c, testUniform(), Load{Conns: 2, Rate: rate, Duration: time.Minute})
 		cancel()
 		if el := time.Since(start); el > 30*time.Second {
 			t.Errorf("rate %v: Run() took %v after its context ended", rate, el)

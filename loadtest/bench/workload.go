@@ -41,7 +41,7 @@ const (
 	highLimit    = 1_000_000_000 // nothing in a run reaches it
 	hotLimit     = 100           // per minute: the hot key is denied after 100 hits
 	batchSize    = 10
-	batchPrepare = 4096
+	batchPrepare = 1024
 )
 
 func limit(n uint64) *ratelimitv1.Limit {
