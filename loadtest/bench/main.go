@@ -163,8 +163,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	h := &harness{cfg: cfg, procs: procs, out: stdout, pinGen: pinGen}
 	runErr := h.all(ctx, redisBin)
 	rep.Results = h.results
+	rep.Machine.LoadAvg[1] = loadAvg()
 	applyRatios(rep.Results)
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "\nload average at start %s, at end %s\n", rep.Machine.LoadAvg[0], rep.Machine.LoadAvg[1])
 	if err := WriteTable(stdout, rep.Results); err != nil {
 		return err
 	}

@@ -62,6 +62,9 @@ type Machine struct {
 	GoVersion string `json:"go_version"`
 	Pinned    bool   `json:"pinned"`
 	Pinning   string `json:"pinning"`
+	// LoadAvg is /proc/loadavg at the start and at the end of the run:
+	// other work on the machine skews every figure.
+	LoadAvg [2]string `json:"loadavg"`
 }
 
 // Report is the whole run, as written by -out.
@@ -172,7 +175,7 @@ func WriteJSON(path string, rep Report) error {
 
 // machineInfo reads nproc and the CPU model of this machine.
 func machineInfo() Machine {
-	m := Machine{NProc: numCPU()}
+	m := Machine{NProc: numCPU(), LoadAvg: [2]string{loadAvg()}}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -182,4 +185,14 @@ func machineInfo() Machine {
 		}
 	}
 	return m
+}
+
+// loadAvg returns the first three fields of /proc/loadavg, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
