@@ -4,7 +4,8 @@ GO                    ?= go
 GOBIN                 ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION         := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
-STATICCHECK_VERSION           := 2026.2.2
+# staticcheck 2026.2.2 is module version v0.8.2.
+STATICCHECK_VERSION           := v0.8.2
 PROTO_FILES           := $(shell find proto -name '*.proto' | sort)
 # gofmt checks every Go file except the generated ones.
 GO_FILES               = $(shell find . -name '*.go' -not -path './gen/*' -not -path './.git/*')
