@@ -1,0 +1,298 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// testConfig is Config tuned for loopback tests with up to 60 ms one-way
+// latency: fast failure detection, reconnection and anti-entropy.
+func testConfig() Config {
+	level := slog.LevelError
+	if os.Getenv("GOSSIP_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	var w io.Writer = io.Discard
+	if level == slog.LevelDebug {
+		w = os.Stderr
+	}
+	return Config{
+		FlushInterval:       20 * time.Millisecond,
+		GossipInterval:      50 * time.Millisecond,
+		ProbeInterval:       300 * time.Millisecond,
+		ProbeTimeout:        250 * time.Millisecond,
+		SuspicionMult:       3,
+		PushPullInterval:    time.Second,
+		TCPTimeout:          2 * time.Second,
+		GossipToTheDeadTime: 5 * time.Second,
+		ReconnectInterval:   300 * time.Millisecond,
+		JoinBackoff:         50 * time.Millisecond,
+		Logger:              slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})),
+	}
+}
+
+type tnode struct {
+	name, region string
+	node         *Node
+	store        region.Store
+	dead         bool
+}
+
+// truthKey names one region's count of one bucket.
+type truthKey struct {
+	key    string
+	window time.Duration
+	bucket int64
+	region string
+}
+
+// harness is a pool of real Nodes over loopback sockets behind a
+// FaultNetwork, one store per region shared by the region's nodes (as they
+// share a Redis).
+type harness struct {
+	t       *testing.T
+	fn      *FaultNetwork
+	regions []string
+	stores  map[string]region.Store
+	nodes   []*tnode
+
+	mu    sync.Mutex
+	truth map[truthKey]uint64 // largest local total Check acknowledged
+}
+
+func newHarness(t *testing.T, fn *FaultNetwork, regions []string, perRegion int) *harness {
+	t.Helper()
+	h := &harness{t: t, fn: fn, regions: regions, stores: map[string]region.Store{}, truth: map[truthKey]uint64{}}
+	for _, r := range regions {
+		h.stores[r] = newTestStore(t, r)
+	}
+	seed := ""
+	for _, r := range regions {
+		for i := range perRegion {
+			nt, err := Listen("127.0.0.1:0", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig()
+			cfg.Name = fmt.Sprintf("%s-%d", r, i)
+			cfg.Region = r
+			cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", 8000+len(h.nodes))
+			cfg.Transport = NewFaultTransport(nt, fn, r)
+			if seed != "" {
+				cfg.Join = []string{seed}
+			}
+			n, err := New(cfg, h.stores[r])
+			if err != nil {
+				t.Fatalf("New(%s): %v", cfg.Name, err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = n.Close(ctx)
+			})
+			if seed == "" {
+				seed = n.Addr()
+			}
+			h.nodes = append(h.nodes, &tnode{name: cfg.Name, region: r, node: n, store: h.stores[r]})
+		}
+	}
+	h.waitAlive(len(h.nodes), 10*time.Second)
+	return h
+}
+
+// waitAlive polls until every live node sees want members alive.
+func (h *harness) waitAlive(want int, timeout time.Duration) {
+	h.t.Helper()
+	waitFor(h.t, timeout, fmt.Sprintf("every node sees %d members alive", want), func() bool {
+		for _, tn := range h.nodes {
+			if tn.dead {
+				continue
+			}
+			alive := 0
+			for _, m := range tn.node.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor polls cond every 10 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// hit decides one hit on key through tn exactly as the API does: Check,
+// then Dirty with the new local total when admitted.
+func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
+	reqs := []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}
+	res := make([]region.Result, 1)
+	if err := tn.store.Check(context.Background(), reqs, res); err != nil {
+		return false, err
+	}
+	r := res[0]
+	if !r.Allowed {
+		return false, nil
+	}
+	tk := truthKey{key, lim.Window, r.Bucket, tn.region}
+	h.mu.Lock()
+	if r.Local > h.truth[tk] {
+		h.truth[tk] = r.Local
+	}
+	h.mu.Unlock()
+	if !tn.dead {
+		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: tn.region, Count: r.Local})
+	}
+	return true, nil
+}
+
+// bucketVec is one bucket's per-region counts.
+type bucketVec map[string]uint64
+
+// truthVecs returns the acknowledged per-region counts of every bucket hit,
+// optionally only those that satisfy keep.
+func (h *harness) truthVecs(keep func(region.BucketRef) bool) map[region.BucketRef]bucketVec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[region.BucketRef]bucketVec{}
+	for tk, c := range h.truth {
+		br := region.BucketRef{Key: tk.key, Window: tk.window, Bucket: tk.bucket}
+		if keep != nil && !keep(br) {
+			continue
+		}
+		if out[br] == nil {
+			out[br] = bucketVec{}
+		}
+		out[br][tk.region] = c
+	}
+	return out
+}
+
+// vectors reads the given buckets from one region's store.
+func (h *harness) vectors(r string, refs []region.BucketRef) []bucketVec {
+	h.t.Helper()
+	vs, err := h.stores[r].Vectors(context.Background(), refs)
+	if err != nil {
+		h.t.Fatalf("Vectors(%s): %v", r, err)
+	}
+	out := make([]bucketVec, len(refs))
+	for i, v := range vs {
+		out[i] = bucketVec{}
+		for _, tt := range v {
+			if tt.Count > 0 {
+				out[i][tt.Region] = tt.Count
+			}
+		}
+	}
+	return out
+}
+
+// agree reports whether every region's store holds exactly want for every
+// bucket, and describes the first difference.
+func (h *harness) agree(want map[region.BucketRef]bucketVec) (bool, string) {
+	refs := make([]region.BucketRef, 0, len(want))
+	for br := range want {
+		refs = append(refs, br)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Bucket != refs[j].Bucket {
+			return refs[i].Bucket < refs[j].Bucket
+		}
+		return refs[i].Key < refs[j].Key
+	})
+	for _, r := range h.regions {
+		got := h.vectors(r, refs)
+		for i, br := range refs {
+			if !sameVec(got[i], want[br]) {
+				return false, fmt.Sprintf("region %s bucket %s/%d: got %v, want %v", r, br.Key, br.Bucket, got[i], want[br])
+			}
+		}
+	}
+	return true, ""
+}
+
+func sameVec(a, b bucketVec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// sentBytes sums the replication payload bytes every node sent.
+func (h *harness) sentBytes() float64 {
+	var s float64
+	for _, tn := range h.nodes {
+		s += tn.node.met.bytesSentTotal()
+	}
+	return s
+}
+
+// wireBytes sums every byte the fault network carried between different
+// regions (replication and memberlist's own traffic).
+func (h *harness) wireBytes() int64 {
+	var s int64
+	for k, v := range h.fn.Stats() {
+		if k[0] != k[1] {
+			s += v.PacketBytes + v.StreamBytes
+		}
+	}
+	return s
+}
+
+// waitBucketStart waits until the next bucket of w starts and returns its
+// index.
+func waitBucketStart(t *testing.T, w time.Duration) int64 {
+	t.Helper()
+	b := window.Bucket(time.Now().UnixMilli(), w)
+	waitFor(t, 2*w, "the next bucket", func() bool { return window.Bucket(time.Now().UnixMilli(), w) > b })
+	return b + 1
+}
+
+func bucketEndOf(w time.Duration, b int64) time.Time { return time.UnixMilli((b + 1) * w.Milliseconds()) }
+
+// held returns a filter of the buckets the stores still hold: every bucket
+// for Redis (its TTL is two windows plus a margin), only the newest two of
+// each key for the in-memory store.
+func (h *harness) held() func(region.BucketRef) bool {
+	if storeKeepsAll {
+		return nil
+	}
+	h.mu.Lock()
+	newest := map[[2]any]int64{}
+	for tk := range h.truth {
+		k := [2]any{tk.key, tk.window}
+		if b, ok := newest[k]; !ok || tk.bucket > b {
+			newest[k] = tk.bucket
+		}
+	}
+	h.mu.Unlock()
+	return func(br region.BucketRef) bool { return br.Bucket >= newest[[2]any{br.Key, br.Window}]-1 }
+}

@@ -1,0 +1,124 @@
+package gossip
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// receiver returns a Node that is only a receive path (decode and merge)
+// over store, for property tests of the merge without sockets.
+func receiver(t *testing.T, regionName string, store Store) *Node {
+	t.Helper()
+	cfg := Config{Name: "r", Region: regionName}.withDefaults()
+	n := &Node{cfg: cfg, store: store, met: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}}
+	n.met.node = n
+	return n
+}
+
+// TestMergeIdempotentOrderFree is invariant 3 as a property: regions "a"
+// and "c" count up; every total they report is encoded into frames that
+// reach region "b" duplicated, reordered and some of them lost. At every
+// step b's count for each region never decreases and never exceeds the
+// truth; once the last totals are delivered (a later message repairs lost
+// ones), b holds exactly the truth.
+func TestMergeIdempotentOrderFree(t *testing.T) {
+	const W = time.Second
+	for seed := range uint64(50) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		store := region.NewMemory(region.MemoryConfig{Region: "b"})
+		n := receiver(t, "b", store)
+		keys := []string{"k1", "k2", "k3"}
+		bucket := int64(1_700_000_000)
+		truth := map[[2]string]uint64{} // (key, region) -> count
+		var frames [][]byte
+		for range 200 {
+			reg := []string{"a", "c"}[rng.IntN(2)]
+			key := keys[rng.IntN(len(keys))]
+			truth[[2]string{key, reg}] += 1 + rng.Uint64N(5)
+			fs, err := Encode(KindFlush, t0, reg, []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: truth[[2]string{key, reg}]}}, 1360)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fs {
+				for range 1 + rng.IntN(3) { // 1 to 3 copies
+					frames = append(frames, f)
+				}
+			}
+		}
+		rng.Shuffle(len(frames), func(i, j int) { frames[i], frames[j] = frames[j], frames[i] })
+		// The final totals are sent again at the end (reconciliation).
+		var final []region.Total
+		for kr, c := range truth {
+			final = append(final, region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: c})
+		}
+		fs, _ := Encode(KindReconcile, t0, "a", final, MaxMessage)
+		last := map[[2]string]uint64{}
+		check := func(step int) {
+			refs := make([]region.BucketRef, len(keys))
+			for i, k := range keys {
+				refs[i] = region.BucketRef{Key: k, Window: W, Bucket: bucket}
+			}
+			vecs, err := store.Vectors(context.Background(), refs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range vecs {
+				for _, tt := range v {
+					kr := [2]string{keys[i], tt.Region}
+					if tt.Count < last[kr] {
+						t.Fatalf("seed %d step %d: %v decreased from %d to %d", seed, step, kr, last[kr], tt.Count)
+					}
+					if tt.Count > truth[kr] {
+						t.Fatalf("seed %d step %d: %v = %d exceeds the truth %d", seed, step, kr, tt.Count, truth[kr])
+					}
+					last[kr] = tt.Count
+				}
+			}
+		}
+		for i, f := range frames {
+			if rng.Float64() < 0.2 {
+				continue // lost
+			}
+			n.handle(f)
+			check(i)
+		}
+		for _, f := range fs {
+			n.handle(f)
+		}
+		check(len(frames))
+		for kr, want := range truth {
+			if got := last[kr]; got != want {
+				t.Errorf("seed %d: %v = %d after reconciliation, want %d", seed, kr, got, want)
+			}
+		}
+	}
+}
+
+// TestHandleDropsBadFrames checks that malformed frames are counted and
+// leave the store alone.
+func TestHandleDropsBadFrames(t *testing.T) {
+	store := region.NewMemory(region.MemoryConfig{Region: "b"})
+	n := receiver(t, "b", store)
+	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: 1, Region: "a", Count: 3}}, 1360)
+	bad := append([]byte(nil), good[0]...)
+	bad[0] = 99
+	n.handle(bad)
+	n.handle(good[0][:5])
+	n.handle(good[0])
+	if got, want := n.met.dropCount("version"), 1.0; got != want {
+		t.Errorf("dropped(version) = %v, want %v", got, want)
+	}
+	if got, want := n.met.dropCount("malformed"), 1.0; got != want {
+		t.Errorf("dropped(malformed) = %v, want %v", got, want)
+	}
+	if got, want := counterValue(n.met.merges), 1.0; got != want {
+		t.Errorf("merges = %v, want %v", got, want)
+	}
+}

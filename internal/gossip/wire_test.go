@@ -1,0 +1,177 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+var t0 = time.UnixMilli(1_700_000_000_123)
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	cases := []struct {
+		name   string
+		kind   Kind
+		totals []region.Total
+	}{
+		{"one", KindFlush, []region.Total{{Key: "k", Window: time.Second, Bucket: 1_700_000_000, Region: "eu", Count: 7}}},
+		{"regions", KindReconcile, []region.Total{
+			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "us", Count: 1},
+			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 500},
+			{Key: "b", Window: 7 * 24 * time.Hour, Bucket: -3, Region: "ap", Count: math.MaxUint64},
+		}},
+		{"empty", KindState, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			frames, err := Encode(c.kind, t0, "eu", c.totals, 1360)
+			if err != nil {
+				t.Fatalf("Encode() error = %v", err)
+			}
+			var got []region.Total
+			for _, f := range frames {
+				m, err := Decode(f)
+				if err != nil {
+					t.Fatalf("Decode() error = %v", err)
+				}
+				if m.Kind != c.kind || m.From != "eu" || !m.Sent.Equal(t0) {
+					t.Errorf("Decode() header = %v %q %v, want %v %q %v", m.Kind, m.From, m.Sent, c.kind, "eu", t0)
+				}
+				got = append(got, m.Totals...)
+			}
+			if len(c.totals) == 0 && len(got) == 0 {
+				return
+			}
+			if !reflect.DeepEqual(got, c.totals) {
+				t.Errorf("round trip = %+v, want %+v", got, c.totals)
+			}
+		})
+	}
+}
+
+// TestFrameSize checks the size figures the wire.go comment promises and
+// that packing respects the budget.
+func TestFrameSize(t *testing.T) {
+	one := region.Total{Key: "tenant-0001:api/login", Window: time.Minute, Bucket: 29_000_000, Region: "us-east", Count: 12345}
+	if got := entrySize(one); got > 32 {
+		t.Errorf("entrySize(20-byte key) = %d, want <= 32", got)
+	}
+	var totals []region.Total
+	for i := range 1000 {
+		tt := one
+		tt.Key = fmt.Sprintf("tenant-%04d:api/login", i)
+		totals = append(totals, tt)
+	}
+	frames, err := Encode(KindFlush, t0, "us-east", totals, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range frames {
+		if len(f) > 1360 {
+			t.Errorf("frame of %d bytes, want <= 1360", len(f))
+		}
+		m, err := Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(m.Totals)
+	}
+	if n != len(totals) {
+		t.Errorf("decoded %d totals, want %d", n, len(totals))
+	}
+	perFrame := len(totals) / len(frames)
+	t.Logf("1000 totals with 21-byte keys: %d frames, about %d totals per 1360-byte packet", len(frames), perFrame)
+	if perFrame < 35 {
+		t.Errorf("%d totals per packet, want >= 35", perFrame)
+	}
+}
+
+func TestEncodeSkipsBadTotals(t *testing.T) {
+	long := make([]byte, MaxKeyLen+1)
+	frames, err := Encode(KindFlush, t0, "eu", []region.Total{
+		{Key: "", Window: time.Second, Region: "eu", Count: 1},
+		{Key: string(long), Window: time.Second, Region: "eu", Count: 1},
+		{Key: "ok", Window: 0, Region: "eu", Count: 1},
+		{Key: "ok", Window: time.Second, Region: "eu", Count: 1},
+	}, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 1 {
+		t.Fatalf("got %d frames, want 1", len(frames))
+	}
+	m, _ := Decode(frames[0])
+	if got, want := len(m.Totals), 1; got != want {
+		t.Errorf("kept %d totals, want %d", got, want)
+	}
+	if _, err := Encode(KindFlush, t0, "", nil, 1360); err == nil {
+		t.Errorf("Encode(empty region) error = nil, want an error")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good, _ := Encode(KindFlush, t0, "eu", []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3}}, 1360)
+	g := good[0]
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), g...)) }
+	cases := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"version", mut(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"kind", mut(func(b []byte) []byte { b[1] = 9; return b }), ErrKind},
+		{"truncated", g[:len(g)-1], ErrMalformed},
+		{"trailing", append(append([]byte(nil), g...), 0), ErrMalformed},
+		{"no regions", mut(func(b []byte) []byte { b[10] = 0; return b }), ErrMalformed},
+		{"oversized", make([]byte, MaxMessage+1), ErrOversized},
+		{"huge count", mut(func(b []byte) []byte { b[headerFixed+3] = 0xff; b[headerFixed+4] = 0xff; return b }), ErrMalformed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode(c.in)
+			if !errors.Is(err, c.want) {
+				t.Errorf("Decode() error = %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzDecode checks that Decode never panics and that whatever it accepts
+// encodes back to a frame that decodes to the same totals.
+func FuzzDecode(f *testing.F) {
+	frames, _ := Encode(KindReconcile, t0, "eu", []region.Total{
+		{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3},
+		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "us", Count: 1 << 40},
+	}, 1360)
+	f.Add(frames[0])
+	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 'x', 0, 0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			return
+		}
+		again, err := Encode(m.Kind, m.Sent, m.From, m.Totals, MaxMessage)
+		if err != nil {
+			t.Fatalf("re-encode accepted frame: %v", err)
+		}
+		var got []region.Total
+		for _, fr := range again {
+			m2, err := Decode(fr)
+			if err != nil {
+				t.Fatalf("decode re-encoded frame: %v", err)
+			}
+			got = append(got, m2.Totals...)
+		}
+		if len(got) != len(m.Totals) || (len(got) > 0 && !reflect.DeepEqual(got, m.Totals)) {
+			t.Fatalf("re-encoded totals differ: %v vs %v", got, m.Totals)
+		}
+	})
+}
