@@ -175,10 +175,19 @@ func StartCluster(t testing.TB) *Cluster {
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	host, port, _ := net.SplitHostPort(c.Addrs[0])
+	// Every node must see the cluster ok (not only the first), or a command
+	// sent to a slower node answers CLUSTERDOWN.
 	for ctx.Err() == nil {
-		out, _ := exec.CommandContext(ctx, cli, "-h", host, "-p", port, "cluster", "info").Output()
-		if strings.Contains(string(out), "cluster_state:ok") {
+		ok := true
+		for _, a := range c.Addrs {
+			host, port, _ := net.SplitHostPort(a)
+			out, _ := exec.CommandContext(ctx, cli, "-h", host, "-p", port, "cluster", "info").Output()
+			if !strings.Contains(string(out), "cluster_state:ok") {
+				ok = false
+				break
+			}
+		}
+		if ok {
 			return c
 		}
 		time.Sleep(50 * time.Millisecond)
