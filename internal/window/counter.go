@@ -63,9 +63,13 @@ func (l Limit) estimate(e, w int64, c Counts) uint64 {
 // l must be valid (see [Limit.Validate]).
 func (l Limit) DecideCounter(nowMs int64, c Counts, hits uint64) Decision {
 	w := l.WindowMs()
-	b := Bucket(nowMs, l.Window)
+	b := nowMs / w // floor(nowMs / w), as Bucket, with one division
+	e := nowMs - b*w
+	if e < 0 {
+		b--
+		e += w
+	}
 	start := b * w
-	e := nowMs - start
 	est := l.estimate(e, w, c)
 	d := Decision{Limit: l.Limit, Bucket: b, Estimate: est}
 	if l.Algorithm != FixedWindow {
