@@ -18,6 +18,7 @@
 #   names: rlnode wanem redis k6 prometheus
 # Env: INSTALL_DEPS=1 apt-get installs missing Debian packages (needs root).
 #      RLNODE_OPTIONAL=1 only warns when cmd/rlnode does not exist yet.
+#      RLNODE_BIN=path uses that static rlnode binary instead of building one.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -66,17 +67,22 @@ build() {
 }
 
 image_rlnode() {
-	if [ ! -d "$root/cmd/rlnode" ] || ! ls "$root"/cmd/rlnode/*.go >/dev/null 2>&1; then
+	if [ -n "${RLNODE_BIN:-}" ]; then
+		local ctx="$work/rlnode"
+		mkdir -p "$ctx/rootfs/tmp"
+		cp "$RLNODE_BIN" "$ctx/rootfs/rlnode"
+	elif [ ! -d "$root/cmd/rlnode" ] || ! ls "$root"/cmd/rlnode/*.go >/dev/null 2>&1; then
 		if [ "${RLNODE_OPTIONAL:-0}" = 1 ]; then
 			log "cmd/rlnode does not exist yet: skipping rlcluster/rlnode:dev"
 			return 0
 		fi
 		echo "cmd/rlnode does not exist yet" >&2
 		exit 1
+	else
+		local ctx="$work/rlnode"
+		mkdir -p "$ctx/rootfs/tmp"
+		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/rootfs/rlnode" ./cmd/rlnode)
 	fi
-	local ctx="$work/rlnode"
-	mkdir -p "$ctx/rootfs/tmp"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/rootfs/rlnode" ./cmd/rlnode)
 	cat >"$ctx/Dockerfile" <<'DF'
 FROM scratch
 COPY rootfs/ /
