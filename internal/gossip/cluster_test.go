@@ -54,7 +54,7 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 			case <-tk.C:
 			}
 			tn := mine[i%len(mine)]
-			if tn.dead {
+			if tn.dead.Load() {
 				tn = mine[(i+1)%len(mine)]
 			}
 			st.offered.Add(1)
@@ -125,4 +125,228 @@ func TestConvergence(t *testing.T) {
 	_ = stopped
 	_ = context.Background
 	_ = region.Total{}
+}
+
+// TestOverAdmission: one key, limit L per 1 s window, traffic at 3L per
+// window spread evenly over three regions (two nodes each), 60 ms one-way
+// latency and 5% packet loss between regions. Each region decides on its own
+// count plus the last remote totals it merged, so it can miss what the
+// other two regions admitted within one replication delay D. The bound
+// asserted, per closed bucket:
+//
+//	admitted <= L + ceil(2 * L * D / W),   D = 150 ms
+//
+// (D = 60 ms latency + 20 ms flush + 20 ms for a lost packet's repair by
+// the next flush + 30 ms reordering/merge slack + 20 ms scheduling slack;
+// 2L/W is the rate the other two regions offer.) With W = 1 s that is
+// L + 30%.
+func TestOverAdmission(t *testing.T) {
+	const (
+		oneWay  = 60 * time.Millisecond
+		L       = 150
+		W       = time.Second
+		buckets = 4
+	)
+	fn := NewFaultNetwork(2)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.05)
+	h := newHarness(t, fn, threeRegions, 2)
+	lim := window.Limit{Limit: L, Window: W}
+	key := "login:global"
+
+	first := waitBucketStart(t, W)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var st loadStats
+	every := W / L // each region offers L per window: 3L in all
+	for i, r := range threeRegions {
+		h.load(stop, &wg, &st, r, every, []string{key}, lim, uint64(i))
+	}
+	waitFor(t, time.Duration(buckets+1)*W, "the traffic buckets to pass", func() bool {
+		return window.Bucket(time.Now().UnixMilli(), W) >= first+buckets
+	})
+	close(stop)
+	wg.Wait()
+	want := h.truthVecs(h.held())
+	waitFor(t, 10*time.Second, "all regions agree", func() bool { ok, _ := h.agree(want); return ok })
+
+	const D = 150 * time.Millisecond
+	bound := uint64(L) + uint64((2*L*D+W-1)/W)
+	all := h.truthVecs(nil)
+	for b := first; b < first+buckets; b++ {
+		v := all[region.BucketRef{Key: key, Window: W, Bucket: b}]
+		var sum uint64
+		for _, c := range v {
+			sum += c
+		}
+		over := 100 * (float64(sum) - L) / L
+		t.Logf("bucket %d: admitted %d of limit %d (offered ~%d): over-admission %+.1f%% of the limit (per region %v; bound %d = +%.0f%%)",
+			b-first, sum, L, 3*L, over, v, bound, 100*float64(bound-L)/L)
+		if sum > bound {
+			t.Errorf("bucket %d admitted %d, want <= %d", b-first, sum, bound)
+		}
+	}
+	if st.errors.Load() != 0 {
+		t.Errorf("%d Check errors", st.errors.Load())
+	}
+}
+
+// TestPartitionHeal: region us is cut off from ap and eu until the others
+// declare its nodes dead; every region keeps answering; after the heal the
+// nodes rejoin and all regions agree on the bucket that was current at the
+// heal within one bucket plus one flush (plus transit and rejoin), and on
+// every bucket once traffic stops.
+func TestPartitionHeal(t *testing.T) {
+	const oneWay = 60 * time.Millisecond
+	fn := NewFaultNetwork(3)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.05)
+	h := newHarness(t, fn, threeRegions, 2)
+	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	stats := map[string]*loadStats{}
+	for i, r := range threeRegions {
+		stats[r] = &loadStats{}
+		h.load(stop, &wg, stats[r], r, 4*time.Millisecond, keys, lim, uint64(10+i))
+	}
+	waitFor(t, 5*time.Second, "some traffic", func() bool { return stats["us"].admitted.Load() > 100 })
+
+	cutAt := time.Now()
+	before := map[string]int64{}
+	for r, s := range stats {
+		before[r] = s.admitted.Load()
+	}
+	fn.Partition("us", "ap")
+	fn.Partition("us", "eu")
+	detect := waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
+		for _, tn := range h.nodes {
+			if tn.region == "us" {
+				continue
+			}
+			for _, m := range tn.node.Members() {
+				if m.Region == "us" && m.State == "alive" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	during := map[string]int64{}
+	for r, s := range stats {
+		during[r] = s.admitted.Load() - before[r]
+	}
+	fn.HealAll()
+	healAt := time.Now()
+	bHeal := window.Bucket(healAt.UnixMilli(), lim.Window)
+	t.Logf("partition: us cut off for %v (ap/eu declared it dead after %v); decisions answered meanwhile: %v",
+		healAt.Sub(cutAt).Round(time.Millisecond), detect.Round(time.Millisecond), during)
+	for r, n := range during {
+		if n == 0 {
+			t.Errorf("region %s answered nothing during the partition", r)
+		}
+	}
+	rejoin := waitFor(t, 20*time.Second, "all members alive again", func() bool {
+		for _, tn := range h.nodes {
+			alive := 0
+			for _, m := range tn.node.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != len(h.nodes) {
+				return false
+			}
+		}
+		return true
+	})
+	took := waitFor(t, 20*time.Second, "regions agree on the bucket current at the heal", func() bool {
+		if !time.Now().After(bucketEndOf(lim.Window, bHeal)) {
+			return false
+		}
+		ok, _ := h.agree(h.truthVecs(func(br region.BucketRef) bool { return br.Bucket == bHeal }))
+		return ok
+	}) + rejoin
+	bound := lim.Window + 20*time.Millisecond + transitAllowance(oneWay) + 2*testConfig().ReconnectInterval
+	t.Logf("heal: members all alive %v after the heal; the bucket current at the heal agreed in every region %v after the heal (bound: one bucket + one flush + transit + two reconnect intervals = %v)",
+		rejoin.Round(time.Millisecond), took.Round(time.Millisecond), bound)
+	if took > bound {
+		t.Errorf("agreed %v after the heal, want <= %v", took, bound)
+	}
+	close(stop)
+	wg.Wait()
+	want := h.truthVecs(h.held())
+	final := waitFor(t, 10*time.Second, "all regions agree after traffic stops", func() bool { ok, _ := h.agree(want); return ok })
+	t.Logf("after traffic stopped: %d held buckets identical in every region after %v", len(want), final.Round(time.Millisecond))
+	for r, s := range stats {
+		if s.errors.Load() != 0 {
+			t.Errorf("region %s: %d Check errors", r, s.errors.Load())
+		}
+	}
+}
+
+// TestKillNode: one node of a region crashes (no flush, no leave) under
+// traffic; no count its region's store acknowledged is lost: the other
+// node of the region reconciles the buckets the dead one touched (it heard
+// of them by touch notices), and every region converges on the truth.
+func TestKillNode(t *testing.T) {
+	const oneWay = 60 * time.Millisecond
+	fn := NewFaultNetwork(4)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.05)
+	h := newHarness(t, fn, threeRegions, 2)
+	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
+	var shared []string
+	for i := range 8 {
+		shared = append(shared, fmt.Sprintf("s%d", i))
+	}
+	victim := h.nodes[0] // ap-0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var st loadStats
+	for i, r := range threeRegions {
+		h.load(stop, &wg, &st, r, 4*time.Millisecond, shared, lim, uint64(20+i))
+	}
+	// Keys only the victim ever decides: only its buddy can reconcile them.
+	var solo atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(3 * time.Millisecond)
+		defer tk.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			if victim.dead.Load() {
+				return
+			}
+			if _, err := h.hit(victim, fmt.Sprintf("solo%d", i%5), lim); err == nil {
+				solo.Add(1)
+			}
+		}
+	}()
+	// Kill mid-bucket, after a bucket of traffic.
+	b0 := waitBucketStart(t, lim.Window)
+	waitFor(t, 3*time.Second, "mid-bucket", func() bool {
+		return time.Now().After(time.UnixMilli((b0+1)*1000 + 500))
+	})
+	victim.dead.Store(true)
+	victim.node.kill()
+	killedAt := time.Now()
+	waitFor(t, 3*time.Second, "one more bucket of traffic", func() bool {
+		return time.Now().After(killedAt.Add(lim.Window))
+	})
+	close(stop)
+	wg.Wait()
+	want := h.truthVecs(h.held())
+	took := waitFor(t, 20*time.Second, "all regions agree with every acknowledged count", func() bool { ok, _ := h.agree(want); return ok })
+	t.Logf("kill: %s crashed mid-bucket; %d shared-key hits and %d victim-only hits; every region held every acknowledged count of %d buckets %v after traffic stopped",
+		victim.name, st.admitted.Load(), solo.Load(), len(want), took.Round(time.Millisecond))
 }

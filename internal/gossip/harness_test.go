@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ type tnode struct {
 	name, region string
 	node         *Node
 	store        region.Store
-	dead         bool
+	dead         atomic.Bool
 }
 
 // truthKey names one region's count of one bucket.
@@ -115,7 +116,7 @@ func (h *harness) waitAlive(want int, timeout time.Duration) {
 	h.t.Helper()
 	waitFor(h.t, timeout, fmt.Sprintf("every node sees %d members alive", want), func() bool {
 		for _, tn := range h.nodes {
-			if tn.dead {
+			if tn.dead.Load() {
 				continue
 			}
 			alive := 0
@@ -163,7 +164,7 @@ func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
 		h.truth[tk] = r.Local
 	}
 	h.mu.Unlock()
-	if !tn.dead {
+	if !tn.dead.Load() {
 		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: tn.region, Count: r.Local})
 	}
 	return true, nil
@@ -276,7 +277,9 @@ func waitBucketStart(t *testing.T, w time.Duration) int64 {
 	return b + 1
 }
 
-func bucketEndOf(w time.Duration, b int64) time.Time { return time.UnixMilli((b + 1) * w.Milliseconds()) }
+func bucketEndOf(w time.Duration, b int64) time.Time {
+	return time.UnixMilli((b + 1) * w.Milliseconds())
+}
 
 // held returns a filter of the buckets the stores still hold: every bucket
 // for Redis (its TTL is two windows plus a margin), only the newest two of

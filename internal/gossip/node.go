@@ -238,12 +238,12 @@ func (n *Node) flushLoop() {
 // to the local buddy.
 func (n *Node) flush() {
 	n.mu.Lock()
-	dirty, notice := n.dirty, n.notice
-	if len(dirty) > 0 {
-		n.dirty = make(map[ref]uint64, len(dirty))
+	var dirty, notice map[ref]uint64
+	if len(n.dirty) > 0 {
+		dirty, n.dirty = n.dirty, make(map[ref]uint64, len(n.dirty))
 	}
-	if len(notice) > 0 {
-		n.notice = map[ref]uint64{}
+	if len(n.notice) > 0 {
+		notice, n.notice = n.notice, map[ref]uint64{}
 	}
 	n.mu.Unlock()
 	if len(dirty) == 0 && len(notice) == 0 {
