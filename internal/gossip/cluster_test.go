@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -94,7 +93,8 @@ func TestConvergence(t *testing.T) {
 		h.load(stop, &wg, &st, r, 2*time.Millisecond, keys, lim, uint64(i))
 	}
 	const run = 2500 * time.Millisecond
-	time.Sleep(run) // traffic duration, not settling
+	started := time.Now()
+	waitFor(t, 2*run, "the traffic period to pass", func() bool { return time.Since(started) >= run })
 	close(stop)
 	wg.Wait()
 	stopped := time.Now()
@@ -122,9 +122,18 @@ func TestConvergence(t *testing.T) {
 	if st.errors.Load() != 0 {
 		t.Errorf("%d Check errors", st.errors.Load())
 	}
-	_ = stopped
-	_ = context.Background
-	_ = region.Total{}
+	for _, tn := range h.nodes {
+		ages := tn.node.Ages()
+		if len(ages) != 2 {
+			t.Fatalf("%s: Ages() = %v, want two remote regions", tn.name, ages)
+		}
+		for _, a := range ages {
+			if a.Region == tn.region || a.Newest.IsZero() || a.Age > 10*time.Second {
+				t.Errorf("%s: age %+v, want a recent total from another region", tn.name, a)
+			}
+		}
+	}
+	t.Logf("%s sees %+v", h.nodes[0].name, h.nodes[0].node.Ages())
 }
 
 // TestOverAdmission: one key, limit L per 1 s window, traffic at 3L per

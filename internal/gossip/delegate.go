@@ -19,41 +19,53 @@ var (
 )
 
 // Node metadata layout: version (1), region length (1), region, API address
-// length (1), API address.
-const metaVersion = 1
+// length (1), API address, flags (1; bit 0: leaving gracefully).
+const (
+	metaVersion = 1
+	flagLeaving = 1
+)
 
-func encodeMeta(regionName, api string) []byte {
+func encodeMeta(regionName, api string, flags byte) []byte {
 	if len(api) > 255 {
 		api = api[:255]
 	}
 	b := []byte{metaVersion, byte(len(regionName))}
 	b = append(b, regionName...)
 	b = append(b, byte(len(api)))
-	return append(b, api...)
+	b = append(b, api...)
+	return append(b, flags)
 }
 
-func decodeMeta(b []byte) (regionName, api string, ok bool) {
+func decodeMeta(b []byte) (regionName, api string, flags byte, ok bool) {
 	if len(b) < 3 || b[0] != metaVersion {
-		return "", "", false
+		return "", "", 0, false
 	}
 	l := int(b[1])
 	if 2+l+1 > len(b) {
-		return "", "", false
+		return "", "", 0, false
 	}
 	regionName = string(b[2 : 2+l])
 	p := 2 + l
 	al := int(b[p])
 	if p+1+al > len(b) {
-		return "", "", false
+		return "", "", 0, false
 	}
-	return regionName, string(b[p+1 : p+1+al]), true
+	api = string(b[p+1 : p+1+al])
+	if p+1+al < len(b) {
+		flags = b[p+1+al]
+	}
+	return regionName, api, flags, true
 }
 
 // NodeMeta returns the region and API address.
 func (d *delegate) NodeMeta(limit int) []byte {
-	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr)
+	var flags byte
+	if d.n.leaving.Load() {
+		flags |= flagLeaving
+	}
+	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags)
 	if len(b) > limit {
-		return encodeMeta(d.n.cfg.Region, "")
+		return encodeMeta(d.n.cfg.Region, "", flags)
 	}
 	return b
 }
@@ -80,14 +92,9 @@ func (d *delegate) NotifyJoin(node *memberlist.Node) { d.n.setMember(node, "aliv
 // NotifyUpdate records a member's new metadata.
 func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.n.setMember(node, "alive") }
 
-// NotifyLeave records a member that failed or left.
-func (d *delegate) NotifyLeave(node *memberlist.Node) {
-	state := "dead"
-	if node.State == memberlist.StateLeft {
-		state = "left"
-	}
-	d.n.setMember(node, state)
-}
+// NotifyLeave records a member that failed, or left when it announced its
+// leave in its metadata first (memberlist's Node.State does not tell).
+func (d *delegate) NotifyLeave(node *memberlist.Node) { d.n.setMember(node, "dead") }
 
 // AckPayload carries this node's clock (Unix ms) in ping acks.
 func (d *delegate) AckPayload() []byte {
@@ -110,7 +117,10 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 func (n *Node) setMember(node *memberlist.Node, state string) {
 	cp := *node
 	cp.Meta = append([]byte(nil), node.Meta...)
-	regionName, api, _ := decodeMeta(cp.Meta)
+	regionName, api, flags, _ := decodeMeta(cp.Meta)
+	if state == "dead" && flags&flagLeaving != 0 {
+		state = "left"
+	}
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
 	m := n.members[cp.Name]

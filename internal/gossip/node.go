@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -94,6 +95,7 @@ type Node struct {
 	sendSem  chan struct{}
 	stopOnce sync.Once
 	closeErr error
+	leaving  atomic.Bool
 }
 
 // member is a copy of one memberlist node as this node saw it last.
@@ -537,7 +539,13 @@ func (n *Node) Close(ctx context.Context) error {
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
 		}
-		if err := n.ml.Leave(timeout); err != nil {
+		// Announce the leave in the metadata first, so that peers record
+		// "left" rather than "dead" and do not try to reconnect.
+		n.leaving.Store(true)
+		if err := n.ml.UpdateNode(timeout / 2); err != nil {
+			n.log.Debug("announce leave", "err", err)
+		}
+		if err := n.ml.Leave(timeout / 2); err != nil {
 			n.closeErr = fmt.Errorf("gossip: leave: %w", err)
 		}
 		if err := n.ml.Shutdown(); err != nil && n.closeErr == nil {

@@ -1,0 +1,148 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+func TestNewValidates(t *testing.T) {
+	store := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	cases := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no name", Config{Region: "eu", BindAddr: "127.0.0.1:0"}},
+		{"no region", Config{Name: "n", BindAddr: "127.0.0.1:0"}},
+		{"long region", Config{Name: "n", Region: strings.Repeat("r", MaxRegionLen+1), BindAddr: "127.0.0.1:0"}},
+		{"bad bind", Config{Name: "n", Region: "eu", BindAddr: "nope"}},
+		{"bad key", Config{Name: "n", Region: "eu", BindAddr: "127.0.0.1:0", SecretKey: []byte("short")}},
+		{"negative flush", Config{Name: "n", Region: "eu", BindAddr: "127.0.0.1:0", FlushInterval: -time.Second}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n, err := New(c.cfg, store)
+			if err == nil {
+				_ = n.Close(context.Background())
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("New() error = %v, want ErrConfig", err)
+			}
+		})
+	}
+	if _, err := New(Config{Name: "n", Region: "eu"}, nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("New(nil store) error = %v, want ErrConfig", err)
+	}
+}
+
+// startNode starts a node on a free loopback port.
+func startNode(t *testing.T, name, regionName string, key []byte, join ...string) *Node {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.BindAddr, cfg.SecretKey, cfg.Join = name, regionName, "127.0.0.1:0", key, join
+	cfg.APIAddr = "127.0.0.1:9" + name[len(name)-1:]
+	n, err := New(cfg, region.NewMemory(region.MemoryConfig{Region: regionName}))
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	t.Cleanup(func() { _ = n.Close(context.Background()) })
+	return n
+}
+
+// TestEncryption: with a secret key, a node without it (or with another)
+// is refused; one with the same key joins.
+func TestEncryption(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	a := startNode(t, "a1", "eu", key)
+	b := startNode(t, "b1", "us", key, a.Addr())
+	waitFor(t, 10*time.Second, "b joins a", func() bool { return len(a.Members()) == 2 })
+	plain := startNode(t, "c1", "ap", nil)
+	if k, err := plain.ml.Join([]string{a.Addr()}); err == nil || k != 0 {
+		t.Errorf("unencrypted Join() = %d, %v; want refused", k, err)
+	}
+	other := startNode(t, "d1", "ap", []byte("fedcba9876543210"))
+	if k, err := other.ml.Join([]string{a.Addr()}); err == nil || k != 0 {
+		t.Errorf("wrong-key Join() = %d, %v; want refused", k, err)
+	}
+	if got, want := len(a.Members()), 2; got != want {
+		t.Errorf("a has %d members, want %d", got, want)
+	}
+	ms := b.Members()
+	if ms[0].Region != "eu" || ms[0].APIAddr != "127.0.0.1:91" || ms[0].State != "alive" {
+		t.Errorf("b.Members()[0] = %+v, want eu, 127.0.0.1:91, alive", ms[0])
+	}
+}
+
+// TestJoinRetriesAndCloseLeaves: a node whose seed is not up yet joins once
+// it is; Close makes the others see it as left, after sending its dirty
+// totals.
+func TestJoinRetriesAndCloseLeaves(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := l.Addr().String()
+	l.Close()
+	b := startNode(t, "b1", "us", nil, seed) // the seed is not up yet
+
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.BindAddr = "a1", "eu", seed
+	aStore := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	a, err := New(cfg, aStore)
+	if err != nil {
+		t.Fatalf("New(a1 on %s): %v", seed, err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	took := waitFor(t, 10*time.Second, "b joins the late seed", func() bool { return len(a.Members()) == 2 })
+	t.Logf("joined %v after the seed came up", took.Round(time.Millisecond))
+
+	// A total left dirty at Close is still sent.
+	b.Dirty(region.Total{Key: "k", Window: time.Minute, Bucket: time.Now().UnixMilli() / 60000, Count: 42})
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	t.Logf("members of a after b closed: %+v", a.Members())
+	waitFor(t, 10*time.Second, "a sees b left", func() bool {
+		for _, m := range a.Members() {
+			if m.Name == "b1" {
+				return m.State == "left"
+			}
+		}
+		return false
+	})
+	waitFor(t, 5*time.Second, "a merged b's last total", func() bool {
+		v, _ := aStore.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: time.Minute, Bucket: time.Now().UnixMilli() / 60000}})
+		return len(v[0]) == 1 && v[0][0].Region == "us" && v[0][0].Count == 42
+	})
+}
+
+func TestCollectors(t *testing.T) {
+	n := startNode(t, "m1", "eu", nil)
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range n.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+	}
+	n.Dirty(region.Total{Key: "k", Window: time.Second, Bucket: 1, Count: 1})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+	}
+	for _, want := range []string{"rlcluster_gossip_messages_sent_total", "rlcluster_gossip_bytes_received_total",
+		"rlcluster_gossip_merges_total", "rlcluster_gossip_dropped_total", "rlcluster_gossip_members"} {
+		if !got[want] {
+			t.Errorf("metric %s missing; have %v", want, got)
+		}
+	}
+}
