@@ -319,16 +319,16 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseFlags(-short) error = %v", err)
 	}
-	if c.Duration != time.Second || c.Warmup != 200*time.Millisecond || c.Rate != 2000 || c.Conns != 64 {
-		t.Errorf("parseFlags(-short) = %+v, want 1s, 200ms warm-up, rate 2000, 64 conns", c)
+	if c.Duration != time.Second || c.Warmup != 200*time.Millisecond || c.Rate != 0 || c.Conns != 64 {
+		t.Errorf("parseFlags(-short) = %+v, want 1s, 200ms warm-up, automatic rate, 64 conns", c)
 	}
 	c, err = parseFlags([]string{"-short", "-duration", "3s"})
 	if err != nil || c.Duration != 3*time.Second {
 		t.Errorf("parseFlags(-short -duration 3s) = %v, %v, want 3s", c.Duration, err)
 	}
 	c, err = parseFlags(nil)
-	if err != nil || c.Duration != 10*time.Second || c.Rate != 20000 || !c.Pin {
-		t.Errorf("parseFlags() = %+v, %v, want 10s, rate 20000, pinned", c, err)
+	if err != nil || c.Duration != 10*time.Second || c.Rate != 0 || !c.Pin {
+		t.Errorf("parseFlags() = %+v, %v, want 10s, automatic rate, pinned", c, err)
 	}
 	for _, bad := range [][]string{{"-conns", "0"}, {"-duration", "0s"}, {"-rate", "-1"}, {"stray"}} {
 		if _, err := parseFlags(bad); err == nil {
@@ -348,6 +348,35 @@ func TestPlan(t *testing.T) {
 	short := Plan(true)
 	if n := len(short["ceiling"]) + len(short["redis"]) + len(short["memory"]); n > 8 {
 		t.Errorf("short plan has %d rows, want at most 8", n)
+	}
+}
+
+func TestOpenRate(t *testing.T) {
+	measured := []Result{
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 30000},
+		{Workload: "hotkey", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 50000},
+	}
+	tests := []struct {
+		name  string
+		rate  float64
+		short bool
+		row   planRow
+		store string
+		want  float64
+	}{
+		{"half the closed loop", 0, false, planRow{"uniform10k", modeOpen, protoJSON}, "redis", 15000},
+		{"other protocol unmeasured", 0, false, planRow{"uniform10k", modeOpen, protoGRPC}, "redis", 1000},
+		{"other store unmeasured", 0, false, planRow{"hotkey", modeOpen, protoJSON}, "memory", 1000},
+		{"short caps", 0, true, planRow{"hotkey", modeOpen, protoJSON}, "redis", 2000},
+		{"explicit", 12345, false, planRow{"hotkey", modeOpen, protoJSON}, "redis", 12345},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &harness{cfg: Config{Rate: tt.rate, Short: tt.short}, results: measured}
+			if got := h.openRate(tt.store, tt.row); got != tt.want {
+				t.Errorf("openRate() = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 

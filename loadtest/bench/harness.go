@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -248,7 +249,7 @@ func (h *harness) row(ctx context.Context, base, store string, r planRow, redisA
 	defer c.Close()
 	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration}
 	if r.Mode == modeOpen {
-		l.Rate = h.cfg.Rate
+		l.Rate = h.openRate(store, r)
 	}
 	if h.cfg.Warmup > 0 {
 		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup})
@@ -300,6 +301,25 @@ func (h *harness) row(ctx context.Context, base, store string, r planRow, redisA
 		h.failed = append(h.failed, fmt.Sprintf("%s: no request succeeded: %v", rowName(r.Workload, r.Mode, r.Protocol, store), o.FirstErr))
 	}
 	return nil
+}
+
+// openRate is the open-loop arrival rate for r: -rate, or half the
+// closed-loop rate measured for the same workload, protocol and store (1000
+// when there is none), at most 2000 in short mode.
+func (h *harness) openRate(store string, r planRow) float64 {
+	rate := h.cfg.Rate
+	if rate == 0 {
+		rate = 1000
+		for _, m := range h.results {
+			if m.Mode == modeClose && m.Workload == r.Workload && m.Protocol == r.Protocol && m.Store == store && m.ReqPerSec > 0 {
+				rate = max(math.Round(m.ReqPerSec/2), 1)
+			}
+		}
+	}
+	if h.cfg.Short {
+		rate = min(rate, 2000)
+	}
+	return rate
 }
 
 // startProfile fetches a CPU profile of the node over the measured run of
