@@ -332,6 +332,9 @@ func (h *harness) startProfile(ctx context.Context, base, store string, r planRo
 	ch := make(chan string, 1)
 	secs := max(int(h.cfg.Duration.Seconds())-1, 1)
 	path := filepath.Join(h.cfg.Profile, fmt.Sprintf("rlnode-%s-%s.pprof", store, r.Workload))
+	if h.cfg.ProfileURL != "" {
+		base = strings.TrimRight(h.cfg.ProfileURL, "/")
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(secs+10)*time.Second)
 		defer cancel()

@@ -61,6 +61,7 @@ type Config struct {
 	Out         string
 	Pin         bool
 	Profile     string
+	ProfileURL  string
 	Only        string
 }
 
@@ -79,6 +80,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.BoolVar(&c.Pin, "pin", true, "pin measured processes to CPU 0 and the load generator to CPU 1 (needs taskset and 2 cores)")
 	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of rlnode under load (from its /debug/pprof, if served)")
+	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
 	if err := fs.Parse(args); err != nil {
 		return c, err
