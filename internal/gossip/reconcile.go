@@ -102,7 +102,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.sendReconcile(reg, ms, totals, deadline, time.Time{})
+			n.sendReconcile(reg, ms, totals, deadline)
 		}()
 	}
 	// A region with no live member now gets its totals once one is back.
@@ -124,7 +124,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 
 // sendReconcile sends totals to their owners in one region over TCP and
 // queues what failed for a retry.
-func (n *Node) sendReconcile(reg string, ms []*member, totals []region.Total, deadline time.Time, _ time.Time) {
+func (n *Node) sendReconcile(reg string, ms []*member, totals []region.Total, deadline time.Time) {
 	var mu sync.Mutex
 	var failed []region.Total
 	var wg sync.WaitGroup

@@ -14,7 +14,7 @@ func score(name, key string) uint64 {
 	for i := 0; i < len(name); i++ {
 		h = (h ^ uint64(name[i])) * prime
 	}
-	h = (h ^ 0) * prime
+	h *= prime // the zero byte between name and key
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint64(key[i])) * prime
 	}
