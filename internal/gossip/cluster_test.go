@@ -2,8 +2,8 @@ package gossip
 
 import (
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
