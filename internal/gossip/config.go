@@ -48,6 +48,12 @@ type Config struct {
 	MaxTouched int
 	// MaxStateBytes bounds the push-pull anti-entropy state. Default 64 KiB.
 	MaxStateBytes int
+	// RetryMargin is how long past two windows after a bucket closes its
+	// reconciliation is retried and carried by push-pull: match the store's
+	// TTL margin (region.RedisConfig.TTLMargin, 10 s by default) so that a
+	// partition shorter than the bucket's life still ends in agreement.
+	// Default 10 s.
+	RetryMargin time.Duration
 	// UDPBudget is the largest frame sent over UDP with SendBestEffort;
 	// larger batches go over TCP with SendReliable. Default 1360 (memberlist's
 	// 1400-byte UDPBufferSize less its user-message, CRC and encryption
@@ -107,6 +113,7 @@ func (c Config) withDefaults() Config {
 	}
 	d(&c.FlushInterval, DefaultFlushInterval)
 	d(&c.Grace, c.FlushInterval)
+	d(&c.RetryMargin, 10*time.Second)
 	i(&c.MaxDirty, 100000)
 	i(&c.MaxTouched, 1000000)
 	i(&c.MaxStateBytes, 64<<10)
@@ -158,7 +165,7 @@ func (c Config) validate() error {
 	default:
 		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
 	}
-	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.GossipInterval, c.ProbeInterval,
+	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.RetryMargin, c.GossipInterval, c.ProbeInterval,
 		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff} {
 		if p < 0 {
 			return bad("durations must not be negative")

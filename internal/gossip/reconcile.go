@@ -71,7 +71,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 		// Try again next tick while the buckets can still matter.
 		n.mu.Lock()
 		for _, r := range refs {
-			if now.Before(bucketEnd(r.Window, r.Bucket).Add(2 * r.Window)) {
+			if now.Before(n.expiry(r.Window, r.Bucket)) {
 				n.requeueLocked(r)
 			}
 		}
@@ -87,7 +87,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 			}
 		}
 		if i < len(refs) {
-			if d := bucketEnd(refs[i].Window, refs[i].Bucket).Add(2 * refs[i].Window); d.After(deadline) {
+			if d := n.expiry(refs[i].Window, refs[i].Bucket); d.After(deadline) {
 				deadline = d
 			}
 		}
@@ -219,6 +219,12 @@ func bucketEnd(w time.Duration, b int64) time.Time {
 	return time.UnixMilli((b + 1) * w.Milliseconds())
 }
 
+// expiry is when a closed bucket stops mattering: two windows after it
+// closes (it is then out of every estimate) plus RetryMargin.
+func (n *Node) expiry(w time.Duration, b int64) time.Time {
+	return bucketEnd(w, b).Add(2*w + n.cfg.RetryMargin)
+}
+
 // keepRecent adds reconciled totals to the bounded ring that push-pull
 // carries.
 func (n *Node) keepRecent(ts []region.Total) {
@@ -234,8 +240,8 @@ func (n *Node) keepRecent(ts []region.Total) {
 	}
 }
 
-// localState encodes the recent reconciled totals of buckets that closed
-// less than two windows ago, newest first, in one frame of at most
+// localState encodes the recent reconciled totals of buckets that have not
+// expired, newest first, in one frame of at most
 // MaxStateBytes.
 func (n *Node) localState() []byte {
 	now := n.cfg.Now()
@@ -245,7 +251,7 @@ func (n *Node) localState() []byte {
 		// Walk newest first: the slot before next is the newest.
 		j := (n.next - 1 - i + 2*len(n.recent)) % len(n.recent)
 		t := n.recent[j]
-		if now.Before(bucketEnd(t.Window, t.Bucket).Add(2 * t.Window)) {
+		if now.Before(n.expiry(t.Window, t.Bucket)) {
 			ts = append(ts, t)
 		}
 	}
