@@ -54,8 +54,8 @@ generate: ## Regenerate gen/ from proto/ (needs protoc and `make tools`)
 
 .PHONY: checkgenerate
 checkgenerate: ## Fail if gen/ is not what proto/ generates
-	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	$(call protoc-gen,$$tmp) && \
+	@set -e; tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	$(call protoc-gen,$$tmp); \
 	if ! diff -r "$$tmp" gen; then echo "gen/ is stale: run make generate"; exit 1; fi; \
 	echo "gen/ is current"
 
