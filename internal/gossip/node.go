@@ -231,14 +231,16 @@ func (n *Node) flushLoop() {
 		case <-n.stop:
 			return
 		case <-tk.C:
-			n.flush()
+			n.flush(false)
 		}
 	}
 }
 
 // flush sends the dirty totals to every other region and the first touches
-// to the local buddy.
-func (n *Node) flush() {
+// to the local buddy. A final flush (from Close) sends everything over TCP
+// and waits for it, so that totals admitted before a graceful shutdown are
+// not left to UDP.
+func (n *Node) flush(final bool) {
 	n.mu.Lock()
 	var dirty, notice map[ref]uint64
 	if len(n.dirty) > 0 {
@@ -256,15 +258,27 @@ func (n *Node) flush() {
 		totals := n.totals(dirty)
 		for _, ms := range v.remote {
 			for dest, group := range route(totals, ms) {
-				n.sendAsync(KindFlush, dest, group)
+				n.send(final, KindFlush, dest, group)
 			}
 		}
 	}
 	if len(notice) > 0 && len(v.local) > 0 {
 		totals := n.totals(notice)
 		for dest, group := range route(totals, v.local) {
-			n.sendAsync(KindTouch, dest, group)
+			n.send(final, KindTouch, dest, group)
 		}
+	}
+}
+
+// send sends totals to dest: at once over TCP when reliable, else with
+// sendAsync.
+func (n *Node) send(reliable bool, kind Kind, dest *member, totals []region.Total) {
+	if !reliable {
+		n.sendAsync(kind, dest, totals)
+		return
+	}
+	if err := n.sendReliable(kind, dest, totals); err != nil {
+		n.log.Warn("final flush", "to", dest.node.Name, "err", err)
 	}
 }
 
@@ -526,7 +540,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.mu.Unlock()
 		close(n.stop)
 		n.loops.Wait()
-		n.flush()
+		n.flush(true)
 		if v := n.view(); len(touched) > 0 && len(v.local) > 0 {
 			for dest, group := range route(touched, v.local) {
 				if err := n.sendReliable(KindTouch, dest, group); err != nil {

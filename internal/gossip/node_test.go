@@ -99,7 +99,7 @@ func TestJoinRetriesAndCloseLeaves(t *testing.T) {
 		t.Fatalf("New(a1 on %s): %v", seed, err)
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
-	took := waitFor(t, 10*time.Second, "b joins the late seed", func() bool { return len(a.Members()) == 2 })
+	took := waitFor(t, 10*time.Second, "b joins the late seed", func() bool { return len(a.Members()) == 2 && len(b.Members()) == 2 })
 	t.Logf("joined %v after the seed came up", took.Round(time.Millisecond))
 
 	// A total left dirty at Close is still sent.
