@@ -27,6 +27,14 @@ type config struct {
 	MaxKeys         int
 	MaxKeyBytes     int
 	ShutdownTimeout time.Duration
+
+	// Gossip (multi-region replication); off when GossipAddr is empty.
+	GossipAddr      string
+	GossipAdvertise string
+	Join            string
+	NodeName        string
+	GossipKey       string
+	FlushInterval   time.Duration
 }
 
 // newFlagSet returns the flag set that fills c with its defaults.
@@ -42,6 +50,12 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
+	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
+	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region), retried with backoff until one answers")
+	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
+	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `key` (16, 24 or 32 bytes) that encrypts gossip; peers without it are refused (make one: head -c 32 /dev/urandom | base64)")
+	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.Usage = func() { usage(fs) }
 	return fs
 }
@@ -113,6 +127,19 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
+	} else if len(c.Region) > 64 {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most 64", len(c.Region)))
+	}
+	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
+	}
+	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipAdvertise != "") {
+		errs = append(errs, errors.New("--join, --gossip-key and --gossip-advertise need --gossip-addr"))
+	}
+	if c.GossipKey != "" {
+		if _, err := decodeGossipKey(c.GossipKey); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)

@@ -1,6 +1,7 @@
 // Command rlnode runs one rlcluster node: the rate-limit API (Connect, gRPC
 // and gRPC-Web on one port, over HTTP/1.1 and h2c) in front of the region's
-// store, Redis or in memory.
+// store, Redis or in memory, and, with --gossip-addr, a member of the
+// multi-region gossip pool that replicates counts between regions.
 //
 // Run `rlnode -help` for the flags; each has an RLNODE_<FLAG> environment
 // fallback.
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -66,24 +68,55 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := api.NewHandler(api.Config{
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+
+	// Gossip starts before the API serves, so that the first admitted
+	// decision already has somewhere to go; joining happens in the
+	// background and never blocks the start.
+	var node *gossip.Node
+	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log)
+	if err != nil {
+		return err
+	}
+	if gossipOn {
+		if node, err = gossip.New(gcfg, store); err != nil {
+			return fmt.Errorf("start gossip: %w", err)
+		}
+		// Leave the pool on every return path; the normal path below closes
+		// it first, after draining, and this call is then a no-op.
+		defer func() { _ = node.Close(context.Background()) }()
+		reg.MustRegister(node.Collectors()...)
+	}
+
+	acfg := api.Config{
 		Store:       store,
 		Region:      c.Region,
 		Rules:       rules,
 		MaxKeyBytes: c.MaxKeyBytes,
 		Logger:      log,
 		Registerer:  reg,
-	})
+	}
+	if node != nil {
+		acfg.Replicator = replicator{node}
+	}
+	h, err := api.NewHandler(acfg)
 	if err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	srv := newHTTPServer(h, log)
-	log.Info("rlnode listening", "addr", ln.Addr().String(), "region", c.Region, "store", storeName)
+	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName}
+	if node != nil {
+		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", len(gcfg.SecretKey) > 0)
+	} else {
+		attrs = append(attrs, "gossip", "off")
+	}
+	log.Info("rlnode listening", attrs...)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -102,6 +135,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if node != nil {
+		// Every admitted request has answered: send the last totals to the
+		// other regions, hand the buckets awaiting reconciliation to this
+		// region's other nodes and leave the pool.
+		log.Info("leaving the gossip pool")
+		if err := node.Close(sctx); err != nil {
+			log.Warn("leave gossip pool", "err", err)
+		}
 	}
 	log.Info("stopped")
 	return nil

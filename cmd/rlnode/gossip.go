@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/gossip"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// gossipConfig builds the gossip node's configuration from c, or returns
+// ok=false when gossip is off (no --gossip-addr: a single region).
+func gossipConfig(c config, apiAddr string, log *slog.Logger) (cfg gossip.Config, ok bool, err error) {
+	if c.GossipAddr == "" {
+		return gossip.Config{}, false, nil
+	}
+	cfg = gossip.Config{
+		Name:          c.NodeName,
+		Region:        c.Region,
+		BindAddr:      c.GossipAddr,
+		AdvertiseAddr: c.GossipAdvertise,
+		APIAddr:       apiAddr,
+		FlushInterval: c.FlushInterval,
+		Logger:        log,
+	}
+	for _, s := range strings.Split(c.Join, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Join = append(cfg.Join, s)
+		}
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(c.GossipAddr)
+		cfg.Name = host + ":" + port
+	}
+	if c.GossipKey != "" {
+		key, err := decodeGossipKey(c.GossipKey)
+		if err != nil {
+			return gossip.Config{}, false, err
+		}
+		cfg.SecretKey = key
+	}
+	return cfg, true, nil
+}
+
+// decodeGossipKey decodes a base64 AES key of 16, 24 or 32 bytes. The
+// error never repeats the key.
+func decodeGossipKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key: not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
+	}
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	}
+	return nil, fmt.Errorf("--gossip-key: decodes to %d bytes, want 16, 24 or 32", len(key))
+}
+
+// advertisedAPI returns the API address to show other nodes: the listen
+// address, with an unspecified host (0.0.0.0, ::, empty) replaced by the
+// gossip advertise or bind host when that one is specific.
+func advertisedAPI(listen string, c config) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	for _, a := range []string{c.GossipAdvertise, c.GossipAddr} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
+			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+				return net.JoinHostPort(h, port)
+			}
+		}
+	}
+	return listen
+}
+
+// replicator adapts a gossip.Node to api.Replicator.
+type replicator struct{ n *gossip.Node }
+
+var _ api.Replicator = replicator{}
+
+func (r replicator) Dirty(t region.Total) { r.n.Dirty(t) }
+
+func (r replicator) Ages() map[string]time.Duration {
+	ages := r.n.Ages()
+	out := make(map[string]time.Duration, len(ages))
+	for _, a := range ages {
+		if !a.Newest.IsZero() {
+			out[a.Region] = a.Age
+		}
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+)
+
+var gossipRE = regexp.MustCompile(`gossip=(\S+)`)
+
+// peek asks base for key's counts without consuming, through the README's
+// GET form of Peek, and returns the decoded response.
+func peek(t *testing.T, base, body string) peekResponse {
+	t.Helper()
+	q := url.Values{"encoding": {"json"}, "message": {body}}
+	resp, err := http.Get(base + "/ratelimit.v1.RateLimitService/Peek?" + q.Encode())
+	if err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Peek: %d %s", resp.StatusCode, b)
+	}
+	var p peekResponse
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatalf("Peek: %v in %s", err, b)
+	}
+	return p
+}
+
+type peekResponse struct {
+	Response struct {
+		Allowed bool `json:"allowed"`
+		Stats   struct {
+			Current string `json:"current"`
+			Regions []struct {
+				Region  string `json:"region"`
+				Current string `json:"current"`
+				Age     string `json:"age"`
+			} `json:"regions"`
+		} `json:"stats"`
+	} `json:"response"`
+}
+
+// TestRunTwoRegions runs two rlnodes, each on its own real redis-server and
+// in its own region, joined over gossip with encryption on, as the README's
+// two-region walkthrough does: hits admitted in eu show up in us's counts,
+// and us enforces the global limit.
+func TestRunTwoRegions(t *testing.T) {
+	key := "VDwDX4d26734mkWuXLk4PxnsqiMu8OfyxxvfoTN/UwE="
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
+	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0"}, env(map[string]string{"RLNODE_GOSSIP_KEY": key}))
+	m := gossipRE.FindStringSubmatch(euLogs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+	}
+	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key}, env(nil))
+	if strings.Contains(euLogs.String()+usLogs.String(), key) {
+		t.Errorf("the gossip key appears in the logs")
+	}
+
+	body := `{"key":"carol","limit":{"limit":10,"window":"3600s"}}`
+	for i := 0; i < 6; i++ {
+		if code, b := post(t, eu+"/ratelimit.v1.RateLimitService/Check", body); code != http.StatusOK || !strings.Contains(b, `"allowed":true`) {
+			t.Fatalf("Check %d on eu: %d %s", i+1, code, b)
+		}
+	}
+	start := time.Now()
+	var last peekResponse
+	for deadline := start.Add(15 * time.Second); ; {
+		last = peek(t, us, body)
+		if last.Response.Stats.Current == "6" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("us never saw eu's 6 hits; last Peek %+v\neu logs:\n%s\nus logs:\n%s", last, euLogs, usLogs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("eu's 6 hits visible in us after %v", time.Since(start).Round(time.Millisecond))
+	var sawEU bool
+	for _, r := range last.Response.Stats.Regions {
+		if r.Region == "eu" {
+			sawEU = r.Current == "6" && r.Age != ""
+		}
+	}
+	if !sawEU {
+		t.Errorf("us's Peek regions = %+v, want eu with current 6 and an age", last.Response.Stats.Regions)
+	}
+	// The limit is global: us admits 4 more, then denies.
+	for i := 1; i <= 5; i++ {
+		_, b := post(t, us+"/ratelimit.v1.RateLimitService/Check", body)
+		if want := i <= 4; strings.Contains(b, `"allowed":true`) != want {
+			t.Errorf("Check %d on us = %s, want allowed %v", i, b, want)
+		}
+	}
+	resp, err := http.Get(us + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`rlcluster_gossip_members{region="eu",state="alive"} 1`, "rlcluster_gossip_merges_total"} {
+		if !strings.Contains(string(mb), want) {
+			t.Errorf("us /metrics lacks %q", want)
+		}
+	}
+	cancel()
+	wait(t, euDone, euLogs)
+	wait(t, usDone, usLogs)
+	if !strings.Contains(usLogs.String(), "gossip node left") {
+		t.Errorf("us did not leave the pool on shutdown:\n%s", usLogs)
+	}
+}
+
+func TestGossipFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--join", "127.0.0.1:7946"}, "need --gossip-addr"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: decodes to 5 bytes"},
+		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
+	} {
+		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "not base64!") {
+			t.Errorf("the error repeats the key: %v", err)
+		}
+	}
+	for _, tc := range []struct{ listen, gossip, want string }{
+		{"127.0.0.1:8080", "", "127.0.0.1:8080"},
+		{"0.0.0.0:8080", "172.28.1.11:7946", "172.28.1.11:8080"},
+		{":8080", "0.0.0.0:7946", ":8080"},
+	} {
+		if got := advertisedAPI(tc.listen, config{GossipAddr: tc.gossip}); got != tc.want {
+			t.Errorf("advertisedAPI(%q, gossip %q) = %q, want %q", tc.listen, tc.gossip, got, tc.want)
+		}
+	}
+}
