@@ -43,9 +43,10 @@ type peekResponse struct {
 		Stats   struct {
 			Current string `json:"current"`
 			Regions []struct {
-				Region  string `json:"region"`
-				Current string `json:"current"`
-				Age     string `json:"age"`
+				Region   string `json:"region"`
+				Current  string `json:"current"`
+				Previous string `json:"previous"`
+				Age      string `json:"age"`
 			} `json:"regions"`
 		} `json:"stats"`
 	} `json:"response"`

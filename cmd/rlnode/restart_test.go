@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+)
+
+// TestRollingRestart restarts every node of region eu, one after the other,
+// gracefully (as SIGTERM does), under steady load from clients that retry a
+// failed request on the region's other node. No client sees an error, and
+// every admitted hit is counted exactly once in eu's Redis and in us's view
+// of eu: no acknowledged count is lost or double-counted.
+func TestRollingRestart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
+	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0"}, env(nil))
+	seed := gossipRE.FindStringSubmatch(usLogs.String())[1]
+
+	type euNode struct {
+		name, listen string
+		cancel       context.CancelFunc
+		done         <-chan error
+		logs         *syncBuffer
+	}
+	startEU := func(n *euNode) {
+		t.Helper()
+		nctx, ncancel := context.WithCancel(ctx)
+		base, done, logs := start(t, nctx, []string{"--listen", n.listen, "--region=eu", "--node-name", n.name,
+			"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--join", seed, "--shutdown-timeout=5s"}, env(nil))
+		if base != "http://"+n.listen {
+			t.Fatalf("%s listens on %s, want %s", n.name, base, n.listen)
+		}
+		n.cancel, n.done, n.logs = ncancel, done, logs
+	}
+	nodes := []*euNode{
+		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
+		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
+	}
+	for _, n := range nodes {
+		startEU(n)
+	}
+
+	const keys = 8
+	body := func(k int) string {
+		return fmt.Sprintf(`{"key":"rolling-%d","limit":{"limit":1000000,"window":"604800s"}}`, k)
+	}
+	var (
+		admitted [keys]atomic.Uint64
+		requests atomic.Uint64
+		retried  atomic.Uint64
+		failed   atomic.Uint64
+		firstErr atomic.Value
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	client := &http.Client{Timeout: 5 * time.Second}
+	checkOn := func(node *euNode, k int) (bool, error) {
+		resp, err := client.Post("http://"+node.listen+"/ratelimit.v1.RateLimitService/Check", "application/json", strings.NewReader(body(k)))
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Allowed bool `json:"allowed"`
+		}
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			return false, err
+		}
+		return r.Allowed, nil
+	}
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := (w*7 + i) % keys
+				var err error
+				var ok bool
+				// Try the nodes in turn, at most 50 times in all (a
+				// restarting node refuses connections for a moment).
+				for attempt := range 50 {
+					ok, err = checkOn(nodes[(w+i+attempt)%len(nodes)], k)
+					if err == nil {
+						break
+					}
+					retried.Add(1)
+					time.Sleep(10 * time.Millisecond)
+				}
+				requests.Add(1)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				if ok {
+					admitted[k].Add(1)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+
+	// Let the load run, then restart each eu node in turn.
+	waitUntil(t, 10*time.Second, "load to start", func() bool { return requests.Load() > 100 })
+	for _, n := range nodes {
+		n.cancel()
+		wait(t, n.done, n.logs)
+		if !strings.Contains(n.logs.String(), "gossip node left") {
+			t.Errorf("%s did not leave the pool:\n%s", n.name, n.logs)
+		}
+		before := requests.Load()
+		startEU(n)
+		waitUntil(t, 10*time.Second, n.name+" to serve again", func() bool { return requests.Load() > before+100 })
+	}
+	close(stop)
+	wg.Wait()
+	if f := failed.Load(); f != 0 {
+		t.Errorf("%d of %d requests failed on every retry; first error: %v", f, requests.Load(), firstErr.Load())
+	}
+
+	// Every admitted hit is in eu's Redis and, after replication, in us's
+	// view of eu: exactly once.
+	var total uint64
+	for k := range keys {
+		want := admitted[k].Load()
+		total += want
+		for _, base := range []string{"http://" + nodes[0].listen, us} {
+			var got uint64
+			waitUntil(t, 10*time.Second, fmt.Sprintf("%s to hold eu's %d hits on key %d", base, want, k), func() bool {
+				got = 0
+				for _, r := range peek(t, base, body(k)).Response.Stats.Regions {
+					if r.Region == "eu" {
+						c, _ := strconv.ParseUint(r.Current, 10, 64)
+						p, _ := strconv.ParseUint(r.Previous, 10, 64)
+						got = c + p
+					}
+				}
+				return got == want
+			})
+		}
+	}
+	t.Logf("rolling restart of eu-1 and eu-2: %d requests, %d retried on the other node, %d failed; %d admitted hits, all counted once in eu and in us",
+		requests.Load(), retried.Load(), failed.Load(), total)
+	cancel()
+	for _, n := range nodes {
+		wait(t, n.done, n.logs)
+	}
+	wait(t, usDone, usLogs)
+}
+
+// waitUntil polls cond every 10 ms until it holds, failing the test after
+// timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
