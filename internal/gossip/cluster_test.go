@@ -2,8 +2,10 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,26 +154,35 @@ func TestConvergence(t *testing.T) {
 	t.Logf("%s sees %+v", h.nodes[0].name, h.nodes[0].node.Ages())
 }
 
-// TestOverAdmission: one key, limit L per 1 s window, traffic at 3L per
-// window spread evenly over three regions (two nodes each), 60 ms one-way
-// latency and 5% packet loss between regions. Each region decides on its own
-// count plus the last remote totals it merged, so it can miss what the
-// other two regions admitted within one replication delay D. The bound
-// asserted, per closed bucket:
+// TestOverAdmission: three regions of two nodes, 60 ms one-way latency and
+// 5% packet loss, one global key offered at Overload times its limit spread
+// evenly over the regions. Each region decides on its own counts plus what
+// it has heard, so the others' hits of the last replication delay D are
+// hidden from it; asserted, per closed bucket:
 //
-//	admitted <= L + ceil(2 * L * D / W),   D = 150 ms
+//	admitted <= L + ceil(Overload/3 * 2 * L * D / W) + 1,   D = 150 ms
 //
 // (D = 60 ms latency + 20 ms flush + 20 ms for a lost packet's repair by
 // the next flush + 30 ms reordering/merge slack + 20 ms scheduling slack;
-// 2L/W is the rate the other two regions offer.) With W = 1 s that is
-// L + 30%.
+// the other two regions offer 2/3 of Overload*L/W, all of it admitted
+// until the limit is reached.) The CI case is 3x a 150-per-second limit
+// (bound L + 31%, dominated by the short window). The bound shrinks
+// as D/W: set RLCLUSTER_OVERADMISSION="10x,60s,600,3" (overload, window,
+// limit, buckets) for the mission's case, 10x a per-minute limit, which
+// takes about four minutes.
 func TestOverAdmission(t *testing.T) {
-	const (
-		oneWay  = 60 * time.Millisecond
-		L       = 150
-		W       = time.Second
-		buckets = 4
-	)
+	const oneWay = 60 * time.Millisecond
+	overload, W, L, buckets := 3.0, time.Second, uint64(150), int64(4)
+	if v := os.Getenv("RLCLUSTER_OVERADMISSION"); v != "" {
+		var ws string
+		if _, err := fmt.Sscanf(strings.ReplaceAll(v, ",", " "), "%fx %s %d %d", &overload, &ws, &L, &buckets); err != nil {
+			t.Fatalf("RLCLUSTER_OVERADMISSION=%q: want e.g. 10x,60s,600,3: %v", v, err)
+		}
+		var err error
+		if W, err = time.ParseDuration(ws); err != nil {
+			t.Fatalf("RLCLUSTER_OVERADMISSION=%q: %v", v, err)
+		}
+	}
 	fn := NewFaultNetwork(2)
 	wan(fn, threeRegions, oneWay)
 	fn.SetLoss(0.05)
@@ -183,7 +194,8 @@ func TestOverAdmission(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var st loadStats
-	every := W / L // each region offers L per window: 3L in all
+	// Each region offers overload*L/3 per window.
+	every := time.Duration(float64(W) * 3 / (overload * float64(L)))
 	for i, r := range threeRegions {
 		h.load(stop, &wg, &st, r, every, []string{key}, lim, uint64(i))
 	}
@@ -196,21 +208,25 @@ func TestOverAdmission(t *testing.T) {
 	waitFor(t, 10*time.Second, "all regions agree", func() bool { ok, _ := h.agree(want); return ok })
 
 	const D = 150 * time.Millisecond
-	bound := uint64(L) + uint64((2*L*D+W-1)/W)
+	hidden := overload / 3 * 2 * float64(L) * float64(D) / float64(W)
+	bound := L + uint64(math.Ceil(hidden)) + 1
 	all := h.truthVecs(nil)
+	var worst float64
 	for b := first; b < first+buckets; b++ {
 		v := all[region.BucketRef{Key: key, Window: W, Bucket: b}]
 		var sum uint64
 		for _, c := range v {
 			sum += c
 		}
-		over := 100 * (float64(sum) - L) / L
-		t.Logf("bucket %d: admitted %d of limit %d (offered ~%d): over-admission %+.1f%% of the limit (per region %v; bound %d = +%.0f%%)",
-			b-first, sum, L, 3*L, over, v, bound, 100*float64(bound-L)/L)
+		over := 100 * (float64(sum) - float64(L)) / float64(L)
+		worst = max(worst, over)
+		t.Logf("bucket %d: admitted %d of limit %d (offered ~%.0f = %.0fx, window %v): over-admission %+.1f%% of the limit (per region %v; bound %d = +%.1f%%)",
+			b-first, sum, L, overload*float64(L), overload, W, over, v, bound, 100*float64(bound-L)/float64(L))
 		if sum > bound {
 			t.Errorf("bucket %d admitted %d, want <= %d", b-first, sum, bound)
 		}
 	}
+	t.Logf("worst over-admission: %+.1f%% of the limit at %.0fx over %v windows, 60 ms one-way, 5%% loss", worst, overload, W)
 	if st.errors.Load() != 0 {
 		t.Errorf("%d Check errors", st.errors.Load())
 	}
