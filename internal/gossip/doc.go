@@ -18,7 +18,9 @@
 //   - Every FlushInterval the node sends the dirty totals to each other
 //     region, batched per destination, to the key's owner there (rendezvous
 //     hashing over that region's live members); the owner merges each
-//     batch with one Store.Merge call. It also tells one other node of its
+//     batch with one Store.Merge call. Each total is sent in two
+//     consecutive flushes unless a newer one replaces it (the echo), so a
+//     lost UDP packet is repaired a flush later. It also tells one other node of its
 //     own region (the key's local owner, "buddy") which buckets it touched.
 //   - A bucket's end plus Grace after, every node that touched it (or heard
 //     of it from a buddy) reads its full vector with Store.Vectors and sends

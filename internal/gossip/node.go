@@ -69,6 +69,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	dirty    map[ref]uint64
+	echo     map[ref]uint64             // the previous flush's totals, sent once more
 	notice   map[ref]uint64             // first touches, for the local buddy
 	touched  map[int64]map[ref]struct{} // bucket end (Unix ms) -> buckets
 	nTouched int
@@ -246,10 +247,26 @@ func (n *Node) flush(final bool) {
 	if len(n.dirty) > 0 {
 		dirty, n.dirty = n.dirty, make(map[ref]uint64, len(n.dirty))
 	}
+	echo := n.echo
+	n.echo = dirty // read-only from here on: n.dirty is a new map
 	if len(n.notice) > 0 {
 		notice, n.notice = n.notice, map[ref]uint64{}
 	}
 	n.mu.Unlock()
+	// Every total goes out in two consecutive flushes, unless a newer one
+	// supersedes it: a single lost UDP packet is then repaired one flush
+	// interval later, even for a key that saw no more traffic, instead of at
+	// the bucket's reconciliation. Keys that stay busy cost nothing more.
+	if len(echo) > 0 {
+		merged := make(map[ref]uint64, len(dirty)+len(echo))
+		for k, c := range echo {
+			merged[k] = c
+		}
+		for k, c := range dirty {
+			merged[k] = max(merged[k], c)
+		}
+		dirty = merged
+	}
 	if len(dirty) == 0 && len(notice) == 0 {
 		return
 	}

@@ -150,3 +150,56 @@ func TestCollectors(t *testing.T) {
 		}
 	}
 }
+
+// TestEchoRepairsALostFlush: a total whose flush is lost reaches the other
+// region with the next flush although its key sees no more traffic, long
+// before the bucket's reconciliation.
+func TestEchoRepairsALostFlush(t *testing.T) {
+	fn := NewFaultNetwork(3)
+	mk := func(name, regionName string, join ...string) (*Node, region.Store) {
+		nt, err := Listen("127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig()
+		cfg.Name, cfg.Region, cfg.Join = name, regionName, join
+		cfg.Transport = NewFaultTransport(nt, fn, regionName)
+		cfg.FlushInterval = time.Hour // flushes only when the test says
+		store := region.NewMemory(region.MemoryConfig{Region: regionName})
+		n, err := New(cfg, store)
+		if err != nil {
+			t.Fatalf("New(%s): %v", name, err)
+		}
+		t.Cleanup(func() { _ = n.Close(context.Background()) })
+		return n, store
+	}
+	a, _ := mk("a1", "eu")
+	b, bStore := mk("b1", "us", a.Addr())
+	waitFor(t, 10*time.Second, "a and b see each other", func() bool { return len(a.Members()) == 2 && len(b.Members()) == 2 })
+
+	ref := region.BucketRef{Key: "k", Window: time.Hour, Bucket: time.Now().UnixMilli() / 3600000}
+	a.Dirty(region.Total{Key: ref.Key, Window: ref.Window, Bucket: ref.Bucket, Count: 7})
+	fn.Partition("eu", "us")
+	a.flush(false) // lost
+	fn.HealAll()
+	got := func() uint64 {
+		v, _ := bStore.Vectors(context.Background(), []region.BucketRef{ref})
+		for _, tt := range v[0] {
+			if tt.Region == "eu" {
+				return tt.Count
+			}
+		}
+		return 0
+	}
+	if c := got(); c != 0 {
+		t.Fatalf("b holds eu=%d through a partition", c)
+	}
+	a.flush(false) // the echo
+	waitFor(t, 5*time.Second, "b merged the echoed total", func() bool { return got() == 7 })
+	// The echo is sent once: a third flush has nothing to send.
+	before := a.met.bytesSentTotal()
+	a.flush(false)
+	if after := a.met.bytesSentTotal(); after != before {
+		t.Errorf("a third flush sent %v bytes, want none", after-before)
+	}
+}
