@@ -99,6 +99,9 @@ type Config struct {
 	ReadyChecks []ReadyCheck
 	// ReadyTimeout bounds each /readyz probe; default 2s.
 	ReadyTimeout time.Duration
+	// Check configures the HTTP check endpoint for proxies' forward-auth
+	// (default path /check).
+	Check CheckConfig
 }
 
 // Server is the API's http.Handler. It is safe for concurrent use.
@@ -118,6 +121,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
 //	/metrics  /healthz  /readyz
+//	/check, /check/<rule>                                    forward-auth check (see [CheckConfig])
 //
 // The handler serves HTTP/1.1 and HTTP/2; gRPC needs HTTP/2, so serve it
 // with an http.Server whose Protocols allow unencrypted HTTP/2 (h2c).
@@ -160,6 +164,10 @@ func NewHandler(cfg Config) (*Server, error) {
 		}
 		cfg.Gatherer = g
 	}
+	hc, err := newHTTPCheck(cfg.Check)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	m, err := newMetrics(cfg.Registerer, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
@@ -181,6 +189,9 @@ func NewHandler(cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	s.mux.HandleFunc("/readyz", s.serveReady)
+	hc.s = s
+	s.mux.Handle(hc.cfg.Path, hc)
+	s.mux.Handle(hc.cfg.Path+"/", hc)
 	return s, nil
 }
 

@@ -1,0 +1,299 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/rlcluster/rlcluster/internal/ratelimitheader"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Defaults for zero [CheckConfig] fields.
+const (
+	DefaultCheckPath       = "/check"
+	DefaultCheckKeyHeaders = "X-Forwarded-For"
+	// RuleHeader names the rule when the path does not.
+	RuleHeader = "X-RateLimit-Rule"
+)
+
+// CheckConfig configures the HTTP check endpoint that proxies call for
+// forward authentication (nginx auth_request, Traefik ForwardAuth, Caddy
+// forward_auth, Envoy ext_authz over HTTP). Zero fields mean the default.
+//
+// A request to Path or Path/<rule>[/anything], with any method, spends one
+// hit of a named rule for a key taken from its headers and answers:
+//
+//	200          allowed
+//	429          denied (DenyStatus, or the deny_status=403 query parameter)
+//	400          bad input: no key header, a malformed X-Forwarded-For,
+//	             no rule or an unknown rule; the text says which
+//	503          the store cannot decide
+//
+// Allowed and denied answers carry the headers of [ratelimitheader.Set]
+// (RateLimit-Policy and RateLimit; Retry-After when denied; X-RateLimit-*
+// with LegacyHeaders).
+//
+// The rule is the first path segment after Path; else the X-RateLimit-Rule
+// header; else DefaultRule. The path wins because a client cannot change
+// the URL a proxy's auth subrequest goes to, while it may send any header.
+//
+// The key comes from KeyHeaders, a list of alternatives tried in order; the
+// first alternative whose headers are all present and non-empty gives the
+// key. An alternative is one header name or several joined by "+", which
+// combines them. Each header contributes "<lower-case name>=<value>", and a
+// combination joins those with "&", so keys from different headers never
+// collide: X-Forwarded-For "203.0.113.7, 10.0.0.1" gives
+// "x-forwarded-for=203.0.113.7". Values are normalised:
+//
+//   - X-Forwarded-For and X-Real-IP: the leftmost address, which must parse
+//     as an IP address (a port is dropped). The proxy must overwrite
+//     X-Forwarded-For with the client's address (nginx:
+//     proxy_set_header X-Forwarded-For $remote_addr), or clients choose
+//     their own key.
+//   - Authorization, Proxy-Authorization, Cookie, and any header whose name
+//     contains "key", "token" or "secret": "sha256:" and the first 32 hex
+//     digits of the value's SHA-256, so credentials never reach the store,
+//     gossip, logs or metrics.
+//   - any other header: its first value as sent.
+//
+// The counter key is then the rule's, "<rule>:<key>", which a Go caller can
+// reproduce to share a counter with the proxy.
+type CheckConfig struct {
+	// Path is the endpoint's path, without a trailing slash; default
+	// "/check". It is served at Path and under Path + "/".
+	Path string
+	// KeyHeaders are the alternatives the key comes from, in order (see
+	// above); default one alternative, X-Forwarded-For.
+	KeyHeaders []string
+	// DefaultRule is the rule used when neither the path nor the
+	// X-RateLimit-Rule header names one; empty means a rule is required.
+	DefaultRule string
+	// DenyStatus is the status of a denial: 429 (default) or 403, which
+	// nginx's auth_request passes on (it turns a 429 into a 500).
+	DenyStatus int
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset to the draft's headers.
+	LegacyHeaders bool
+}
+
+// httpCheck serves the check endpoint; it is built by newHTTPCheck from a
+// validated CheckConfig and is safe for concurrent use.
+type httpCheck struct {
+	s       *Server
+	cfg     CheckConfig
+	keyAlts [][]keyHeader
+}
+
+// keyHeader is one header a key alternative reads.
+type keyHeader struct {
+	name   string // canonical header name
+	label  string // lower-case name used in the key
+	ip     bool   // value is an address list: take the leftmost address
+	secret bool   // value is hashed
+}
+
+// reservedPaths are served by the handler itself.
+var reservedPaths = []string{"/metrics", "/healthz", "/readyz"}
+
+// newHTTPCheck validates cfg, fills its defaults and returns the endpoint;
+// the caller sets its server.
+func newHTTPCheck(cfg CheckConfig) (*httpCheck, error) {
+	if cfg.Path == "" {
+		cfg.Path = DefaultCheckPath
+	}
+	if len(cfg.KeyHeaders) == 0 {
+		cfg.KeyHeaders = []string{DefaultCheckKeyHeaders}
+	}
+	if cfg.DenyStatus == 0 {
+		cfg.DenyStatus = http.StatusTooManyRequests
+	}
+	var errs []error
+	switch p := cfg.Path; {
+	case !strings.HasPrefix(p, "/") || p == "/" || strings.HasSuffix(p, "/"):
+		errs = append(errs, fmt.Errorf("Check.Path: %q must start with '/', have a name and not end with '/'", p))
+	case strings.ContainsAny(p, "{}? \t#%"):
+		errs = append(errs, fmt.Errorf("Check.Path: %q must not contain '{', '}', '?', '#', '%%' or spaces", p))
+	case strings.HasPrefix(p, "/ratelimit.") || strings.HasPrefix(p, "/grpc.") || strings.HasPrefix(p, "/envoy."):
+		errs = append(errs, fmt.Errorf("Check.Path: %q is in the RPC namespace", p))
+	default:
+		for _, r := range reservedPaths {
+			if p == r {
+				errs = append(errs, fmt.Errorf("Check.Path: %q is already served", p))
+			}
+		}
+	}
+	if cfg.DenyStatus != http.StatusTooManyRequests && cfg.DenyStatus != http.StatusForbidden {
+		errs = append(errs, fmt.Errorf("Check.DenyStatus: %d, want 429 or 403", cfg.DenyStatus))
+	}
+	if cfg.DefaultRule != "" {
+		if err := checkRuleName(cfg.DefaultRule); err != nil {
+			errs = append(errs, fmt.Errorf("Check.DefaultRule: %w", err))
+		}
+	}
+	h := &httpCheck{cfg: cfg}
+	for i, alt := range cfg.KeyHeaders {
+		var hs []keyHeader
+		for name := range strings.SplitSeq(alt, "+") {
+			name = strings.TrimSpace(name)
+			if !httpguts.ValidHeaderFieldName(name) {
+				errs = append(errs, fmt.Errorf("Check.KeyHeaders[%d]: %q is not a header name (join several with '+')", i, name))
+				continue
+			}
+			hs = append(hs, newKeyHeader(name))
+		}
+		h.keyAlts = append(h.keyAlts, hs)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return h, nil
+}
+
+func newKeyHeader(name string) keyHeader {
+	k := keyHeader{name: http.CanonicalHeaderKey(name), label: strings.ToLower(name)}
+	switch k.name {
+	case "X-Forwarded-For", "X-Real-Ip":
+		k.ip = true
+	case "Authorization", "Proxy-Authorization", "Cookie":
+		k.secret = true
+	default:
+		k.secret = strings.Contains(k.label, "key") || strings.Contains(k.label, "token") || strings.Contains(k.label, "secret")
+	}
+	return k
+}
+
+// key derives the request's key from the first alternative whose headers
+// are all present. Error messages name headers, never their values.
+func (h *httpCheck) key(hdr http.Header) (string, error) {
+alts:
+	for _, alt := range h.keyAlts {
+		var b strings.Builder
+		for i, kh := range alt {
+			v := strings.TrimSpace(hdr.Get(kh.name))
+			if v == "" {
+				continue alts
+			}
+			switch {
+			case kh.ip:
+				first, _, _ := strings.Cut(v, ",")
+				first = strings.TrimSpace(first)
+				addr, err := netip.ParseAddr(first)
+				if err != nil {
+					ap, perr := netip.ParseAddrPort(first)
+					if perr != nil {
+						return "", fmt.Errorf("%s: the leftmost entry is not an IP address", kh.name)
+					}
+					addr = ap.Addr()
+				}
+				v = addr.Unmap().WithZone("").String()
+			case kh.secret:
+				sum := sha256.Sum256([]byte(v))
+				v = "sha256:" + hex.EncodeToString(sum[:16])
+			}
+			if i > 0 {
+				b.WriteByte('&')
+			}
+			b.WriteString(kh.label)
+			b.WriteByte('=')
+			b.WriteString(v)
+		}
+		return b.String(), nil
+	}
+	return "", fmt.Errorf("no key: none of the key headers is present (%s)", strings.Join(h.cfg.KeyHeaders, ", "))
+}
+
+// rule returns the rule the request names, or "".
+func (h *httpCheck) rule(r *http.Request) string {
+	rest := strings.TrimPrefix(r.URL.Path, h.cfg.Path)
+	rest = strings.TrimPrefix(rest, "/")
+	if name, _, _ := strings.Cut(rest, "/"); name != "" {
+		return name
+	}
+	if name := r.Header.Get(RuleHeader); name != "" {
+		return name
+	}
+	return h.cfg.DefaultRule
+}
+
+func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer h.s.observe("HTTPCheck", start)
+	w.Header().Set("Cache-Control", "no-store")
+
+	denyStatus := h.cfg.DenyStatus
+	if v := r.URL.Query().Get("deny_status"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || (n != http.StatusTooManyRequests && n != http.StatusForbidden) {
+			h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+			textError(w, http.StatusBadRequest, "deny_status: %q, want 429 or 403", truncate(v, 16))
+			return
+		}
+		denyStatus = n
+	}
+	ruleName := h.rule(r)
+	if ruleName == "" {
+		h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+		textError(w, http.StatusBadRequest, "rule: none named: put it in the path (%s/<rule>) or the %s header, or configure a default rule", h.cfg.Path, RuleHeader)
+		return
+	}
+	key, err := h.key(r.Header)
+	if err != nil {
+		label := ruleUnknown
+		if _, ok := h.s.rules.Load().Lookup(ruleName); ok {
+			label = ruleName
+		}
+		h.s.metrics.decisions.WithLabelValues(label, outcomeError).Inc()
+		textError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	c, err := h.s.prepare("", key, 1, ruleName, nil, h.s.cfg.Now(), false)
+	if err != nil {
+		h.s.metrics.decisions.WithLabelValues(c.rule, outcomeError).Inc()
+		textError(w, http.StatusBadRequest, "%s", errorMessage(err))
+		return
+	}
+	res := make([]region.Result, 1)
+	if err := h.s.decide(r.Context(), []check{c}, res); err != nil {
+		status := http.StatusServiceUnavailable
+		if connect.CodeOf(err) == connect.CodeInvalidArgument {
+			status = http.StatusBadRequest
+		}
+		textError(w, status, "%s", errorMessage(err))
+		return
+	}
+	d := res[0]
+	ratelimitheader.Set(w.Header(), ratelimitheader.Values{
+		Policy:     c.rule,
+		Allowed:    d.Allowed,
+		Limit:      d.Limit,
+		Window:     c.req.Limit.Window,
+		Remaining:  d.Remaining,
+		ResetAfter: d.ResetAfter,
+		RetryAfter: d.RetryAfter,
+	}, h.cfg.LegacyHeaders)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !d.Allowed {
+		w.WriteHeader(denyStatus)
+		fmt.Fprintf(w, "rate limited: retry after %ds\n", max(ratelimitheader.Seconds(d.RetryAfter), 1))
+		return
+	}
+	fmt.Fprintln(w, "allowed")
+}
+
+// textError answers status with a one-line text message.
+func textError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, format+"\n", args...)
+}
