@@ -35,6 +35,13 @@ type config struct {
 	NodeName        string
 	GossipKey       string
 	FlushInterval   time.Duration
+
+	// The forward-auth check endpoint.
+	CheckPath        string
+	CheckKeyHeaders  string
+	CheckDefaultRule string
+	CheckDenyStatus  int
+	LegacyHeaders    bool
 }
 
 // newFlagSet returns the flag set that fills c with its defaults.
@@ -56,6 +63,11 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
 	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `key` (16, 24 or 32 bytes) that encrypts gossip; peers without it are refused (make one: head -c 32 /dev/urandom | base64)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often this node sends changed counts to the other regions (`duration`)")
+	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
+	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
+	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
+	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", 429, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
+	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", false, "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds) from the check endpoint")
 	fs.Usage = func() { usage(fs) }
 	return fs
 }
@@ -125,6 +137,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.MaxKeyBytes < 1 {
 		errs = append(errs, fmt.Errorf("--max-key-bytes: %d, want at least 1", c.MaxKeyBytes))
 	}
+	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
+		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
+	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
 	} else if len(c.Region) > 64 {
@@ -154,4 +169,15 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// checkKeyHeaders splits --check-key-headers into its alternatives.
+func (c config) checkKeyHeaders() []string {
+	var out []string
+	for _, h := range strings.Split(c.CheckKeyHeaders, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }

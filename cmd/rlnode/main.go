@@ -100,6 +100,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxKeyBytes: c.MaxKeyBytes,
 		Logger:      log,
 		Registerer:  reg,
+		Check: api.CheckConfig{
+			Path:          c.CheckPath,
+			KeyHeaders:    c.checkKeyHeaders(),
+			DefaultRule:   c.CheckDefaultRule,
+			DenyStatus:    c.CheckDenyStatus,
+			LegacyHeaders: c.LegacyHeaders,
+		},
 	}
 	if node != nil {
 		acfg.Replicator = replicator{node}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunCheckFlags runs a node with the check endpoint's flags and drives
+// it as a proxy's forward-auth would.
+func TestRunCheckFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: per-key\n    limit: 1\n    window: 168h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, []string{
+		"--listen=127.0.0.1:0", "--rules", path,
+		"--check-path", "/auth", "--check-default-rule", "per-key", "--legacy-headers",
+	}, env(map[string]string{
+		"RLNODE_CHECK_KEY_HEADERS": "X-Api-Key, X-Forwarded-For",
+		"RLNODE_CHECK_DENY_STATUS": "403",
+	}))
+	for i, want := range []int{http.StatusOK, http.StatusForbidden} {
+		req, err := http.NewRequest(http.MethodGet, base+"/auth", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Api-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("request %d: status %d, want %d: %s", i+1, resp.StatusCode, want, b)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-key";q=1;w=604800` {
+			t.Errorf("request %d: RateLimit-Policy = %q", i+1, got)
+		}
+		if got := resp.Header.Get("X-RateLimit-Limit"); got != "1" {
+			t.Errorf("request %d: X-RateLimit-Limit = %q, want 1 (--legacy-headers)", i+1, got)
+		}
+	}
+	cancel()
+	wait(t, done, logs)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--check-deny-status", "500"}, "--check-deny-status: 500, want 429 or 403"},
+		{[]string{"--check-path", "check"}, `Check.Path: "check" must start with '/'`},
+		{[]string{"--check-key-headers", "X-A,Bad Header"}, `Check.KeyHeaders[1]: "Bad Header" is not a header name`},
+	} {
+		err := run(context.Background(), append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
