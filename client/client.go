@@ -1,0 +1,305 @@
+// Package client is rlcluster's Go client: typed Check and Peek calls to an
+// rlnode over its Connect API, with retries, a timeout and a choice of what
+// to answer when the node cannot be reached, and net/http middleware that
+// rate-limits a handler with the same response headers as rlnode's /check
+// endpoint.
+//
+//	c, err := client.New("http://rlnode:8080", client.WithFailureMode(client.FailOpen))
+//	d, err := c.Check(ctx, "alice", client.Rule("api-per-user"))
+//	if err == nil && !d.Allowed { /* wait d.RetryAfter */ }
+//
+// A denial is a decision, not an error. Errors carry Connect codes
+// (connect.CodeOf(err)): invalid_argument for bad input such as an empty
+// key or an unknown rule, unavailable when the node or its store is down.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+)
+
+// Defaults for the options.
+const (
+	DefaultTimeout = time.Second
+	DefaultBackoff = 10 * time.Millisecond
+	// maxBackoffFactor caps a retry's backoff at 32 times the first.
+	maxBackoffFactor = 32
+)
+
+// FailureMode says what Check and Peek answer when the node cannot be
+// reached or cannot decide (a dial error, the node's store down, or the
+// client's timeout), after retries.
+type FailureMode int
+
+const (
+	// FailError returns the error (the default).
+	FailError FailureMode = iota
+	// FailOpen answers allowed, with Decision.Fallback set and a nil error.
+	FailOpen
+	// FailClosed answers denied, with Decision.Fallback set and a nil
+	// error.
+	FailClosed
+)
+
+// Algorithm selects how an inline [Limit] counts hits.
+type Algorithm int
+
+// Algorithms, as in ratelimit.v1.Algorithm.
+const (
+	SlidingWindow Algorithm = iota // the default: cur + floor(prev * (W-e)/W)
+	FixedWindow                    // cur + hits <= limit per epoch-aligned window
+	TokenBucket                    // GCRA, limit tokens per window; region-local
+	SlidingLog                     // exact, one timestamp per hit; region-local
+)
+
+// Policy is what a check counts against: a named [Rule] from the node's
+// rules file, or an inline [Limit].
+type Policy interface {
+	// policy fills the request's rule or limit.
+	policy() (rule string, limit *ratelimitv1.Limit)
+	// name is the policy's name in the RateLimit headers.
+	name() string
+	// window is the limit's window, 0 when the client does not know it.
+	window() time.Duration
+}
+
+// Rule names a rule configured on the node.
+type Rule string
+
+func (r Rule) policy() (string, *ratelimitv1.Limit) { return string(r), nil }
+func (r Rule) name() string                         { return string(r) }
+func (r Rule) window() time.Duration                { return 0 }
+
+// Limit is an inline limit: at most Limit hits per Window. The node
+// validates it (Limit from 1 to 2^53, Window from 1s to 7 days in whole
+// milliseconds).
+type Limit struct {
+	Limit     uint64
+	Window    time.Duration
+	Algorithm Algorithm
+}
+
+func (l Limit) policy() (string, *ratelimitv1.Limit) {
+	return "", &ratelimitv1.Limit{
+		Limit:     l.Limit,
+		Window:    durationpb.New(l.Window),
+		Algorithm: ratelimitv1.Algorithm(l.Algorithm + 1),
+	}
+}
+func (l Limit) name() string          { return "default" }
+func (l Limit) window() time.Duration { return l.Window }
+
+// Decision is the node's answer to a check.
+type Decision struct {
+	// Allowed reports whether the hits were admitted (and, for Check,
+	// consumed).
+	Allowed bool
+	// Limit is the limit that applied.
+	Limit uint64
+	// Remaining is how many more hits would be admitted now.
+	Remaining uint64
+	// ResetAfter is how long until the full limit is available again with
+	// no further traffic.
+	ResetAfter time.Duration
+	// RetryAfter is how long until the same request would be admitted with
+	// no other traffic; 0 when allowed.
+	RetryAfter time.Duration
+	// Fallback reports that the node could not decide and Allowed is the
+	// [FailureMode]'s answer; the other numbers are zero and Err says why.
+	Fallback bool
+	// Err is the failure behind a fallback decision.
+	Err error
+}
+
+// Option configures a [Client].
+type Option func(*options)
+
+type options struct {
+	httpClient  connect.HTTPClient
+	timeout     time.Duration
+	retries     int
+	backoff     time.Duration
+	mode        FailureMode
+	connectOpts []connect.ClientOption
+}
+
+// WithHTTPClient sets the HTTP client; default http.DefaultClient. gRPC
+// ([WithGRPC]) over plaintext needs one whose transport speaks h2c.
+func WithHTTPClient(c connect.HTTPClient) Option { return func(o *options) { o.httpClient = c } }
+
+// WithTimeout bounds each Check or Peek, retries included; default 1s.
+// Zero or less means only the caller's context bounds it.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRetries sets how many times a call is retried (default 0) and the
+// first backoff (default 10ms; it doubles on each retry, up to 32 times the
+// first, with full jitter).
+//
+// Check consumes hits, so it is retried only when the request surely never
+// reached the node: a failure to connect (dial error). Peek has no side
+// effects and is also retried when the node answers unavailable.
+func WithRetries(n int, backoff time.Duration) Option {
+	return func(o *options) { o.retries, o.backoff = n, backoff }
+}
+
+// WithFailureMode sets what a call answers when the node cannot decide;
+// default [FailError].
+func WithFailureMode(m FailureMode) Option { return func(o *options) { o.mode = m } }
+
+// WithGRPC speaks gRPC instead of the Connect protocol.
+func WithGRPC() Option {
+	return func(o *options) { o.connectOpts = append(o.connectOpts, connect.WithGRPC()) }
+}
+
+// WithConnectOptions adds Connect client options, for example interceptors
+// that add credentials.
+func WithConnectOptions(opts ...connect.ClientOption) Option {
+	return func(o *options) { o.connectOpts = append(o.connectOpts, opts...) }
+}
+
+// Client calls one rlnode (or a load balancer in front of a region's
+// rlnodes). It is safe for concurrent use.
+type Client struct {
+	rpc  ratelimitv1connect.RateLimitServiceClient
+	opts options
+}
+
+// New returns a client for the node at baseURL (for example
+// "http://127.0.0.1:8080").
+func New(baseURL string, opts ...Option) (*Client, error) {
+	o := options{httpClient: http.DefaultClient, timeout: DefaultTimeout, backoff: DefaultBackoff}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q: want http:// or https:// and a host", baseURL)
+	}
+	switch {
+	case o.httpClient == nil:
+		return nil, errors.New("client: WithHTTPClient: nil client")
+	case o.retries < 0:
+		return nil, fmt.Errorf("client: WithRetries: %d retries, want 0 or more", o.retries)
+	case o.retries > 0 && o.backoff <= 0:
+		return nil, fmt.Errorf("client: WithRetries: backoff %v, want more than 0", o.backoff)
+	case o.mode < FailError || o.mode > FailClosed:
+		return nil, fmt.Errorf("client: WithFailureMode: unknown mode %d", o.mode)
+	}
+	return &Client{rpc: ratelimitv1connect.NewRateLimitServiceClient(o.httpClient, baseURL, o.connectOpts...), opts: o}, nil
+}
+
+// Check spends one hit of p for key; see [Client.CheckN].
+func (c *Client) Check(ctx context.Context, key string, p Policy) (Decision, error) {
+	return c.CheckN(ctx, key, 1, p)
+}
+
+// CheckN decides whether key may spend hits of p now and, when allowed,
+// consumes them. A denial is a Decision with Allowed false, not an error.
+// When the node cannot decide, the answer follows the [FailureMode].
+func (c *Client) CheckN(ctx context.Context, key string, hits uint64, p Policy) (Decision, error) {
+	if p == nil {
+		return Decision{}, errors.New("client: check: nil Policy")
+	}
+	rule, lim := p.policy()
+	req := &ratelimitv1.CheckRequest{Key: key, Hits: hits, Rule: rule, Limit: lim}
+	return c.call(ctx, "check", false, func(ctx context.Context) (*ratelimitv1.CheckResponse, error) {
+		resp, err := c.rpc.Check(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	})
+}
+
+// Peek answers as Check would for one hit, consuming nothing.
+func (c *Client) Peek(ctx context.Context, key string, p Policy) (Decision, error) {
+	if p == nil {
+		return Decision{}, errors.New("client: peek: nil Policy")
+	}
+	rule, lim := p.policy()
+	req := &ratelimitv1.PeekRequest{Key: key, Rule: rule, Limit: lim}
+	return c.call(ctx, "peek", true, func(ctx context.Context) (*ratelimitv1.CheckResponse, error) {
+		resp, err := c.rpc.Peek(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.GetResponse(), nil
+	})
+}
+
+// call runs do with the timeout, retries and failure mode. sideEffectFree
+// calls are also retried when the node answers unavailable.
+func (c *Client) call(ctx context.Context, what string, sideEffectFree bool, do func(context.Context) (*ratelimitv1.CheckResponse, error)) (Decision, error) {
+	callCtx := ctx
+	if c.opts.timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		var resp *ratelimitv1.CheckResponse
+		if resp, err = do(callCtx); err == nil {
+			return Decision{
+				Allowed:    resp.GetAllowed(),
+				Limit:      resp.GetLimit(),
+				Remaining:  resp.GetRemaining(),
+				ResetAfter: resp.GetResetAfter().AsDuration(),
+				RetryAfter: resp.GetRetryAfter().AsDuration(),
+			}, nil
+		}
+		if attempt >= c.opts.retries || !(notSent(err) || (sideEffectFree && connect.CodeOf(err) == connect.CodeUnavailable)) {
+			break
+		}
+		if !sleep(callCtx, c.backoff(attempt)) {
+			break
+		}
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// The caller gave up: no fallback.
+		return Decision{}, fmt.Errorf("client: %s: %w", what, err)
+	}
+	if c.opts.mode != FailError && (notSent(err) || callCtx.Err() != nil || connect.CodeOf(err) == connect.CodeUnavailable) {
+		return Decision{Allowed: c.opts.mode == FailOpen, Fallback: true, Err: err}, nil
+	}
+	return Decision{}, fmt.Errorf("client: %s: %w", what, err)
+}
+
+// backoff returns the wait before retry attempt+1: full jitter over
+// backoff * 2^attempt, capped.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.opts.backoff << min(attempt, 5)
+	d = min(d, c.opts.backoff*maxBackoffFactor)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// sleep waits d or until ctx is done, and reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// notSent reports whether err shows that the request never reached the
+// node: it failed while connecting.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,91 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/rlcluster/rlcluster/client"
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// exampleNow is 30 s into a minute (2025-06-15 15:20:30 UTC).
+var exampleNow = time.Unix(1_750_000_830, 0)
+
+// startNode serves an in-process rlnode (the in-memory store, a rule
+// "api" of 2 per minute, the clock fixed at exampleNow) and returns its URL.
+func startNode() (url string, stop func()) {
+	rules, err := api.NewRules([]api.Rule{{Name: "api", Limit: window.Limit{Limit: 2, Window: time.Minute}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := api.NewHandler(api.Config{
+		Store: region.NewMemory(region.MemoryConfig{}),
+		Rules: rules,
+		Now:   func() time.Time { return exampleNow },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	return srv.URL, srv.Close
+}
+
+func ExampleClient_Check() {
+	nodeURL, stop := startNode()
+	defer stop()
+
+	c, err := client.New(nodeURL, client.WithRetries(2, 10*time.Millisecond), client.WithFailureMode(client.FailOpen))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		d, err := c.Check(ctx, "alice", client.Rule("api"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("allowed=%v remaining=%d retry after %v\n", d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// An inline limit instead of a rule:
+	d, err := c.Check(ctx, "bob", client.Limit{Limit: 10, Window: time.Hour, Algorithm: client.FixedWindow})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
+	// Output:
+	// allowed=true remaining=1 retry after 0s
+	// allowed=true remaining=0 retry after 0s
+	// allowed=false remaining=0 retry after 30.001s
+	// allowed=true remaining=9
+}
+
+func ExampleMiddleware() {
+	nodeURL, stop := startNode()
+	defer stop()
+
+	c, err := client.New(nodeURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	perUser := func(r *http.Request) string { return r.Header.Get("X-User") }
+	h := client.Middleware(c, perUser, client.Limit{Limit: 2, Window: time.Minute}, client.WithPolicyName("per-user"))(app)
+
+	for range 3 {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Printf("%d %s | %s | Retry-After: %q\n", rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"), rec.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 "per-user";q=2;w=60 | "per-user";r=1;t=31 | Retry-After: ""
+	// 200 "per-user";q=2;w=60 | "per-user";r=0;t=61 | Retry-After: ""
+	// 429 "per-user";q=2;w=60 | "per-user";r=0;t=31 | Retry-After: "31"
+}
