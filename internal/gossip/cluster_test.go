@@ -210,7 +210,17 @@ func TestOverAdmission(t *testing.T) {
 	want := h.truthVecs(func(br region.BucketRef) bool {
 		return br.Bucket < first+buckets && (held == nil || held(br))
 	})
-	waitFor(t, 10*time.Second, "all regions agree", func() bool { ok, _ := h.agree(want); return ok })
+	var why string
+	defer func() {
+		if t.Failed() && why != "" {
+			t.Logf("last disagreement: %s", why)
+		}
+	}()
+	waitFor(t, 10*time.Second, "all regions agree", func() bool {
+		var ok bool
+		ok, why = h.agree(want)
+		return ok
+	})
 
 	const D = 150 * time.Millisecond
 	hidden := overload / 3 * 2 * float64(L) * float64(D) / float64(W)
