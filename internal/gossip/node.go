@@ -36,6 +36,12 @@ type ref struct {
 	bucket int64
 }
 
+// dref names one region's total of a bucket, as a map key.
+type dref struct {
+	ref
+	region string
+}
+
 // maxReliableFrame is the largest frame sent over TCP; bigger batches are
 // split.
 const maxReliableFrame = 256 << 10
@@ -68,7 +74,7 @@ type Node struct {
 	met   *metrics
 
 	mu       sync.Mutex
-	dirty    map[ref]uint64
+	dirty    map[dref]uint64
 	notice   map[ref]uint64             // first touches, for the local buddy
 	touched  map[int64]map[ref]struct{} // bucket end (Unix ms) -> buckets
 	nTouched int
@@ -124,7 +130,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		store:   store,
 		log:     cfg.Logger.With("component", "gossip", "node", cfg.Name, "region", cfg.Region),
 		met:     newMetrics(),
-		dirty:   map[ref]uint64{},
+		dirty:   map[dref]uint64{},
 		notice:  map[ref]uint64{},
 		touched: map[int64]map[ref]struct{}{},
 		members: map[string]*member{},
@@ -177,9 +183,10 @@ func (n *Node) Name() string { return n.cfg.Name }
 func (n *Node) Region() string { return n.cfg.Region }
 
 // Dirty records the local region's new total for a key's bucket, as returned
-// by the decision (region.Result.Local); t.Region is ignored (the local
-// region is meant). It never blocks on I/O: it updates a bounded map under a
-// short lock. When MaxDirty keys wait already, a new key is dropped and
+// by the decision (region.Result.Local). An empty t.Region means the local
+// region; another region is the local store's fallback region (see
+// region.Failover), whose totals replicate like any region's. It never
+// blocks on I/O: it updates a bounded map under a short lock. When MaxDirty keys wait already, a new key is dropped and
 // counted: a later total or the reconciliation repairs it.
 func (n *Node) Dirty(t region.Total) {
 	if t.Count == 0 || len(t.Key) == 0 {
@@ -189,21 +196,29 @@ func (n *Node) Dirty(t region.Total) {
 		n.met.drop("bad_total")
 		return
 	}
+	if t.Region == "" {
+		t.Region = n.cfg.Region
+	}
+	if len(t.Region) > MaxRegionLen {
+		n.met.drop("bad_total")
+		return
+	}
 	k := ref{t.Key, t.Window, t.Bucket}
+	dk := dref{k, t.Region}
 	due := (t.Bucket + 1) * t.Window.Milliseconds()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
 		return
 	}
-	if c, ok := n.dirty[k]; ok {
+	if c, ok := n.dirty[dk]; ok {
 		if t.Count > c {
-			n.dirty[k] = t.Count
+			n.dirty[dk] = t.Count
 		}
 	} else if len(n.dirty) >= n.cfg.MaxDirty {
 		n.met.drop("dirty_full")
 	} else {
-		n.dirty[k] = t.Count
+		n.dirty[dk] = t.Count
 	}
 	set := n.touched[due]
 	if set == nil {
@@ -242,9 +257,10 @@ func (n *Node) flushLoop() {
 // not left to UDP.
 func (n *Node) flush(final bool) {
 	n.mu.Lock()
-	var dirty, notice map[ref]uint64
+	var dirty map[dref]uint64
+	var notice map[ref]uint64
 	if len(n.dirty) > 0 {
-		dirty, n.dirty = n.dirty, make(map[ref]uint64, len(n.dirty))
+		dirty, n.dirty = n.dirty, make(map[dref]uint64, len(n.dirty))
 	}
 	if len(n.notice) > 0 {
 		notice, n.notice = n.notice, map[ref]uint64{}
@@ -255,7 +271,10 @@ func (n *Node) flush(final bool) {
 	}
 	v := n.view()
 	if len(dirty) > 0 {
-		totals := n.totals(dirty)
+		totals := make([]region.Total, 0, len(dirty))
+		for k, c := range dirty {
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+		}
 		for _, ms := range v.remote {
 			for dest, group := range route(totals, ms) {
 				n.send(final, KindFlush, dest, group)
