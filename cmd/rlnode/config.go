@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // envPrefix prefixes the environment variable that backs each flag:
@@ -27,6 +29,10 @@ type config struct {
 	MaxKeys         int
 	MaxKeyBytes     int
 	ShutdownTimeout time.Duration
+
+	// Redis outages (see region.Failover); used only with RedisURL.
+	OnStoreFailure string
+	StoreTimeout   time.Duration
 
 	// Gossip (multi-region replication); off when GossipAddr is empty.
 	GossipAddr      string
@@ -56,6 +62,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
+	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
@@ -139,6 +147,12 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
+	}
+	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
+		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))
+	}
+	if c.StoreTimeout < time.Millisecond || c.StoreTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("--store-timeout: %v, want 1ms to 1m", c.StoreTimeout))
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))

@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	store, storeName, err := openStore(ctx, c)
+	store, storeName, err := openStore(ctx, c, log)
 	if err != nil {
 		return err
 	}
@@ -156,8 +156,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// openStore opens the store c names and describes it for the logs.
-func openStore(ctx context.Context, c config) (region.Store, string, error) {
+// openStore opens the store c names and describes it for the logs. Redis
+// is wrapped in a region.Failover that decides under --on-store-failure
+// while Redis is unavailable.
+func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, string, error) {
 	if c.RedisURL == "" {
 		return region.NewMemory(region.MemoryConfig{Region: c.Region, MaxKeys: c.MaxKeys}), "memory", nil
 	}
@@ -167,7 +169,14 @@ func openStore(ctx context.Context, c config) (region.Store, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("open redis: %w", err)
 	}
-	return r, "redis " + redactURL(c.RedisURL), nil
+	policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
+	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(c.Region), MaxKeys: c.MaxKeys})
+	f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: c.Region, Policy: policy, Timeout: c.StoreTimeout, Logger: log})
+	if err != nil {
+		_ = r.Close()
+		return nil, "", err
+	}
+	return f, fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region()), nil
 }
 
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which

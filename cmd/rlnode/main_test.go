@@ -148,7 +148,7 @@ func TestRunRedis(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--region", "eu"}, env(nil))
-	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr+"\"") {
+	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) {
 		t.Errorf("logs do not name the store:\n%s", logs)
 	}
 	exercise(t, base)

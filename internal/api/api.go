@@ -102,6 +102,17 @@ type Config struct {
 	// Check configures the HTTP check endpoint for proxies' forward-auth
 	// (default path /check).
 	Check CheckConfig
+	// StoreStatus, when set, reports the mode of a store that can decide
+	// while its primary is down ([region.Failover]): /readyz states it and
+	// the rlcluster_store_* metrics export it. Default: Store, when it
+	// implements StoreStatuser.
+	StoreStatus StoreStatuser
+}
+
+// StoreStatuser is implemented by stores with a degraded mode
+// ([region.Failover]). Status must not block.
+type StoreStatuser interface {
+	Status() region.FailoverStatus
 }
 
 // Server is the API's http.Handler. It is safe for concurrent use.
@@ -168,7 +179,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	m, err := newMetrics(cfg.Registerer, cfg.Store)
+	if cfg.StoreStatus == nil {
+		cfg.StoreStatus, _ = cfg.Store.(StoreStatuser)
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Store, cfg.StoreStatus)
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
@@ -253,6 +267,12 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	if err := s.Ready(r.Context()); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	if st := s.cfg.StoreStatus; st != nil {
+		// A store deciding under its failure policy is still ready (local
+		// and open decide; closed fails Ready above): say which mode.
+		fmt.Fprintf(w, "ok (store: %s)\n", st.Status())
 		return
 	}
 	fmt.Fprintln(w, "ok")

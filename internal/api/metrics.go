@@ -41,7 +41,7 @@ type metrics struct {
 // latencyBuckets go from 50 µs to 1 s in 24 steps of about x1.54.
 var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 1, 24)
 
-func newMetrics(reg prometheus.Registerer, store region.Store) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatuser) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rlcluster_decisions_total",
@@ -70,10 +70,48 @@ func newMetrics(reg prometheus.Registerer, store region.Store) (*metrics, error)
 			Help: "Keys the in-memory store evicted to stay within its key bound.",
 		}, func() float64 { return float64(ec.Evictions()) }))
 	}
+	if status != nil {
+		cs = append(cs, storeStatusCollectors(status)...)
+	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// storeStatusCollectors export a failover store's mode and counters.
+func storeStatusCollectors(st StoreStatuser) []prometheus.Collector {
+	var cs []prometheus.Collector
+	for _, mode := range []string{"primary", "local", "open", "closed"} {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "rlcluster_store_mode",
+			Help:        "1 for the mode the store decides in: primary, or the failure policy (local, open, closed) while the primary is unavailable.",
+			ConstLabels: prometheus.Labels{"mode": mode},
+		}, func() float64 {
+			if st.Status().ModeName() == mode {
+				return 1
+			}
+			return 0
+		}))
+	}
+	counter := func(name, help string, f func(region.FailoverStatus) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(st.Status())) })
+	}
+	return append(cs,
+		counter("rlcluster_store_transitions_total", "Changes of store mode, to the failure policy and back.",
+			func(s region.FailoverStatus) uint64 { return s.Transitions }),
+		counter("rlcluster_store_failures_total", "Calls to the primary store that failed or timed out (probes included).",
+			func(s region.FailoverStatus) uint64 { return s.Failures }),
+		counter("rlcluster_store_timeouts_total", "Calls to the primary store abandoned at the store timeout.",
+			func(s region.FailoverStatus) uint64 { return s.Timeouts }),
+		counter("rlcluster_store_fallback_decisions_total", "Requests decided under the failure policy.",
+			func(s region.FailoverStatus) uint64 { return s.FallbackDecisions }),
+		counter("rlcluster_store_writeback_totals_total", "Fallback totals written back to the primary on recovery.",
+			func(s region.FailoverStatus) uint64 { return s.WriteBacks }),
+		counter("rlcluster_store_writeback_dropped_total", "Fallback totals not written back (bound reached or write failed).",
+			func(s region.FailoverStatus) uint64 { return s.WriteBackDropped }),
+	)
 }

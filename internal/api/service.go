@@ -227,11 +227,15 @@ func (s *Server) decide(ctx context.Context, checks []check, res []region.Result
 		}
 		s.metrics.decisions.WithLabelValues(c.rule, outcomeAllowed).Inc()
 		if s.cfg.Replicator != nil && c.req.Limit.Algorithm.Counted() {
+			reg := s.cfg.Region
+			if res[i].LocalRegion != "" {
+				reg = res[i].LocalRegion // a failover store's fallback region
+			}
 			s.cfg.Replicator.Dirty(region.Total{
 				Key:    c.req.Key,
 				Window: c.req.Limit.Window,
 				Bucket: res[i].Bucket,
-				Region: s.cfg.Region,
+				Region: reg,
 				Count:  res[i].Local,
 			})
 		}

@@ -36,6 +36,12 @@ type ref struct {
 	bucket int64
 }
 
+// dref names one region's total of a bucket, as a map key.
+type dref struct {
+	ref
+	region string
+}
+
 // maxReliableFrame is the largest frame sent over TCP; bigger batches are
 // split.
 const maxReliableFrame = 256 << 10
@@ -68,8 +74,8 @@ type Node struct {
 	met   *metrics
 
 	mu       sync.Mutex
-	dirty    map[ref]uint64
-	echo     map[ref]uint64             // the previous flush's totals, sent once more
+	dirty    map[dref]uint64
+	echo     map[dref]uint64            // the previous flush's totals, sent once more
 	notice   map[ref]uint64             // first touches, for the local buddy
 	touched  map[int64]map[ref]struct{} // bucket end (Unix ms) -> buckets
 	nTouched int
@@ -125,7 +131,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		store:   store,
 		log:     cfg.Logger.With("component", "gossip", "node", cfg.Name, "region", cfg.Region),
 		met:     newMetrics(),
-		dirty:   map[ref]uint64{},
+		dirty:   map[dref]uint64{},
 		notice:  map[ref]uint64{},
 		touched: map[int64]map[ref]struct{}{},
 		members: map[string]*member{},
@@ -178,9 +184,10 @@ func (n *Node) Name() string { return n.cfg.Name }
 func (n *Node) Region() string { return n.cfg.Region }
 
 // Dirty records the local region's new total for a key's bucket, as returned
-// by the decision (region.Result.Local); t.Region is ignored (the local
-// region is meant). It never blocks on I/O: it updates a bounded map under a
-// short lock. When MaxDirty keys wait already, a new key is dropped and
+// by the decision (region.Result.Local). An empty t.Region means the local
+// region; another region is the local store's fallback region (see
+// region.Failover), whose totals replicate like any region's. It never
+// blocks on I/O: it updates a bounded map under a short lock. When MaxDirty keys wait already, a new key is dropped and
 // counted: a later total or the reconciliation repairs it.
 func (n *Node) Dirty(t region.Total) {
 	if t.Count == 0 || len(t.Key) == 0 {
@@ -190,21 +197,29 @@ func (n *Node) Dirty(t region.Total) {
 		n.met.drop("bad_total")
 		return
 	}
+	if t.Region == "" {
+		t.Region = n.cfg.Region
+	}
+	if len(t.Region) > MaxRegionLen {
+		n.met.drop("bad_total")
+		return
+	}
 	k := ref{t.Key, t.Window, t.Bucket}
+	dk := dref{k, t.Region}
 	due := (t.Bucket + 1) * t.Window.Milliseconds()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
 		return
 	}
-	if c, ok := n.dirty[k]; ok {
+	if c, ok := n.dirty[dk]; ok {
 		if t.Count > c {
-			n.dirty[k] = t.Count
+			n.dirty[dk] = t.Count
 		}
 	} else if len(n.dirty) >= n.cfg.MaxDirty {
 		n.met.drop("dirty_full")
 	} else {
-		n.dirty[k] = t.Count
+		n.dirty[dk] = t.Count
 	}
 	set := n.touched[due]
 	if set == nil {
@@ -243,9 +258,10 @@ func (n *Node) flushLoop() {
 // not left to UDP.
 func (n *Node) flush(final bool) {
 	n.mu.Lock()
-	var dirty, notice map[ref]uint64
+	var dirty map[dref]uint64
+	var notice map[ref]uint64
 	if len(n.dirty) > 0 {
-		dirty, n.dirty = n.dirty, make(map[ref]uint64, len(n.dirty))
+		dirty, n.dirty = n.dirty, make(map[dref]uint64, len(n.dirty))
 	}
 	echo := n.echo
 	n.echo = dirty // read-only from here on: n.dirty is a new map
@@ -258,7 +274,7 @@ func (n *Node) flush(final bool) {
 	// interval later, even for a key that saw no more traffic, instead of at
 	// the bucket's reconciliation. Keys that stay busy cost nothing more.
 	if len(echo) > 0 {
-		merged := make(map[ref]uint64, len(dirty)+len(echo))
+		merged := make(map[dref]uint64, len(dirty)+len(echo))
 		for k, c := range echo {
 			merged[k] = c
 		}
@@ -272,7 +288,10 @@ func (n *Node) flush(final bool) {
 	}
 	v := n.view()
 	if len(dirty) > 0 {
-		totals := n.totals(dirty)
+		totals := make([]region.Total, 0, len(dirty))
+		for k, c := range dirty {
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+		}
 		for _, ms := range v.remote {
 			for dest, group := range route(totals, ms) {
 				n.send(final, KindFlush, dest, group)

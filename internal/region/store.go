@@ -66,6 +66,10 @@ type Result struct {
 	// Local is the local region's total in the current bucket after the
 	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
+	// LocalRegion, when set, is the region whose count Local is, if not the
+	// store's local region: a [Failover] deciding from its fallback counts
+	// under the fallback's own region.
+	LocalRegion string
 }
 
 // Total is one region's total count for a key's bucket, the unit of

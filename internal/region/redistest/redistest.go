@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -106,6 +107,30 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 		s.cmd = nil
+	}
+}
+
+// Pause stops the server's process (SIGSTOP): connections stay open and
+// commands hang, as with a stalled or partitioned Redis. Resume or Stop
+// ends it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		t.Fatalf("pause redis-server on %s: not running", s.Addr)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause redis-server on %s: %v", s.Addr, err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		t.Fatalf("resume redis-server on %s: not running", s.Addr)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("resume redis-server on %s: %v", s.Addr, err)
 	}
 }
 

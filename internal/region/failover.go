@@ -1,0 +1,649 @@
+package region
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// Policy says how a [Failover] decides while its primary store is
+// unavailable.
+type Policy uint8
+
+// The policies. The zero value is PolicyLocal.
+const (
+	// PolicyLocal decides from the in-memory fallback store, which holds
+	// the counts this node last saw in the primary plus what it admitted
+	// since, and keeps replicating.
+	PolicyLocal Policy = iota
+	// PolicyOpen admits every request, as an empty counter would: allowed,
+	// remaining = limit - hits. Nothing is counted.
+	PolicyOpen
+	// PolicyClosed denies every request, with RetryAfter
+	// FailoverConfig.ClosedRetryAfter. Nothing is counted.
+	PolicyClosed
+)
+
+// String returns the policy's configuration name.
+func (p Policy) String() string {
+	switch p {
+	case PolicyLocal:
+		return "local"
+	case PolicyOpen:
+		return "open"
+	case PolicyClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("Policy(%d)", uint8(p))
+}
+
+// ParsePolicy parses "local", "open" or "closed"; "" means local.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "", "local":
+		return PolicyLocal, nil
+	case "open":
+		return PolicyOpen, nil
+	case "closed":
+		return PolicyClosed, nil
+	}
+	return 0, fmt.Errorf("region: unknown store failure policy %q (want local, open or closed)", s)
+}
+
+// FailoverConfig configures a [Failover]. Zero fields mean their default.
+type FailoverConfig struct {
+	// Region is the local region's name, the primary's. Required.
+	Region string
+	// Policy decides while the primary is unavailable. Default PolicyLocal.
+	Policy Policy
+	// Timeout bounds how long a decision waits for the primary; past it,
+	// the decision is made under Policy and counted as a failure. It also
+	// bounds each recovery probe. Default 50ms.
+	Timeout time.Duration
+	// Threshold is the number of consecutive failures (errors or timeouts)
+	// that opens the breaker. Default 3.
+	Threshold int
+	// ProbeMin is the delay before the first recovery probe after the
+	// breaker opens; each failed probe doubles it up to ProbeMax.
+	// Defaults 100ms and 5s.
+	ProbeMin, ProbeMax time.Duration
+	// ClosedRetryAfter is the RetryAfter of PolicyClosed's denials.
+	// Default 1s.
+	ClosedRetryAfter time.Duration
+	// MaxWriteBack bounds the buckets remembered for the write-back of
+	// the fallback's counts on recovery; beyond it they are dropped and
+	// counted in FailoverStatus.WriteBackDropped. Default 100000.
+	MaxWriteBack int
+	// Now is the clock, for timestamps and request-less probes.
+	// Default time.Now.
+	Now func() time.Time
+	// Logger gets one line per transition. Default discards.
+	Logger *slog.Logger
+}
+
+// Mode is which store a [Failover] decides with.
+type Mode uint8
+
+// The modes.
+const (
+	// ModePrimary: decisions go to the primary store.
+	ModePrimary Mode = iota
+	// ModeFallback: the breaker is open (or probing) and decisions follow
+	// the Policy.
+	ModeFallback
+)
+
+// FailoverStatus is a snapshot of a [Failover]'s state and counters.
+type FailoverStatus struct {
+	Policy Policy
+	Mode   Mode
+	// Probing is set while a recovery probe is in flight (half-open).
+	Probing bool
+	// Since is when the current mode began (zero before the first
+	// transition).
+	Since time.Time
+	// LastError is the last failure of the primary, "" when none.
+	LastError string
+	// Transitions counts mode changes, both ways.
+	Transitions uint64
+	// Failures counts primary calls that failed, timeouts included;
+	// Timeouts counts those that took longer than Timeout.
+	Failures, Timeouts uint64
+	// FallbackDecisions counts requests decided under Policy.
+	FallbackDecisions uint64
+	// WriteBacks counts fallback totals written to the primary on
+	// recovery; WriteBackDropped those lost to MaxWriteBack or to a failed
+	// write.
+	WriteBacks, WriteBackDropped uint64
+}
+
+// ModeName returns "primary" or, in fallback, the policy's name ("local",
+// "open", "closed"): the values of the rlcluster_store_mode metric label.
+func (s FailoverStatus) ModeName() string {
+	if s.Mode == ModePrimary {
+		return "primary"
+	}
+	return s.Policy.String()
+}
+
+// String describes the status for /readyz, for example
+// "fallback local, primary unavailable since 2026-11-23T04:50:00Z: <error>".
+func (s FailoverStatus) String() string {
+	if s.Mode == ModePrimary {
+		return "primary"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "fallback %s, primary unavailable since %s", s.Policy, s.Since.UTC().Format(time.RFC3339))
+	if s.Probing {
+		b.WriteString(" (probing)")
+	}
+	if s.LastError != "" {
+		b.WriteString(": ")
+		b.WriteString(s.LastError)
+	}
+	return b.String()
+}
+
+// Failover is a [Store] that decides with a primary store (Redis) and, while
+// the primary fails, under a [Policy]: from an in-memory fallback store
+// (PolicyLocal), admitting everything (PolicyOpen) or denying everything
+// (PolicyClosed). It is safe for concurrent use.
+//
+// Timeout and circuit breaker: each Check waits at most Timeout for the
+// primary; a call that errs or times out is decided under the policy. The
+// primary's call runs on its own goroutine with its own result buffer, so a
+// call abandoned at its timeout corrupts nothing and, for a coalescing
+// [Redis], leaves the shared batch intact for the calls that wait for it.
+// After Threshold consecutive failures the breaker opens: decisions stop
+// going to the primary, and a goroutine probes it (a Peek decision) after
+// ProbeMin, doubling the delay to ProbeMax while it fails (the half-open
+// state); the first probe that succeeds closes the breaker. Each
+// transition is logged once.
+//
+// Counting under PolicyLocal: while the primary answers, the Failover copies
+// every counter decision's per-region counts into the fallback (max-merge),
+// so that the fallback starts an outage from the counts this node last saw.
+// The fallback counts its own admissions under a region of its own, the
+// fallback region (Region + "~" + a random id per process, see
+// [FallbackRegion]), never under Region: a decision it makes reports
+// Result.LocalRegion = the fallback region, so replication sends that
+// region's total, a grow-only count of this process's fallback admissions.
+// The invariants hold as for any region: the primary's count for Region
+// still changes only by its decisions, and every replicated total is one
+// that its region (the fallback region) really reached. When the breaker
+// closes, the fallback region's totals are merged into the primary (the
+// write-back), so that decisions on the primary count them too; other
+// regions' reconciliation repairs whatever the write-back misses. A
+// timed-out call may still be applied by the primary later: such hits are
+// counted twice (conservative), never lost.
+//
+// Token bucket and sliding log state is region-local and not copied: the
+// fallback starts them empty.
+type Failover struct {
+	primary  Store
+	fallback *Memory
+	cfg      FailoverConfig
+	log      *slog.Logger
+	fbRegion string
+
+	open  atomic.Bool  // breaker not closed: decide under the policy
+	fails atomic.Int64 // consecutive failures while closed
+
+	mu          sync.Mutex
+	probing     bool
+	since       time.Time
+	lastErr     string
+	transitions uint64
+
+	failures, timeouts, fbDecisions atomic.Uint64
+	writeBacks, wbDropped           atomic.Uint64
+
+	wbMu sync.Mutex
+	wb   map[BucketRef]struct{} // buckets the fallback admitted into
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	probes   sync.WaitGroup
+}
+
+var _ Store = (*Failover)(nil)
+
+// ErrTimeout is the failure recorded when the primary does not answer
+// within FailoverConfig.Timeout.
+var ErrTimeout = errors.New("region: store timeout")
+
+// FallbackRegion returns a fallback region name for region: region + "~" +
+// 6 random hex digits, at most MaxRegionName bytes (region is cut to fit).
+func FallbackRegion(region string) string {
+	var id [3]byte
+	_, _ = rand.Read(id[:])
+	suffix := "~" + hex.EncodeToString(id[:])
+	if len(region)+len(suffix) > MaxRegionName {
+		region = region[:MaxRegionName-len(suffix)]
+	}
+	return region + suffix
+}
+
+// MaxRegionName is the longest region name replication carries (bytes).
+const MaxRegionName = 64
+
+// NewFailover returns a Failover over primary with fallback, which must
+// count under a region other than cfg.Region: make it with
+// NewMemory(MemoryConfig{Region: FallbackRegion(cfg.Region)}). Close closes
+// both stores.
+func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover, error) {
+	switch {
+	case primary == nil || fallback == nil:
+		return nil, errors.New("region: failover: primary and fallback stores are required")
+	case cfg.Region == "":
+		return nil, errors.New("region: failover: region is required")
+	case fallback.Region() == cfg.Region:
+		return nil, fmt.Errorf("region: failover: fallback region %q must differ from the primary's (use FallbackRegion)", cfg.Region)
+	case cfg.Policy > PolicyClosed:
+		return nil, fmt.Errorf("region: failover: unknown policy %d", cfg.Policy)
+	case cfg.Timeout < 0 || cfg.ProbeMin < 0 || cfg.ProbeMax < 0 || cfg.ClosedRetryAfter < 0 || cfg.Threshold < 0 || cfg.MaxWriteBack < 0:
+		return nil, errors.New("region: failover: durations and counts must not be negative")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 50 * time.Millisecond
+	}
+	if cfg.Threshold == 0 {
+		cfg.Threshold = 3
+	}
+	if cfg.ProbeMin == 0 {
+		cfg.ProbeMin = 100 * time.Millisecond
+	}
+	if cfg.ProbeMax == 0 {
+		cfg.ProbeMax = 5 * time.Second
+	}
+	cfg.ProbeMax = max(cfg.ProbeMax, cfg.ProbeMin)
+	if cfg.ClosedRetryAfter == 0 {
+		cfg.ClosedRetryAfter = time.Second
+	}
+	if cfg.MaxWriteBack == 0 {
+		cfg.MaxWriteBack = 100000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Failover{
+		primary:  primary,
+		fallback: fallback,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "store", "policy", cfg.Policy.String()),
+		fbRegion: fallback.Region(),
+		wb:       map[BucketRef]struct{}{},
+		stop:     make(chan struct{}),
+	}, nil
+}
+
+// Region returns the local region's name.
+func (f *Failover) Region() string { return f.cfg.Region }
+
+// FallbackRegion returns the region the fallback counts its admissions
+// under.
+func (f *Failover) FallbackRegion() string { return f.fbRegion }
+
+// Fallback returns the in-memory fallback store.
+func (f *Failover) Fallback() *Memory { return f.fallback }
+
+// Keys returns the number of keys the fallback holds.
+func (f *Failover) Keys() int { return f.fallback.Keys() }
+
+// Evictions returns how many keys the fallback evicted.
+func (f *Failover) Evictions() uint64 { return f.fallback.Evictions() }
+
+// Status returns a snapshot of the mode and counters.
+func (f *Failover) Status() FailoverStatus {
+	f.mu.Lock()
+	s := FailoverStatus{
+		Policy:      f.cfg.Policy,
+		Probing:     f.probing,
+		Since:       f.since,
+		LastError:   f.lastErr,
+		Transitions: f.transitions,
+	}
+	f.mu.Unlock()
+	if f.open.Load() {
+		s.Mode = ModeFallback
+	}
+	s.Failures, s.Timeouts = f.failures.Load(), f.timeouts.Load()
+	s.FallbackDecisions = f.fbDecisions.Load()
+	s.WriteBacks, s.WriteBackDropped = f.writeBacks.Load(), f.wbDropped.Load()
+	return s
+}
+
+// Ping reports whether the node can decide: always under PolicyLocal and
+// PolicyOpen (a fallback decision is still a decision), and under
+// PolicyClosed only while the primary answers. While the breaker is closed
+// it probes the primary (within Timeout) and counts a failure toward the
+// breaker, so that an idle node notices an outage too; see Status for the
+// mode.
+func (f *Failover) Ping(ctx context.Context) error {
+	if !f.open.Load() {
+		if err := f.probe(ctx); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return fmt.Errorf("region: ping: %w", cerr)
+			}
+			f.failed(err)
+			if f.cfg.Policy == PolicyClosed {
+				return fmt.Errorf("region: ping: %w: %w", ErrUnavailable, err)
+			}
+			return nil
+		}
+		f.fails.Store(0)
+		return nil
+	}
+	if f.cfg.Policy == PolicyClosed {
+		return fmt.Errorf("%w: %s", ErrUnavailable, f.Status())
+	}
+	return nil
+}
+
+// Check decides reqs with the primary, or under the policy when the
+// breaker is open or the primary fails or takes longer than Timeout; see
+// [Store]. It returns an error only for invalid requests or when ctx ends.
+func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
+	}
+	for i := range reqs {
+		if err := validate(&reqs[i]); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("region: check: %w", err)
+	}
+	if !f.open.Load() {
+		err := f.callPrimary(ctx, reqs, res)
+		if err == nil {
+			f.fails.Store(0)
+			if f.cfg.Policy == PolicyLocal {
+				f.mirror(reqs, res)
+			}
+			return nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("region: check: %w", cerr)
+		}
+		f.failed(err)
+	}
+	f.decideFallback(reqs, res)
+	return nil
+}
+
+// callPrimary runs primary.Check on its own goroutine and result buffer and
+// waits at most Timeout for it.
+func (f *Failover) callPrimary(ctx context.Context, reqs []Request, res []Result) error {
+	tctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	q := slices.Clone(reqs)
+	buf := make([]Result, len(q))
+	done := make(chan error, 1)
+	go func() { done <- f.primary.Check(tctx, q, buf) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		copy(res, buf)
+		return nil
+	case <-tctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w after %v", ErrTimeout, f.cfg.Timeout)
+	}
+}
+
+// failed records a failure of the primary and opens the breaker at
+// Threshold consecutive failures.
+func (f *Failover) failed(err error) {
+	f.failures.Add(1)
+	if errors.Is(err, ErrTimeout) {
+		f.timeouts.Add(1)
+	}
+	n := f.fails.Add(1)
+	f.mu.Lock()
+	f.lastErr = err.Error()
+	opened := false
+	if n >= int64(f.cfg.Threshold) && !f.open.Load() {
+		f.open.Store(true)
+		f.since = f.cfg.Now()
+		f.transitions++
+		opened = true
+	}
+	f.mu.Unlock()
+	if !opened {
+		return
+	}
+	f.log.Warn("store: primary unavailable, deciding under the failure policy",
+		"failures", n, "err", err, "probe_in", f.cfg.ProbeMin)
+	f.probes.Add(1)
+	go func() {
+		defer f.probes.Done()
+		f.probeLoop()
+	}()
+}
+
+// probeLoop probes the primary with backoff until it answers, then closes
+// the breaker and writes the fallback's counts back.
+func (f *Failover) probeLoop() {
+	delay := f.cfg.ProbeMin
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		f.mu.Lock()
+		f.probing = true
+		f.mu.Unlock()
+		err := f.probe(context.Background())
+		f.mu.Lock()
+		f.probing = false
+		if err != nil {
+			f.lastErr = err.Error()
+			f.mu.Unlock()
+			f.failures.Add(1)
+			if errors.Is(err, ErrTimeout) {
+				f.timeouts.Add(1)
+			}
+			delay = min(2*delay, f.cfg.ProbeMax)
+			f.log.Debug("store: probe failed", "err", err, "next_in", delay)
+			t.Reset(delay)
+			continue
+		}
+		outage := f.cfg.Now().Sub(f.since)
+		f.since = f.cfg.Now()
+		f.lastErr = ""
+		f.transitions++
+		f.fails.Store(0)
+		f.open.Store(false)
+		f.mu.Unlock()
+		f.log.Info("store: primary answers again, deciding with it", "outage", outage.Round(time.Millisecond))
+		f.writeBack()
+		return
+	}
+}
+
+// probe asks the primary for a Peek decision, within Timeout.
+func (f *Failover) probe(ctx context.Context) error {
+	q := []Request{{Key: "rlcluster:probe", Limit: window.Limit{Limit: 1, Window: time.Second}, Hits: 1, Now: f.cfg.Now(), Peek: true}}
+	return f.callPrimary(ctx, q, make([]Result, 1))
+}
+
+// decideFallback decides reqs under the policy.
+func (f *Failover) decideFallback(reqs []Request, res []Result) {
+	f.fbDecisions.Add(uint64(len(reqs)))
+	switch f.cfg.Policy {
+	case PolicyOpen:
+		for i := range reqs {
+			res[i] = Result{Decision: emptyDecision(&reqs[i])}
+		}
+	case PolicyClosed:
+		for i := range reqs {
+			q := &reqs[i]
+			res[i] = Result{Decision: window.Decision{
+				Limit:      q.Limit.Limit,
+				RetryAfter: f.cfg.ClosedRetryAfter,
+				ResetAfter: f.cfg.ClosedRetryAfter,
+			}}
+			if q.Limit.Algorithm.Counted() {
+				res[i].Bucket = window.Bucket(window.Ms(q.Now), q.Limit.Window)
+			}
+		}
+	default:
+		// The memory store fails only on invalid requests, checked already.
+		_ = f.fallback.Check(context.Background(), reqs, res)
+		for i := range reqs {
+			q := &reqs[i]
+			if !q.Limit.Algorithm.Counted() {
+				continue
+			}
+			res[i].LocalRegion = f.fbRegion
+			if res[i].Allowed && !q.Peek {
+				f.remember(BucketRef{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket})
+			}
+		}
+	}
+}
+
+// emptyDecision decides q against an empty counter: allowed, since hits is
+// at most the limit.
+func emptyDecision(q *Request) window.Decision {
+	nowMs := window.Ms(q.Now)
+	switch q.Limit.Algorithm {
+	case window.TokenBucket:
+		d, _ := q.Limit.DecideGCRA(nowMs, 0, q.Hits)
+		return d
+	case window.SlidingLog:
+		return q.Limit.DecideLog(nowMs, nil, q.Hits)
+	}
+	return q.Limit.DecideCounter(nowMs, window.Counts{}, q.Hits)
+}
+
+// remember records a bucket the fallback admitted into, for the write-back.
+func (f *Failover) remember(r BucketRef) {
+	f.wbMu.Lock()
+	defer f.wbMu.Unlock()
+	if _, ok := f.wb[r]; ok {
+		return
+	}
+	if len(f.wb) >= f.cfg.MaxWriteBack {
+		f.wbDropped.Add(1)
+		return
+	}
+	f.wb[r] = struct{}{}
+}
+
+// writeBack merges the fallback region's totals of the buckets still alive
+// into the primary.
+func (f *Failover) writeBack() {
+	f.wbMu.Lock()
+	refs := make([]BucketRef, 0, len(f.wb))
+	nowMs := window.Ms(f.cfg.Now())
+	for r := range f.wb {
+		// A bucket matters until its successor closes.
+		if (r.Bucket+2)*r.Window.Milliseconds() > nowMs {
+			refs = append(refs, r)
+		}
+	}
+	clear(f.wb)
+	f.wbMu.Unlock()
+	if len(refs) == 0 {
+		return
+	}
+	vecs, _ := f.fallback.Vectors(context.Background(), refs)
+	var totals []Total
+	for _, v := range vecs {
+		for _, t := range v {
+			if t.Region == f.fbRegion && t.Count > 0 {
+				totals = append(totals, t)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.primary.Merge(ctx, totals); err != nil {
+		f.wbDropped.Add(uint64(len(totals)))
+		f.log.Warn("store: write back the fallback's counts", "totals", len(totals), "err", err)
+		return
+	}
+	f.writeBacks.Add(uint64(len(totals)))
+	f.log.Info("store: wrote the fallback's counts back", "totals", len(totals), "fallback_region", f.fbRegion)
+}
+
+// mirror max-merges the per-region counts of the primary's counter
+// decisions into the fallback.
+func (f *Failover) mirror(reqs []Request, res []Result) {
+	var totals []Total
+	for i := range reqs {
+		q := &reqs[i]
+		if !q.Limit.Algorithm.Counted() {
+			continue
+		}
+		for _, rc := range res[i].Regions {
+			if rc.Current > 0 {
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current})
+			}
+			if rc.Previous > 0 {
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous})
+			}
+		}
+	}
+	if len(totals) > 0 {
+		_ = f.fallback.Merge(context.Background(), totals)
+	}
+}
+
+// Merge max-merges remote totals into the primary (unless the breaker is
+// open) and, under PolicyLocal, into the fallback; see [Store].
+func (f *Failover) Merge(ctx context.Context, totals []Total) error {
+	if f.cfg.Policy == PolicyLocal {
+		_ = f.fallback.Merge(ctx, totals)
+	}
+	if f.open.Load() {
+		if f.cfg.Policy == PolicyLocal {
+			return nil
+		}
+		return fmt.Errorf("region: merge: %w (breaker open)", ErrUnavailable)
+	}
+	return f.primary.Merge(ctx, totals)
+}
+
+// Vectors reads the primary, or under PolicyLocal while the breaker is
+// open, the fallback (whose counts never exceed what their regions
+// reached); see [Store].
+func (f *Failover) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error) {
+	if f.open.Load() {
+		if f.cfg.Policy == PolicyLocal {
+			return f.fallback.Vectors(ctx, refs)
+		}
+		return nil, fmt.Errorf("region: vectors: %w (breaker open)", ErrUnavailable)
+	}
+	return f.primary.Vectors(ctx, refs)
+}
+
+// Close stops probing and closes both stores.
+func (f *Failover) Close() error {
+	f.stopOnce.Do(func() { close(f.stop) })
+	f.probes.Wait()
+	return errors.Join(f.primary.Close(), f.fallback.Close())
+}

@@ -1,0 +1,186 @@
+package region_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// TestFailoverRedisOutage runs steady load against a Failover over a real
+// redis-server while the server first stalls (SIGSTOP: commands hang), then
+// dies (SIGKILL: connections refused), then restarts on the same port. Under
+// every policy no decision errs, none waits much longer than the store
+// timeout (latencies are logged; the bound asserted is far below the
+// client's 3s read timeout that a missing timeout would hit), decisions
+// follow the policy during the outage, and the node returns to Redis.
+func TestFailoverRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage test skipped in -short mode")
+	}
+	for _, policy := range []region.Policy{region.PolicyLocal, region.PolicyOpen, region.PolicyClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
+				ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const timeout = 50 * time.Millisecond
+			fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
+			f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Policy: policy, Timeout: timeout,
+				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+
+			l := window.Limit{Limit: 1 << 40, Window: time.Minute}
+			var (
+				phase   atomic.Value // string
+				mu      sync.Mutex
+				lat     = map[string][]time.Duration{}
+				allowed = map[string]int{}
+				denied  = map[string]int{}
+				errs    []error
+				stop    = make(chan struct{})
+				wg      sync.WaitGroup
+			)
+			phase.Store("healthy")
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						reqs := make([]region.Request, 1+i%3)
+						for j := range reqs {
+							reqs[j] = region.Request{Key: fmt.Sprintf("out/%d/%d", w, j), Limit: l, Hits: 1, Now: time.Now()}
+						}
+						res := make([]region.Result, len(reqs))
+						ph := phase.Load().(string)
+						start := time.Now()
+						err := f.Check(context.Background(), reqs, res)
+						el := time.Since(start)
+						mu.Lock()
+						lat[ph] = append(lat[ph], el)
+						if err != nil {
+							errs = append(errs, fmt.Errorf("%s: %w", ph, err))
+						}
+						for _, x := range res {
+							if x.Allowed {
+								allowed[ph]++
+							} else {
+								denied[ph]++
+							}
+						}
+						mu.Unlock()
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			waitCount := func(ph string, n int) {
+				t.Helper()
+				waitFor(t, 20*time.Second, fmt.Sprintf("%d decisions in phase %s", n, ph), func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(lat[ph]) >= n
+				})
+			}
+			waitCount("healthy", 200)
+
+			phase.Store("stalled")
+			srv.Pause(t)
+			waitFor(t, 10*time.Second, "fallback mode", func() bool { return f.Status().Mode == region.ModeFallback })
+			t.Logf("readyz while stalled: %s", f.Status())
+			waitCount("stalled", 200)
+
+			phase.Store("dead")
+			srv.Stop() // SIGKILL, even while stopped
+			waitCount("dead", 200)
+
+			phase.Store("restarted")
+			srv.Restart(t)
+			waitFor(t, 20*time.Second, "the node to return to Redis", func() bool { return f.Status().Mode == region.ModePrimary })
+			phase.Store("recovered")
+			waitCount("recovered", 200)
+			close(stop)
+			wg.Wait()
+
+			for _, err := range errs[:min(len(errs), 5)] {
+				t.Errorf("decision error: %v", err)
+			}
+			if len(errs) > 0 {
+				t.Errorf("%d decisions erred, want none", len(errs))
+			}
+			for _, ph := range []string{"healthy", "stalled", "dead", "restarted", "recovered"} {
+				d := lat[ph]
+				if len(d) == 0 {
+					continue
+				}
+				slices.Sort(d)
+				t.Logf("%-9s %5d calls: p50 %8v  p99 %8v  max %8v  allowed %5d denied %5d", ph, len(d),
+					d[len(d)/2].Round(time.Microsecond), d[len(d)*99/100].Round(time.Microsecond), d[len(d)-1].Round(time.Microsecond),
+					allowed[ph], denied[ph])
+				if d[len(d)-1] > 30*timeout {
+					t.Errorf("%s: slowest decision took %v, want about the %v timeout (far below the 3s read timeout)", ph, d[len(d)-1], timeout)
+				}
+			}
+			// Decisions during the outage follow the policy.
+			for _, ph := range []string{"dead"} {
+				switch policy {
+				case region.PolicyClosed:
+					if allowed[ph] != 0 {
+						t.Errorf("closed: %d allowed while Redis was dead, want 0", allowed[ph])
+					}
+				default:
+					if denied[ph] != 0 {
+						t.Errorf("%s: %d denied while Redis was dead, want 0 (the limit is never reached)", policy, denied[ph])
+					}
+				}
+			}
+			if denied["recovered"] != 0 {
+				t.Errorf("%d denied after recovery, want 0", denied["recovered"])
+			}
+			st := f.Status()
+			t.Logf("status: mode %s, transitions %d, failures %d (timeouts %d), fallback decisions %d, written back %d",
+				st.ModeName(), st.Transitions, st.Failures, st.Timeouts, st.FallbackDecisions, st.WriteBacks)
+			if st.Transitions < 2 || st.FallbackDecisions == 0 {
+				t.Errorf("Status(): %d transitions, %d fallback decisions; want >= 2 and > 0", st.Transitions, st.FallbackDecisions)
+			}
+			// Back on Redis: the restarted server holds this node's counts,
+			// and under local the fallback's admissions were written back.
+			b := window.Bucket(window.Ms(time.Now()), l.Window)
+			vecs, err := r.Vectors(context.Background(), []region.BucketRef{{Key: "out/0/0", Window: l.Window, Bucket: b}})
+			if err != nil {
+				t.Fatalf("Vectors after recovery: %v", err)
+			}
+			regions := map[string]uint64{}
+			for _, tt := range vecs[0] {
+				regions[tt.Region] = tt.Count
+			}
+			t.Logf("Redis vector of out/0/0 after recovery: %v", regions)
+			if regions["here"] == 0 {
+				t.Errorf("Redis holds no count for region here after recovery: the node did not return to it")
+			}
+			if policy == region.PolicyLocal && regions[fb.Region()] == 0 && st.WriteBackDropped == 0 {
+				// The bucket may have rolled over during the test; only
+				// then can the written-back count be in another bucket.
+				if window.Bucket(window.Ms(st.Since), l.Window) == b {
+					t.Errorf("Redis holds no count for the fallback region %s after the write-back", fb.Region())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,329 @@
+package region_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// flaky is a primary store that works (a real Memory), fails, or hangs
+// ignoring its context (as a coalesced Redis batch does) until released.
+type flaky struct {
+	*region.Memory
+	mu      sync.Mutex
+	state   string // "ok", "fail", "hang"
+	release chan struct{}
+	calls   int
+}
+
+func newFlaky(reg string) *flaky {
+	return &flaky{Memory: region.NewMemory(region.MemoryConfig{Region: reg}), state: "ok", release: make(chan struct{})}
+}
+
+func (f *flaky) set(state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == "hang" && state != "hang" {
+		close(f.release)
+		f.release = make(chan struct{})
+	}
+	f.state = state
+}
+
+func (f *flaky) gate() error {
+	f.mu.Lock()
+	f.calls++
+	st, rel := f.state, f.release
+	f.mu.Unlock()
+	switch st {
+	case "fail":
+		return fmt.Errorf("flaky: %w", region.ErrUnavailable)
+	case "hang":
+		<-rel
+	}
+	return nil
+}
+
+func (f *flaky) Check(ctx context.Context, reqs []region.Request, res []region.Result) error {
+	if err := f.gate(); err != nil {
+		return err
+	}
+	return f.Memory.Check(ctx, reqs, res)
+}
+
+func (f *flaky) Merge(ctx context.Context, totals []region.Total) error {
+	if err := f.gate(); err != nil {
+		return err
+	}
+	return f.Memory.Merge(ctx, totals)
+}
+
+func newFailover(t *testing.T, primary region.Store, cfg region.FailoverConfig) *region.Failover {
+	t.Helper()
+	if cfg.Region == "" {
+		cfg.Region = "here"
+	}
+	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(cfg.Region)})
+	f, err := region.NewFailover(primary, fb, cfg)
+	if err != nil {
+		t.Fatalf("NewFailover: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFailoverContract: with a healthy primary, a Failover is a Store like
+// any other.
+func TestFailoverContract(t *testing.T) {
+	storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
+		return newFailover(t, region.NewMemory(region.MemoryConfig{Region: reg}), region.FailoverConfig{Region: reg})
+	})
+}
+
+func TestNewFailoverValidates(t *testing.T) {
+	p := region.NewMemory(region.MemoryConfig{Region: "here"})
+	cases := []struct {
+		name string
+		fb   *region.Memory
+		cfg  region.FailoverConfig
+	}{
+		{"no fallback", nil, region.FailoverConfig{Region: "here"}},
+		{"no region", region.NewMemory(region.MemoryConfig{Region: "x"}), region.FailoverConfig{}},
+		{"same region", region.NewMemory(region.MemoryConfig{Region: "here"}), region.FailoverConfig{Region: "here"}},
+		{"bad policy", region.NewMemory(region.MemoryConfig{Region: "x"}), region.FailoverConfig{Region: "here", Policy: 9}},
+		{"negative timeout", region.NewMemory(region.MemoryConfig{Region: "x"}), region.FailoverConfig{Region: "here", Timeout: -1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := region.NewFailover(p, c.fb, c.cfg); err == nil {
+				t.Errorf("NewFailover() error = nil, want an error")
+			}
+		})
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want region.Policy
+		ok   bool
+	}{{"", region.PolicyLocal, true}, {"local", region.PolicyLocal, true}, {"open", region.PolicyOpen, true},
+		{"closed", region.PolicyClosed, true}, {"fail-open", 0, false}} {
+		got, err := region.ParsePolicy(c.in)
+		if (err == nil) != c.ok || (c.ok && got != c.want) {
+			t.Errorf("ParsePolicy(%q) = %v, %v; want %v, ok %v", c.in, got, err, c.want, c.ok)
+		}
+		if c.ok && c.in != "" && got.String() != c.in {
+			t.Errorf("Policy(%q).String() = %q", c.in, got.String())
+		}
+	}
+	if got := region.FallbackRegion(string(make([]byte, 80))); len(got) != region.MaxRegionName {
+		t.Errorf("len(FallbackRegion(80 bytes)) = %d, want %d", len(got), region.MaxRegionName)
+	}
+}
+
+var lim = window.Limit{Limit: 10, Window: time.Minute}
+
+func req(key string, now time.Time) region.Request {
+	return region.Request{Key: key, Limit: lim, Hits: 1, Now: now}
+}
+
+// TestFailoverPolicies: a hanging primary costs each decision at most
+// about the timeout; after Threshold failures the breaker opens and the
+// policy decides without calling the primary; once the primary answers, a
+// probe closes the breaker.
+func TestFailoverPolicies(t *testing.T) {
+	now := time.UnixMilli(1_760_000_010_000)
+	for _, c := range []struct {
+		policy      region.Policy
+		wantAllowed bool
+		wantRetry   time.Duration
+	}{
+		{region.PolicyLocal, true, 0},
+		{region.PolicyOpen, true, 0},
+		{region.PolicyClosed, false, 2 * time.Second},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			p := newFlaky("here")
+			f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Timeout: 20 * time.Millisecond, Threshold: 2,
+				ProbeMin: 10 * time.Millisecond, ProbeMax: 40 * time.Millisecond, ClosedRetryAfter: 2 * time.Second})
+			if r := storetest.Check(t, f, req("k", now)); !r.Allowed || r.Remaining != 9 {
+				t.Fatalf("healthy: allowed %v remaining %d, want true 9", r.Allowed, r.Remaining)
+			}
+			p.set("hang")
+			for i := range 2 {
+				start := time.Now()
+				r := storetest.Check(t, f, req("k", now))
+				if el := time.Since(start); el > time.Second {
+					t.Errorf("decision %d took %v with a hanging primary, want about the 20ms timeout", i, el)
+				}
+				if r.Allowed != c.wantAllowed || r.RetryAfter != c.wantRetry {
+					t.Errorf("decision %d: allowed %v retry %v, want %v %v", i, r.Allowed, r.RetryAfter, c.wantAllowed, c.wantRetry)
+				}
+			}
+			st := f.Status()
+			if st.Mode != region.ModeFallback || st.Timeouts != 2 || st.Transitions != 1 || st.ModeName() != c.policy.String() {
+				t.Fatalf("Status() = %+v, want fallback after 2 timeouts, 1 transition", st)
+			}
+			p.set("fail")
+			p.mu.Lock()
+			before := p.calls
+			p.mu.Unlock()
+			for range 50 {
+				storetest.Check(t, f, req("k", now))
+			}
+			p.mu.Lock()
+			calls := p.calls - before
+			p.mu.Unlock()
+			if calls > 10 {
+				t.Errorf("the open breaker let %d of 50 decisions reach the primary, want only probes", calls)
+			}
+			if got := f.Status().FallbackDecisions; got < 50 {
+				t.Errorf("FallbackDecisions = %d, want >= 50", got)
+			}
+			p.set("ok")
+			waitFor(t, 5*time.Second, "the breaker to close", func() bool { return f.Status().Mode == region.ModePrimary })
+			if st := f.Status(); st.Transitions != 2 || st.LastError != "" {
+				t.Errorf("Status() after recovery = %+v, want 2 transitions and no error", st)
+			}
+			r := storetest.Check(t, f, req("k", now))
+			if !r.Allowed || r.LocalRegion != "" {
+				t.Errorf("after recovery: allowed %v local region %q, want true and the primary's", r.Allowed, r.LocalRegion)
+			}
+		})
+	}
+}
+
+// TestFailoverLocalCounts checks what PolicyLocal counts and replicates:
+// the fallback starts from the counts last seen in the primary, counts its
+// own admissions under its own region (reported in LocalRegion, so
+// replication never sends a fallback count as the primary region's), and
+// writes them back to the primary on recovery.
+func TestFailoverLocalCounts(t *testing.T) {
+	now := time.UnixMilli(1_760_000_010_000)
+	p := newFlaky("here")
+	f := newFailover(t, p, region.FailoverConfig{Timeout: 20 * time.Millisecond, Threshold: 1, ProbeMin: 10 * time.Millisecond,
+		Now: func() time.Time { return now }})
+	for range 4 {
+		storetest.Check(t, f, req("k", now))
+	}
+	// A remote region's total reaches both stores.
+	b := window.Bucket(window.Ms(now), lim.Window)
+	if err := f.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "far", Count: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	p.set("fail")
+	var last uint64
+	allowed := 0
+	for i := range 5 {
+		r := storetest.Check(t, f, req("k", now))
+		if r.LocalRegion != f.FallbackRegion() {
+			t.Fatalf("fallback decision %d: LocalRegion = %q, want %q", i, r.LocalRegion, f.FallbackRegion())
+		}
+		if r.Allowed {
+			allowed++
+			// Local is the fallback region's count: exactly its admissions.
+			if got, want := r.Local, uint64(allowed); got != want {
+				t.Errorf("fallback decision %d: Local = %d, want %d", i, got, want)
+			}
+		}
+		if r.Local < last {
+			t.Errorf("fallback decision %d: Local decreased from %d to %d", i, last, r.Local)
+		}
+		last = r.Local
+	}
+	// 4 seen in the primary + 3 from "far": 3 more fit in 10.
+	if allowed != 3 {
+		t.Errorf("fallback admitted %d, want 3 (the fallback must start from the primary's last counts)", allowed)
+	}
+	vecs, err := f.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, tt := range vecs[0] {
+		got[tt.Region] = tt.Count
+	}
+	want := map[string]uint64{"here": 4, "far": 3, f.FallbackRegion(): 3}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("fallback vector = %v, want %v", got, want)
+	}
+	p.set("ok")
+	waitFor(t, 5*time.Second, "write-back", func() bool { return f.Status().WriteBacks == 1 })
+	// The primary now counts the fallback's admissions too: the key is full.
+	r := storetest.Check(t, f, req("k", now))
+	if r.Allowed {
+		t.Errorf("after recovery: allowed with %v, want denied (4 + 3 + 3 = 10)", r.Regions)
+	}
+	vecs, _ = p.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
+	got = map[string]uint64{}
+	for _, tt := range vecs[0] {
+		got[tt.Region] = tt.Count
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("primary vector after write-back = %v, want %v", got, want)
+	}
+}
+
+// TestFailoverCanceled: a caller's own deadline is its error, not the
+// store's failure.
+func TestFailoverCanceled(t *testing.T) {
+	p := newFlaky("here")
+	f := newFailover(t, p, region.FailoverConfig{Timeout: time.Second, Threshold: 1})
+	p.set("hang")
+	defer p.set("ok")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := f.Check(ctx, []region.Request{req("k", time.Now())}, make([]region.Result, 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Check() error = %v, want context.DeadlineExceeded", err)
+	}
+	if st := f.Status(); st.Failures != 0 || st.Mode != region.ModePrimary {
+		t.Errorf("Status() = %+v, want no failure counted", st)
+	}
+}
+
+// TestFailoverPing: /readyz's check passes under local and open in
+// fallback, fails under closed, and notices an outage without traffic.
+func TestFailoverPing(t *testing.T) {
+	for _, c := range []struct {
+		policy region.Policy
+		ready  bool
+	}{{region.PolicyLocal, true}, {region.PolicyOpen, true}, {region.PolicyClosed, false}} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			p := newFlaky("here")
+			f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Threshold: 2, ProbeMin: time.Hour})
+			if err := f.Ping(context.Background()); err != nil {
+				t.Fatalf("healthy Ping() = %v", err)
+			}
+			p.set("fail")
+			for range 3 {
+				err := f.Ping(context.Background())
+				if (err == nil) != c.ready {
+					t.Errorf("Ping() = %v, want ready %v", err, c.ready)
+				}
+			}
+			if st := f.Status(); st.Mode != region.ModeFallback {
+				t.Errorf("Status().Mode = %v after failed pings, want fallback", st.Mode)
+			}
+		})
+	}
+}
