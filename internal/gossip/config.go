@@ -48,10 +48,13 @@ type Config struct {
 	MaxTouched int
 	// MaxStateBytes bounds the push-pull anti-entropy state. Default 64 KiB.
 	MaxStateBytes int
-	// RetryMargin is how long past two windows after a bucket closes its
-	// reconciliation is retried and carried by push-pull: match the store's
-	// TTL margin (region.RedisConfig.TTLMargin, 10 s by default) so that a
-	// partition shorter than the bucket's life still ends in agreement.
+	// RetryMargin is how long past one window after a bucket closes (when
+	// its successor closes and no estimate reads it any more) its
+	// reconciliation is retried and carried by push-pull, and totals for it
+	// are still merged: match the store's TTL margin
+	// (region.RedisConfig.TTLMargin, 10 s by default), so that a partition
+	// shorter than the bucket's life still ends in agreement and a late
+	// total never brings back a bucket the store has let expire.
 	// Default 10 s.
 	RetryMargin time.Duration
 	// UDPBudget is the largest frame sent over UDP with SendBestEffort;

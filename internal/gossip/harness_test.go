@@ -47,7 +47,11 @@ type tnode struct {
 	node         *Node
 	store        region.Store
 	dead         atomic.Bool
+	skew         atomic.Int64 // added to the node's clock, ns
 }
+
+// now is the node's clock: the real time plus its skew.
+func (tn *tnode) now() time.Time { return time.Now().Add(time.Duration(tn.skew.Load())) }
 
 // truthKey names one region's count of one bucket.
 type truthKey struct {
@@ -66,6 +70,9 @@ type harness struct {
 	regions []string
 	stores  map[string]region.Store
 	nodes   []*tnode
+	// readers, when set, are what agree and vectors read a region's counts
+	// from instead of its store (a failover store's Redis, say).
+	readers map[string]region.Store
 
 	mu    sync.Mutex
 	truth map[truthKey]uint64 // largest local total Check acknowledged
@@ -73,9 +80,15 @@ type harness struct {
 
 func newHarness(t *testing.T, fn *FaultNetwork, regions []string, perRegion int) *harness {
 	t.Helper()
+	return newHarnessStores(t, fn, regions, perRegion, newTestStore)
+}
+
+// newHarnessStores is newHarness with each region's store made by mk.
+func newHarnessStores(t *testing.T, fn *FaultNetwork, regions []string, perRegion int, mk func(*testing.T, string) region.Store) *harness {
+	t.Helper()
 	h := &harness{t: t, fn: fn, regions: regions, stores: map[string]region.Store{}, truth: map[truthKey]uint64{}}
 	for _, r := range regions {
-		h.stores[r] = newTestStore(t, r)
+		h.stores[r] = mk(t, r)
 	}
 	seed := ""
 	for _, r := range regions {
@@ -92,6 +105,8 @@ func newHarness(t *testing.T, fn *FaultNetwork, regions []string, perRegion int)
 			if seed != "" {
 				cfg.Join = []string{seed}
 			}
+			tn := &tnode{name: cfg.Name, region: r, store: h.stores[r]}
+			cfg.Now = tn.now
 			n, err := New(cfg, h.stores[r])
 			if err != nil {
 				t.Fatalf("New(%s): %v", cfg.Name, err)
@@ -104,7 +119,8 @@ func newHarness(t *testing.T, fn *FaultNetwork, regions []string, perRegion int)
 			if seed == "" {
 				seed = n.Addr()
 			}
-			h.nodes = append(h.nodes, &tnode{name: cfg.Name, region: r, node: n, store: h.stores[r]})
+			tn.node = n
+			h.nodes = append(h.nodes, tn)
 		}
 	}
 	h.waitAlive(len(h.nodes), 10*time.Second)
@@ -149,7 +165,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // hit decides one hit on key through tn exactly as the API does: Check,
 // then Dirty with the new local total when admitted.
 func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
-	reqs := []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}
+	reqs := []region.Request{{Key: key, Limit: lim, Hits: 1, Now: tn.now()}}
 	res := make([]region.Result, 1)
 	if err := tn.store.Check(context.Background(), reqs, res); err != nil {
 		return false, err
@@ -158,14 +174,18 @@ func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
 	if !r.Allowed {
 		return false, nil
 	}
-	tk := truthKey{key, lim.Window, r.Bucket, tn.region}
+	reg := tn.region
+	if r.LocalRegion != "" {
+		reg = r.LocalRegion // a failover store's fallback region
+	}
+	tk := truthKey{key, lim.Window, r.Bucket, reg}
 	h.mu.Lock()
 	if r.Local > h.truth[tk] {
 		h.truth[tk] = r.Local
 	}
 	h.mu.Unlock()
 	if !tn.dead.Load() {
-		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: tn.region, Count: r.Local})
+		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local})
 	}
 	return true, nil
 }
@@ -195,7 +215,11 @@ func (h *harness) truthVecs(keep func(region.BucketRef) bool) map[region.BucketR
 // vectors reads the given buckets from one region's store.
 func (h *harness) vectors(r string, refs []region.BucketRef) []bucketVec {
 	h.t.Helper()
-	vs, err := h.stores[r].Vectors(context.Background(), refs)
+	st := h.stores[r]
+	if rd, ok := h.readers[r]; ok {
+		st = rd
+	}
+	vs, err := st.Vectors(context.Background(), refs)
 	if err != nil {
 		h.t.Fatalf("Vectors(%s): %v", r, err)
 	}

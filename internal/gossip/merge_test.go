@@ -15,7 +15,7 @@ import (
 // over store, for property tests of the merge without sockets.
 func receiver(t *testing.T, regionName string, store Store) *Node {
 	t.Helper()
-	cfg := Config{Name: "r", Region: regionName}.withDefaults()
+	cfg := Config{Name: "r", Region: regionName, Now: func() time.Time { return t0 }}.withDefaults()
 	n := &Node{cfg: cfg, store: store, met: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}}
 	n.met.node = n
@@ -106,12 +106,22 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 func TestHandleDropsBadFrames(t *testing.T) {
 	store := region.NewMemory(region.MemoryConfig{Region: "b"})
 	n := receiver(t, "b", store)
-	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: 1, Region: "a", Count: 3}}, 1360)
+	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: t0.Unix(), Region: "a", Count: 3}}, 1360)
 	bad := append([]byte(nil), good[0]...)
 	bad[0] = 99
 	n.handle(bad)
 	n.handle(good[0][:5])
 	n.handle(good[0])
+	// A total for a bucket past its successor's close plus RetryMargin is
+	// late: dropped and counted, so it cannot re-create an expired bucket.
+	late, _ := Encode(KindReconcile, t0, "a", []region.Total{{Key: "old", Window: time.Second, Bucket: t0.Unix() - 20, Region: "a", Count: 3}}, 1360)
+	n.handle(late[0])
+	if got, want := n.met.dropCount("expired"), 1.0; got != want {
+		t.Errorf("dropped(expired) = %v, want %v", got, want)
+	}
+	if v, _ := store.Vectors(context.Background(), []region.BucketRef{{Key: "old", Window: time.Second, Bucket: t0.Unix() - 20}}); len(v[0]) != 0 {
+		t.Errorf("the late total was merged: %v", v[0])
+	}
 	if got, want := n.met.dropCount("version"), 1.0; got != want {
 		t.Errorf("dropped(version) = %v, want %v", got, want)
 	}

@@ -446,10 +446,19 @@ func (n *Node) handle(b []byte) {
 		return
 	}
 	remote := m.Totals[:0:0]
+	now := n.cfg.Now()
+	expired := 0
 	for _, t := range m.Totals {
-		if t.Region != n.cfg.Region {
+		switch {
+		case t.Region == n.cfg.Region:
+		case !now.Before(n.expiry(t.Window, t.Bucket)):
+			expired++ // late: the bucket is gone from every estimate
+		default:
 			remote = append(remote, t)
 		}
+	}
+	if expired > 0 {
+		n.met.drop("expired")
 	}
 	if len(remote) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

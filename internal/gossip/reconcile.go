@@ -219,10 +219,14 @@ func bucketEnd(w time.Duration, b int64) time.Time {
 	return time.UnixMilli((b + 1) * w.Milliseconds())
 }
 
-// expiry is when a closed bucket stops mattering: two windows after it
-// closes (it is then out of every estimate) plus RetryMargin.
+// expiry is when a closed bucket stops mattering: one window after it
+// closes (its successor has closed; it is out of every estimate) plus
+// RetryMargin. A store keeps a bucket at least that long (the Redis store:
+// two windows plus its TTL margin after the bucket's last increment, which
+// is after the bucket began), so totals merged before expiry never
+// re-create a bucket the store has dropped.
 func (n *Node) expiry(w time.Duration, b int64) time.Time {
-	return bucketEnd(w, b).Add(2*w + n.cfg.RetryMargin)
+	return bucketEnd(w, b).Add(w + n.cfg.RetryMargin)
 }
 
 // keepRecent adds reconciled totals to the bounded ring that push-pull

@@ -181,9 +181,10 @@ func (s FailoverStatus) String() string {
 // The invariants hold as for any region: the primary's count for Region
 // still changes only by its decisions, and every replicated total is one
 // that its region (the fallback region) really reached. When the breaker
-// closes, the fallback region's totals are merged into the primary (the
-// write-back), so that decisions on the primary count them too; other
-// regions' reconciliation repairs whatever the write-back misses. A
+// closes, the fallback region's totals, and the other regions' totals that
+// only the fallback received while the breaker was open, are merged into
+// the primary (the write-back), so that decisions on the primary count them
+// too and the primary agrees with the other regions again. A
 // timed-out call may still be applied by the primary later: such hits are
 // counted twice (conservative), never lost.
 //
@@ -539,7 +540,8 @@ func emptyDecision(q *Request) window.Decision {
 	return q.Limit.DecideCounter(nowMs, window.Counts{}, q.Hits)
 }
 
-// remember records a bucket the fallback admitted into, for the write-back.
+// remember records a bucket the fallback admitted into or merged into while
+// the breaker was open, for the write-back.
 func (f *Failover) remember(r BucketRef) {
 	f.wbMu.Lock()
 	defer f.wbMu.Unlock()
@@ -553,8 +555,10 @@ func (f *Failover) remember(r BucketRef) {
 	f.wb[r] = struct{}{}
 }
 
-// writeBack merges the fallback region's totals of the buckets still alive
-// into the primary.
+// writeBack merges into the primary the fallback's totals of the buckets
+// still alive that it admitted into or merged while the breaker was open:
+// the fallback region's own and the other regions' (never the primary's
+// region, which only its decisions change).
 func (f *Failover) writeBack() {
 	f.wbMu.Lock()
 	refs := make([]BucketRef, 0, len(f.wb))
@@ -574,7 +578,10 @@ func (f *Failover) writeBack() {
 	var totals []Total
 	for _, v := range vecs {
 		for _, t := range v {
-			if t.Region == f.fbRegion && t.Count > 0 {
+			// The fallback region's own admissions, and what other regions
+			// reported during the outage; the primary's own region only
+			// ever changes by its decisions.
+			if t.Region != f.cfg.Region && t.Count > 0 {
 				totals = append(totals, t)
 			}
 		}
@@ -621,6 +628,12 @@ func (f *Failover) Merge(ctx context.Context, totals []Total) error {
 	}
 	if f.open.Load() {
 		if f.cfg.Policy == PolicyLocal {
+			// Held by the fallback only: written back on recovery, so
+			// that the primary does not miss what other regions reported
+			// meanwhile (their reconciliation is not sent twice).
+			for _, t := range totals {
+				f.remember(BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket})
+			}
 			return nil
 		}
 		return fmt.Errorf("region: merge: %w (breaker open)", ErrUnavailable)

@@ -1,0 +1,239 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// TestChaos runs steady load over three regions (two nodes each, 60 ms
+// one-way, 2% loss; each region on its own redis-server behind a
+// region.Failover with the local policy, Redis with AOF persistence) and,
+// one after another, kills a node with no goodbye, partitions a region,
+// restarts a region's Redis and skews a node's clock by 50 ms. It prints a
+// table: requests, errors, the worst over-admission per window during and
+// after each fault, and the time until every region agrees again on every
+// closed bucket. It fails if any request errs or the regions do not agree
+// within 15 s of a fault's end.
+func TestChaos(t *testing.T) {
+	const (
+		oneWay = 60 * time.Millisecond
+		L      = 150
+		W      = time.Second
+	)
+	fn := NewFaultNetwork(4)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.02)
+	servers := map[string]*redistest.Server{}
+	primaries := map[string]region.Store{}
+	failovers := map[string]*region.Failover{}
+	h := newHarnessStores(t, fn, threeRegions, 2, func(t *testing.T, r string) region.Store {
+		srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+		servers[r] = srv
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rs, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Region: r})
+		if err != nil {
+			t.Fatalf("NewRedis(%s): %v", srv.URL(), err)
+		}
+		// A Redis that answers slower than the timeout counts as down; -race
+		// on two shared cores needs more than the 50 ms default.
+		f, err := region.NewFailover(rs, region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(r)}),
+			region.FailoverConfig{Region: r, Policy: region.PolicyLocal, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		primaries[r], failovers[r] = rs, f
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	})
+	// Agreement is checked on each region's Redis, the region's truth.
+	h.readers = primaries
+	byName := map[string]*tnode{}
+	for _, tn := range h.nodes {
+		byName[tn.name] = tn
+	}
+	lim := window.Limit{Limit: L, Window: W}
+	key := "chaos:global"
+
+	stop := make(chan struct{})
+	var st loadStats
+	var wg waitGroup
+	for i, r := range threeRegions {
+		h.load(stop, &wg.WaitGroup, &st, r, W/L, []string{key}, lim, uint64(i))
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+
+	type phase struct {
+		name         string
+		fault, after time.Duration       // how long the fault lasts, then how long to watch
+		start, end   func()              // inject and end the fault (end may be nil)
+		from, to     int64               // buckets while the phase ran
+		offered      int64               // requests
+		errors       int64               // requests that failed
+		agreeAfter   time.Duration       // from the fault's end to agreement
+		overDuring   float64             // worst over-admission (% of L) during the fault
+		overAfter    float64             // and after it
+		regionsAfter map[string]struct{} // regions (incl. fallback) holding counts
+	}
+	phases := []*phase{
+		{name: "steady (no fault)", fault: 2 * W, after: 0},
+		{name: "kill -9 node ap-0", fault: 0, after: 3 * W, start: func() {
+			tn := byName["ap-0"]
+			tn.dead.Store(true)
+			tn.node.kill()
+		}},
+		{name: "partition region us (2 s)", fault: 2 * W, after: 3 * W, start: func() {
+			fn.Partition("us", "eu")
+			fn.Partition("us", "ap")
+		}, end: fn.HealAll},
+		{name: "restart eu's redis-server (1 s down)", fault: W, after: 3 * W, start: func() {
+			servers["eu"].Stop()
+		}, end: func() { servers["eu"].Restart(t) }},
+		{name: "skew eu-1's clock +50 ms", fault: 0, after: 3 * W, start: func() {
+			byName["eu-1"].skew.Store(int64(50 * time.Millisecond))
+		}},
+	}
+
+	bucketNow := func() int64 { return window.Bucket(time.Now().UnixMilli(), W) }
+	sleep := func(d time.Duration) { <-time.After(d) } // a phase's length, not a wait for something to settle
+	// closedAgree reports whether every region holds the acknowledged
+	// vector of every bucket that closed at least 300 ms ago and that every
+	// store still keeps (Redis keeps a bucket for two windows plus 10 s
+	// after its last increment; older ones may be gone in one region and
+	// not yet in another).
+	closedAgree := func() (bool, string) {
+		now := time.Now()
+		cut := window.Bucket(now.Add(-300*time.Millisecond).UnixMilli(), W)
+		kept := window.Bucket(now.Add(-10*time.Second+500*time.Millisecond).UnixMilli(), W) - 2
+		return h.agree(h.truthVecs(func(br region.BucketRef) bool { return br.Bucket < cut && br.Bucket > kept }))
+	}
+	for _, p := range phases {
+		o0, e0 := st.offered.Load(), st.errors.Load()
+		p.from = bucketNow()
+		if p.start != nil {
+			p.start()
+		}
+		sleep(p.fault)
+		if p.end != nil {
+			p.end()
+		}
+		ended := time.Now()
+		p.to = bucketNow()
+		var why string
+		for deadline := ended.Add(15 * time.Second); ; {
+			ok, w := closedAgree()
+			if ok {
+				p.agreeAfter = time.Since(ended)
+				if why != "" {
+					t.Logf("%s: still disagreeing 3 s after the fault: %s", p.name, why)
+				}
+				break
+			}
+			if why == "" && time.Since(ended) > 3*time.Second {
+				why = w // the first lasting disagreement
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: regions disagree 15 s after the fault ended: %s (at 3 s: %s)", p.name, w, why)
+				p.agreeAfter = -1
+				break
+			}
+			sleep(10 * time.Millisecond)
+		}
+		if rest := p.after - time.Since(ended); rest > 0 {
+			sleep(rest)
+		}
+		p.offered, p.errors = st.offered.Load()-o0, st.errors.Load()-e0
+		p.regionsAfter = map[string]struct{}{}
+		_ = p.to
+		p.to = bucketNow() // the phase's last bucket is still open
+	}
+	close(stop)
+	wg.Wait()
+	final := time.Now()
+	waitFor(t, 15*time.Second, "every region agrees on every closed bucket after the load", func() bool {
+		ok, _ := closedAgree()
+		return ok && window.Bucket(time.Now().Add(-300*time.Millisecond).UnixMilli(), W) > phases[len(phases)-1].to
+	})
+	t.Logf("chaos: all regions agreed on every closed bucket %v after the load stopped", time.Since(final).Round(time.Millisecond))
+
+	// Over-admission per window, from what the stores acknowledged.
+	all := h.truthVecs(nil)
+	sums := map[int64]uint64{}
+	holders := map[int64]map[string]bool{}
+	for br, v := range all {
+		if br.Key != key {
+			continue
+		}
+		for r, c := range v {
+			sums[br.Bucket] += c
+			if holders[br.Bucket] == nil {
+				holders[br.Bucket] = map[string]bool{}
+			}
+			holders[br.Bucket][r] = true
+		}
+	}
+	over := func(b int64) float64 { return 100 * (float64(sums[b]) - L) / L }
+	for i, p := range phases {
+		faultEnd := p.from + int64((p.fault+W-1)/W)
+		for b := p.from + 1; b < p.to; b++ { // whole buckets only
+			if b <= faultEnd {
+				p.overDuring = max(p.overDuring, over(b))
+			} else {
+				p.overAfter = max(p.overAfter, over(b))
+			}
+			for r := range holders[b] {
+				p.regionsAfter[r] = struct{}{}
+			}
+		}
+		_ = i
+	}
+	var tbl strings.Builder
+	fmt.Fprintf(&tbl, "chaos table (3 regions x 2 nodes, 60 ms one-way, 2%% loss, one key at 3x its limit of %d per %v):\n", L, W)
+	fmt.Fprintf(&tbl, "  %-38s %8s %6s %13s %12s %14s  %s\n", "fault", "requests", "errors", "over, during", "over, after", "agree again", "counting regions")
+	for _, p := range phases {
+		agree := "never"
+		if p.agreeAfter >= 0 {
+			agree = p.agreeAfter.Round(time.Millisecond).String()
+		}
+		during := "-"
+		if p.fault > 0 || p.name == "steady (no fault)" {
+			during = fmt.Sprintf("%+.1f%%", p.overDuring)
+		}
+		rs := make([]string, 0, len(p.regionsAfter))
+		for r := range p.regionsAfter {
+			rs = append(rs, r)
+		}
+		sort.Strings(rs)
+		fmt.Fprintf(&tbl, "  %-38s %8d %6d %13s %12s %14s  %s\n", p.name, p.offered, p.errors, during,
+			fmt.Sprintf("%+.1f%%", p.overAfter), agree, strings.Join(rs, ","))
+	}
+	for _, r := range threeRegions {
+		s := failovers[r].Status()
+		fmt.Fprintf(&tbl, "  store %s: %s, %d transitions, %d fallback decisions, %d written back\n", r, s.ModeName(), s.Transitions, s.FallbackDecisions, s.WriteBacks)
+	}
+	t.Log(tbl.String())
+	for _, p := range phases {
+		if p.errors != 0 {
+			t.Errorf("%s: %d requests failed", p.name, p.errors)
+		}
+	}
+}
+
+// waitGroup is a sync.WaitGroup usable by address in the closure above.
+type waitGroup struct{ sync.WaitGroup }
