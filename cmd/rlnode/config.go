@@ -48,13 +48,24 @@ type config struct {
 	CheckDefaultRule string
 	CheckDenyStatus  int
 	LegacyHeaders    bool
+
+	// Security (security.go, tls.go).
+	TLSCert       string
+	TLSKey        string
+	TLSClientCA   string
+	AuthTokenFile string
+	AuthToken     string // from the environment only (authTokenEnv), never a flag
+	AuthOpenPaths string
+	RedisCA       string
+	RedisCert     string
+	RedisKey      string
 }
 
 // newFlagSet returns the flag set that fills c with its defaults.
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c)")
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c; HTTPS with HTTP/2 and HTTP/1.1 when --tls-cert is set)")
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss://, Sentinel or Cluster); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "YAML file of named rules (`path`); empty: inline limits only")
@@ -76,6 +87,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
 	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", 429, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", false, "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds) from the check endpoint")
+
+	addSecurityFlags(fs, c)
 	fs.Usage = func() { usage(fs) }
 	return fs
 }
@@ -103,6 +116,7 @@ Flags:
 		fmt.Fprintf(w, "\t%s\n", help)
 		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), f.DefValue)
 	})
+	fmt.Fprint(w, securityUsage)
 }
 
 // parseConfig parses args, falling back to getenv for each flag not given.
@@ -170,15 +184,18 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			errs = append(errs, err)
 		}
 	}
+	c.AuthToken = getenv(authTokenEnv)
+	errs = append(errs, checkSecurityFlags(c)...)
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	return c, nil
 }
 
-// newLogger returns the logger c asks for, writing to w.
-func newLogger(c config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.LogLevel}
+// newLogger returns the logger c asks for, writing to w, with every value
+// in sec masked.
+func newLogger(c config, w io.Writer, sec *secrets) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel, ReplaceAttr: sec.replaceAttr}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
