@@ -31,23 +31,21 @@ func withTLS(cfg RedisConfig, fromURL *tls.Config) (*tls.Config, error) {
 	return tc, nil
 }
 
-// redactURL returns raw with its password masked, for error messages; a
-// URL that does not parse loses everything between "://" and the last "@".
+// redactURL returns raw with its password masked, for error messages; when
+// raw does not parse as a URL with user info, everything before its last
+// "@" (after any "scheme://") is masked.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		return u.Redacted()
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		if i := strings.LastIndexByte(raw, '@'); i >= 0 {
-			return "xxxxx" + raw[i:]
-		}
+	i := strings.LastIndexByte(raw, '@')
+	if i < 0 {
 		return raw
 	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		return scheme + "://xxxxx" + rest[i:]
+	if scheme, _, ok := strings.Cut(raw[:i], "://"); ok {
+		return scheme + "://xxxxx" + raw[i:]
 	}
-	return raw
+	return "xxxxx" + raw[i:]
 }
 
 // urlError strips the URL from a url.Parse error (it may hold a password).
