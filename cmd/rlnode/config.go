@@ -40,6 +40,7 @@ type config struct {
 	Join            string
 	NodeName        string
 	GossipKey       string
+	GossipKeyFile   string
 	FlushInterval   time.Duration
 
 	// The forward-auth check endpoint.
@@ -80,7 +81,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region), retried with backoff until one answers")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
-	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `key` (16, 24 or 32 bytes) that encrypts gossip; peers without it are refused (make one: head -c 32 /dev/urandom | base64)")
+	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
+	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
@@ -176,11 +178,13 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
 	}
-	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipAdvertise != "") {
-		errs = append(errs, errors.New("--join, --gossip-key and --gossip-advertise need --gossip-addr"))
+	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "") {
+		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file and --gossip-advertise need --gossip-addr"))
 	}
-	if c.GossipKey != "" {
-		if _, err := decodeGossipKey(c.GossipKey); err != nil {
+	if c.GossipKey != "" && c.GossipKeyFile != "" {
+		errs = append(errs, errors.New("--gossip-key and --gossip-key-file: give one"))
+	} else if c.GossipKey != "" {
+		if _, err := decodeGossipKeys(c.GossipKey, "--gossip-key"); err != nil {
 			errs = append(errs, err)
 		}
 	}

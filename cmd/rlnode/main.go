@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// decision already has somewhere to go; joining happens in the
 	// background and never blocks the start.
 	var node *gossip.Node
-	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log)
+	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log, sec)
 	if err != nil {
 		return err
 	}
@@ -101,6 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// it first, after draining, and this call is then a no-op.
 		defer func() { _ = node.Close(context.Background()) }()
 		reg.MustRegister(node.Collectors()...)
+		watchGossipKeys(c, sec, node, reload)
 	}
 
 	acfg := api.Config{
@@ -134,7 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName,
 		"tls", srv.TLSConfig != nil, "mtls", c.TLSClientCA != "", "auth", tokens != nil}
 	if node != nil {
-		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", len(gcfg.SecretKey) > 0)
+		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", node.Encrypted())
 	} else {
 		attrs = append(attrs, "gossip", "off")
 	}

@@ -23,8 +23,8 @@ Environment only:
 	a bearer token the API accepts (with those of --auth-token-file); no
 	flag, so that it never shows in ps or shell history
 
-SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca and --auth-token-file
-without dropping connections; a file that fails to load keeps the previous
+SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca, --auth-token-file and
+--gossip-key-file without dropping connections; a file that fails to load keeps the previous
 contents (logged, and counted in rlcluster_reloads_total{result="error"}).
 Secrets (Redis passwords, tokens, keys) are never logged.
 `
@@ -144,5 +144,6 @@ func (c config) secrets() *secrets {
 	s := &secrets{}
 	s.addURL(c.RedisURL)
 	s.add(c.AuthToken)
+	s.addKeys(c.GossipKey)
 	return s
 }
