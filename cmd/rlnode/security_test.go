@@ -136,7 +136,7 @@ func TestTLS(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hupAndWait(t, logs, `reload failed: keeping the previous tls certificates`)
+	hupAndWait(t, `reload failed: keeping the previous tls certificates`, logs)
 	if got, err := serialOf(t, addr, ca.Pool()); err != nil || got.Cmp(first.Serial()) != 0 {
 		t.Errorf("serial after a failed reload = %v (%v), want the old %v", got, err, first.Serial())
 	}
@@ -210,7 +210,7 @@ func TestMTLS(t *testing.T) {
 
 	// Trust the other CA instead.
 	tlstest.Copy(t, other.CertFile, clientCA)
-	hupAndWait(t, logs, `msg=reloaded what="tls certificates"`)
+	hupAndWait(t, `msg=reloaded what="tls certificates"`, logs)
 	if _, err := serialOf(t, addr, ca.Pool(), stranger.TLS); err != nil {
 		t.Errorf("after reload, handshake with the newly trusted CA's certificate: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestAuthToken(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte(newTok+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hupAndWait(t, logs, `msg=reloaded what="auth tokens"`)
+	hupAndWait(t, `msg=reloaded what="auth tokens"`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("new token after reload: %d, want 200", code)
 	}
@@ -303,7 +303,7 @@ func TestAuthToken(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("# nobody\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hupAndWait(t, logs, `reload failed: keeping the previous auth tokens`)
+	hupAndWait(t, `reload failed: keeping the previous auth tokens`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("token after a failed reload: %d, want 200", code)
 	}
@@ -376,18 +376,23 @@ func sighup(t *testing.T) {
 	}
 }
 
-// hupAndWait sends SIGHUP and waits until the logs contain want once more
-// than before.
-func hupAndWait(t *testing.T, logs *syncBuffer, want string) {
+// hupAndWait sends SIGHUP and waits until each node's logs contain want
+// once more than before.
+func hupAndWait(t *testing.T, want string, logs ...*syncBuffer) {
 	t.Helper()
-	before := strings.Count(logs.String(), want)
+	before := make([]int, len(logs))
+	for i, l := range logs {
+		before[i] = strings.Count(l.String(), want)
+	}
 	sighup(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(logs.String(), want) <= before {
-		if time.Now().After(deadline) {
-			t.Fatalf("logs lack %q within 10s:\n%s", want, logs)
+	for i, l := range logs {
+		for strings.Count(l.String(), want) <= before[i] {
+			if time.Now().After(deadline) {
+				t.Fatalf("logs lack %q within 10s:\n%s", want, l)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
