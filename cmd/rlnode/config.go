@@ -68,7 +68,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.SetOutput(out)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c; HTTPS with HTTP/2 and HTTP/1.1 when --tls-cert is set)")
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss://, Sentinel or Cluster); empty: the in-memory store")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "YAML file of named rules (`path`); empty: inline limits only")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")

@@ -23,10 +23,12 @@ Environment only:
 	a bearer token the API accepts (with those of --auth-token-file); no
 	flag, so that it never shows in ps or shell history
 
-SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca, --auth-token-file and
---gossip-key-file without dropping connections; a file that fails to load keeps the previous
-contents (logged, and counted in rlcluster_reloads_total{result="error"}).
-Secrets (Redis passwords, tokens, keys) are never logged.
+SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca, --auth-token-file
+and --gossip-key-file without dropping connections; a file that fails to
+load keeps the previous contents (logged, and counted in
+rlcluster_reloads_total{result="error"}). Secrets (Redis passwords, tokens,
+gossip keys) are never logged; give them through the environment or files
+rather than flags, which show in ps.
 `
 
 // addSecurityFlags adds the TLS, authentication and Redis TLS flags.

@@ -21,11 +21,12 @@ const (
 
 // startAuthRedis starts a redis-server whose default user needs
 // defaultPass and with an ACL user "rl" (password aclPass) that may run
-// any command but only on keys under rl:, the store's prefix.
+// any command but the dangerous ones (FLUSHALL, CONFIG, KEYS, ...), and
+// only on keys under rl:, the store's prefix.
 func startAuthRedis(t *testing.T, extra ...string) *redistest.Server {
 	t.Helper()
 	return redistest.Start(t, append([]string{"--requirepass", defaultPass,
-		"--user", "rl", "on", ">" + aclPass, "~rl:*", "+@all"}, extra...)...)
+		"--user", "rl", "on", ">" + aclPass, "~rl:*", "+@all", "-@dangerous"}, extra...)...)
 }
 
 func open(t *testing.T, cfg region.RedisConfig) (*region.Redis, error) {
