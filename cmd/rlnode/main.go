@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	tokens, err := authTokens(c, sec, reload)
+	tokens, err := authTokens(c, sec, reload, reg)
 	if err != nil {
 		return err
 	}

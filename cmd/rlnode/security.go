@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rlcluster/rlcluster/internal/api"
 )
 
@@ -82,9 +84,9 @@ func redisTLS(c config) (*tls.Config, error) {
 }
 
 // authTokens loads the bearer tokens from --auth-token-file and
-// RLNODE_AUTH_TOKEN (nil when neither is set), marks them secret, and
-// registers the file's reload.
-func authTokens(c config, sec *secrets, rl *reloaders) (*api.Tokens, error) {
+// RLNODE_AUTH_TOKEN (nil when neither is set), marks them secret,
+// registers the file's reload and the rejection counter.
+func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer) (*api.Tokens, error) {
 	if c.AuthTokenFile == "" && c.AuthToken == "" {
 		return nil, nil
 	}
@@ -114,6 +116,12 @@ func authTokens(c config, sec *secrets, rl *reloaders) (*api.Tokens, error) {
 	t, err := api.NewTokens(toks)
 	if err != nil {
 		return nil, fmt.Errorf("auth tokens: %w", err)
+	}
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "rlcluster_auth_rejected_total",
+		Help: "Requests refused for a missing or invalid bearer token.",
+	}, func() float64 { return float64(t.Rejected()) })); err != nil {
+		return nil, err
 	}
 	if c.AuthTokenFile != "" {
 		rl.add("auth tokens", func() error {

@@ -285,6 +285,10 @@ func TestAuthToken(t *testing.T) {
 		t.Errorf("grpc-go Check with a token: %v", err)
 	}
 
+	if body := getBody(t, http.DefaultClient, base+"/metrics"); !strings.Contains(body, "rlcluster_auth_rejected_total 2") {
+		t.Errorf("/metrics does not count the 2 refused requests:\n%s", grepLines(body, "auth"))
+	}
+
 	// Rotate the file: the new token works, the old one no longer.
 	if err := os.WriteFile(tokFile, []byte(newTok+"\n"), 0o600); err != nil {
 		t.Fatal(err)

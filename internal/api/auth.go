@@ -32,7 +32,8 @@ var DefaultOpenPaths = []string{"/healthz", "/readyz", "/metrics", "/grpc.health
 // The zero value holds no token and accepts none. Safe for concurrent use;
 // Set replaces the set atomically.
 type Tokens struct {
-	digests atomic.Pointer[[][sha256.Size]byte]
+	digests  atomic.Pointer[[][sha256.Size]byte]
+	rejected atomic.Uint64
 }
 
 // NewTokens returns a set holding tokens; see Set.
@@ -75,6 +76,10 @@ func (t *Tokens) Len() int {
 	}
 	return 0
 }
+
+// Rejected returns how many requests RequireBearer refused with these
+// tokens (missing, malformed or unknown token).
+func (t *Tokens) Rejected() uint64 { return t.rejected.Load() }
 
 // Valid reports whether tok is one of the tokens.
 func (t *Tokens) Valid(tok string) bool {
@@ -147,6 +152,7 @@ func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handle
 			next.ServeHTTP(w, r)
 			return
 		}
+		tokens.rejected.Add(1)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rlcluster"`)
 		err := connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid bearer token"))
 		if ew.IsSupported(r) {

@@ -189,6 +189,11 @@ func TestRequireBearer(t *testing.T) {
 		}
 	}
 
+	// 2 Connect, 1 gRPC, 1 gRPC-Web and 3 plain HTTP refusals so far.
+	if got, want := toks.Rejected(), uint64(7); got != want {
+		t.Errorf("Rejected() = %d, want %d", got, want)
+	}
+
 	// grpc-go: health checking is open; the service needs the token.
 	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
