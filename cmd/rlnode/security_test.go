@@ -315,24 +315,40 @@ func TestAuthToken(t *testing.T) {
 	wait(t, done, logs)
 }
 
-// TestAuthProtectMetrics drops /metrics from the open paths.
-func TestAuthProtectMetrics(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--auth-open-paths", "/healthz,/readyz"},
-		env(map[string]string{authTokenEnv: "env-token-0123456789"}))
-	for p, want := range map[string]int{"/metrics": http.StatusUnauthorized, "/healthz": http.StatusOK} {
-		resp, err := http.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("GET %s = %d, want %d", p, resp.StatusCode, want)
-		}
+// TestAuthOpenPaths: the forward-auth check endpoint is behind the token
+// like the rest; --auth-open-paths can protect /metrics and open /check.
+func TestAuthOpenPaths(t *testing.T) {
+	for _, tc := range []struct {
+		name, open string
+		want       map[string]int
+	}{
+		{"default", "", map[string]int{"/metrics": http.StatusOK, "/healthz": http.StatusOK, "/check/none": http.StatusUnauthorized}},
+		{"protect metrics", "/healthz,/readyz", map[string]int{"/metrics": http.StatusUnauthorized, "/healthz": http.StatusOK}},
+		// Open, /check answers for itself: 400, no such rule.
+		{"open check", "/healthz,/check/", map[string]int{"/check/none": http.StatusBadRequest, "/metrics": http.StatusUnauthorized}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			args := []string{"--listen", "127.0.0.1:0"}
+			if tc.open != "" {
+				args = append(args, "--auth-open-paths", tc.open)
+			}
+			base, done, logs := start(t, ctx, args, env(map[string]string{authTokenEnv: "env-token-0123456789"}))
+			for p, want := range tc.want {
+				resp, err := http.Get(base + p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Errorf("GET %s = %d, want %d", p, resp.StatusCode, want)
+				}
+			}
+			cancel()
+			wait(t, done, logs)
+		})
 	}
-	cancel()
-	wait(t, done, logs)
 }
 
 func TestSecurityFlags(t *testing.T) {
