@@ -163,3 +163,18 @@ func TestRedisURLErrorsHidePasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisTLSServerOnly: a Redis that verifies no client certificate
+// needs only the CA (rlnode's --redis-ca).
+func TestRedisTLSServerOnly(t *testing.T) {
+	ca := tlstest.NewCA(t, "redis")
+	server := ca.Server(t, "redis")
+	srv := redistest.StartTLS(t, server.CertFile, server.KeyFile, "")
+	s, err := open(t, region.RedisConfig{URL: srv.TLSURL(), Region: "here", TLSConfig: &tls.Config{RootCAs: ca.Pool()}})
+	if err != nil {
+		t.Fatalf("NewRedis(%s) with the CA: %v", srv.TLSURL(), err)
+	}
+	if r, err := check(t, s, region.Request{Key: "tls-only", Limit: window.Limit{Limit: 1, Window: time.Minute}, Hits: 1, Now: t0}); err != nil || !r.Allowed {
+		t.Fatalf("Check over TLS = %v, %v; want allowed", r.Allowed, err)
+	}
+}
