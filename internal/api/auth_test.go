@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -211,5 +212,31 @@ func TestRequireBearer(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokA)
 	if err := conn.Invoke(ctx, "/ratelimit.v1.RateLimitService/Check", msg, &resp); err != nil || !resp.Allowed {
 		t.Errorf("grpc-go Check with the token: allowed %v, err %v; want allowed", resp.Allowed, err)
+	}
+}
+
+// BenchmarkTokensValid measures the per-request cost of checking a bearer
+// token against 1 and 100 configured tokens.
+func BenchmarkTokensValid(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		toks := make([]string, n)
+		for i := range toks {
+			toks[i] = strings.Repeat("t", 24) + string(rune('A'+i%26)) + strings.Repeat("x", i/26)
+		}
+		set, err := api.NewTokens(toks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		last := toks[n-1]
+		b.Run(fmt.Sprintf("tokens=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !set.Valid(last) {
+						b.Fatal("Valid = false")
+					}
+				}
+			})
+		})
 	}
 }
