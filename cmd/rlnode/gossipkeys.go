@@ -75,6 +75,8 @@ func watchGossipKeys(c config, sec *secrets, node *gossip.Node, rl *reloaders) {
 // addKeys marks every key of a key list secret.
 func (s *secrets) addKeys(list string) {
 	for _, part := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
-		s.add(strings.TrimSpace(part))
+		if part = strings.TrimSpace(part); !strings.HasPrefix(part, "#") {
+			s.add(part)
+		}
 	}
 }
