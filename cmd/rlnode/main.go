@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	reload.watch(ctx) // from here on SIGHUP reloads what is registered
 	tokens, err := authTokens(c, sec, reload, reg)
 	if err != nil {
 		return err
@@ -131,7 +132,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := serveTLS(c, srv, reload); err != nil {
 		return err
 	}
-	reload.watch(ctx)
 	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName,
 		"tls", srv.TLSConfig != nil, "mtls", c.TLSClientCA != "", "auth", tokens != nil}
 	if node != nil {
