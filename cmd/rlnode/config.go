@@ -40,6 +40,7 @@ type config struct {
 	Join            string
 	NodeName        string
 	GossipKey       string
+	GossipKeyFile   string
 	FlushInterval   time.Duration
 
 	// The forward-auth check endpoint.
@@ -48,15 +49,26 @@ type config struct {
 	CheckDefaultRule string
 	CheckDenyStatus  int
 	LegacyHeaders    bool
+
+	// Security (security.go, tls.go).
+	TLSCert       string
+	TLSKey        string
+	TLSClientCA   string
+	AuthTokenFile string
+	AuthToken     string // from the environment only (authTokenEnv), never a flag
+	AuthOpenPaths string
+	RedisCA       string
+	RedisCert     string
+	RedisKey      string
 }
 
 // newFlagSet returns the flag set that fills c with its defaults.
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c)")
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c; HTTPS with HTTP/2 and HTTP/1.1 when --tls-cert is set)")
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss://, Sentinel or Cluster); empty: the in-memory store")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "YAML file of named rules (`path`); empty: inline limits only")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
@@ -69,13 +81,16 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region), retried with backoff until one answers")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
-	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `key` (16, 24 or 32 bytes) that encrypts gossip; peers without it are refused (make one: head -c 32 /dev/urandom | base64)")
+	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
+	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
 	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", 429, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", false, "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds) from the check endpoint")
+
+	addSecurityFlags(fs, c)
 	fs.Usage = func() { usage(fs) }
 	return fs
 }
@@ -103,6 +118,7 @@ Flags:
 		fmt.Fprintf(w, "\t%s\n", help)
 		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), f.DefValue)
 	})
+	fmt.Fprint(w, securityUsage)
 }
 
 // parseConfig parses args, falling back to getenv for each flag not given.
@@ -162,23 +178,28 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
 	}
-	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipAdvertise != "") {
-		errs = append(errs, errors.New("--join, --gossip-key and --gossip-advertise need --gossip-addr"))
+	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "") {
+		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file and --gossip-advertise need --gossip-addr"))
 	}
-	if c.GossipKey != "" {
-		if _, err := decodeGossipKey(c.GossipKey); err != nil {
+	if c.GossipKey != "" && c.GossipKeyFile != "" {
+		errs = append(errs, errors.New("--gossip-key and --gossip-key-file: give one"))
+	} else if c.GossipKey != "" {
+		if _, err := decodeGossipKeys(c.GossipKey, "--gossip-key"); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	c.AuthToken = getenv(authTokenEnv)
+	errs = append(errs, checkSecurityFlags(c)...)
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	return c, nil
 }
 
-// newLogger returns the logger c asks for, writing to w.
-func newLogger(c config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.LogLevel}
+// newLogger returns the logger c asks for, writing to w, with every value
+// in sec masked.
+func newLogger(c config, w io.Writer, sec *secrets) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel, ReplaceAttr: sec.replaceAttr}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

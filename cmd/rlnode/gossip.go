@@ -16,7 +16,7 @@ import (
 
 // gossipConfig builds the gossip node's configuration from c, or returns
 // ok=false when gossip is off (no --gossip-addr: a single region).
-func gossipConfig(c config, apiAddr string, log *slog.Logger) (cfg gossip.Config, ok bool, err error) {
+func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg gossip.Config, ok bool, err error) {
 	if c.GossipAddr == "" {
 		return gossip.Config{}, false, nil
 	}
@@ -39,12 +39,8 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger) (cfg gossip.Config
 		_, port, _ := net.SplitHostPort(c.GossipAddr)
 		cfg.Name = host + ":" + port
 	}
-	if c.GossipKey != "" {
-		key, err := decodeGossipKey(c.GossipKey)
-		if err != nil {
-			return gossip.Config{}, false, err
-		}
-		cfg.SecretKey = key
+	if cfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
+		return gossip.Config{}, false, err
 	}
 	return cfg, true, nil
 }

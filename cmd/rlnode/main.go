@@ -39,15 +39,17 @@ func main() {
 // run runs a node until ctx is done or the process gets SIGTERM or SIGINT,
 // then drains in-flight requests and returns nil. stdout receives -help's
 // text; stderr receives the logs.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	c, err := parseConfig(args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
+	sec := c.secrets()
+	defer func() { err = sec.scrubErr(err) }()
 	if err != nil {
 		return err
 	}
-	log := newLogger(c, stderr)
+	log := newLogger(c, stderr, sec)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -68,6 +70,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reload, err := newReloaders(log, reg)
+	if err != nil {
+		return err
+	}
+	reload.watch(ctx) // from here on SIGHUP reloads what is registered
+	tokens, err := authTokens(c, sec, reload, reg)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -79,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// decision already has somewhere to go; joining happens in the
 	// background and never blocks the start.
 	var node *gossip.Node
-	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log)
+	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log, sec)
 	if err != nil {
 		return err
 	}
@@ -91,6 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// it first, after draining, and this call is then a no-op.
 		defer func() { _ = node.Close(context.Background()) }()
 		reg.MustRegister(node.Collectors()...)
+		watchGossipKeys(c, sec, node, reload)
 	}
 
 	acfg := api.Config{
@@ -116,17 +128,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	srv := newHTTPServer(h, log)
-	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName}
+	srv := newHTTPServer(protect(c, tokens, h), log)
+	if err := serveTLS(c, srv, reload); err != nil {
+		return err
+	}
+	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName,
+		"tls", srv.TLSConfig != nil, "mtls", c.TLSClientCA != "", "auth", tokens != nil}
 	if node != nil {
-		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", len(gcfg.SecretKey) > 0)
+		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", node.Encrypted())
 	} else {
 		attrs = append(attrs, "gossip", "off")
 	}
 	log.Info("rlnode listening", attrs...)
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -165,7 +187,11 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := region.NewRedis(sctx, region.RedisConfig{URL: c.RedisURL, Region: c.Region})
+	tc, err := redisTLS(c)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := region.NewRedis(sctx, region.RedisConfig{URL: c.RedisURL, Region: c.Region, TLSConfig: tc})
 	if err != nil {
 		return nil, "", fmt.Errorf("open redis: %w", err)
 	}

@@ -33,6 +33,11 @@ type Config struct {
 	// SecretKey, when set (16, 24 or 32 bytes), turns on memberlist's AES-GCM
 	// encryption; peers without the key are refused.
 	SecretKey []byte
+	// SecretKeys is a keyring for key rotation: the first key (or SecretKey
+	// when set, then these) encrypts, every key is tried to decrypt. Rotate
+	// a running pool with Node.InstallKey, UseKey and RemoveKey (or SetKeys);
+	// see keyring.go for the procedure. Each key is 16, 24 or 32 bytes.
+	SecretKeys [][]byte
 
 	// FlushInterval is how often dirty totals go to the other regions.
 	// Default 20 ms.
@@ -168,6 +173,11 @@ func (c Config) validate() error {
 	default:
 		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
 	}
+	for i, k := range c.SecretKeys {
+		if err := checkKey(k); err != nil {
+			return bad("secret key %d: %v", i+1, err)
+		}
+	}
 	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.RetryMargin, c.GossipInterval, c.ProbeInterval,
 		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff} {
 		if p < 0 {
@@ -210,8 +220,12 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 		h, p, _ := splitHostPort(c.AdvertiseAddr)
 		mc.AdvertiseAddr, mc.AdvertisePort = h, p
 	}
-	if len(c.SecretKey) > 0 {
-		mc.SecretKey = append([]byte(nil), c.SecretKey...)
+	if keys := c.keys(); len(keys) > 0 {
+		kr, err := memberlist.NewKeyring(keys[1:], keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: keyring: %v", ErrConfig, err)
+		}
+		mc.Keyring = kr
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}

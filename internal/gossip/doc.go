@@ -29,6 +29,14 @@
 //   - memberlist's push-pull carries the recently reconciled totals
 //     (anti-entropy, at most MaxStateBytes).
 //
+// # Encryption
+//
+// With Config.SecretKey or Config.SecretKeys, memberlist encrypts every
+// packet and stream with the primary key (AES-GCM) and decrypts with any
+// installed key; peers without one are refused. Node.InstallKey, UseKey,
+// RemoveKey and SetKeys rotate keys at run time without losing a member,
+// in the three steps keyring.go describes.
+//
 // See wire.go for the wire format and fault.go for the fault-injecting
 // transport used by tests and demos.
 package gossip

@@ -72,6 +72,7 @@ type Node struct {
 	log   *slog.Logger
 	ml    *memberlist.Memberlist
 	met   *metrics
+	keys  *memberlist.Keyring // nil without encryption
 
 	mu       sync.Mutex
 	dirty    map[dref]uint64
@@ -149,6 +150,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	}
 	d := &delegate{n: n}
 	mc.Delegate, mc.Events, mc.Ping = d, d, d
+	n.keys = mc.Keyring
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)

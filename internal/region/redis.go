@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,6 +45,11 @@ type RedisConfig struct {
 	// Coalesce gathers concurrent Check calls into shared pipelines (see
 	// [Coalesce]). The zero value turns coalescing on with its defaults.
 	Coalesce Coalesce
+	// TLSConfig, when set, replaces the TLS settings a rediss:// (or
+	// rediss+sentinel://) URL implies: a CA pool in RootCAs, client
+	// certificates for Redis's tls-auth-clients. ServerName defaults to the
+	// URL's host. Setting it for a URL without TLS is an error.
+	TLSConfig *tls.Config
 }
 
 // Redis is the [Store] on a region's Redis: standalone, Sentinel or
@@ -120,17 +126,20 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 	case "cluster":
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("region: parse cluster URL: %w", err)
+			return nil, fmt.Errorf("region: parse cluster URL: %w", urlError(err))
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
 		if cfg.PoolSize > 0 {
 			o.PoolSize = cfg.PoolSize
 		}
+		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+			return nil, err
+		}
 		return redis.NewClusterClient(o), nil
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("region: parse sentinel URL: %w", err)
+			return nil, fmt.Errorf("region: parse sentinel URL: %w", urlError(err))
 		}
 		if o.Username == "" && o.Password == "" {
 			// The URL's user info authenticates to the sentinels and to the
@@ -141,15 +150,21 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 		if cfg.PoolSize > 0 {
 			o.PoolSize = cfg.PoolSize
 		}
+		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+			return nil, err
+		}
 		return redis.NewFailoverClient(o), nil
 	default:
 		o, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("region: parse redis URL: %w", err)
+			return nil, fmt.Errorf("region: parse redis URL: %w", urlError(err))
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
 		if cfg.PoolSize > 0 {
 			o.PoolSize = cfg.PoolSize
+		}
+		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+			return nil, err
 		}
 		return redis.NewClient(o), nil
 	}
@@ -167,18 +182,18 @@ func orDefault(d, def time.Duration) time.Duration {
 func parseURL(raw string) (kind, rewritten string, err error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return "", "", fmt.Errorf("region: redis URL %q: missing scheme", raw)
+		return "", "", fmt.Errorf("region: redis URL %q: missing scheme", redactURL(raw))
 	}
 	switch scheme {
 	case "redis+sentinel", "rediss+sentinel":
 		return parseSentinelURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
 	case "redis", "rediss":
 	default:
-		return "", "", fmt.Errorf("region: redis URL %q: scheme must be redis, rediss, redis+sentinel or rediss+sentinel", raw)
+		return "", "", fmt.Errorf("region: redis URL %q: scheme must be redis, rediss, redis+sentinel or rediss+sentinel", redactURL(raw))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", "", fmt.Errorf("region: redis URL: %w", err)
+		return "", "", fmt.Errorf("region: redis URL: %w", urlError(err))
 	}
 	q := u.Query()
 	switch {

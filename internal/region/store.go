@@ -17,6 +17,12 @@
 // In the Sentinel forms the user info authenticates to the sentinels and,
 // unless username/password parameters say otherwise, to the master.
 //
+// The user info is Redis AUTH: a password alone for requirepass, or an ACL
+// user and its password (the store only touches keys under "rl:", so the
+// user can be confined to ~rl:*). rediss:// verifies the server against
+// the system's roots unless [RedisConfig.TLSConfig] gives a CA pool or
+// client certificates. Errors never repeat a URL's password.
+//
 // Counts are kept per region: a counter bucket is a vector with one count
 // per region, of which only the local region's ever grows by a decision;
 // the others grow only by [Store.Merge], a max-merge of the totals other

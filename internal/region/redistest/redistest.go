@@ -144,7 +144,8 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
-// Ping sends a PING in RESP to addr and waits up to a second for PONG.
+// Ping sends a PING in RESP to addr and waits up to a second for PONG (or
+// NOAUTH, from a server that requires a password).
 func Ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -159,7 +160,8 @@ func Ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	// A server that requires a password answers -NOAUTH: it is up.
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("unexpected reply %q", line)
 	}
 	return nil

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/tlstest"
+)
+
+// Secrets of TestNoSecretsInLogs. Each is long and distinctive so that a
+// leak cannot hide.
+const (
+	redisDefaultPass = "redis-default-pass-Zq81"
+	redisACLPass     = "redis-acl-pass/Zq82+x" // '/' and '+' are escaped in a URL
+	envToken         = "env-bearer-token-Zq83"
+	fileToken        = "file-bearer-token-Zq84"
+	brokenToken      = "short-Zq85" // refused (too short) on reload
+)
+
+var (
+	gossipKeyA = base64.StdEncoding.EncodeToString([]byte("gossip-key-A-Zq86-0123456789abcd"))
+	gossipKeyB = base64.StdEncoding.EncodeToString([]byte("gossip-key-B-Zq87-0123456789abcd"))
+	gossipKeyC = base64.StdEncoding.EncodeToString([]byte("gossip-key-C-Zq88-01234567"))[:20] // broken
+)
+
+// TestNoSecretsInLogs runs two regions with every kind of secret: eu on a
+// TLS Redis with client certificates as an ACL user, bearer tokens from a
+// file and the environment; us on a password-protected Redis named in the
+// environment; both with gossip keys from a file rotated A -> B by SIGHUP. It drives them through success and failure (bad reloads,
+// refused requests, nodes that fail to start) at debug level and scans
+// every log line and error for every secret.
+func TestNoSecretsInLogs(t *testing.T) {
+	ca := tlstest.NewCA(t, "redis")
+	srvCert, cliCert := ca.Server(t, "redis"), ca.Client(t, "rlnode")
+	redisEU := redistest.StartTLS(t, srvCert.CertFile, srvCert.KeyFile, ca.CertFile,
+		"--requirepass", redisDefaultPass, "--user", "rl", "on", ">"+redisACLPass, "~rl:*", "+@all")
+	redisUS := redistest.Start(t, "--requirepass", redisDefaultPass)
+	euURL := "rediss://rl:" + url.QueryEscape(redisACLPass) + "@" + redisEU.TLSAddr
+	usURL := "redis://:" + redisDefaultPass + "@" + redisUS.Addr
+
+	dir := t.TempDir()
+	tokFile, keyFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "gossip-keys")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tokFile, fileToken+"\n")
+	write(keyFile, gossipKeyA+"\n")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1", "--log-level=debug",
+		"--redis-url", euURL, "--redis-ca", ca.CertFile, "--redis-cert", cliCert.CertFile, "--redis-key", cliCert.KeyFile,
+		"--auth-token-file", tokFile, "--gossip-addr=127.0.0.1:0", "--gossip-key-file", keyFile},
+		env(map[string]string{authTokenEnv: envToken}))
+	m := gossipRE.FindStringSubmatch(euLogs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+	}
+	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1", "--log-level=debug",
+		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key-file", keyFile},
+		env(map[string]string{"RLNODE_REDIS_URL": usURL}))
+	if !strings.Contains(euLogs.String(), `store="redis rediss://rl:xxxxx@`) || !strings.Contains(euLogs.String(), "encrypted=true") {
+		t.Errorf("eu's start line lacks the redacted store URL or encryption:\n%s", euLogs)
+	}
+
+	check := func(base, tok, key string) (int, string) {
+		req, _ := http.NewRequest("POST", base+"/ratelimit.v1.RateLimitService/Check", strings.NewReader(`{"key":"`+key+`","limit":{"limit":100,"window":"3600s"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// replicated checks that hits on eu reach us.
+	replicated := func(step, key string, hits int) {
+		t.Helper()
+		for i := 0; i < hits; i++ {
+			if code, b := check(eu, envToken, key); code != http.StatusOK {
+				t.Fatalf("%s: Check on eu: %d %s", step, code, b)
+			}
+		}
+		body := `{"key":"` + key + `","limit":{"limit":100,"window":"3600s"}}`
+		deadline := time.Now().Add(15 * time.Second)
+		for peek(t, us, body).Response.Stats.Current != "3" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: us never saw eu's hits on %s\neu:\n%s\nus:\n%s", step, key, euLogs, usLogs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	replicated("key A", "k-a", 3)
+	if code, _ := check(eu, "", "k-x"); code != http.StatusUnauthorized {
+		t.Errorf("Check without a token = %d, want 401", code)
+	}
+	if code, _ := check(eu, "wrong-"+fileToken, "k-x"); code != http.StatusUnauthorized {
+		t.Errorf("Check with a wrong token = %d, want 401", code)
+	}
+	if code, _ := check(eu, fileToken, "k-x"); code != http.StatusOK {
+		t.Errorf("Check with the file's token = %d, want 200", code)
+	}
+
+	// Rotate the gossip key A -> B through the key file both nodes read;
+	// one SIGHUP reloads both (they share this process).
+	for _, step := range []struct{ name, keys, key string }{
+		{"keys [A,B]", gossipKeyA + "\n" + gossipKeyB + "\n", "k-ab"},
+		{"keys [B,A]", gossipKeyB + "\n" + gossipKeyA + "\n", "k-ba"},
+		{"keys [B]", gossipKeyB + "\n", "k-b"},
+	} {
+		write(keyFile, step.keys)
+		hupAndWait(t, `msg=reloaded what="gossip keys"`, euLogs, usLogs)
+		replicated(step.name, step.key, 3)
+	}
+
+	// Failed reloads: a broken key, a too short token. Both keep the old
+	// contents and say so without the values.
+	write(keyFile, gossipKeyC+"\n")
+	hupAndWait(t, `reload failed: keeping the previous gossip keys`, euLogs, usLogs)
+	write(tokFile, brokenToken+"\n")
+	hupAndWait(t, `reload failed: keeping the previous auth tokens`, euLogs)
+	if code, _ := check(eu, fileToken, "k-y"); code != http.StatusOK {
+		t.Errorf("Check with the old file token after a failed reload = %d, want 200", code)
+	}
+	replicated("after failed reloads", "k-fail", 3)
+
+	// Nodes that fail to start: a wrong Redis password, an unparsable URL
+	// with a password, a gossip key that is not a key.
+	var startErrs []string
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--redis-url", "redis://:wrong-" + redisDefaultPass + "@" + redisUS.Addr}, nil},
+		{[]string{"--redis-url", "redis://rl:" + redisACLPass + "@" + redisUS.Addr + ":99999x"}, nil},
+		{[]string{"--redis-url", "rl:" + redisACLPass + "@" + redisUS.Addr}, nil},
+		{[]string{"--gossip-addr=127.0.0.1:0"}, map[string]string{"RLNODE_GOSSIP_KEY": gossipKeyA + "," + gossipKeyC}},
+		{nil, map[string]string{authTokenEnv: brokenToken}},
+	} {
+		logs := &syncBuffer{}
+		err := run(context.Background(), append([]string{"--listen=127.0.0.1:0", "--log-level=debug"}, tc.args...), env(tc.env), io.Discard, logs)
+		if err == nil {
+			t.Errorf("run(%q, %v) = nil, want an error", tc.args, tc.env)
+			continue
+		}
+		startErrs = append(startErrs, err.Error(), logs.String())
+	}
+
+	cancel()
+	wait(t, euDone, euLogs)
+	wait(t, usDone, usLogs)
+
+	all := euLogs.String() + usLogs.String() + strings.Join(startErrs, "\n")
+	for _, s := range []string{redisDefaultPass, redisACLPass, url.QueryEscape(redisACLPass), envToken, fileToken, brokenToken,
+		gossipKeyA, gossipKeyB, gossipKeyC} {
+		if strings.Contains(all, s) {
+			t.Errorf("secret %q appears in the logs or errors:\n%s", s, grepLines(all, s))
+		}
+	}
+	// The checks above did log: the test would see a leak.
+	for _, want := range []string{"rlnode listening", "reloaded", "reload failed", "gossip key installed", "gossip key in use", "WRONGPASS"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("logs and errors lack %q; the scan proves little without it", want)
+		}
+	}
+	t.Logf("scanned %d bytes of logs and errors", len(all))
+}

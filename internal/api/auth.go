@@ -1,0 +1,164 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+)
+
+// MinTokenBytes is the shortest bearer token [Tokens] accepts.
+const MinTokenBytes = 16
+
+// DefaultOpenPaths are the paths [RequireBearer] serves without a token
+// when given none: liveness, readiness, metrics and gRPC health checking,
+// which load balancers and Prometheus call without credentials.
+var DefaultOpenPaths = []string{"/healthz", "/readyz", "/metrics", "/grpc.health.v1.Health/"}
+
+// Tokens is a set of bearer tokens that may call the API.
+//
+// Only SHA-256 digests of the tokens are kept; Valid hashes the presented
+// token and compares it with every digest in constant time
+// (crypto/subtle), so neither the time taken nor an early exit tells a
+// caller how much of a token matched, or which one.
+//
+// The zero value holds no token and accepts none. Safe for concurrent use;
+// Set replaces the set atomically.
+type Tokens struct {
+	digests  atomic.Pointer[[][sha256.Size]byte]
+	rejected atomic.Uint64
+}
+
+// NewTokens returns a set holding tokens; see Set.
+func NewTokens(tokens []string) (*Tokens, error) {
+	t := &Tokens{}
+	if err := t.Set(tokens); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Set replaces the tokens. Every token must be at least MinTokenBytes
+// bytes of visible ASCII (no spaces); an empty list is refused, since it
+// would lock every caller out. On error the previous tokens stay. Errors
+// name a token by its position, never by its value.
+func (t *Tokens) Set(tokens []string) error {
+	if len(tokens) == 0 {
+		return errors.New("api: no bearer token given")
+	}
+	ds := make([][sha256.Size]byte, 0, len(tokens))
+	for i, tok := range tokens {
+		if len(tok) < MinTokenBytes {
+			return fmt.Errorf("api: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
+		}
+		for _, c := range []byte(tok) {
+			if c <= ' ' || c > '~' {
+				return fmt.Errorf("api: token %d: must be visible ASCII without spaces", i+1)
+			}
+		}
+		ds = append(ds, sha256.Sum256([]byte(tok)))
+	}
+	t.digests.Store(&ds)
+	return nil
+}
+
+// Len returns how many tokens the set holds.
+func (t *Tokens) Len() int {
+	if ds := t.digests.Load(); ds != nil {
+		return len(*ds)
+	}
+	return 0
+}
+
+// Rejected returns how many requests RequireBearer refused with these
+// tokens (missing, malformed or unknown token).
+func (t *Tokens) Rejected() uint64 { return t.rejected.Load() }
+
+// Valid reports whether tok is one of the tokens.
+func (t *Tokens) Valid(tok string) bool {
+	ds := t.digests.Load()
+	if ds == nil {
+		return false
+	}
+	d := sha256.Sum256([]byte(tok))
+	ok := 0
+	for i := range *ds {
+		ok |= subtle.ConstantTimeCompare(d[:], (*ds)[i][:])
+	}
+	return ok == 1
+}
+
+// ParseTokens reads tokens from a token file: one per line; blank lines
+// and lines starting with # are skipped; surrounding spaces are trimmed.
+func ParseTokens(b []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// RequireBearer wraps next so that every request must carry
+// "Authorization: Bearer <token>" with one of tokens, except requests for
+// a path in open (an entry ending in "/" covers every path under it).
+// It covers every endpoint on next's mux, including ones mounted with
+// [Server.Handle] (Envoy's rate-limit service, HTTP checks).
+//
+// A refused request is answered in the protocol it speaks: Connect and
+// gRPC-Web get unauthenticated (HTTP 401 for Connect), gRPC gets
+// grpc-status 16, anything else a plain 401; all with
+// "WWW-Authenticate: Bearer". The token is never logged or echoed.
+func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handler {
+	ew := connect.NewErrorWriter()
+	exact := map[string]bool{}
+	var prefixes []string
+	for _, p := range open {
+		if strings.HasSuffix(p, "/") {
+			prefixes = append(prefixes, p)
+		} else {
+			exact[p] = true
+		}
+	}
+	isOpen := func(p string) bool {
+		if exact[p] {
+			return true
+		}
+		for _, pre := range prefixes {
+			if strings.HasPrefix(p, pre) {
+				return true
+			}
+		}
+		return false
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isOpen(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		scheme, tok, found := strings.Cut(r.Header.Get("Authorization"), " ")
+		if found && strings.EqualFold(scheme, "Bearer") && tokens.Valid(strings.TrimSpace(tok)) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tokens.rejected.Add(1)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="rlcluster"`)
+		err := connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid bearer token"))
+		if ew.IsSupported(r) {
+			_ = ew.Write(w, r, err)
+			return
+		}
+		http.Error(w, "unauthenticated: missing or invalid bearer token", http.StatusUnauthorized)
+	})
+}

@@ -1,0 +1,58 @@
+package region
+
+import (
+	"crypto/tls"
+	"errors"
+	"net/url"
+	"strings"
+)
+
+// errTLSScheme is returned when RedisConfig.TLSConfig is set for a URL that
+// does not ask for TLS.
+var errTLSScheme = errors.New("region: redis TLS config given but the URL scheme is not rediss:// or rediss+sentinel://")
+
+// withTLS returns the TLS config a client for a URL with this scheme should
+// use: fromURL (go-redis's, set for rediss) unless cfg.TLSConfig is set, in
+// which case a clone of it, keeping fromURL's ServerName when it names none.
+func withTLS(cfg RedisConfig, fromURL *tls.Config) (*tls.Config, error) {
+	if cfg.TLSConfig == nil {
+		return fromURL, nil
+	}
+	if fromURL == nil {
+		return nil, errTLSScheme
+	}
+	tc := cfg.TLSConfig.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName = fromURL.ServerName
+	}
+	if tc.MinVersion == 0 {
+		tc.MinVersion = tls.VersionTLS12
+	}
+	return tc, nil
+}
+
+// redactURL returns raw with its password masked, for error messages; when
+// raw does not parse as a URL with user info, everything before its last
+// "@" (after any "scheme://") is masked.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	i := strings.LastIndexByte(raw, '@')
+	if i < 0 {
+		return raw
+	}
+	if scheme, _, ok := strings.Cut(raw[:i], "://"); ok {
+		return scheme + "://xxxxx" + raw[i:]
+	}
+	return "xxxxx" + raw[i:]
+}
+
+// urlError strips the URL from a url.Parse error (it may hold a password).
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
