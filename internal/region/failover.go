@@ -121,9 +121,10 @@ type FailoverStatus struct {
 	Failures, Timeouts uint64
 	// FallbackDecisions counts requests decided under Policy.
 	FallbackDecisions uint64
-	// WriteBacks counts fallback totals written to the primary on
-	// recovery; WriteBackDropped those lost to MaxWriteBack or to a failed
-	// write.
+	// WriteBacks counts fallback totals written to the primary (on
+	// recovery, or after a failure too short to open the breaker);
+	// WriteBackDropped the buckets lost to MaxWriteBack (a failed
+	// write-back is retried).
 	WriteBacks, WriteBackDropped uint64
 }
 
@@ -209,8 +210,10 @@ type Failover struct {
 	failures, timeouts, fbDecisions atomic.Uint64
 	writeBacks, wbDropped           atomic.Uint64
 
-	wbMu sync.Mutex
-	wb   map[BucketRef]struct{} // buckets the fallback admitted into
+	wbMu  sync.Mutex
+	wb    map[BucketRef]struct{} // buckets the fallback admitted into
+	wbOn  atomic.Bool            // a write-back runs outside an outage
+	wbAny atomic.Bool            // wb is not empty
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -375,6 +378,7 @@ func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) erro
 			f.fails.Store(0)
 			if f.cfg.Policy == PolicyLocal {
 				f.mirror(reqs, res)
+				f.writeBackSoon()
 			}
 			return nil
 		}
@@ -384,7 +388,24 @@ func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) erro
 		f.failed(err)
 	}
 	f.decideFallback(reqs, res)
+	f.writeBackSoon()
 	return nil
+}
+
+// writeBackSoon starts a write-back when the breaker is closed and the
+// fallback holds counts the primary lacks: a failure too short to open the
+// breaker (or a write-back that failed) is written back once the primary
+// answers, not at the end of an outage that may never come.
+func (f *Failover) writeBackSoon() {
+	if !f.wbAny.Load() || f.open.Load() || !f.wbOn.CompareAndSwap(false, true) {
+		return
+	}
+	f.probes.Add(1)
+	go func() {
+		defer f.probes.Done()
+		defer f.wbOn.Store(false)
+		f.writeBack()
+	}()
 }
 
 // callPrimary runs primary.Check on its own goroutine and result buffer and
@@ -553,6 +574,7 @@ func (f *Failover) remember(r BucketRef) {
 		return
 	}
 	f.wb[r] = struct{}{}
+	f.wbAny.Store(true)
 }
 
 // writeBack merges into the primary the fallback's totals of the buckets
@@ -570,6 +592,7 @@ func (f *Failover) writeBack() {
 		}
 	}
 	clear(f.wb)
+	f.wbAny.Store(false)
 	f.wbMu.Unlock()
 	if len(refs) == 0 {
 		return
@@ -589,8 +612,19 @@ func (f *Failover) writeBack() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := f.primary.Merge(ctx, totals); err != nil {
-		f.wbDropped.Add(uint64(len(totals)))
-		f.log.Warn("store: write back the fallback's counts", "totals", len(totals), "err", err)
+		// Keep the buckets for the next write-back (the next recovery,
+		// or the next fallback decision while the breaker is closed).
+		f.wbMu.Lock()
+		for _, r := range refs {
+			if len(f.wb) < f.cfg.MaxWriteBack {
+				f.wb[r] = struct{}{}
+				f.wbAny.Store(true)
+			} else {
+				f.wbDropped.Add(1)
+			}
+		}
+		f.wbMu.Unlock()
+		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
 		return
 	}
 	f.writeBacks.Add(uint64(len(totals)))

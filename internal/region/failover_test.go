@@ -335,3 +335,33 @@ func TestFailoverPing(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverShortFailureWritesBack: a failure too short to open the
+// breaker still decides from the fallback; its admission reaches the
+// primary as soon as the primary answers again.
+func TestFailoverShortFailureWritesBack(t *testing.T) {
+	now := time.UnixMilli(1_760_000_010_000)
+	p := newFlaky("here")
+	f := newFailover(t, p, region.FailoverConfig{Timeout: 20 * time.Millisecond, Threshold: 3,
+		Now: func() time.Time { return now }})
+	p.set("fail")
+	r := storetest.Check(t, f, req("k", now))
+	if !r.Allowed || r.LocalRegion != f.FallbackRegion() {
+		t.Fatalf("decision during the failure = %+v, want allowed by the fallback", r)
+	}
+	if st := f.Status(); st.Mode != region.ModePrimary {
+		t.Fatalf("one failure opened the breaker: %+v", st)
+	}
+	p.set("ok")
+	storetest.Check(t, f, req("k", now)) // the primary answers: the write-back follows
+	b := window.Bucket(window.Ms(now), lim.Window)
+	waitFor(t, 5*time.Second, "the fallback's admission in the primary", func() bool {
+		v, _ := p.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
+		for _, tt := range v[0] {
+			if tt.Region == f.FallbackRegion() && tt.Count == 1 {
+				return true
+			}
+		}
+		return false
+	})
+}
