@@ -195,6 +195,7 @@ func (m *Memory) check(r *Request) Result {
 			e.tatUs = newTat
 		}
 		res.Decision = d
+		res.TAT = tat
 	case kindLog:
 		var log []window.LogEntry
 		if e != nil {

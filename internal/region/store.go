@@ -76,6 +76,9 @@ type Result struct {
 	// store's local region: a [Failover] deciding from its fallback counts
 	// under the fallback's own region.
 	LocalRegion string
+	// TAT is the token bucket's theoretical arrival time that the decision
+	// read, in Unix µs, 0 when there was none (TokenBucket only).
+	TAT int64
 }
 
 // Total is one region's total count for a key's bucket, the unit of
