@@ -180,7 +180,7 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if cfg.StoreStatus == nil {
-		cfg.StoreStatus, _ = cfg.Store.(StoreStatuser)
+		cfg.StoreStatus, _ = storeAs[StoreStatuser](cfg.Store)
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Store, cfg.StoreStatus)
 	if err != nil {
@@ -246,7 +246,7 @@ func (s *Server) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
 	var err error
-	if p, ok := s.cfg.Store.(pinger); ok {
+	if p, ok := storeAs[pinger](s.cfg.Store); ok {
 		err = p.Ping(ctx)
 	} else {
 		_, err = s.cfg.Store.Vectors(ctx, []region.BucketRef{{Key: "rlcluster:readyz", Window: time.Second}})
