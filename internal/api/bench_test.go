@@ -22,7 +22,7 @@ type discardWriter struct {
 	n      int
 }
 
-func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) Header() http.Header  { return w.h }
 func (w *discardWriter) WriteHeader(code int) { w.status = code }
 func (w *discardWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
