@@ -28,6 +28,9 @@
 // the others grow only by [Store.Merge], a max-merge of the totals other
 // regions report. The contract every Store meets is the test suite in
 // package storetest.
+//
+// [DenyCache] wraps a Store (normally Redis) and answers from memory the
+// requests that a denial it remembers still denies.
 package region
 
 import (
