@@ -59,9 +59,16 @@ checkgenerate: ## Fail if gen/ is not what proto/ generates
 	if ! diff -r "$$tmp" gen; then echo "gen/ is stale: run make generate"; exit 1; fi; \
 	echo "gen/ is current"
 
+# BENCH_FLAGS go to the load harness, e.g. BENCH_FLAGS='-duration 5s -only redis'.
+BENCH_FLAGS ?=
+
 .PHONY: bench
-bench: ## Run the Go benchmarks (no tests)
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: ## Run the load harness: the node vs the ceiling and redis-benchmark, one table
+	$(GO) run ./loadtest/bench $(BENCH_FLAGS)
+
+.PHONY: bench-go
+bench-go: ## Run the Go benchmarks of the decision path (-benchmem, no tests)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
 .PHONY: demo
 demo: ## Run the multi-region demo (deploy/multiregion; not yet wired)

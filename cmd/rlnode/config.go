@@ -28,6 +28,7 @@ type config struct {
 	LogFormat       string
 	MaxKeys         int
 	MaxKeyBytes     int
+	DenyCacheKeys   int
 	ShutdownTimeout time.Duration
 
 	// Redis outages (see region.Failover); used only with RedisURL.
@@ -76,6 +77,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
+	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
@@ -157,6 +159,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.MaxKeys < 1 {
 		errs = append(errs, fmt.Errorf("--max-keys: %d, want at least 1", c.MaxKeys))
+	}
+	if c.DenyCacheKeys < 0 {
+		errs = append(errs, fmt.Errorf("--deny-cache-keys: %d, want 0 (off) or more", c.DenyCacheKeys))
 	}
 	if c.MaxKeyBytes < 1 {
 		errs = append(errs, fmt.Errorf("--max-key-bytes: %d, want at least 1", c.MaxKeyBytes))

@@ -202,7 +202,13 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 		_ = r.Close()
 		return nil, "", err
 	}
-	return f, fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region()), nil
+	desc := fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region())
+	if c.DenyCacheKeys == 0 {
+		return f, desc, nil
+	}
+	// Denials from memory, in front of the failover: a remembered denial
+	// needs neither Redis nor the failure policy.
+	return region.NewDenyCache(f, region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}), fmt.Sprintf("%s, deny cache of %d keys", desc, c.DenyCacheKeys), nil
 }
 
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which

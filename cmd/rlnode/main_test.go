@@ -148,10 +148,33 @@ func TestRunRedis(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--region", "eu"}, env(nil))
-	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) {
+	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) || !strings.Contains(logs.String(), "deny cache of 100000 keys") {
 		t.Errorf("logs do not name the store:\n%s", logs)
 	}
 	exercise(t, base)
+	// The 4th request was denied by Redis; the 5th is denied from memory.
+	if _, body := post(t, base+"/ratelimit.v1.RateLimitService/Check", `{"key":"alice","limit":{"limit":3,"window":"604800s"}}`); !strings.Contains(body, `"allowed":false`) {
+		t.Errorf("Check 5 = %s, want denied", body)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "rlcluster_deny_cache_hits_total 1") {
+		t.Errorf("/metrics lacks one deny cache hit:\n%s", b)
+	}
+	cancel()
+	wait(t, done, logs)
+
+	// --deny-cache-keys 0 turns the cache off.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	_, done, logs = start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--deny-cache-keys", "0"}, env(nil))
+	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) || strings.Contains(logs.String(), "deny cache") {
+		t.Errorf("with --deny-cache-keys 0, logs do not name the store without a deny cache:\n%s", logs)
+	}
 	cancel()
 	wait(t, done, logs)
 }
@@ -220,6 +243,7 @@ func TestParseConfig(t *testing.T) {
 		{nil, map[string]string{"RLNODE_MAX_KEYS": "many"}, `RLNODE_MAX_KEYS="many"`},
 		{[]string{"--log-format", "xml"}, nil, `--log-format: "xml" is not text or json`},
 		{[]string{"--max-key-bytes", "0"}, nil, "--max-key-bytes: 0, want at least 1"},
+		{nil, map[string]string{"RLNODE_DENY_CACHE_KEYS": "-1"}, "--deny-cache-keys: -1, want 0 (off) or more"},
 		{[]string{"extra"}, nil, `unexpected arguments: ["extra"]`},
 	} {
 		_, err := parseConfig(tc.args, env(tc.env), io.Discard, io.Discard)

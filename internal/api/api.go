@@ -122,6 +122,9 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	health  *grpchealth.StaticChecker
+	// errWriter writes serveFast's errors; nil when the fast path is off
+	// (Config.HandlerOptions set: interceptors must see every call).
+	errWriter *connect.ErrorWriter
 }
 
 var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
@@ -180,7 +183,7 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if cfg.StoreStatus == nil {
-		cfg.StoreStatus, _ = cfg.Store.(StoreStatuser)
+		cfg.StoreStatus, _ = storeAs[StoreStatuser](cfg.Store)
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.Store, cfg.StoreStatus)
 	if err != nil {
@@ -190,6 +193,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	s.rules.Store(cfg.Rules)
 
 	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
+	if len(cfg.HandlerOptions) == 0 {
+		s.errWriter = connect.NewErrorWriter(opts...)
+	}
 	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
 	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName)
@@ -209,8 +215,14 @@ func NewHandler(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Plain Connect unary JSON calls take a
+// shorter path to the same methods (see serveFast).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.serveFast(w, r) {
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Handle mounts another handler on the server's mux, for endpoints that
 // other packages add (for example Envoy's rate-limit service). It panics,
@@ -246,7 +258,7 @@ func (s *Server) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
 	var err error
-	if p, ok := s.cfg.Store.(pinger); ok {
+	if p, ok := storeAs[pinger](s.cfg.Store); ok {
 		err = p.Ping(ctx)
 	} else {
 		_, err = s.cfg.Store.Vectors(ctx, []region.BucketRef{{Key: "rlcluster:readyz", Window: time.Second}})

@@ -567,6 +567,31 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
+func TestDenyCacheMetrics(t *testing.T) {
+	store := region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{})
+	s := newServer(t, api.Config{Store: store})
+	c := s.client(t, false)
+	ctx := context.Background()
+	// One admitted, one denied by the store, three denied from memory.
+	for i := 0; i < 5; i++ {
+		if _, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(1, time.Minute)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := get(t, s.URL+"/metrics", http.StatusOK)
+	for _, want := range []string{
+		`rlcluster_decisions_total{outcome="denied",rule="inline"} 4`,
+		"rlcluster_deny_cache_hits_total 3",
+		"rlcluster_deny_cache_misses_total 2",
+		"rlcluster_deny_cache_evictions_total 0",
+		"rlcluster_deny_cache_entries 1",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}
+
 func TestReadyChecks(t *testing.T) {
 	var fail atomic.Bool
 	s := newServer(t, api.Config{ReadyChecks: []api.ReadyCheck{{Name: "gossip", Check: func(context.Context) error {

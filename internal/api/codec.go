@@ -29,6 +29,16 @@ func jsonCodecs() []connect.HandlerOption {
 func (c jsonCodec) Name() string { return c.name }
 
 func (c jsonCodec) Marshal(m any) ([]byte, error) {
+	return c.MarshalAppend(nil, m)
+}
+
+// MarshalAppend appends m's JSON to dst, which Connect takes from its
+// buffer pool. The responses of Check, CheckBatch and Peek are encoded by
+// hand (see appendFast); other messages by protojson.
+func (c jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	if out, ok := appendFast(dst, m); ok {
+		return out, nil
+	}
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("marshal %T: not a proto.Message", m)
@@ -37,8 +47,8 @@ func (c jsonCodec) Marshal(m any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, b); err != nil {
+	out := bytes.NewBuffer(dst)
+	if err := json.Compact(out, b); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil
@@ -51,6 +61,9 @@ func (c jsonCodec) Unmarshal(b []byte, m any) error {
 	}
 	if len(b) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	if decodeFast(b, m) {
+		return nil
 	}
 	// Unknown fields are dropped, as Connect's own codec does, so that
 	// clients and servers need not share one version of the schema.

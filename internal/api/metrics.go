@@ -31,6 +31,30 @@ type evictionCounter interface {
 	Evictions() uint64
 }
 
+// denyCacher is implemented by stores that answer denials from memory
+// ([region.DenyCache]).
+type denyCacher interface {
+	DenyCacheStats() region.DenyCacheStats
+}
+
+// storeAs finds a T in s or in the stores it wraps (through their
+// Unwrap() region.Store methods, as [region.DenyCache] has), so that a
+// wrapper hides none of what it wraps.
+func storeAs[T any](s region.Store) (T, bool) {
+	for s != nil {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		u, ok := s.(interface{ Unwrap() region.Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // metrics are the API's Prometheus metrics.
 type metrics struct {
 	decisions   *prometheus.CounterVec   // rule, outcome
@@ -58,13 +82,13 @@ func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatu
 		}),
 	}
 	cs := []prometheus.Collector{m.decisions, m.latency, m.storeErrors}
-	if kc, ok := store.(keyCounter); ok {
+	if kc, ok := storeAs[keyCounter](store); ok {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "rlcluster_keys_held",
 			Help: "Keys held by the in-memory store.",
 		}, func() float64 { return float64(kc.Keys()) }))
 	}
-	if ec, ok := store.(evictionCounter); ok {
+	if ec, ok := storeAs[evictionCounter](store); ok {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "rlcluster_keys_evicted_total",
 			Help: "Keys the in-memory store evicted to stay within its key bound.",
@@ -72,6 +96,26 @@ func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatu
 	}
 	if status != nil {
 		cs = append(cs, storeStatusCollectors(status)...)
+	}
+	if dc, ok := storeAs[denyCacher](store); ok {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rlcluster_deny_cache_hits_total",
+				Help: "Decisions answered from the deny cache, without a store round trip.",
+			}, func() float64 { return float64(dc.DenyCacheStats().Hits) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rlcluster_deny_cache_misses_total",
+				Help: "Decisions the deny cache sent to the store.",
+			}, func() float64 { return float64(dc.DenyCacheStats().Misses) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rlcluster_deny_cache_evictions_total",
+				Help: "Live deny cache entries dropped to stay within its key bound.",
+			}, func() float64 { return float64(dc.DenyCacheStats().Evictions) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "rlcluster_deny_cache_entries",
+				Help: "Entries the deny cache holds, live or expired.",
+			}, func() float64 { return float64(dc.DenyCacheStats().Entries) }),
+		)
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -9,7 +9,8 @@ import (
 )
 
 // stores are the stores the acceptance tests run against: the in-memory
-// store and a real redis-server that the test starts.
+// store and a real redis-server that the test starts, the latter also
+// behind a deny cache, as rlnode runs it.
 var stores = []struct {
 	name string
 	new  func(t *testing.T) region.Store
@@ -24,5 +25,15 @@ var stores = []struct {
 		}
 		t.Cleanup(func() { r.Close() })
 		return r
+	}},
+	{"redis+denycache", func(t *testing.T) region.Store {
+		t.Helper()
+		srv := redistest.Start(t)
+		r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
+		if err != nil {
+			t.Fatalf("NewRedis: %v", err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return region.NewDenyCache(r, region.DenyCacheConfig{})
 	}},
 }

@@ -62,3 +62,42 @@ func BenchmarkRedisCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDenyCacheCheck measures the deny cache: a hot key far over its
+// limit answered from memory (over Redis: no round trip at all), and 10k
+// keys all allowed passing through it to the in-memory store (its
+// overhead on admitted requests, against BenchmarkMemoryCheck).
+func BenchmarkDenyCacheCheck(b *testing.B) {
+	hot := func(b *testing.B, s region.Store) {
+		l := window.Limit{Limit: 10, Window: time.Minute}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			reqs := make([]region.Request, 1)
+			res := make([]region.Result, 1)
+			for pb.Next() {
+				reqs[0] = region.Request{Key: "hot", Limit: l, Hits: 1, Now: time.Now()}
+				if err := s.Check(context.Background(), reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("hotdenied/memory", func(b *testing.B) {
+		hot(b, region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{}))
+	})
+	b.Run("hotdenied/redis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		c := region.NewDenyCache(r, region.DenyCacheConfig{})
+		hot(b, c)
+		b.ReportMetric(float64(r.Pipelines())/float64(b.N), "trips/op")
+	})
+	b.Run("uniform10k/memory", func(b *testing.B) {
+		benchCheck(b, region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{}), 1)
+	})
+}

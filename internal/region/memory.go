@@ -195,6 +195,7 @@ func (m *Memory) check(r *Request) Result {
 			e.tatUs = newTat
 		}
 		res.Decision = d
+		res.TAT = tat
 	case kindLog:
 		var log []window.LogEntry
 		if e != nil {
@@ -422,7 +423,15 @@ func (b *memBucket) maxMerge(region string, n uint64) {
 // regionCounts lists the per-region counts of cur and prev, sorted by
 // region, with local always present.
 func regionCounts(local string, cur, prev *memBucket) []RegionCount {
-	out := []RegionCount{{Region: local, Current: cur.get(local), Previous: prev.get(local)}}
+	n := 1
+	if cur != nil {
+		n += len(cur.counts)
+	}
+	if prev != nil {
+		n += len(prev.counts)
+	}
+	out := make([]RegionCount, 1, n) // one allocation, whatever the regions
+	out[0] = RegionCount{Region: local, Current: cur.get(local), Previous: prev.get(local)}
 	add := func(b *memBucket, isCur bool) {
 		if b == nil {
 			return

@@ -497,6 +497,7 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 			tat = t
 		}
 		out.Decision, _ = q.Limit.DecideGCRA(nowMs, tat, q.Hits)
+		out.TAT = tat
 	case window.SlidingLog:
 		raw, _ := arr[1].([]any)
 		log := make([]window.LogEntry, 0, len(raw)/2)

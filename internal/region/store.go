@@ -28,6 +28,9 @@
 // the others grow only by [Store.Merge], a max-merge of the totals other
 // regions report. The contract every Store meets is the test suite in
 // package storetest.
+//
+// [DenyCache] wraps a Store (normally Redis) and answers from memory the
+// requests that a denial it remembers still denies.
 package region
 
 import (
@@ -76,6 +79,9 @@ type Result struct {
 	// store's local region: a [Failover] deciding from its fallback counts
 	// under the fallback's own region.
 	LocalRegion string
+	// TAT is the token bucket's theoretical arrival time that the decision
+	// read, in Unix µs, 0 when there was none (TokenBucket only).
+	TAT int64
 }
 
 // Total is one region's total count for a key's bucket, the unit of

@@ -1,0 +1,90 @@
+package api_test
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// discardWriter is a minimal http.ResponseWriter that keeps the status and
+// drops the body, so the benchmarks measure the handler, not a recorder.
+type discardWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header  { return w.h }
+func (w *discardWriter) WriteHeader(code int) { w.status = code }
+func (w *discardWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.n += len(b)
+	return len(b), nil
+}
+
+// benchHandler posts Connect JSON Check requests to the handler directly
+// (no network), from parallel goroutines, with the body made by body(i).
+func benchHandler(b *testing.B, store region.Store, body func(i uint64) []byte) {
+	h, err := api.NewHandler(api.Config{Store: store, Registerer: prometheus.NewRegistry(), Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &discardWriter{h: http.Header{}}
+		rd := bytes.NewReader(nil)
+		req, _ := http.NewRequest(http.MethodPost, "/ratelimit.v1.RateLimitService/Check", rd)
+		req.Header.Set("Content-Type", "application/json")
+		for pb.Next() {
+			p := body(seq.Add(1))
+			rd.Reset(p)
+			req.Body = readCloser{rd}
+			req.ContentLength = int64(len(p))
+			clear(w.h)
+			w.status = 0
+			h.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				b.Fatalf("status %d", w.status)
+			}
+		}
+	})
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// BenchmarkHandlerCheckJSON measures one Connect JSON Check through the
+// whole handler (routing, decoding, validation, the store, metrics,
+// encoding) on the in-memory store: 10k keys all allowed, and one hot key
+// far over its limit, behind the deny cache or not.
+func BenchmarkHandlerCheckJSON(b *testing.B) {
+	uniform := func(i uint64) []byte {
+		return []byte(`{"key":"user` + strconv.FormatUint(i%10000, 10) + `","limit":{"limit":"1000000000","window":"60s"}}`)
+	}
+	hot := []byte(`{"key":"hot","limit":{"limit":"10","window":"60s"}}`)
+	b.Run("uniform10k/memory", func(b *testing.B) {
+		benchHandler(b, region.NewMemory(region.MemoryConfig{}), uniform)
+	})
+	b.Run("uniform10k/memory+denycache", func(b *testing.B) {
+		benchHandler(b, region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{}), uniform)
+	})
+	b.Run("hotdenied/memory", func(b *testing.B) {
+		benchHandler(b, region.NewMemory(region.MemoryConfig{}), func(uint64) []byte { return hot })
+	})
+	b.Run("hotdenied/memory+denycache", func(b *testing.B) {
+		benchHandler(b, region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{}), func(uint64) []byte { return hot })
+	})
+}

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+)
+
+// The Connect protocol's unary JSON POST is the API's most common call and
+// the simplest: a JSON body in, a JSON body out. serveFast answers the plain
+// ones of Check, CheckBatch and Peek without Connect's per-call machinery
+// (connection wrappers, header maps, compression negotiation), through the
+// same Server methods, codec and error writer. Anything else (another
+// protocol or codec, compressed bodies, timeouts, interceptors configured,
+// a body over the limit or not in the plain JSON shape) goes to Connect.
+// Responses are never compressed, which HTTP and the Connect protocol
+// allow whatever the client accepts.
+
+var fastBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const (
+	pathCheck      = "/" + ratelimitv1connect.RateLimitServiceName + "/Check"
+	pathCheckBatch = "/" + ratelimitv1connect.RateLimitServiceName + "/CheckBatch"
+	pathPeek       = "/" + ratelimitv1connect.RateLimitServiceName + "/Peek"
+)
+
+// serveFast serves r when it is a plain Connect unary JSON call and reports
+// whether it did; when it did not, r is as it came (its body restored).
+func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || s.errWriter == nil {
+		return false
+	}
+	path := r.URL.Path
+	if path != pathCheck && path != pathCheckBatch && path != pathPeek {
+		return false
+	}
+	h := r.Header
+	ct := h.Get("Content-Type")
+	if ct != "application/json" && ct != "application/json; charset=utf-8" {
+		return false
+	}
+	if h.Get("Content-Encoding") != "" || h.Get("Connect-Timeout-Ms") != "" {
+		return false
+	}
+	if v := h.Get("Connect-Protocol-Version"); v != "" && v != "1" {
+		return false
+	}
+	if r.ContentLength > int64(s.cfg.MaxRequestBytes) {
+		return false
+	}
+	bp := fastBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 64<<10 { // big batches' buffers are not kept
+			fastBufs.Put(bp)
+		}
+	}()
+	body, err := readAtMost((*bp)[:0], r.Body, s.cfg.MaxRequestBytes)
+	*bp = body[:0]
+	if err != nil || len(body) > s.cfg.MaxRequestBytes {
+		// Let Connect read the rest and report what is wrong.
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(bytes.Clone(body)), r.Body))
+		return false
+	}
+	ctx := r.Context()
+	var msg any
+	var callErr error
+	switch path {
+	case pathCheck:
+		in := &ratelimitv1.CheckRequest{}
+		if !decodeFast(body, in) {
+			break
+		}
+		resp, err := s.Check(ctx, connect.NewRequest(in))
+		msg, callErr = respMsg(resp, err)
+	case pathCheckBatch:
+		in := &ratelimitv1.CheckBatchRequest{}
+		if !decodeFast(body, in) {
+			break
+		}
+		resp, err := s.CheckBatch(ctx, connect.NewRequest(in))
+		msg, callErr = respMsg(resp, err)
+	case pathPeek:
+		in := &ratelimitv1.PeekRequest{}
+		if !decodeFast(body, in) {
+			break
+		}
+		resp, err := s.Peek(ctx, connect.NewRequest(in))
+		msg, callErr = respMsg(resp, err)
+	}
+	if msg == nil && callErr == nil {
+		r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body)))
+		return false
+	}
+	if callErr != nil {
+		_ = s.errWriter.Write(w, r, callErr)
+		return true
+	}
+	out, err := jsonCodec{name: "json"}.MarshalAppend(body[:0], msg)
+	if err != nil {
+		_ = s.errWriter.Write(w, r, connect.NewError(connect.CodeInternal, err))
+		return true
+	}
+	*bp = out[:0]
+	wh := w.Header()
+	wh["Content-Type"] = []string{ct}
+	wh["Content-Length"] = []string{strconv.Itoa(len(out))}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	return true
+}
+
+// respMsg returns a response's message, or the error.
+func respMsg[T any](resp *connect.Response[T], err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// readAtMost appends r's contents to b, reading at most limit+1 bytes.
+func readAtMost(b []byte, r io.Reader, limit int) ([]byte, error) {
+	lr := io.LimitReader(r, int64(limit)+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package api
+
+import (
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+)
+
+// The request messages on the hot path (CheckRequest, PeekRequest and
+// CheckBatchRequest) are decoded by hand when they have the plain shape
+// clients send: known field names, strings without escapes or non-ASCII
+// bytes, integers as plain digits (quoted or not), durations as
+// "<digits>[.<digits>]s", algorithms by name. Anything else (unknown or
+// repeated fields, nulls, escapes, exponents, ...) makes decodeFast report
+// false and the caller uses protojson, which decides what it means or which
+// error it is. FuzzFastJSONDecode holds every message decodeFast accepts to
+// be the one protojson decodes from the same bytes.
+
+// decodeFast decodes b into m, which must be freshly made; ok is false
+// when m is not a message the fast path covers or b is not in the plain
+// shape (m is then untouched).
+func decodeFast(b []byte, m any) bool {
+	switch m := m.(type) {
+	case *ratelimitv1.CheckRequest:
+		var f checkFields
+		if !parseWhole(b, f.parse) {
+			return false
+		}
+		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
+		return true
+	case *ratelimitv1.PeekRequest:
+		var f checkFields
+		if !parseWhole(b, f.parse) {
+			return false
+		}
+		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
+		return true
+	case *ratelimitv1.CheckBatchRequest:
+		var checks []*ratelimitv1.CheckRequest
+		seen := false
+		ok := parseWhole(b, func(p *parser) bool {
+			if seen || string(p.key()) != "checks" || !p.colon() || !p.byte('[') {
+				return false
+			}
+			seen = true
+			if p.peekByte(']') {
+				return true
+			}
+			for {
+				var f checkFields
+				if !p.object(f.parse) {
+					return false
+				}
+				checks = append(checks, &ratelimitv1.CheckRequest{Key: f.key, Hits: f.hits, Rule: f.rule, Limit: f.limit()})
+				if p.peekByte(']') {
+					return true
+				}
+				if !p.byte(',') {
+					return false
+				}
+			}
+		})
+		if !ok {
+			return false
+		}
+		m.Checks = checks
+		return true
+	}
+	return false
+}
+
+// checkFields are the fields of a CheckRequest or PeekRequest.
+type checkFields struct {
+	key, rule       string
+	hits            uint64
+	seen            uint8 // bit per field, to refuse repeats
+	hasLimit        bool
+	limitN          uint64
+	window          *durationpb.Duration
+	algo            ratelimitv1.Algorithm
+	seenLimitFields uint8
+}
+
+func (f *checkFields) limit() *ratelimitv1.Limit {
+	if !f.hasLimit {
+		return nil
+	}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo}
+}
+
+// once marks bit in *seen and reports whether it was clear.
+func once(seen *uint8, bit uint8) bool {
+	if *seen&bit != 0 {
+		return false
+	}
+	*seen |= bit
+	return true
+}
+
+// parse parses one member of a CheckRequest object.
+func (f *checkFields) parse(p *parser) bool {
+	k := p.key()
+	if k == nil || !p.colon() {
+		return false
+	}
+	var ok bool
+	switch string(k) {
+	case "key":
+		if !once(&f.seen, 1) {
+			return false
+		}
+		f.key, ok = p.str()
+	case "hits":
+		if !once(&f.seen, 2) {
+			return false
+		}
+		f.hits, ok = p.uint()
+	case "rule":
+		if !once(&f.seen, 4) {
+			return false
+		}
+		f.rule, ok = p.str()
+	case "limit":
+		if !once(&f.seen, 8) {
+			return false
+		}
+		f.hasLimit = true
+		ok = p.object(f.parseLimit)
+	}
+	return ok
+}
+
+// parseLimit parses one member of a Limit object.
+func (f *checkFields) parseLimit(p *parser) bool {
+	k := p.key()
+	if k == nil || !p.colon() {
+		return false
+	}
+	var ok bool
+	switch string(k) {
+	case "limit":
+		if !once(&f.seenLimitFields, 1) {
+			return false
+		}
+		f.limitN, ok = p.uint()
+	case "window":
+		if !once(&f.seenLimitFields, 2) {
+			return false
+		}
+		f.window, ok = p.duration()
+	case "algorithm":
+		if !once(&f.seenLimitFields, 4) {
+			return false
+		}
+		var s string
+		if s, ok = p.str(); ok {
+			var v int32
+			v, ok = ratelimitv1.Algorithm_value[s]
+			f.algo = ratelimitv1.Algorithm(v)
+		}
+	}
+	return ok
+}
+
+// parser reads plain JSON from b.
+type parser struct {
+	b []byte
+	i int
+}
+
+// parseWhole parses b as one object whose members member parses, with
+// nothing but whitespace after it.
+func parseWhole(b []byte, member func(*parser) bool) bool {
+	p := &parser{b: b}
+	if !p.object(member) {
+		return false
+	}
+	p.ws()
+	return p.i == len(p.b)
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte consumes c after whitespace.
+func (p *parser) byte(c byte) bool {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// peekByte consumes c after whitespace if it is next.
+func (p *parser) peekByte(c byte) bool { return p.byte(c) }
+
+func (p *parser) colon() bool { return p.byte(':') }
+
+// object parses {member, ...}.
+func (p *parser) object(member func(*parser) bool) bool {
+	if !p.byte('{') {
+		return false
+	}
+	if p.peekByte('}') {
+		return true
+	}
+	for {
+		if !member(p) {
+			return false
+		}
+		if p.peekByte('}') {
+			return true
+		}
+		if !p.byte(',') {
+			return false
+		}
+	}
+}
+
+// rawStr reads a string of printable ASCII without escapes and returns its
+// contents, or nil.
+func (p *parser) rawStr() []byte {
+	if !p.byte('"') {
+		return nil
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return p.b[start : p.i-1 : p.i-1]
+		case c < ' ' || c == '\\' || c >= 0x7f:
+			return nil
+		}
+		p.i++
+	}
+	return nil
+}
+
+// key reads an object key.
+func (p *parser) key() []byte { return p.rawStr() }
+
+func (p *parser) str() (string, bool) {
+	s := p.rawStr()
+	if s == nil {
+		return "", false
+	}
+	return string(s), true
+}
+
+// digits parses a decimal integer without sign, leading zeros or overflow.
+func digits(s []byte) (uint64, bool) {
+	if len(s) == 0 || len(s) > 20 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// uint reads a uint64 as plain digits, quoted or not.
+func (p *parser) uint() (uint64, bool) {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '"' {
+		s := p.rawStr()
+		return digits(s)
+	}
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	// A number must end here: a fraction or exponent is protojson's to judge.
+	if p.i < len(p.b) {
+		switch p.b[p.i] {
+		case '.', 'e', 'E', '-', '+':
+			return 0, false
+		}
+	}
+	return digits(p.b[start:p.i])
+}
+
+// duration reads "<secs>[.<frac>]s" with secs plain digits (at most 12)
+// and 1 to 9 fraction digits.
+func (p *parser) duration() (*durationpb.Duration, bool) {
+	s := p.rawStr()
+	if len(s) < 2 || s[len(s)-1] != 's' {
+		return nil, false
+	}
+	s = s[:len(s)-1]
+	whole, frac := s, []byte(nil)
+	for i, c := range s {
+		if c == '.' {
+			whole, frac = s[:i], s[i+1:]
+			if len(frac) == 0 || len(frac) > 9 {
+				return nil, false
+			}
+			break
+		}
+	}
+	if len(whole) > 12 {
+		return nil, false
+	}
+	secs, ok := digits(whole)
+	if !ok || secs >= 315_576_000_000 {
+		return nil, false
+	}
+	var nanos uint64
+	for i := 0; i < 9; i++ {
+		nanos *= 10
+		if i < len(frac) {
+			c := frac[i]
+			if c < '0' || c > '9' {
+				return nil, false
+			}
+			nanos += uint64(c - '0')
+		}
+	}
+	return &durationpb.Duration{Seconds: int64(secs), Nanos: int32(nanos)}, true
+}
