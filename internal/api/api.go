@@ -107,6 +107,16 @@ type Config struct {
 	// the rlcluster_store_* metrics export it. Default: Store, when it
 	// implements StoreStatuser.
 	StoreStatus StoreStatuser
+	// ShadowMode, when true, decides and counts every request as usual but
+	// answers allowed (OK to Envoy); denials show as outcome
+	// "shadow_denied" in rlcluster_decisions_total. Rules can also be in
+	// shadow mode one by one.
+	ShadowMode bool
+	// RLSHeaders, when its names are set, makes Envoy's ShouldRateLimit
+	// add response headers for the most limiting descriptor, as
+	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. The
+	// zero value adds none.
+	RLSHeaders RLSHeaders
 }
 
 // StoreStatuser is implemented by stores with a degraded mode
@@ -132,6 +142,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 // NewHandler checks cfg and returns the API handler. It serves:
 //
 //	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek}   Connect, gRPC, gRPC-Web
+//	/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   Envoy's RLS v3
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
 //	/metrics  /healthz  /readyz
@@ -198,9 +209,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
-	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName)
+	s.mountEnvoy(opts)
+	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyServiceName, grpchealth.HealthV1ServiceName)
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -244,6 +256,7 @@ func (s *Server) SetServing(serving bool) {
 		st = grpchealth.StatusNotServing
 	}
 	s.health.SetStatus(ratelimitv1connect.RateLimitServiceName, st)
+	s.health.SetStatus(envoyServiceName, st)
 	s.health.SetStatus("", st)
 }
 

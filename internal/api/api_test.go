@@ -715,7 +715,7 @@ func TestReflection(t *testing.T) {
 	for _, n := range names {
 		got[string(n)] = true
 	}
-	for _, want := range []string{"ratelimit.v1.RateLimitService", "grpc.health.v1.Health"} {
+	for _, want := range []string{"ratelimit.v1.RateLimitService", "envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"} {
 		if !got[want] {
 			t.Errorf("ListServices() = %v, want %s in it", names, want)
 		}

@@ -11,6 +11,8 @@ const (
 	outcomeAllowed = "allowed"
 	outcomeDenied  = "denied"
 	outcomeError   = "error"
+	// outcomeShadowDenied is a denial that shadow mode answered as allowed.
+	outcomeShadowDenied = "shadow_denied"
 )
 
 // Values of the rule label besides configured rule names.
@@ -69,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatu
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rlcluster_decisions_total",
-			Help: "Decisions made by Check and CheckBatch, by rule (a rule name, \"inline\" or \"unknown\") and outcome (allowed, denied, error).",
+			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, shadow_denied: denied but answered allowed in shadow mode, error).",
 		}, []string{"rule", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rlcluster_decision_duration_seconds",

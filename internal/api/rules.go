@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -24,17 +25,24 @@ type Rule struct {
 	Name string
 	// Limit is the limit the rule applies.
 	Limit window.Limit
+	// Shadow decides and counts as usual but always answers allowed; what
+	// would have been denied shows in metrics (outcome "shadow_denied")
+	// and in the answer's retry_after, which is then above zero.
+	Shadow bool
 }
 
 // CounterKey returns the store key that counts key under r:
 // r.Name + ":" + key.
 func (r Rule) CounterKey(key string) string { return r.Name + ":" + key }
 
-// Rules is an immutable set of rules, looked up by name. The zero value and
-// nil hold no rules. A *Rules is safe for concurrent use; to change the rules
-// in use, build a new set and swap it in with [Server.SetRules].
+// Rules is an immutable set of rules: native rules looked up by name, and
+// envoyproxy/ratelimit domains that Envoy's rate-limit service matches
+// descriptors against. The zero value and nil hold no rules. A *Rules is
+// safe for concurrent use; to change the rules in use, build a new set and
+// swap it in with [Server.SetRules].
 type Rules struct {
-	byName map[string]Rule
+	byName  map[string]Rule
+	domains map[string]*domain
 }
 
 // NewRules builds a rule set, checking every rule. The error lists every
@@ -102,38 +110,86 @@ func checkRuleName(name string) error {
 	return nil
 }
 
-// ruleFile is the native YAML rules format:
+// ruleFile is a rules file: native rules, or one envoyproxy/ratelimit
+// domain (see envoyrules.go), not both.
 //
 //	rules:
 //	  - name: api-per-user
 //	    limit: 100
 //	    window: 1m
 //	    algorithm: sliding_window   # optional
+//	    shadow_mode: false          # optional
 type ruleFile struct {
-	Rules []ruleYAML `yaml:"rules"`
+	Rules       []ruleYAML            `yaml:"rules"`
+	Domain      string                `yaml:"domain"`
+	Descriptors []envoyDescriptorYAML `yaml:"descriptors"`
 }
 
 type ruleYAML struct {
-	Name      string `yaml:"name"`
-	Limit     uint64 `yaml:"limit"`
-	Window    string `yaml:"window"`
-	Algorithm string `yaml:"algorithm"`
+	Name       string `yaml:"name"`
+	Limit      uint64 `yaml:"limit"`
+	Window     string `yaml:"window"`
+	Algorithm  string `yaml:"algorithm"`
+	ShadowMode bool   `yaml:"shadow_mode"`
 }
 
-// LoadRules reads native rules from the YAML file at path; see [ParseRules].
+// LoadRules reads rules from path: a YAML file, or a directory whose
+// *.yaml and *.yml files (not those starting with '.', not
+// subdirectories) are read in name order, as envoyproxy/ratelimit reads
+// one domain per file. Each file holds native rules or one envoy domain
+// (see [ParseRules]). Rule names and domains must be unique across files.
+// The error lists every problem in every file, one per line, each
+// starting with the file's path.
 func LoadRules(path string) (*Rules, error) {
-	b, err := os.ReadFile(path)
+	files, err := rulesFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	b := newRulesBuilder()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("load rules: %w", err))
+			continue
+		}
+		b.add(f, data)
+	}
+	return b.build()
+}
+
+// rulesFiles lists the files LoadRules reads for path.
+func rulesFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("load rules: %w", err)
 	}
-	rs, err := ParseRules(b)
-	if err != nil {
-		return nil, fmt.Errorf("load rules from %s: %w", path, err)
+	if !fi.IsDir() {
+		return []string{path}, nil
 	}
-	return rs, nil
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("load rules: %w", err)
+	}
+	var files []string
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		p := filepath.Join(path, n)
+		// Follow symlinks (Kubernetes ConfigMap volumes are made of them)
+		// but skip directories.
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			continue
+		}
+		files = append(files, p)
+	}
+	return files, nil
 }
 
-// ParseRules parses native rules from YAML:
+// ParseRules parses one rules file from YAML, in either format.
+//
+// Native rules:
 //
 //	rules:
 //	  - name: api-per-user      # required, unique
@@ -141,20 +197,97 @@ func LoadRules(path string) (*Rules, error) {
 //	    window: 1m              # Go duration, 1s to 168h, whole milliseconds
 //	    algorithm: sliding_window  # optional: sliding_window (default),
 //	                               # fixed_window, token_bucket, sliding_log
+//	    shadow_mode: true       # optional: count, but always allow
+//
+// or one envoyproxy/ratelimit domain, unchanged (domain, descriptors with
+// key, value, rate_limit {unit, requests_per_unit, unlimited, name,
+// replaces}, shadow_mode, detailed_metric, nested descriptors), plus an
+// optional rate_limit.algorithm. Envoy's rate-limit service uses domains;
+// the Connect API uses native rules by name.
 //
 // Unknown fields are errors. The error lists every problem found.
 func ParseRules(b []byte) (*Rules, error) {
+	rb := newRulesBuilder()
+	rb.add("", b)
+	return rb.build()
+}
+
+// rulesBuilder gathers the rules of one or more files and every problem
+// found in them.
+type rulesBuilder struct {
+	rules   []Rule
+	ruleSrc map[string]string // rule name -> where it was defined
+	domains map[string]*domain
+	domSrc  map[string]string
+	errs    []error
+}
+
+func newRulesBuilder() *rulesBuilder {
+	return &rulesBuilder{
+		ruleSrc: make(map[string]string),
+		domains: make(map[string]*domain),
+		domSrc:  make(map[string]string),
+	}
+}
+
+// add parses one file's bytes; file prefixes its problems ("" for none).
+func (rb *rulesBuilder) add(file string, b []byte) {
+	prefix := ""
+	if file != "" {
+		prefix = file + ": "
+	}
+	fail := func(format string, args ...any) {
+		rb.errs = append(rb.errs, fmt.Errorf("%s%s", prefix, fmt.Sprintf(format, args...)))
+	}
 	var f ruleFile
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		fail("parse rules: %v", err)
+		return
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parse rules: %w", err)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			fail("parse rules: %v", err)
+			return
+		}
+		for _, e := range te.Errors {
+			fail("%s", e)
+		}
 	}
-	var (
-		rules []Rule
-		errs  []error
-		seen  = make(map[string]int)
-	)
+	envoy := f.Domain != "" || f.Descriptors != nil
+	if envoy && f.Rules != nil {
+		fail("a file holds native rules or one envoy domain, not both (put them in separate files)")
+		return
+	}
+	if envoy {
+		line := 1
+		if len(root.Content) > 0 {
+			line = root.Content[0].Line
+			if m := root.Content[0]; m.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(m.Content); i += 2 {
+					if m.Content[i].Value == "domain" {
+						line = m.Content[i].Line
+					}
+				}
+			}
+		}
+		d, bad := buildDomain(f.Domain, line, f.Descriptors)
+		for _, p := range bad {
+			fail("domain %q: %s", f.Domain, p)
+		}
+		if f.Domain != "" {
+			if src, dup := rb.domSrc[f.Domain]; dup {
+				fail("domain %q: duplicate of the domain in %s", f.Domain, src)
+			} else if len(bad) == 0 {
+				rb.domains[f.Domain] = d
+				rb.domSrc[f.Domain] = orStdin(file)
+			}
+		}
+		return
+	}
 	for i, y := range f.Rules {
 		label := fmt.Sprintf("rule %d", i)
 		if y.Name != "" {
@@ -165,10 +298,13 @@ func ParseRules(b []byte) (*Rules, error) {
 			bad = append(bad, "name: required")
 		} else if err := checkRuleName(y.Name); err != nil {
 			bad = append(bad, "name: "+err.Error())
-		} else if j, dup := seen[y.Name]; dup {
-			bad = append(bad, fmt.Sprintf("name: duplicate of rule %d", j))
+		} else if src, dup := rb.ruleSrc[y.Name]; dup {
+			bad = append(bad, "name: duplicate of "+src)
 		} else {
-			seen[y.Name] = i
+			rb.ruleSrc[y.Name] = fmt.Sprintf("rule %d", i)
+			if file != "" {
+				rb.ruleSrc[y.Name] = fmt.Sprintf("rule %d in %s", i, file)
+			}
 		}
 		if y.Limit < 1 || y.Limit > window.MaxLimit {
 			bad = append(bad, fmt.Sprintf("limit: must be from 1 to 2^53, got %d", y.Limit))
@@ -188,19 +324,54 @@ func ParseRules(b []byte) (*Rules, error) {
 			bad = append(bad, "algorithm: "+err.Error())
 		}
 		if len(bad) > 0 {
-			errs = append(errs, fmt.Errorf("%s: %s", label, strings.Join(bad, "; ")))
+			fail("%s: %s", label, strings.Join(bad, "; "))
 			continue
 		}
-		rules = append(rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}})
+		rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode})
 	}
-	rs, err := NewRules(rules)
+}
+
+func orStdin(file string) string {
+	if file == "" {
+		return "another file"
+	}
+	return file
+}
+
+// build returns the rules, or every problem found.
+func (rb *rulesBuilder) build() (*Rules, error) {
+	rs, err := NewRules(rb.rules)
 	if err != nil {
-		errs = append(errs, err)
+		rb.errs = append(rb.errs, err)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(rb.errs) > 0 {
+		return nil, errors.Join(rb.errs...)
 	}
+	rs.domains = rb.domains
 	return rs, nil
+}
+
+// Summary describes the rules in one line, for logs and `rlnode validate`:
+// "2 rules, 1 domain (messaging: 2 limits)".
+func (rs *Rules) Summary() string {
+	names := rs.domainNames()
+	s := fmt.Sprintf("%d %s, %d %s", rs.Len(), plural(rs.Len(), "rule", "rules"), len(names), plural(len(names), "domain", "domains"))
+	if len(names) == 0 {
+		return s
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		l := rs.domains[n].limits
+		parts[i] = fmt.Sprintf("%s: %d %s", n, l, plural(l, "limit", "limits"))
+	}
+	return s + " (" + strings.Join(parts, "; ") + ")"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // checkWindow explains why d is not a valid window, or returns nil.

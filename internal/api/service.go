@@ -16,8 +16,13 @@ import (
 
 // check is one validated request, ready for the store.
 type check struct {
-	rule string // metric label: the rule's name or ruleInline
-	req  region.Request
+	rule   string // metric label: the rule's name or ruleInline
+	req    region.Request
+	shadow bool // answer allowed whatever the decision (shadow mode)
+	// shadowMetric counts a denial as shadow_denied without answering
+	// allowed: the caller applies shadow mode itself (Envoy's global
+	// shadow mode changes only overall_code).
+	shadowMetric bool
 }
 
 // Check implements ratelimitv1connect.RateLimitServiceHandler.
@@ -136,6 +141,7 @@ func (s *Server) prepare(field, key string, hits uint64, ruleName string, lim *r
 			return c, invalid("%srule: unknown rule %q", field, truncate(ruleName, 128))
 		}
 		c.rule = r.Name
+		c.shadow = r.Shadow
 		l = r.Limit
 		key = r.CounterKey(key)
 	} else {
@@ -151,6 +157,7 @@ func (s *Server) prepare(field, key string, hits uint64, ruleName string, lim *r
 		return c, invalid("%shits: %d is more than the limit of %d", field, hits, l.Limit)
 	}
 	c.req = region.Request{Key: key, Limit: l, Hits: hits, Now: now, Peek: peek}
+	c.shadow = c.shadow || s.cfg.ShadowMode
 	return c, nil
 }
 
@@ -198,7 +205,9 @@ func truncate(s string, n int) string {
 }
 
 // decide asks the store for every check in one call and records metrics.
-// It tells the Replicator about admitted counter decisions.
+// It tells the Replicator about admitted counter decisions. A denied
+// shadow check is counted as shadow_denied and answered allowed, keeping
+// its retry_after (above zero), which is how callers can tell.
 func (s *Server) decide(ctx context.Context, checks []check, res []region.Result) error {
 	reqs := make([]region.Request, len(checks))
 	for i, c := range checks {
@@ -218,11 +227,22 @@ func (s *Server) decide(ctx context.Context, checks []check, res []region.Result
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
 	}
 	for i, c := range checks {
+		if !res[i].Allowed && c.shadow {
+			res[i].Allowed = true
+			if !c.req.Peek {
+				s.metrics.decisions.WithLabelValues(c.rule, outcomeShadowDenied).Inc()
+			}
+			continue
+		}
 		if c.req.Peek {
 			continue
 		}
 		if !res[i].Allowed {
-			s.metrics.decisions.WithLabelValues(c.rule, outcomeDenied).Inc()
+			outcome := outcomeDenied
+			if c.shadowMetric {
+				outcome = outcomeShadowDenied
+			}
+			s.metrics.decisions.WithLabelValues(c.rule, outcome).Inc()
 			continue
 		}
 		s.metrics.decisions.WithLabelValues(c.rule, outcomeAllowed).Inc()

@@ -1,0 +1,334 @@
+package api
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// This file holds envoyproxy/ratelimit's configuration format, loaded
+// unchanged: one domain per file, a tree of descriptors, each optionally
+// carrying a rate limit.
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number          # no value: any value, each counted apart
+//	        rate_limit:
+//	          unit: day             # second, minute, hour, day or week
+//	          requests_per_unit: 5
+//	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
+//	  - key: to_number
+//	    rate_limit: {unit: day, requests_per_unit: 100}
+//	    shadow_mode: true
+//
+// Matching follows envoyproxy/ratelimit: for each entry of a request's
+// descriptor, the key and value are looked up in the current level (an
+// exact key and value first, then a value ending in '*' as a prefix, then
+// the key alone); the limit applies only when the last entry lands on a
+// descriptor with a rate_limit. A request descriptor with more or fewer
+// entries than the configured depth matches nothing.
+
+// envoyUnits maps envoyproxy/ratelimit's units to windows. Months and
+// years are longer than [window.MaxWindow] and not supported.
+var envoyUnits = map[string]struct {
+	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	window time.Duration
+}{
+	"SECOND": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	"HOUR":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	"DAY":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	"WEEK":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+}
+
+// envoyLimit is one configured rate_limit of an envoy-format descriptor.
+type envoyLimit struct {
+	// stat names the limit in metrics: domain.key_value.key..., as
+	// envoyproxy/ratelimit names its stats (value-less keys without a value).
+	stat      string
+	name      string   // rate_limit.name, the target of other limits' replaces
+	replaces  []string // names this limit replaces when both match
+	unlimited bool
+	shadow    bool
+	unit      rlsv3.RateLimitResponse_RateLimit_Unit
+	// limit is the limit to decide against; limit.Limit is
+	// requests_per_unit and may be 0, which denies every request.
+	limit window.Limit
+}
+
+// descKey is a descriptor's key and value ("" for a value-less key).
+type descKey struct{ key, value string }
+
+// descNode is one level of a domain's descriptor tree.
+type descNode struct {
+	children  map[descKey]*descNode
+	wildcards []wildcardChild // values ending in '*', in file order
+	limit     *envoyLimit
+}
+
+type wildcardChild struct {
+	key, prefix string
+	node        *descNode
+}
+
+func (n *descNode) leaf() bool { return len(n.children) == 0 && len(n.wildcards) == 0 }
+
+// domain is one envoy-format domain.
+type domain struct {
+	name   string
+	root   descNode
+	limits int
+}
+
+// entry is one key/value pair of a request's descriptor.
+type entry struct{ key, value string }
+
+// match returns the limit that applies to a request descriptor's entries,
+// or nil when none does.
+func (d *domain) match(entries []entry) *envoyLimit {
+	n := &d.root
+	for i, e := range entries {
+		next := n.children[descKey(e)]
+		if next == nil {
+			for _, w := range n.wildcards {
+				if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+					next = w.node
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[descKey{e.key, ""}]
+		}
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return next.limit
+		}
+		if next.leaf() {
+			return nil
+		}
+		n = next
+	}
+	return nil
+}
+
+// envoyDescriptorYAML is one entry of a descriptors list.
+type envoyDescriptorYAML struct {
+	Key            string                `yaml:"key"`
+	Value          string                `yaml:"value"`
+	RateLimit      *envoyRateLimitYAML   `yaml:"rate_limit"`
+	ShadowMode     bool                  `yaml:"shadow_mode"`
+	DetailedMetric bool                  `yaml:"detailed_metric"` // accepted; metrics only
+	ValueToMetric  bool                  `yaml:"value_to_metric"` // accepted; metrics only
+	Descriptors    []envoyDescriptorYAML `yaml:"descriptors"`
+
+	line    int
+	unknown []string
+}
+
+type envoyRateLimitYAML struct {
+	Unit            string             `yaml:"unit"`
+	RequestsPerUnit uint64             `yaml:"requests_per_unit"`
+	Unlimited       bool               `yaml:"unlimited"`
+	Name            string             `yaml:"name"`
+	Replaces        []envoyReplaceYAML `yaml:"replaces"`
+	Algorithm       string             `yaml:"algorithm"`
+
+	line    int
+	unknown []string
+}
+
+type envoyReplaceYAML struct {
+	Name string `yaml:"name"`
+
+	line    int
+	unknown []string
+}
+
+// unknownKeys lists the keys of mapping n that are not in allowed, with
+// their lines. yaml.v3 does not pass KnownFields to custom unmarshalers,
+// so the envoy types check their keys themselves.
+func unknownKeys(n *yaml.Node, allowed ...string) []string {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		ok := false
+		for _, a := range allowed {
+			if k.Value == a {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf("line %d: unknown field %q (want one of %s)", k.Line, k.Value, strings.Join(allowed, ", ")))
+		}
+	}
+	return out
+}
+
+func (d *envoyDescriptorYAML) UnmarshalYAML(n *yaml.Node) error {
+	type plain envoyDescriptorYAML
+	if err := n.Decode((*plain)(d)); err != nil {
+		return err
+	}
+	d.line = n.Line
+	d.unknown = unknownKeys(n, "key", "value", "rate_limit", "shadow_mode", "detailed_metric", "value_to_metric", "descriptors")
+	return nil
+}
+
+func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
+	type plain envoyRateLimitYAML
+	if err := n.Decode((*plain)(r)); err != nil {
+		return err
+	}
+	r.line = n.Line
+	r.unknown = unknownKeys(n, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm")
+	return nil
+}
+
+func (r *envoyReplaceYAML) UnmarshalYAML(n *yaml.Node) error {
+	type plain envoyReplaceYAML
+	if err := n.Decode((*plain)(r)); err != nil {
+		return err
+	}
+	r.line = n.Line
+	r.unknown = unknownKeys(n, "name")
+	return nil
+}
+
+// buildDomain checks an envoy-format domain and builds its tree. It
+// returns every problem found, each naming the field and its line.
+func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*domain, []string) {
+	d := &domain{name: name}
+	var bad []string
+	if name == "" {
+		bad = append(bad, fmt.Sprintf("line %d: domain: required", line))
+	}
+	d.root.children = make(map[descKey]*descNode)
+	d.buildLevel(&d.root, descs, "descriptors", name, &bad)
+	return d, bad
+}
+
+func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path, stat string, bad *[]string) {
+	for i, y := range descs {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		at := func(line int, field, format string, args ...any) {
+			*bad = append(*bad, fmt.Sprintf("line %d: %s%s: %s", line, p, field, fmt.Sprintf(format, args...)))
+		}
+		for _, u := range y.unknown {
+			*bad = append(*bad, u+" in "+p)
+		}
+		if y.Key == "" {
+			at(y.line, ".key", "required")
+			continue
+		}
+		s := stat + "." + y.Key
+		if y.Value != "" {
+			s += "_" + y.Value
+		}
+		n := &descNode{children: make(map[descKey]*descNode)}
+		if strings.HasSuffix(y.Value, "*") {
+			for _, w := range parent.wildcards {
+				if w.key == y.Key && w.prefix == strings.TrimSuffix(y.Value, "*") {
+					at(y.line, "", "duplicate of another descriptor with key %q and value %q at this level", y.Key, y.Value)
+				}
+			}
+			parent.wildcards = append(parent.wildcards, wildcardChild{key: y.Key, prefix: strings.TrimSuffix(y.Value, "*"), node: n})
+		} else {
+			k := descKey{y.Key, y.Value}
+			if _, dup := parent.children[k]; dup {
+				at(y.line, "", "duplicate of another descriptor with key %q and value %q at this level", y.Key, y.Value)
+			}
+			parent.children[k] = n
+		}
+		if rl := y.RateLimit; rl != nil {
+			for _, u := range rl.unknown {
+				*bad = append(*bad, u+" in "+p+".rate_limit")
+			}
+			lim := &envoyLimit{stat: s, name: rl.Name, unlimited: rl.Unlimited, shadow: y.ShadowMode}
+			ok := true
+			for j, r := range rl.Replaces {
+				for _, u := range r.unknown {
+					*bad = append(*bad, u+fmt.Sprintf(" in %s.rate_limit.replaces[%d]", p, j))
+				}
+				switch {
+				case r.Name == "":
+					at(r.line, fmt.Sprintf(".rate_limit.replaces[%d].name", j), "required")
+					ok = false
+				case r.Name == rl.Name:
+					at(r.line, fmt.Sprintf(".rate_limit.replaces[%d].name", j), "%q is this limit's own name", r.Name)
+					ok = false
+				default:
+					lim.replaces = append(lim.replaces, r.Name)
+				}
+			}
+			algo, err := window.ParseAlgorithm(rl.Algorithm)
+			if err != nil {
+				at(rl.line, ".rate_limit.algorithm", "%v", err)
+				ok = false
+			}
+			u, known := envoyUnits[strings.ToUpper(rl.Unit)]
+			switch {
+			case rl.Unlimited && rl.Unit != "":
+				at(rl.line, ".rate_limit.unit", "must not be set when unlimited is true")
+				ok = false
+			case rl.Unlimited:
+			case rl.Unit == "":
+				at(rl.line, ".rate_limit.unit", "required (second, minute, hour, day or week)")
+				ok = false
+			case strings.EqualFold(rl.Unit, "month") || strings.EqualFold(rl.Unit, "year"):
+				at(rl.line, ".rate_limit.unit", "%q is not supported: windows are at most a week (use second, minute, hour, day or week)", rl.Unit)
+				ok = false
+			case !known:
+				at(rl.line, ".rate_limit.unit", "%q is not second, minute, hour, day or week", rl.Unit)
+				ok = false
+			case rl.RequestsPerUnit > window.MaxLimit:
+				at(rl.line, ".rate_limit.requests_per_unit", "must be at most 2^53, got %d", rl.RequestsPerUnit)
+				ok = false
+			default:
+				lim.unit = u.unit
+				lim.limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo}
+			}
+			if ok {
+				n.limit = lim
+				d.limits++
+			}
+		}
+		d.buildLevel(n, y.Descriptors, p+".descriptors", s, bad)
+	}
+}
+
+// domainNames returns rs's envoy domains, sorted.
+func (rs *Rules) domainNames() []string {
+	if rs == nil {
+		return nil
+	}
+	out := make([]string, 0, len(rs.domains))
+	for n := range rs.domains {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// domain returns the envoy domain called name, or nil.
+func (rs *Rules) domain(name string) *domain {
+	if rs == nil {
+		return nil
+	}
+	return rs.domains[name]
+}
