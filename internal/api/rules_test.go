@@ -141,3 +141,119 @@ func TestNewRules(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEnvoyRulesListsEveryError(t *testing.T) {
+	_, err := api.ParseRules([]byte(`domain: shop
+descriptors:
+  - key: user
+    rate_limit:
+      unit: fortnight
+      requests_per_unit: 5
+  - value: nokey
+  - key: user
+    rate_limit:
+      unit: minute
+  - key: plan
+    rate_limit:
+      unlimited: true
+      unit: second
+    descriptors:
+      - key: tier
+        rate_limit:
+          unit: month
+          requests_per_unit: 1
+          algorithm: magic
+          burst: 3
+        shadowmode: true
+      - key: api
+        rate_limit:
+          name: a
+          replaces:
+            - name: a
+            - {}
+          unit: hour
+          requests_per_unit: 1
+`))
+	if err == nil {
+		t.Fatal("ParseRules: no error")
+	}
+	for _, want := range []string{
+		`domain "shop": line 5: descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day or week`,
+		`domain "shop": line 7: descriptors[1].key: required`,
+		`domain "shop": line 8: descriptors[2]: duplicate of another descriptor with key "user" and value ""`,
+		`domain "shop": line 13: descriptors[3].rate_limit.unit: must not be set when unlimited is true`,
+		`domain "shop": line 18: descriptors[3].descriptors[0].rate_limit.algorithm: window: unknown algorithm "magic"`,
+		`domain "shop": line 18: descriptors[3].descriptors[0].rate_limit.unit: "month" is not supported: windows are at most a week`,
+		`domain "shop": line 21: unknown field "burst"`,
+		`domain "shop": line 22: unknown field "shadowmode"`,
+		`domain "shop": line 27: descriptors[3].descriptors[1].rate_limit.replaces[0].name: "a" is this limit's own name`,
+		`domain "shop": line 28: descriptors[3].descriptors[1].rate_limit.replaces[1].name: required`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if got, want := strings.Count(err.Error(), "\n")+1, 10; got != want {
+		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
+	}
+}
+
+func TestParseRulesFormats(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"both formats", "rules: []\ndomain: d\n", "a file holds native rules or one envoy domain, not both"},
+		{"no domain", "descriptors:\n  - key: a\n", "line 1: domain: required"},
+		{"unknown top-level field", "domain: d\nlimits: []\n", "field limits not found"},
+		{"bad yaml", "domain: [\n", "parse rules"},
+		{"wrong type", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: lots\n", "line 6: cannot unmarshal !!str `lots` into uint64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := api.ParseRules([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ParseRules = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// The configuration of envoyproxy/ratelimit's Example 4 that does not
+	// match a two-entry descriptor loads.
+	rs, err := api.ParseRules([]byte("domain: example4\ndescriptors:\n  - key: key\n    value: value\n    rate_limit:\n      requests_per_unit: 300\n      unit: second\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rs.Summary(), "0 rules, 1 domain (example4: 1 limit)"; got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+}
+
+func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml":       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"b.yaml":       "domain: d\ndescriptors: []\n",
+		"c.yml":        "rules:\n  - name: x\n    limit: 0\n    window: 1m\n",
+		".hidden.yaml": "not: [valid",
+		"notes.txt":    "not yaml at all: [",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := api.LoadRules(dir)
+	if err == nil {
+		t.Fatal("LoadRules: no error")
+	}
+	for _, want := range []string{
+		filepath.Join(dir, "b.yaml") + `: domain "d": duplicate of the domain in ` + filepath.Join(dir, "a.yaml"),
+		filepath.Join(dir, "c.yml") + ": rule 0 (x): limit: must be from 1 to 2^53, got 0",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if got, want := strings.Count(err.Error(), "\n")+1, 2; got != want {
+		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
+	}
+}
