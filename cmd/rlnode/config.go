@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -20,16 +21,21 @@ const envPrefix = "RLNODE_"
 // config is rlnode's configuration, from flags with environment fallbacks.
 // Add a field here and its flag in newFlagSet; nothing else parses flags.
 type config struct {
-	Listen          string
-	Region          string
-	RedisURL        string
-	Rules           string
-	LogLevel        slog.Level
-	LogFormat       string
-	MaxKeys         int
-	MaxKeyBytes     int
-	DenyCacheKeys   int
-	ShutdownTimeout time.Duration
+	Listen   string
+	Region   string
+	RedisURL string
+	Rules    string
+	// RulesReloadInterval is how often the rules files are polled for
+	// changes; negative: only on SIGHUP.
+	RulesReloadInterval time.Duration
+	ShadowMode          bool
+	RLSHeaders          string
+	LogLevel            slog.Level
+	LogFormat           string
+	MaxKeys             int
+	MaxKeyBytes         int
+	DenyCacheKeys       int
+	ShutdownTimeout     time.Duration
 
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
@@ -70,7 +76,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c; HTTPS with HTTP/2 and HTTP/1.1 when --tls-cert is set)")
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
-	fs.StringVar(&c.Rules, "rules", "", "YAML file of named rules (`path`); empty: inline limits only")
+	fs.StringVar(&c.Rules, "rules", "", "rules `path`: a YAML file or a directory of them, native rules or envoyproxy/ratelimit domains; reloaded on change and on SIGHUP; empty: inline limits only")
+	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", api.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "decide and count every request but always answer allowed (OK to Envoy); denials show as outcome=\"shadow_denied\" in rlcluster_decisions_total")
+	fs.StringVar(&c.RLSHeaders, "rls-headers", "none", "response headers Envoy's ShouldRateLimit asks Envoy to add (`set`): none, draft (RateLimit-Limit, -Remaining, -Reset) or x (X-RateLimit-Limit, -Remaining, -Reset)")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
@@ -180,6 +189,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	} else if len(c.Region) > 64 {
 		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most 64", len(c.Region)))
 	}
+	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
+		errs = append(errs, fmt.Errorf("--rls-headers: %q is not none, draft or x", c.RLSHeaders))
+	}
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
 	}
@@ -199,6 +211,13 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		return c, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// rlsHeaderSets are the values of --rls-headers.
+var rlsHeaderSets = map[string]api.RLSHeaders{
+	"none":  {},
+	"draft": api.RLSHeadersDraft,
+	"x":     api.RLSHeadersX,
 }
 
 // newLogger returns the logger c asks for, writing to w, with every value

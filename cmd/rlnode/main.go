@@ -40,6 +40,9 @@ func main() {
 // then drains in-flight requests and returns nil. stdout receives -help's
 // text; stderr receives the logs.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "validate" {
+		return validate(args[1:], getenv, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -60,14 +63,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer store.Close()
 
-	var rules *api.Rules
-	if c.Rules != "" {
-		if rules, err = api.LoadRules(c.Rules); err != nil {
-			return err
-		}
-		log.Info("rules loaded", "path", c.Rules, "rules", rules.Len())
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reload, err := newReloaders(log, reg)
@@ -76,6 +71,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	reload.watch(ctx) // from here on SIGHUP reloads what is registered
 	tokens, err := authTokens(c, sec, reload, reg)
+	if err != nil {
+		return err
+	}
+	rules, err := loadRules(c, log, reg)
 	if err != nil {
 		return err
 	}
@@ -108,7 +107,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	acfg := api.Config{
 		Store:       store,
 		Region:      c.Region,
-		Rules:       rules,
 		MaxKeyBytes: c.MaxKeyBytes,
 		Logger:      log,
 		Registerer:  reg,
@@ -119,6 +117,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			DenyStatus:    c.CheckDenyStatus,
 			LegacyHeaders: c.LegacyHeaders,
 		},
+		ShadowMode: c.ShadowMode,
+		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
+	}
+	if rules != nil {
+		acfg.Rules = rules.Rules()
 	}
 	if node != nil {
 		acfg.Replicator = replicator{node}
@@ -127,6 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	watchRules(ctx, rules, h, reload, c.RulesReloadInterval >= 0)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
 	if err := serveTLS(c, srv, reload); err != nil {

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+)
+
+// loadRules loads the rules c names, if any, into a Reloader that keeps
+// them current. It returns nil, nil when no rules are configured.
+func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*api.Reloader, error) {
+	if c.Rules == "" {
+		return nil, nil
+	}
+	rl, err := api.NewReloader(api.ReloaderConfig{
+		Path:       c.Rules,
+		Interval:   c.RulesReloadInterval,
+		Logger:     log,
+		Registerer: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rules %s:\n%w", c.Rules, err)
+	}
+	log.Info("rules loaded", "path", c.Rules, "rules", rl.Rules().Summary())
+	return rl, nil
+}
+
+// watchRules reloads the rules into h on SIGHUP (through reload) and,
+// when poll is set, whenever their files change, until ctx is done.
+func watchRules(ctx context.Context, rl *api.Reloader, h *api.Server, reload *reloaders, poll bool) {
+	if rl == nil {
+		return
+	}
+	reload.add("rules", func() error { return rl.Reload(h.SetRules) })
+	if poll {
+		go rl.Run(ctx, h.SetRules)
+	}
+}
+
+// errInvalidRules is what `rlnode validate` returns for an invalid
+// configuration, after listing the problems.
+var errInvalidRules = errors.New("rules are invalid")
+
+// validate implements `rlnode validate --rules PATH`: it loads the rules
+// as the node would and prints a summary to stdout, or every problem to
+// stderr and returns an error.
+func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rlnode validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("rules", getenv(envName("rules")), "rules file or directory to check (`path`)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) and lists every problem; exits 0 when it is valid.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("validate: unexpected arguments: %q", fs.Args())
+	}
+	if *path == "" {
+		return errors.New("validate: --rules is required")
+	}
+	rs, err := api.LoadRules(*path)
+	if err != nil {
+		problems := strings.Split(err.Error(), "\n")
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return fmt.Errorf("%s: %d %s: %w", *path, len(problems), plural(len(problems), "problem", "problems"), errInvalidRules)
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s\n", *path, rs.Summary())
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// writeAtomic replaces path's contents in one rename, as editors and
+// ConfigMap updates do.
+func writeAtomic(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// rls returns go-control-plane's gRPC client for Envoy's rate-limit
+// service on the node at base (http://host:port), over h2c.
+func rls(t *testing.T, base string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(base, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// perUnit asks for one hit of domain's (key, value) descriptor and returns
+// the limit that applied (0 for none) and the overall code.
+func perUnit(t *testing.T, c rlsv3.RateLimitServiceClient, domain, key, value string) (uint32, rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain:      domain,
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}},
+	})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), resp.GetOverallCode()
+}
+
+const envoyRules = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+`
+
+// TestRunRulesHotReload edits the rules file under a running node: the
+// edit takes effect without a restart, an invalid edit keeps the old
+// rules and is counted, and --shadow-mode and --rls-headers apply.
+func TestRunRulesHotReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	writeAtomic(t, path, envoyRules)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--rules", dir, "--rules-reload-interval=10ms"}, env(nil))
+	if !strings.Contains(logs.String(), `rules="0 rules, 1 domain (edge: 1 limit)"`) {
+		t.Errorf("logs lack the rules summary:\n%s", logs)
+	}
+	c := rls(t, base)
+	if got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.1"); got != 10 {
+		t.Fatalf("limit = %d, want 10", got)
+	}
+	writeAtomic(t, path, strings.Replace(envoyRules, "10", "1", 1))
+	eventually(t, "the edit to apply", func() bool {
+		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.2")
+		return got == 1
+	})
+	if _, code := perUnit(t, c, "edge", "remote_address", "10.0.0.1"); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("second hit under a limit of 1: %v, want OVER_LIMIT", code)
+	}
+
+	writeAtomic(t, path, strings.Replace(envoyRules, "minute", "fortnight", 1))
+	eventually(t, "the rejection", func() bool {
+		return strings.Contains(logs.String(), "rules rejected: keeping the rules in use")
+	})
+	if !strings.Contains(logs.String(), `\"fortnight\" is not second, minute, hour, day or week`) {
+		t.Errorf("the rejection does not say why:\n%s", logs)
+	}
+	if got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.3"); got != 1 {
+		t.Errorf("limit after an invalid edit = %d, want 1 (the old rules)", got)
+	}
+	resp, err := httpGet(base + "/metrics")
+	if err != nil || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="rejected"} 1`) || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="applied"} 1`) {
+		t.Errorf("/metrics (%v) lacks the reload counts:\n%s", err, resp)
+	}
+	cancel()
+	wait(t, done, logs)
+}
+
+// TestRunRulesSIGHUP reloads on SIGHUP only, with polling off.
+func TestRunRulesSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	writeAtomic(t, path, envoyRules)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--rules", path, "--rules-reload-interval=-1s", "--shadow-mode", "--rls-headers=x"}, env(nil))
+	c := rls(t, base)
+	writeAtomic(t, path, strings.Replace(envoyRules, "10", "1", 1))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the SIGHUP reload", func() bool {
+		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.9")
+		return got == 1
+	})
+	if !strings.Contains(logs.String(), "trigger=reload") {
+		t.Errorf("logs lack the SIGHUP reload:\n%s", logs)
+	}
+	// --shadow-mode: over the limit, yet OK overall; --rls-headers=x.
+	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain:      "edge",
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.9"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.GetOverallCode(), rlsv3.RateLimitResponse_OK; got != want {
+		t.Errorf("overall_code in shadow mode = %v, want %v", got, want)
+	}
+	if got, want := resp.GetStatuses()[0].GetCode(), rlsv3.RateLimitResponse_OVER_LIMIT; got != want {
+		t.Errorf("status in shadow mode = %v, want %v", got, want)
+	}
+	hdrs := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		hdrs[h.GetKey()] = h.GetValue()
+	}
+	if hdrs["X-RateLimit-Limit"] != "1" || hdrs["X-RateLimit-Remaining"] != "0" || hdrs["X-RateLimit-Reset"] == "" {
+		t.Errorf("headers = %v, want X-RateLimit-Limit 1, -Remaining 0 and -Reset", hdrs)
+	}
+	m, _ := httpGet(base + "/metrics")
+	if !strings.Contains(m, `rlcluster_decisions_total{outcome="shadow_denied",rule="edge.remote_address"} 1`) {
+		t.Errorf("/metrics lacks the shadow denial:\n%s", m)
+	}
+	cancel()
+	wait(t, done, logs)
+}
+
+func httpGet(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.Mkdir(good, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, filepath.Join(good, "edge.yaml"), envoyRules)
+	writeAtomic(t, filepath.Join(good, "native.yaml"), "rules:\n  - name: login\n    limit: 5\n    window: 15m\n")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"validate", "--rules", good}, env(nil), &out, &errOut); err != nil {
+		t.Fatalf("validate good = %v; stderr:\n%s", err, errOut.String())
+	}
+	if got, want := out.String(), good+": valid: 1 rule, 1 domain (edge: 1 limit)\n"; got != want {
+		t.Errorf("validate good printed %q, want %q", got, want)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	writeAtomic(t, bad, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - value: b\n  - key: c\n    rate_limit: {unit: year, requests_per_unit: 1}\n")
+	out.Reset()
+	errOut.Reset()
+	// The environment names the rules too.
+	err := run(context.Background(), []string{"validate"}, env(map[string]string{"RLNODE_RULES": bad}), &out, &errOut)
+	if !errors.Is(err, errInvalidRules) || !strings.Contains(err.Error(), bad+": 3 problems") {
+		t.Errorf("validate bad = %v, want 3 problems", err)
+	}
+	for _, want := range []string{`"fortnight" is not second`, "descriptors[1].key: required", `"year" is not supported`} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("validate's output lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if err := run(context.Background(), []string{"validate"}, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--rules is required") {
+		t.Errorf("validate without --rules = %v", err)
+	}
+}
