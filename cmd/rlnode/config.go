@@ -117,6 +117,7 @@ func usage(fs *flag.FlagSet) {
 	fmt.Fprint(w, `rlnode serves rlcluster's rate-limit API (Connect, gRPC and gRPC-Web on one port).
 
 Usage: rlnode [flags]
+       rlnode validate --rules PATH   check a rules file or directory, list every problem
 
 Every flag can also be set by its environment variable; a flag on the
 command line wins.
