@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -495,4 +497,42 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestEnvoyReflection: grpcurl can describe the Envoy service, and gRPC
+// health reports it.
+func TestEnvoyReflection(t *testing.T) {
+	s := newServer(t, api.Config{})
+	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	stream := rc.NewStream(context.Background())
+	t.Cleanup(func() { stream.Close() })
+	files, err := stream.FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range files {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"envoy/service/ratelimit/v3/rls.proto", "envoy/extensions/common/ratelimit/v3/ratelimit.proto"} {
+		if !names[want] {
+			t.Errorf("FileContainingSymbol returned %v, want %s among them", names, want)
+		}
+	}
+	conn, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, serving := range []bool{true, false} {
+		s.API.SetServing(serving)
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		want := healthpb.HealthCheckResponse_SERVING
+		if !serving {
+			want = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		if err != nil || resp.GetStatus() != want {
+			t.Errorf("health of the Envoy service (serving %v) = %v, %v; want %v", serving, resp.GetStatus(), err, want)
+		}
+	}
 }
