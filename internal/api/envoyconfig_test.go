@@ -127,4 +127,3 @@ func findStrings(s, prefix string) []string {
 		s = s[j:]
 	}
 }
-
