@@ -365,6 +365,12 @@ func TestShadowModeConnect(t *testing.T) {
 			if got := second.Msg.RetryAfter.AsDuration(); got <= 0 {
 				t.Errorf("second Check retry_after = %v, want > 0", got)
 			}
+			if got, want := second.Msg.Shadow, tc.wantSecond; got != want {
+				t.Errorf("second Check shadow = %v, want %v", got, want)
+			}
+			if first.Msg.Shadow {
+				t.Error("first Check shadow = true, want false")
+			}
 			want := fmt.Sprintf(`rlcluster_decisions_total{outcome=%q,rule=%q} 1`, tc.outcome, tc.rule)
 			if body := get(t, s.URL+"/metrics", http.StatusOK); !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q:\n%s", want, grepLines(body, "rlcluster_decisions_total"))

@@ -305,5 +305,8 @@ func (s *Server) response(r region.Result, ages map[string]time.Duration) *ratel
 		ResetAfter: durationpb.New(r.ResetAfter),
 		RetryAfter: durationpb.New(r.RetryAfter),
 		Stats:      st,
+		// An allowed answer has no retry_after unless shadow mode turned a
+		// denial around (see decide).
+		Shadow: r.Allowed && r.RetryAfter > 0,
 	}
 }

@@ -410,10 +410,15 @@ type CheckResponse struct {
 	// further traffic.
 	ResetAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
 	// retry_after is the earliest time after which the same request would be
-	// allowed with no other traffic; zero when allowed.
+	// allowed with no other traffic; zero when allowed, except when shadow is
+	// true.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// stats shows the numbers behind the decision.
-	Stats         *WindowStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	Stats *WindowStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	// shadow is true when the request would have been denied but shadow mode
+	// (the rule's shadow_mode or the node's --shadow-mode) answered allowed.
+	// Nothing was consumed; retry_after says when it would have been allowed.
+	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +493,13 @@ func (x *CheckResponse) GetStats() *WindowStats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *CheckResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 // CheckBatchRequest carries independent checks.
@@ -866,7 +878,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bprevious\x18\x03 \x01(\x04R\bprevious\x12'\n" +
 	"\x0fprevious_weight\x18\x04 \x01(\x01R\x0epreviousWeight\x12\x1a\n" +
 	"\bestimate\x18\x05 \x01(\x04R\bestimate\x123\n" +
-	"\aregions\x18\x06 \x03(\v2\x19.ratelimit.v1.RegionCountR\aregions\"\x86\x02\n" +
+	"\aregions\x18\x06 \x03(\v2\x19.ratelimit.v1.RegionCountR\aregions\"\x9e\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x04R\x05limit\x12\x1c\n" +
@@ -875,7 +887,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"resetAfter\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12/\n" +
-	"\x05stats\x18\x06 \x01(\v2\x19.ratelimit.v1.WindowStatsR\x05stats\"G\n" +
+	"\x05stats\x18\x06 \x01(\v2\x19.ratelimit.v1.WindowStatsR\x05stats\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"G\n" +
 	"\x11CheckBatchRequest\x122\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1a.ratelimit.v1.CheckRequestR\x06checks\"\x7f\n" +
 	"\vCheckResult\x129\n" +
