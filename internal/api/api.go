@@ -1,8 +1,10 @@
 // Package api serves rlcluster's decision API: the ratelimit.v1
 // RateLimitService for the Connect protocol (JSON and binary), gRPC and
-// gRPC-Web on one HTTP handler, with gRPC health checking, server
-// reflection, named rules, Prometheus metrics and the /healthz, /readyz and
-// /metrics endpoints.
+// gRPC-Web, and Envoy's rate-limit service (RLS v3 ShouldRateLimit, see
+// envoy.go), on one HTTP handler, with gRPC health checking, server
+// reflection, rules (native, and envoyproxy/ratelimit's YAML domains) with
+// hot reload ([Reloader]), shadow mode, Prometheus metrics and the /healthz,
+// /readyz and /metrics endpoints.
 //
 // The handler validates requests, turns them into [region.Request]s, decides
 // them with one [region.Store.Check] call per RPC, tells an optional
@@ -12,7 +14,10 @@
 //
 // Counter keys: a named rule counts key under rule name + ":" + key, so two
 // rules on one key count separately; an inline limit counts under the
-// caller's key as given (the store adds the window and bucket to it).
+// caller's key as given; an Envoy descriptor counts under
+// "rls/" + domain + "/" + key=value/... (escaped), which no rule's key can
+// equal since rule names hold no '/' (the store adds the window and bucket
+// to each).
 package api
 
 import (

@@ -6,7 +6,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -541,4 +543,52 @@ func TestEnvoyReflection(t *testing.T) {
 			t.Errorf("health of the Envoy service (serving %v) = %v, %v; want %v", serving, resp.GetStatus(), err, want)
 		}
 	}
+}
+
+// BenchmarkShouldRateLimit is Envoy's call as Envoy makes it: gRPC over h2c
+// on loopback, two descriptors of envoyproxy/ratelimit's Example 2, the
+// in-memory store.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	rs, err := api.LoadRules("testdata/envoyproxy")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), Rules: rs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptestH2C(b, h)
+	conn, err := grpc.NewClient(strings.TrimPrefix(srv, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			num := fmt.Sprint(n.Add(1) % 10000)
+			_, err := c.ShouldRateLimit(context.Background(), rlsReq("messaging",
+				desc("message_type", "marketing", "to_number", num),
+				desc("to_number", num)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func httptestH2C(tb testing.TB, h http.Handler) string {
+	tb.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv.URL
 }

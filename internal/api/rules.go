@@ -80,7 +80,7 @@ func (rs *Rules) Lookup(name string) (Rule, bool) {
 	return r, ok
 }
 
-// Len returns the number of rules.
+// Len returns the number of native rules (not counting envoy domains).
 func (rs *Rules) Len() int {
 	if rs == nil {
 		return 0
@@ -88,7 +88,7 @@ func (rs *Rules) Len() int {
 	return len(rs.byName)
 }
 
-// All returns the rules sorted by name.
+// All returns the native rules sorted by name.
 func (rs *Rules) All() []Rule {
 	if rs == nil {
 		return nil

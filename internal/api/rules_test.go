@@ -257,3 +257,29 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
 	}
 }
+
+// FuzzParseRules: any bytes give rules or an error, never a panic, and
+// valid rules describe themselves.
+func FuzzParseRules(f *testing.F) {
+	files, _ := filepath.Glob("testdata/envoyproxy/*.yaml")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    shadow_mode: true\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := api.ParseRules(b)
+		if err != nil {
+			if rs != nil {
+				t.Errorf("ParseRules returned rules and an error: %v", err)
+			}
+			return
+		}
+		if rs.Summary() == "" {
+			t.Error("Summary() is empty")
+		}
+	})
+}
