@@ -317,20 +317,20 @@ func clamp32(n uint64) uint32 {
 // limit, else the one with the fewest hits remaining. Statuses without a
 // limit do not count; with none left there are no headers.
 func (s *Server) rlsHeaders(statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	var min *rlsv3.RateLimitResponse_DescriptorStatus
+	var most *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range statuses {
 		if st.GetCurrentLimit() == nil {
 			continue
 		}
 		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			min = st
+			most = st
 			break
 		}
-		if min == nil || st.GetLimitRemaining() < min.GetLimitRemaining() {
-			min = st
+		if most == nil || st.GetLimitRemaining() < most.GetLimitRemaining() {
+			most = st
 		}
 	}
-	if min == nil {
+	if most == nil {
 		return nil
 	}
 	h := s.cfg.RLSHeaders
@@ -340,9 +340,9 @@ func (s *Server) rlsHeaders(statuses []*rlsv3.RateLimitResponse_DescriptorStatus
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
 		}
 	}
-	add(h.Limit, strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10))
-	add(h.Remaining, strconv.FormatUint(uint64(min.GetLimitRemaining()), 10))
-	reset := min.GetDurationUntilReset().AsDuration()
+	add(h.Limit, strconv.FormatUint(uint64(most.GetCurrentLimit().GetRequestsPerUnit()), 10))
+	add(h.Remaining, strconv.FormatUint(uint64(most.GetLimitRemaining()), 10))
+	reset := most.GetDurationUntilReset().AsDuration()
 	add(h.Reset, strconv.FormatInt(int64((reset+time.Second-1)/time.Second), 10))
 	return out
 }
