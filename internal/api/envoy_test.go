@@ -373,7 +373,24 @@ func TestShadowModeConnect(t *testing.T) {
 			if first.Msg.Shadow {
 				t.Error("first Check shadow = true, want false")
 			}
-			want := fmt.Sprintf(`rlcluster_decisions_total{outcome=%q,rule=%q} 1`, tc.outcome, tc.rule)
+			// The forward-auth endpoint decides through the same path.
+			wantStatus := http.StatusTooManyRequests
+			if tc.wantSecond {
+				wantStatus = http.StatusOK
+			}
+			for i, want := range []int{http.StatusOK, wantStatus} {
+				req, _ := http.NewRequest(http.MethodGet, s.URL+"/check/"+tc.rule, nil)
+				req.Header.Set("X-Forwarded-For", "203.0.113.7")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Errorf("/check/%s %d: status %d, want %d", tc.rule, i+1, resp.StatusCode, want)
+				}
+			}
+			want := fmt.Sprintf(`rlcluster_decisions_total{outcome=%q,rule=%q} 2`, tc.outcome, tc.rule)
 			if body := get(t, s.URL+"/metrics", http.StatusOK); !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q:\n%s", want, grepLines(body, "rlcluster_decisions_total"))
 			}
