@@ -213,3 +213,28 @@ func TestValidate(t *testing.T) {
 		t.Errorf("validate without --rules = %v", err)
 	}
 }
+
+func TestParseConfigRulesFlags(t *testing.T) {
+	c, err := parseConfig(nil, env(map[string]string{
+		"RLNODE_SHADOW_MODE":           "true",
+		"RLNODE_RLS_HEADERS":           "draft",
+		"RLNODE_RULES_RELOAD_INTERVAL": "250ms",
+	}), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.ShadowMode || c.RLSHeaders != "draft" || c.RulesReloadInterval != 250*time.Millisecond {
+		t.Errorf("parseConfig = shadow %v, rls-headers %q, reload %v; want true, draft, 250ms", c.ShadowMode, c.RLSHeaders, c.RulesReloadInterval)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rls-headers", "ietf"}, `--rls-headers: "ietf" is not none, draft or x`},
+		{[]string{"--shadow-mode=maybe"}, "invalid boolean value"},
+	} {
+		if _, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
