@@ -132,6 +132,8 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 		}
 		dst = append(dst, "]}"...)
 	}
+	dst = append(dst, `,"shadow":`...)
+	dst = strconv.AppendBool(dst, m.Shadow)
 	return append(dst, '}'), true
 }
 
