@@ -65,6 +65,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if rules, err = api.LoadRules(c.Rules); err != nil {
 			return err
 		}
+		if rules.Len() > c.MaxRules {
+			return fmt.Errorf("rules %s: %d rules, more than --max-rules %d", c.Rules, rules.Len(), c.MaxRules)
+		}
 		log.Info("rules loaded", "path", c.Rules, "rules", rules.Len())
 	}
 
@@ -106,12 +109,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acfg := api.Config{
-		Store:       store,
-		Region:      c.Region,
-		Rules:       rules,
-		MaxKeyBytes: c.MaxKeyBytes,
-		Logger:      log,
-		Registerer:  reg,
+		Store:           store,
+		Region:          c.Region,
+		Rules:           rules,
+		MaxKeyBytes:     c.MaxKeyBytes,
+		MaxBatch:        c.MaxBatch,
+		MaxRequestBytes: c.MaxRequestBytes,
+		MaxHits:         c.MaxHits,
+		MaxWindow:       c.MaxWindow,
+		MaxLogLimit:     c.MaxLogLimit,
+		Logger:          log,
+		Registerer:      reg,
 		Check: api.CheckConfig{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
@@ -202,6 +210,8 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 		_ = r.Close()
 		return nil, "", err
 	}
+	log.Info("redis outages decided under the failure policy", "on_store_failure", policy.String(),
+		"store_timeout", c.StoreTimeout, "fallback_region", fb.Region())
 	desc := fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region())
 	if c.DenyCacheKeys == 0 {
 		return f, desc, nil
