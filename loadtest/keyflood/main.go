@@ -53,6 +53,7 @@ type config struct {
 	Timeout  time.Duration
 	Rlnode   string
 	Every    int
+	Window   string
 	NodeArgs []string
 }
 
@@ -97,6 +98,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.Rlnode, "rlnode", "", "rlnode binary; default: build ./cmd/rlnode")
 	fs.IntVar(&c.Every, "every", 100_000, "sample every this many keys")
 	fs.StringVar(&extra, "args", "", "extra rlnode flags, space-separated")
+	fs.StringVar(&c.Window, "window", "3600s", "the keys' window (a protobuf JSON duration); the default keeps every key alive during the flood")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -157,7 +159,7 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 		return nil, fmt.Errorf("%w; rlnode log: %s", err, logBuf.String())
 	}
 	fmt.Fprintf(out, "rlnode pid %d: %s\n", cmd.Process.Pid, strings.Join(nodeArgs, " "))
-	fmt.Fprintf(out, "%d distinct keys in CheckBatch calls of %d over %d connections\n\n", c.Keys, c.Batch, c.Conns)
+	fmt.Fprintf(out, "%d distinct keys (window %s) in CheckBatch calls of %d over %d connections\n\n", c.Keys, c.Window, c.Batch, c.Conns)
 
 	res := &Result{}
 	sample := func(keys int) error {
@@ -218,7 +220,7 @@ func flood(ctx context.Context, client *http.Client, base string, from, n int, c
 					if i > b {
 						body.WriteByte(',')
 					}
-					fmt.Fprintf(&body, `{"key":"flood-%08d","limit":{"limit":100,"window":"60s"}}`, i)
+					fmt.Fprintf(&body, `{"key":"flood-%08d","limit":{"limit":100,"window":%q}}`, i, c.Window)
 				}
 				body.WriteString(`]}`)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/ratelimit.v1.RateLimitService/CheckBatch", bytes.NewReader(body.Bytes()))
