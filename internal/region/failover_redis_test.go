@@ -3,7 +3,9 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +38,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 			const timeout = 50 * time.Millisecond
 			fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
 			f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Policy: policy, Timeout: timeout,
-				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond})
+				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,4 +185,13 @@ func TestFailoverRedisOutage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
