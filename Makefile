@@ -59,6 +59,19 @@ checkgenerate: ## Fail if gen/ is not what proto/ generates
 	if ! diff -r "$$tmp" gen; then echo "gen/ is stale: run make generate"; exit 1; fi; \
 	echo "gen/ is current"
 
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME              ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every Fuzz* target for FUZZTIME each (default 10s): make fuzz FUZZTIME=1m
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd | sort); do \
+		pkg=./$$(dirname $$f); \
+		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
 # BENCH_FLAGS go to the load harness, e.g. BENCH_FLAGS='-duration 5s -only redis'.
 BENCH_FLAGS ?=
 

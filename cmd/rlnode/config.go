@@ -37,6 +37,14 @@ type config struct {
 	DenyCacheKeys       int
 	ShutdownTimeout     time.Duration
 
+	// Bounds on input (see api.Config).
+	MaxBatch        int
+	MaxRequestBytes int
+	MaxHits         uint64
+	MaxWindow       time.Duration
+	MaxLogLimit     uint64
+	MaxRules        int
+
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
 	StoreTimeout   time.Duration
@@ -84,6 +92,12 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
+	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 1<<20, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
+	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
+	fs.DurationVar(&c.MaxWindow, "max-window", 168*time.Hour, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
+	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
+	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most rules the --rules file may define (`count`)")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
@@ -178,6 +192,24 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("--max-batch: %d, want at least 1", c.MaxBatch))
+	}
+	if c.MaxRequestBytes < 64 {
+		errs = append(errs, fmt.Errorf("--max-request-bytes: %d, want at least 64", c.MaxRequestBytes))
+	}
+	if c.MaxHits < 1 {
+		errs = append(errs, fmt.Errorf("--max-hits: %d, want at least 1", c.MaxHits))
+	}
+	if c.MaxWindow < time.Second || c.MaxWindow > 168*time.Hour {
+		errs = append(errs, fmt.Errorf("--max-window: %v, want 1s to 168h", c.MaxWindow))
+	}
+	if c.MaxLogLimit < 1 {
+		errs = append(errs, fmt.Errorf("--max-log-limit: %d, want at least 1", c.MaxLogLimit))
+	}
+	if c.MaxRules < 1 {
+		errs = append(errs, fmt.Errorf("--max-rules: %d, want at least 1", c.MaxRules))
 	}
 	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))

@@ -105,11 +105,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acfg := api.Config{
-		Store:       store,
-		Region:      c.Region,
-		MaxKeyBytes: c.MaxKeyBytes,
-		Logger:      log,
-		Registerer:  reg,
+		Store:           store,
+		Region:          c.Region,
+		MaxKeyBytes:     c.MaxKeyBytes,
+		MaxBatch:        c.MaxBatch,
+		MaxRequestBytes: c.MaxRequestBytes,
+		MaxHits:         c.MaxHits,
+		MaxWindow:       c.MaxWindow,
+		MaxLogLimit:     c.MaxLogLimit,
+		Logger:          log,
+		Registerer:      reg,
 		Check: api.CheckConfig{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
@@ -206,6 +211,8 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 		_ = r.Close()
 		return nil, "", err
 	}
+	log.Info("redis outages decided under the failure policy", "on_store_failure", policy.String(),
+		"store_timeout", c.StoreTimeout, "fallback_region", fb.Region())
 	desc := fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region())
 	if c.DenyCacheKeys == 0 {
 		return f, desc, nil

@@ -23,6 +23,7 @@ func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*api.Relo
 	rl, err := api.NewReloader(api.ReloaderConfig{
 		Path:       c.Rules,
 		Interval:   c.RulesReloadInterval,
+		MaxRules:   c.MaxRules,
 		Logger:     log,
 		Registerer: reg,
 	})

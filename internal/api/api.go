@@ -37,6 +37,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // Defaults for zero [Config] fields.
@@ -45,6 +46,9 @@ const (
 	DefaultMaxBatch        = 1000
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultReadyTimeout    = 2 * time.Second
+	DefaultMaxHits         = window.MaxLimit
+	DefaultMaxWindow       = window.MaxWindow
+	DefaultMaxLogLimit     = 10000
 )
 
 // Replicator carries this region's totals to the other regions. It is
@@ -88,8 +92,18 @@ type Config struct {
 	MaxKeyBytes int
 	// MaxBatch bounds the checks in one CheckBatch; default 1000.
 	MaxBatch int
-	// MaxRequestBytes bounds a request message; default 1 MiB.
+	// MaxRequestBytes bounds a request message; default 1 MiB. A larger
+	// message is refused with resource_exhausted before it is decoded.
 	MaxRequestBytes int
+	// MaxHits bounds the hits one check may ask for (besides the limit);
+	// default 2^53, so that only the limit bounds them.
+	MaxHits uint64
+	// MaxWindow bounds an inline limit's window, from 1s up to 168h (the
+	// default).
+	MaxWindow time.Duration
+	// MaxLogLimit bounds an inline sliding_log limit, whose memory grows
+	// with the hits it holds: default 10000.
+	MaxLogLimit uint64
 	// Logger receives warnings such as store failures; default discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics; default a new registry.
@@ -173,6 +187,18 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.MaxHits == 0 {
+		cfg.MaxHits = DefaultMaxHits
+	}
+	if cfg.MaxWindow == 0 {
+		cfg.MaxWindow = DefaultMaxWindow
+	}
+	if cfg.MaxWindow < window.MinWindow || cfg.MaxWindow > window.MaxWindow {
+		return nil, fmt.Errorf("api: Config.MaxWindow %v must be from %v to %v", cfg.MaxWindow, window.MinWindow, window.MaxWindow)
+	}
+	if cfg.MaxLogLimit == 0 {
+		cfg.MaxLogLimit = DefaultMaxLogLimit
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout

@@ -24,6 +24,9 @@ type ReloaderConfig struct {
 	Path string
 	// Interval is how often Run looks for changes; default 1s.
 	Interval time.Duration
+	// MaxRules, when positive, rejects a configuration with more rules
+	// than this, at start and on every reload.
+	MaxRules int
 	// Logger receives a line for every reload, applied or rejected;
 	// default discards.
 	Logger *slog.Logger
@@ -83,7 +86,7 @@ func NewReloader(cfg ReloaderConfig) (*Reloader, error) {
 		}
 	}
 	fp := fingerprint(cfg.Path)
-	rs, err := LoadRules(cfg.Path)
+	rs, err := loadRulesMax(cfg.Path, cfg.MaxRules)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +118,7 @@ func (r *Reloader) Reload(apply func(*Rules)) error {
 // load loads the files, whose fingerprint is fp. r.mu is held.
 func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Rules), why string) error {
 	r.applied = fp
-	rs, err := LoadRules(r.cfg.Path)
+	rs, err := loadRulesMax(r.cfg.Path, r.cfg.MaxRules)
 	if err != nil {
 		r.reloads.WithLabelValues("rejected").Inc()
 		r.cfg.Logger.Error("rules rejected: keeping the rules in use", "path", r.cfg.Path, "trigger", why, "err", err)
@@ -177,4 +180,16 @@ func fingerprint(path string) [sha256.Size]byte {
 	var out [sha256.Size]byte
 	h.Sum(out[:0])
 	return out
+}
+
+// loadRulesMax is LoadRules, refusing more than max rules when max > 0.
+func loadRulesMax(path string, max int) (*Rules, error) {
+	rs, err := LoadRules(path)
+	if err != nil {
+		return nil, err
+	}
+	if max > 0 && rs.Len() > max {
+		return nil, fmt.Errorf("%s: %d rules, more than the maximum of %d (--max-rules)", path, rs.Len(), max)
+	}
+	return rs, nil
 }

@@ -258,9 +258,10 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 	}
 }
 
-// FuzzParseRules: any bytes give rules or an error, never a panic, and
+// FuzzParseEnvoyRules: any bytes, seeded with envoyproxy/ratelimit configs,
+// give rules or an error, never a panic, and
 // valid rules describe themselves.
-func FuzzParseRules(f *testing.F) {
+func FuzzParseEnvoyRules(f *testing.F) {
 	files, _ := filepath.Glob("testdata/envoyproxy/*.yaml")
 	for _, p := range files {
 		b, err := os.ReadFile(p)

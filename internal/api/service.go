@@ -146,7 +146,7 @@ func (s *Server) prepare(field, key string, hits uint64, ruleName string, lim *r
 		key = r.CounterKey(key)
 	} else {
 		var err error
-		if l, err = inlineLimit(field, lim); err != nil {
+		if l, err = s.inlineLimit(field, lim); err != nil {
 			return c, err
 		}
 	}
@@ -156,13 +156,17 @@ func (s *Server) prepare(field, key string, hits uint64, ruleName string, lim *r
 	if hits > l.Limit {
 		return c, invalid("%shits: %d is more than the limit of %d", field, hits, l.Limit)
 	}
+	if hits > s.cfg.MaxHits {
+		return c, invalid("%shits: %d is more than the maximum of %d", field, hits, s.cfg.MaxHits)
+	}
 	c.req = region.Request{Key: key, Limit: l, Hits: hits, Now: now, Peek: peek}
 	c.shadow = c.shadow || s.cfg.ShadowMode
 	return c, nil
 }
 
-// inlineLimit converts and validates an inline limit.
-func inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
+// inlineLimit converts and validates an inline limit, within the
+// configured MaxWindow and MaxLogLimit.
+func (s *Server) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
 	var l window.Limit
 	if n := lim.GetLimit(); n < 1 || n > window.MaxLimit {
 		return l, invalid("%slimit.limit: must be from 1 to 2^53 (%d), got %d", field, uint64(window.MaxLimit), n)
@@ -178,6 +182,9 @@ func inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
 	if err := checkWindow(d.AsDuration()); err != nil {
 		return l, invalid("%slimit.window: %v", field, err)
 	}
+	if d.AsDuration() > s.cfg.MaxWindow {
+		return l, invalid("%slimit.window: %v is more than the maximum of %v", field, d.AsDuration(), s.cfg.MaxWindow)
+	}
 	l.Window = d.AsDuration()
 	switch a := lim.GetAlgorithm(); a {
 	case ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED, ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW:
@@ -190,6 +197,9 @@ func inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
 		l.Algorithm = window.SlidingLog
 	default:
 		return l, invalid("%slimit.algorithm: unknown algorithm %d", field, int32(a))
+	}
+	if l.Algorithm == window.SlidingLog && l.Limit > s.cfg.MaxLogLimit {
+		return l, invalid("%slimit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", field, l.Limit, s.cfg.MaxLogLimit)
 	}
 	if err := l.Validate(); err != nil {
 		return l, invalid("%slimit: %v", field, err)

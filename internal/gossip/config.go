@@ -70,6 +70,10 @@ type Config struct {
 	// InboxSize bounds the received frames waiting to be merged; frames
 	// beyond it are dropped and counted. Default 4096.
 	InboxSize int
+	// InboxBytes bounds the bytes of the received frames waiting to be
+	// merged (frames are up to MaxMessage each); frames beyond it are
+	// dropped and counted as queue_full. Default 64 MiB.
+	InboxBytes int
 
 	// Memberlist timings. Defaults are memberlist.DefaultWANConfig tuned for
 	// faster failure detection and anti-entropy: GossipInterval 200 ms,
@@ -127,6 +131,7 @@ func (c Config) withDefaults() Config {
 	i(&c.MaxStateBytes, 64<<10)
 	i(&c.UDPBudget, 1360)
 	i(&c.InboxSize, 4096)
+	i(&c.InboxBytes, 64<<20)
 	d(&c.GossipInterval, 200*time.Millisecond)
 	d(&c.ProbeInterval, 2*time.Second)
 	d(&c.ProbeTimeout, time.Second)
@@ -184,7 +189,7 @@ func (c Config) validate() error {
 			return bad("durations must not be negative")
 		}
 	}
-	if c.MaxDirty < 0 || c.MaxTouched < 0 || c.MaxStateBytes < 0 || c.InboxSize < 0 || c.SuspicionMult < 0 {
+	if c.MaxDirty < 0 || c.MaxTouched < 0 || c.MaxStateBytes < 0 || c.InboxSize < 0 || c.InboxBytes < 0 || c.SuspicionMult < 0 {
 		return bad("sizes must not be negative")
 	}
 	if c.UDPBudget < 64 || c.UDPBudget > 65000 {

@@ -97,6 +97,7 @@ type Node struct {
 	pending []*pending // reconciliation sends to retry
 
 	inbox    chan []byte
+	inboxB   atomic.Int64 // bytes of the frames in inbox
 	stop     chan struct{}
 	loops    sync.WaitGroup
 	sends    sync.WaitGroup
@@ -414,6 +415,7 @@ func (n *Node) receiveLoop() {
 		case <-n.stop:
 			return
 		case b := <-n.inbox:
+			n.inboxB.Add(-int64(len(b)))
 			n.handle(b)
 		}
 	}
@@ -425,10 +427,16 @@ func (n *Node) enqueue(b []byte) {
 		n.met.drop("oversized")
 		return
 	}
+	if n.inboxB.Add(int64(len(b))) > int64(n.cfg.InboxBytes) {
+		n.inboxB.Add(-int64(len(b)))
+		n.met.drop("queue_full")
+		return
+	}
 	c := append([]byte(nil), b...)
 	select {
 	case n.inbox <- c:
 	default:
+		n.inboxB.Add(-int64(len(b)))
 		n.met.drop("queue_full")
 	}
 }

@@ -101,3 +101,30 @@ func BenchmarkDenyCacheCheck(b *testing.B) {
 		benchCheck(b, region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{}), 1)
 	})
 }
+
+// BenchmarkFailoverCheck measures what the Failover adds to a decision:
+// the primary's call on its own goroutine with a timeout, and the copy of
+// the counts into the fallback (PolicyLocal), over an in-memory primary
+// and over Redis.
+func BenchmarkFailoverCheck(b *testing.B) {
+	wrap := func(b *testing.B, p region.Store) region.Store {
+		f, err := region.NewFailover(p, region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("local")}), region.FailoverConfig{Region: "local"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	b.Run("memory", func(b *testing.B) {
+		benchCheck(b, wrap(b, region.NewMemory(region.MemoryConfig{})), 1)
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetParallelism(16)
+		benchCheck(b, wrap(b, r), 1)
+	})
+}

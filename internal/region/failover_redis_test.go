@@ -3,7 +3,9 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +38,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 			const timeout = 50 * time.Millisecond
 			fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
 			f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Policy: policy, Timeout: timeout,
-				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond})
+				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,5 +184,83 @@ func TestFailoverRedisOutage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// shared is a primary store shared by two Failovers; only the test closes
+// it.
+type shared struct{ region.Store }
+
+func (shared) Close() error { return nil }
+
+// TestFailoverTimeoutsLeaveBatchesIntact: callers that give up on a
+// coalesced Redis batch at a tiny timeout do not break the batch for the
+// callers that wait: every patient decision comes from Redis, and Redis
+// counts exactly the patient admissions on their keys.
+func TestFailoverTimeoutsLeaveBatchesIntact(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newRedisStore(t, srv.URL(), "here", region.Coalesce{MaxWait: time.Millisecond})
+	mk := func(timeout time.Duration) *region.Failover {
+		fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
+		f, err := region.NewFailover(shared{r}, fb, region.FailoverConfig{Region: "here", Timeout: timeout, Threshold: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	impatient, patient := mk(50*time.Microsecond), mk(10*time.Second)
+	l := window.Limit{Limit: 1 << 40, Window: time.Hour}
+	now := time.Now()
+	const workers, calls = 8, 200
+	var wg sync.WaitGroup
+	var fromFallback, errs atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := patient
+			if w%2 == 1 {
+				f = impatient
+			}
+			res := make([]region.Result, 2)
+			for i := range calls {
+				reqs := []region.Request{
+					{Key: fmt.Sprintf("intact/%d", w), Limit: l, Hits: 1, Now: now},
+					{Key: fmt.Sprintf("intact/%d/%d", w, i%5), Limit: l, Hits: 1, Now: now},
+				}
+				if err := f.Check(context.Background(), reqs, res); err != nil {
+					errs.Add(1)
+					continue
+				}
+				if f == patient && (res[0].LocalRegion != "" || res[1].LocalRegion != "") {
+					fromFallback.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() != 0 || fromFallback.Load() != 0 {
+		t.Fatalf("%d errors and %d patient decisions from the fallback, want none", errs.Load(), fromFallback.Load())
+	}
+	t.Logf("impatient callers: %d timeouts of %d calls", impatient.Status().Timeouts, workers/2*calls)
+	b := window.Bucket(window.Ms(now), l.Window)
+	for w := 0; w < workers; w += 2 {
+		v, err := r.Vectors(context.Background(), []region.BucketRef{{Key: fmt.Sprintf("intact/%d", w), Window: l.Window, Bucket: b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v[0]) != 1 || v[0][0].Count != calls {
+			t.Errorf("Redis count of patient key intact/%d = %v, want %d", w, v[0], calls)
+		}
 	}
 }

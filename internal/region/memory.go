@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -239,37 +240,46 @@ func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
 	if !create {
 		return nil
 	}
-	if m.keys.Load() >= m.maxKeys {
+	// Reserve the new key's place first, so that concurrent inserts in
+	// other shards cannot together pass the bound.
+	if m.keys.Add(1) > m.maxKeys {
 		m.evictOne(s)
 	}
 	e := &memEntry{k: k}
 	s.m[k] = s.lru.PushFront(e)
-	m.keys.Add(1)
 	return e
 }
 
+// evictRounds bounds evictOne's passes over the shards.
+const evictRounds = 1000
+
 // evictOne evicts the least recently used key of s, whose lock is held, or
-// when s is empty, of the first other shard it can lock without waiting
-// (locking without waiting cannot deadlock). The bound is thus global, and
-// the order least recently used within each shard.
+// when s is empty, of another shard it can lock without waiting (locking
+// without waiting cannot deadlock), passing over the shards until one gives
+// up a key: a shard is locked only briefly by a holder that is not itself
+// looking elsewhere. The bound is thus global, and the order least recently
+// used within each shard.
 func (m *Memory) evictOne(s *memShard) {
 	if s.evictBack() {
 		m.keys.Add(-1)
 		m.evicted.Add(1)
 		return
 	}
-	for i := range m.shards {
-		o := &m.shards[i]
-		if o == s || !o.mu.TryLock() {
-			continue
+	for range evictRounds {
+		for i := range m.shards {
+			o := &m.shards[i]
+			if o == s || !o.mu.TryLock() {
+				continue
+			}
+			ok := o.evictBack()
+			o.mu.Unlock()
+			if ok {
+				m.keys.Add(-1)
+				m.evicted.Add(1)
+				return
+			}
 		}
-		ok := o.evictBack()
-		o.mu.Unlock()
-		if ok {
-			m.keys.Add(-1)
-			m.evicted.Add(1)
-			return
-		}
+		runtime.Gosched()
 	}
 }
 

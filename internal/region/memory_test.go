@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,5 +53,40 @@ func TestMemorySweepsExpiredKeys(t *testing.T) {
 	}
 	if got := m.Evictions(); got != 0 {
 		t.Errorf("Evictions() = %d, want 0 (expiry is not eviction)", got)
+	}
+}
+
+// TestMemoryBoundConcurrent: concurrent inserts of distinct keys in every
+// shard never leave more than MaxKeys keys, and every key past the bound
+// is counted as an eviction.
+func TestMemoryBoundConcurrent(t *testing.T) {
+	const maxKeys, workers, perWorker = 100, 8, 2000
+	m := NewMemory(MemoryConfig{MaxKeys: maxKeys})
+	now := time.UnixMilli(1_700_000_000_000)
+	l := window.Limit{Limit: 5, Window: time.Minute}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]Result, 1)
+			for i := range perWorker {
+				if err := m.Check(context.Background(), []Request{{Key: fmt.Sprintf("w%d/%d", w, i), Limit: l, Hits: 1, Now: now}}, res); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	held := 0
+	for i := range m.shards {
+		held += len(m.shards[i].m)
+	}
+	if held != maxKeys || m.Keys() != maxKeys {
+		t.Errorf("holds %d keys (Keys() = %d), want %d", held, m.Keys(), maxKeys)
+	}
+	if got, want := m.Evictions(), uint64(workers*perWorker-maxKeys); got != want {
+		t.Errorf("Evictions() = %d, want %d", got, want)
 	}
 }

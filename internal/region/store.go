@@ -23,6 +23,12 @@
 // the system's roots unless [RedisConfig.TLSConfig] gives a CA pool or
 // client certificates. Errors never repeat a URL's password.
 //
+// [NewFailover] wraps a primary store (Redis) so that a decision never
+// waits longer than a timeout for it, a circuit breaker stops calling it
+// while it is down, and a policy decides meanwhile: from an in-memory
+// fallback that counts under a region of its own (local), allow all (open)
+// or deny all (closed).
+//
 // Counts are kept per region: a counter bucket is a vector with one count
 // per region, of which only the local region's ever grows by a decision;
 // the others grow only by [Store.Merge], a max-merge of the totals other

@@ -1,0 +1,63 @@
+package gossip
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// FuzzHandle feeds arbitrary frames to a node's receive path (decode and
+// merge into a real in-memory store). A frame Decode refuses is dropped and
+// counted exactly once and changes nothing; an accepted one is counted as
+// received. A canary bucket merged before every input never changes (no
+// frame can lower a count).
+func FuzzHandle(f *testing.F) {
+	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: 1, Region: "a", Count: 3}}, 1360)
+	rec, _ := Encode(KindReconcile, t0, "c", []region.Total{
+		{Key: "canary", Window: time.Minute, Bucket: 7, Region: "a", Count: 1},
+		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "b", Count: 1 << 40},
+	}, 1360)
+	touch, _ := Encode(KindTouch, t0, "b", []region.Total{{Key: "t", Window: time.Second, Bucket: 2, Region: "b", Count: 1}}, 1360)
+	for _, fr := range [][]byte{good[0], rec[0], touch[0], {}, {1}, {2, 1}} {
+		f.Add(fr)
+	}
+	store := region.NewMemory(region.MemoryConfig{Region: "b", MaxKeys: 10000})
+	canary := region.Total{Key: "canary", Window: time.Minute, Bucket: 7, Region: "a", Count: 1000}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n := receiver(t, "b", store)
+		n.cfg.MaxTouched = 1000
+		if err := store.Merge(context.Background(), []region.Total{canary}); err != nil {
+			t.Fatal(err)
+		}
+		dropped := func() float64 {
+			var s float64
+			for _, r := range []string{"malformed", "version", "kind", "oversized"} {
+				s += n.met.dropCount(r)
+			}
+			return s
+		}
+		_, decErr := Decode(b)
+		n.handle(b)
+		if decErr != nil {
+			if got := dropped(); got != 1 {
+				t.Fatalf("refused frame (%v): %v drops counted, want 1", decErr, got)
+			}
+			if got := counterValue(n.met.merges); got != 0 {
+				t.Fatalf("refused frame merged %v totals", got)
+			}
+		} else if got := dropped(); got != 0 {
+			t.Fatalf("accepted frame counted %v drops", got)
+		}
+		v, err := store.Vectors(context.Background(), []region.BucketRef{{Key: canary.Key, Window: canary.Window, Bucket: canary.Bucket}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range v[0] {
+			if tt.Region == "a" && tt.Count < canary.Count {
+				t.Fatalf("canary count for region a fell to %d, want >= %d", tt.Count, canary.Count)
+			}
+		}
+	})
+}
