@@ -13,10 +13,8 @@
 #     region shows the same per-region counts for the closed bucket,
 #  6. tears everything down, on success and on failure (trap).
 #
-# Until rlnode has gossip (no rlcluster_gossip_members metric), steps 3-5
-# only warn, unless E2E_REQUIRE_GOSSIP=1.
 # Env: SKIP_BUILD, E2E_TIMEOUT (600), OVER_PCT (10), P99_MS (250: ten
-#      containers share CI's two cores), E2E_REQUIRE_GOSSIP, KEEP_UP=1 (no teardown).
+#      containers share CI's two cores), KEEP_UP=1 (no teardown).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -58,7 +56,6 @@ cleanup() {
 		# wanem removes its rules on SIGTERM; make sure none are left.
 		if command -v iptables >/dev/null && iptables -S RLWANEM >/dev/null 2>&1; then
 			log "removing leftover RLWANEM rules"
-			docker run --rm --network host --cap-add NET_ADMIN --entrypoint /bin/true rlcluster/wanem:dev 2>/dev/null || true
 			for h in DOCKER-USER FORWARD; do while iptables -D "$h" -j RLWANEM 2>/dev/null; do :; done; done
 			iptables -F RLWANEM 2>/dev/null || true
 			iptables -X RLWANEM 2>/dev/null || true
@@ -119,22 +116,24 @@ members_alive() {
 		[ "$got" = "$want" ] || return 1
 	done
 }
-gossip=1
-if ! curl -fsS -m 2 "http://127.0.0.1:8111/metrics" | grep -q '^rlcluster_gossip_members'; then
-	sleep 5
-	if ! curl -fsS -m 2 "http://127.0.0.1:8111/metrics" | grep -q '^rlcluster_gossip_members'; then
-		gossip=0
-		[ "${E2E_REQUIRE_GOSSIP:-0}" = 1 ] && fail "rlnode exports no rlcluster_gossip_members: no gossip"
-		log "WARNING: rlnode has no gossip yet (no rlcluster_gossip_members metric): the limit cannot hold across regions; assertions below only warn"
-	fi
-fi
-[ $gossip = 1 ] && wait_until "all nodes see six alive members" 60 members_alive 6
+wait_until "all nodes see six alive members" 60 members_alive 6
 
-# check RESULT: fail, or only warn while there is no gossip.
+# The status page: / serves it and /status.json shows 3 regions x 2 alive.
+status_ok() {
+	local n
+	for n in "${nodes[@]}"; do
+		curl -fsS -m 2 "http://127.0.0.1:${port[$n]}/" | grep -q '<title>rlcluster status</title>' || return 1
+		curl -fsS -m 2 "http://127.0.0.1:${port[$n]}/status.json" | python3 -c 'import json,sys
+st=json.load(sys.stdin)
+got=sorted((r["region"], r["alive"]) for r in st["regions"])
+sys.exit(0 if st["gossip"] and got==[("ap",2),("eu",2),("us",2)] else 1)' || return 1
+	done
+}
+wait_until "every status page shows 3 regions x 2 alive members" 20 status_ok
+
+# check RESULT MESSAGE: fail unless RESULT is 0.
 check() {
-	if [ "$1" != 0 ]; then
-		if [ $gossip = 1 ]; then fail "$2"; else log "WARNING (no gossip): $2"; fi
-	fi
+	[ "$1" = 0 ] || fail "$2"
 }
 
 run_k6() { # run_k6 NAME TARGETS K6-ENV...
@@ -195,12 +194,7 @@ agree() {
 	echo "us: $a | eu: $b | ap: $c" >"$results/agreement.txt"
 	[ "$a" = "$b" ] && [ "$b" = "$c" ] && [[ "$a" == *us:* ]] && [[ "$a" == *eu:* ]]
 }
-if [ $gossip = 1 ]; then
-	wait_until "regions agree on the closed bucket of $key" 40 agree
-	cat "$results/agreement.txt" >&2
-else
-	agree || true
-	log "WARNING (no gossip): agreement not asserted: $(cat "$results/agreement.txt" 2>/dev/null)"
-fi
+wait_until "regions agree on the closed bucket of $key" 40 agree
+cat "$results/agreement.txt" >&2
 
 log "PASS in $(($(date +%s) - start))s (results in $results)"
