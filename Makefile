@@ -93,9 +93,11 @@ demo: ## Build the demo's images and start 3 regions (status page: http://127.0.
 	$(DEMO) $(COMPOSE) up -d
 	@echo "status page http://127.0.0.1:8111/ (us-1; eu-1 :8121, ap-1 :8131), Prometheus http://127.0.0.1:9090/"
 
+# demo-load's knobs: SCRIPT=steady|burst|hotkey|manykeys, KEY=<key> (steady).
+SCRIPT                ?= steady
 .PHONY: demo-load
-demo-load: ## Run the steady k6 load against the demo (summary in deploy/multiregion/results/)
-	$(DEMO) $(COMPOSE) --profile load run --rm k6 run /scripts/steady.js
+demo-load: ## Run a k6 load test against the demo (SCRIPT=steady, KEY=...; summary in deploy/multiregion/results/)
+	$(DEMO) $(COMPOSE) --profile load run --rm $(if $(KEY),-e KEY=$(KEY)) k6 run /scripts/$(SCRIPT).js
 
 .PHONY: demo-down
 demo-down: ## Stop the demo and remove its containers and networks
