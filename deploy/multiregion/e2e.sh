@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e.sh: end-to-end test of the multi-region demo (about 2 minutes with
-# images and Go caches warm; bounded by E2E_TIMEOUT, default 900 s).
+# images and Go caches warm; bounded by E2E_TIMEOUT, default 1200 s).
 #
 #  1. builds the images (build-images.sh; SKIP_BUILD=1 to skip),
 #  2. brings the demo up as compose project rlcluster-e2e and waits until
@@ -16,7 +16,7 @@
 #     a closed bucket, and every node sees six alive members again,
 #  6. tears everything down, on success and on failure (trap).
 #
-# Env: SKIP_BUILD, E2E_TIMEOUT (900), OVER_PCT (10), P99_MS (250: ten
+# Env: SKIP_BUILD, E2E_TIMEOUT (1200), OVER_PCT (10), P99_MS (250: ten
 #      containers share CI's two cores), KEEP_UP=1 (no teardown).
 set -euo pipefail
 
@@ -25,7 +25,7 @@ cd "$here"
 PROJECT=rlcluster-e2e
 OVER_PCT="${OVER_PCT:-10}"
 P99_MS="${P99_MS:-250}"
-E2E_TIMEOUT="${E2E_TIMEOUT:-900}"
+E2E_TIMEOUT="${E2E_TIMEOUT:-1200}"
 results="$here/results/e2e-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$results"
 
