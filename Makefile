@@ -16,7 +16,7 @@ export PATH := $(GOBIN):$(PATH)
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
 run: ## Run a node on the in-memory store (127.0.0.1:8080)
@@ -83,9 +83,29 @@ bench: ## Run the load harness: the node vs the ceiling and redis-benchmark, one
 bench-go: ## Run the Go benchmarks of the decision path (-benchmem, no tests)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
+# Compose v2 when the docker CLI has it, else Debian's docker-compose.
+COMPOSE               ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+DEMO                  := cd deploy/multiregion &&
+
 .PHONY: demo
-demo: ## Run the multi-region demo (deploy/multiregion; not yet wired)
-	@echo "demo: not yet wired; see deploy/multiregion" && exit 1
+demo: ## Build the demo's images and start 3 regions (status page: http://127.0.0.1:8111/)
+	deploy/multiregion/build-images.sh
+	$(DEMO) $(COMPOSE) up -d
+	@echo "status page http://127.0.0.1:8111/ (us-1; eu-1 :8121, ap-1 :8131), Prometheus http://127.0.0.1:9090/"
+
+# demo-load's knobs: SCRIPT=steady|burst|hotkey|manykeys, KEY=<key> (steady).
+SCRIPT                ?= steady
+.PHONY: demo-load
+demo-load: ## Run a k6 load test against the demo (SCRIPT=steady, KEY=...; summary in deploy/multiregion/results/)
+	$(DEMO) $(COMPOSE) --profile load run --rm $(if $(KEY),-e KEY=$(KEY)) k6 run /scripts/$(SCRIPT).js
+
+.PHONY: demo-down
+demo-down: ## Stop the demo and remove its containers and networks
+	$(DEMO) $(COMPOSE) --profile load down -v --remove-orphans
+
+.PHONY: e2e
+e2e: ## End-to-end test: build, start the demo, load, cut a region off, check agreement, tear down
+	deploy/multiregion/e2e.sh
 
 .PHONY: ci
 ci: ## Run what CI runs (.ci/run)

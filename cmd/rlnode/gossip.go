@@ -97,3 +97,20 @@ func (r replicator) Ages() map[string]time.Duration {
 	}
 	return out
 }
+
+// cluster adapts a gossip.Node to api.Cluster, for the status page.
+type cluster struct{ n *gossip.Node }
+
+var _ api.Cluster = cluster{}
+
+func (c cluster) Members() []api.Member {
+	ms := c.n.Members()
+	out := make([]api.Member, len(ms))
+	for i, m := range ms {
+		out[i] = api.Member{Name: m.Name, Region: m.Region, Addr: m.Addr, APIAddr: m.APIAddr,
+			State: m.State, Since: m.Since, Local: m.Local}
+	}
+	return out
+}
+
+func (c cluster) ClockOffsets() map[string]time.Duration { return c.n.ClockOffsets() }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -119,11 +121,59 @@ func TestRunTwoRegions(t *testing.T) {
 			t.Errorf("us /metrics lacks %q", want)
 		}
 	}
+	checkStatus(t, us, "us-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "eu")
+	checkStatus(t, eu, "eu-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "")
 	cancel()
 	wait(t, euDone, euLogs)
 	wait(t, usDone, usLogs)
 	if !strings.Contains(usLogs.String(), "gossip node left") {
 		t.Errorf("us did not leave the pool on shutdown:\n%s", usLogs)
+	}
+}
+
+// checkStatus asserts that base's /status.json names node and shows
+// members (region -> its one alive member), and a replication lag for
+// lagFrom (when not empty), and that / serves the status page.
+func checkStatus(t *testing.T, base, node string, members map[string]string, lagFrom string) {
+	t.Helper()
+	resp, err := http.Get(base + "/status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var st api.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s/status.json: %v in %s", base, err, b)
+	}
+	if st.Node != node || !st.Gossip {
+		t.Errorf("%s/status.json node %q gossip %v, want %q true", base, st.Node, st.Gossip, node)
+	}
+	got := map[string]string{}
+	for _, rg := range st.Regions {
+		for _, m := range rg.Members {
+			if m.Region != rg.Region {
+				t.Errorf("%s/status.json: member %s of region %s listed under %s", base, m.Name, m.Region, rg.Region)
+			}
+			if m.State == "alive" {
+				got[rg.Region] += m.Name
+			}
+		}
+		if rg.Region == lagFrom && rg.LagSeconds == nil {
+			t.Errorf("%s/status.json: region %s has no replication lag: %s", base, rg.Region, b)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(members) {
+		t.Errorf("%s/status.json alive members = %v, want %v", base, got, members)
+	}
+	resp, err = http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "<title>rlcluster status</title>") {
+		t.Errorf("GET %s/ = %d %.200q, want the status page", base, resp.StatusCode, page)
 	}
 }
 

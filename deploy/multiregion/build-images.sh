@@ -60,9 +60,15 @@ add_bin() {
 }
 
 # build TAG CONTEXT: docker build with the Dockerfile in CONTEXT.
+# The image TAG had before, when it changes, is removed (unless a container
+# still uses it), so that rebuilds leave no dangling images behind.
 build() {
+	local old new
+	old=$(docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true)
 	log "docker build $1"
 	docker build -q -t "$1" "$2" >/dev/null
+	new=$(docker image inspect -f '{{.Id}}' "$1")
+	if [ -n "$old" ] && [ "$old" != "$new" ]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
 	docker image inspect -f "{{.RepoTags}} {{.Size}} bytes" "$1" >&2
 }
 

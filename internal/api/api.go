@@ -3,8 +3,10 @@
 // gRPC-Web, and Envoy's rate-limit service (RLS v3 ShouldRateLimit, see
 // envoy.go), on one HTTP handler, with gRPC health checking, server
 // reflection, rules (native, and envoyproxy/ratelimit's YAML domains) with
-// hot reload ([Reloader]), shadow mode, Prometheus metrics and the /healthz,
-// /readyz and /metrics endpoints.
+// hot reload ([Reloader]), shadow mode, Prometheus metrics, the /healthz,
+// /readyz and /metrics endpoints, and a status page at / (members,
+// replication lag and a key's per-region counts, polled live from
+// /status.json and Peek).
 //
 // The handler validates requests, turns them into [region.Request]s, decides
 // them with one [region.Store.Check] call per RPC, tells an optional
@@ -86,6 +88,9 @@ type Config struct {
 	// Replicator, when set, is told of every admitted counter decision and
 	// asked for the remote regions' ages. Nil means a single region.
 	Replicator Replicator
+	// Cluster, when set, describes the gossip pool on the status page
+	// (/ and /status.json). Nil means a single region.
+	Cluster Cluster
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
 	// MaxKeyBytes bounds a request's key; default 1024.
@@ -166,6 +171,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
 //	/metrics  /healthz  /readyz
 //	/check, /check/<rule>                                    forward-auth check (see [CheckConfig])
+//	/  /status.json                                          status page and its data (GET)
 //
 // The handler serves HTTP/1.1 and HTTP/2; gRPC needs HTTP/2, so serve it
 // with an http.Server whose Protocols allow unencrypted HTTP/2 (h2c).
@@ -255,6 +261,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	hc.s = s
 	s.mux.Handle(hc.cfg.Path, hc)
 	s.mux.Handle(hc.cfg.Path+"/", hc)
+	// "/{$}" is the exact path "/" only: other unknown paths stay 404.
+	s.mux.HandleFunc("GET /{$}", s.serveStatusPage)
+	s.mux.HandleFunc("GET /status.json", s.serveStatusJSON)
 	return s, nil
 }
 

@@ -1,0 +1,156 @@
+package api
+
+import (
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+)
+
+// Cluster describes the multi-region pool this node belongs to, for the
+// status page. It is optional: nil means a single region with no gossip.
+type Cluster interface {
+	// Members returns every node this node knows, itself included, in any
+	// order. It is called once per /status.json request and must not block
+	// on the network.
+	Members() []Member
+	// ClockOffsets returns the estimated clock offset of each peer (peer
+	// minus local), by member name; peers not measured yet are missing. It
+	// must not block on the network.
+	ClockOffsets() map[string]time.Duration
+}
+
+// Member is one node of the pool as this node sees it.
+type Member struct {
+	// Name is the node's unique name in the pool.
+	Name string `json:"name"`
+	// Region is the node's region.
+	Region string `json:"region"`
+	// Addr is the node's gossip host:port.
+	Addr string `json:"addr"`
+	// APIAddr is the node's API host:port, as it advertises it.
+	APIAddr string `json:"api_addr"`
+	// State is "alive", "dead" (failed) or "left" (gracefully).
+	State string `json:"state"`
+	// Since is when this node saw the member enter State.
+	Since time.Time `json:"since"`
+	// Local is true for this node itself.
+	Local bool `json:"local"`
+}
+
+// Status is what /status.json answers: this node's view of the pool.
+type Status struct {
+	// Node and Region name this node; Node is empty without a Cluster.
+	Node   string `json:"node"`
+	Region string `json:"region"`
+	// Time is this node's clock when it answered.
+	Time time.Time `json:"time"`
+	// Gossip is false when the node runs alone (no Cluster).
+	Gossip bool `json:"gossip"`
+	// Regions lists every region known, this node's first, then by name.
+	Regions []RegionStatus `json:"regions"`
+}
+
+// RegionStatus is one region in [Status].
+type RegionStatus struct {
+	Region string `json:"region"`
+	// Local is true for this node's own region.
+	Local bool `json:"local"`
+	// Alive, Dead and Left count the region's members by state.
+	Alive int `json:"alive"`
+	Dead  int `json:"dead"`
+	Left  int `json:"left"`
+	// LagSeconds is the age of the newest totals merged from the region
+	// (replication lag); nil for the local region and for regions never
+	// heard from.
+	LagSeconds *float64 `json:"lag_seconds"`
+	// Members are the region's members, sorted by name.
+	Members []MemberStatus `json:"members"`
+}
+
+// MemberStatus is a [Member] with its measured clock offset.
+type MemberStatus struct {
+	Member
+	// ClockOffsetSeconds is the peer's clock minus this node's; nil when
+	// not measured (always for this node itself).
+	ClockOffsetSeconds *float64 `json:"clock_offset_seconds"`
+}
+
+//go:embed status.html
+var statusPage []byte
+
+// serveStatusPage serves the status page, which polls /status.json and
+// Peek from the browser.
+func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(statusPage)
+}
+
+// Status returns this node's view of the pool, as /status.json serves it.
+func (s *Server) Status() Status {
+	st := Status{Region: s.cfg.Region, Time: s.cfg.Now().UTC(), Gossip: s.cfg.Cluster != nil}
+	byRegion := map[string]*RegionStatus{}
+	get := func(r string) *RegionStatus {
+		rs, ok := byRegion[r]
+		if !ok {
+			rs = &RegionStatus{Region: r, Local: r == s.cfg.Region, Members: []MemberStatus{}}
+			byRegion[r] = rs
+		}
+		return rs
+	}
+	get(s.cfg.Region)
+	if c := s.cfg.Cluster; c != nil {
+		offsets := c.ClockOffsets()
+		for _, m := range c.Members() {
+			if m.Local {
+				st.Node = m.Name
+			}
+			rs := get(m.Region)
+			ms := MemberStatus{Member: m}
+			if off, ok := offsets[m.Name]; ok && !m.Local {
+				v := off.Seconds()
+				ms.ClockOffsetSeconds = &v
+			}
+			rs.Members = append(rs.Members, ms)
+			switch m.State {
+			case "alive":
+				rs.Alive++
+			case "dead":
+				rs.Dead++
+			case "left":
+				rs.Left++
+			}
+		}
+	}
+	if s.cfg.Replicator != nil {
+		for r, age := range s.cfg.Replicator.Ages() {
+			if r == s.cfg.Region {
+				continue
+			}
+			v := age.Seconds()
+			get(r).LagSeconds = &v
+		}
+	}
+	for _, rs := range byRegion {
+		sort.Slice(rs.Members, func(i, j int) bool { return rs.Members[i].Name < rs.Members[j].Name })
+		st.Regions = append(st.Regions, *rs)
+	}
+	sort.Slice(st.Regions, func(i, j int) bool {
+		a, b := st.Regions[i], st.Regions[j]
+		if a.Local != b.Local {
+			return a.Local
+		}
+		return a.Region < b.Region
+	})
+	return st
+}
+
+func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.Status())
+}
