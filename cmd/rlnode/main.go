@@ -170,12 +170,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// Requests still running at the deadline (or clients that opened a
+		// connection and sent nothing) are cut off; leaving the pool below
+		// still sends every total that was admitted.
+		log.Warn("drain timed out, closing the remaining connections", "timeout", c.ShutdownTimeout, "err", err)
+		_ = srv.Close()
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if node != nil {
+		// The drain may have used up sctx: leaving gets its own bound.
+		var lcancel context.CancelFunc
+		sctx, lcancel = context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer lcancel()
 		// Every admitted request has answered: send the last totals to the
 		// other regions, hand the buckets awaiting reconciliation to this
 		// region's other nodes and leave the pool.
