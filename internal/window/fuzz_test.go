@@ -107,7 +107,12 @@ func FuzzDecideGCRA(f *testing.F) {
 	f.Add(uint64(999), uint64(604_800_000), int64(-5), int64(-3), uint64(998), true)
 	f.Fuzz(func(t *testing.T, limit, windowMs uint64, now, tatOff int64, hits uint64, hasState bool) {
 		l := fuzzLimit(limit, windowMs, TokenBucket)
+		// Instants after the epoch only: a TAT of 0 means "no state", so a
+		// bucket whose TAT lands exactly on the epoch would read as full.
 		now = fuzzNow(now)
+		if now <= 0 {
+			now = 1 - now
+		}
 		hits = 1 + hits%l.Limit
 		var tat int64
 		if hasState {

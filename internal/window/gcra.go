@@ -63,7 +63,9 @@ func (l Limit) gcraTol(w uint64) uint64 {
 // Estimate is the tokens in use before the request, so the request is allowed
 // iff Estimate + hits <= limit. hits should be from 1 to l.Limit (0 asks
 // whether the bucket is over-full; more than l.Limit is never allowed).
-// nowMs must be within ±2^53 µs of the epoch (about ±285 years) and l valid.
+// nowMs must be after the epoch and below 2^53 µs (about 285 years): a TAT
+// of 0 means no state, so a bucket whose TAT fell exactly on the epoch would
+// read as full. l must be valid.
 func (l Limit) DecideGCRA(nowMs int64, tatUs int64, hits uint64) (d Decision, newTatUs int64) {
 	nowUs := nowMs * 1000
 	w := uint64(l.Window.Microseconds())
