@@ -258,3 +258,18 @@ func TestRedactURL(t *testing.T) {
 		t.Errorf("redactURL = %q, want %q", got, want)
 	}
 }
+
+// TestREADMEDocumentsEveryFlag keeps the README's configuration reference in
+// step with the flags.
+func TestREADMEDocumentsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c config
+	newFlagSet(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(readme), "`--"+f.Name+"`") {
+			t.Errorf("README.md does not document --%s", f.Name)
+		}
+	})
+}
