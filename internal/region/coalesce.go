@@ -2,6 +2,8 @@ package region
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -46,6 +48,10 @@ type batch struct {
 	timer *time.Timer
 }
 
+// call is one Check waiting in a batch. The batch reads only the call's own
+// copy of the requests and writes only its own results, which the caller
+// copies out when the batch is done: a caller that leaves at its deadline
+// shares nothing with the batch, which then owns the call.
 type call struct {
 	reqs []Request
 	res  []Result
@@ -67,9 +73,9 @@ func newCoalescer(cfg Coalesce, r *Redis) *coalescer {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan error, 1)} }}
 
-// check decides reqs through a shared pipeline. It waits for the batch's
-// round trip even when ctx ends first (the results are written into res),
-// which the client's read and write timeouts bound.
+// check decides reqs through a shared pipeline. When ctx ends first it
+// returns ctx's error at once; the batch still runs the call (in doubt: its
+// hits may count), and res is left alone.
 func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) error {
 	c.mu.Lock()
 	if c.closed || len(reqs) >= c.maxBatch || (c.inFlight == 0 && c.pending == nil) {
@@ -80,7 +86,8 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 		return err
 	}
 	cl := callPool.Get().(*call)
-	cl.reqs, cl.res = reqs, res
+	cl.reqs = append(cl.reqs[:0], reqs...)
+	cl.res = slices.Grow(cl.res[:0], len(reqs))[:len(reqs)]
 	b := c.pending
 	if b == nil {
 		b = &batch{}
@@ -97,10 +104,17 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 	if full != nil {
 		c.send(full)
 	}
-	err := <-cl.done
-	cl.reqs, cl.res = nil, nil
-	callPool.Put(cl)
-	return err
+	select {
+	case err := <-cl.done:
+		if err == nil {
+			copy(res, cl.res)
+		}
+		clear(cl.reqs) // drop the keys for the GC; the buffers are reused
+		callPool.Put(cl)
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("region: check: %w", ctx.Err())
+	}
 }
 
 // take removes the pending batch and counts it in flight. c.mu is held.

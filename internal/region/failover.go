@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,10 +160,10 @@ func (s FailoverStatus) String() string {
 // (PolicyClosed). It is safe for concurrent use.
 //
 // Timeout and circuit breaker: each Check waits at most Timeout for the
-// primary; a call that errs or times out is decided under the policy. The
-// primary's call runs on its own goroutine with its own result buffer, so a
-// call abandoned at its timeout corrupts nothing and, for a coalescing
-// [Redis], leaves the shared batch intact for the calls that wait for it.
+// primary (the primary honours ctx, as every [Store] must; a coalescing
+// [Redis] lets a call leave its batch at its deadline and keeps the batch
+// intact for the others); a call that errs or times out is decided under
+// the policy.
 // After Threshold consecutive failures the breaker opens: decisions stop
 // going to the primary, and a goroutine probes it (a Peek decision) after
 // ProbeMin, doubling the delay to ProbeMax while it fails (the half-open
@@ -408,28 +407,16 @@ func (f *Failover) writeBackSoon() {
 	}()
 }
 
-// callPrimary runs primary.Check on its own goroutine and result buffer and
-// waits at most Timeout for it.
+// callPrimary runs primary.Check with a deadline of Timeout; it writes
+// res only on success that the caller may trust.
 func (f *Failover) callPrimary(ctx context.Context, reqs []Request, res []Result) error {
 	tctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	q := slices.Clone(reqs)
-	buf := make([]Result, len(q))
-	done := make(chan error, 1)
-	go func() { done <- f.primary.Check(tctx, q, buf) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return err
-		}
-		copy(res, buf)
-		return nil
-	case <-tctx.Done():
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	err := f.primary.Check(tctx, reqs, res)
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
 		return fmt.Errorf("%w after %v", ErrTimeout, f.cfg.Timeout)
 	}
+	return err
 }
 
 // failed records a failure of the primary and opens the breaker at

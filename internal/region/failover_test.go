@@ -37,7 +37,7 @@ func (f *flaky) set(state string) {
 	f.state = state
 }
 
-func (f *flaky) gate() error {
+func (f *flaky) gate(ctx context.Context) error {
 	f.mu.Lock()
 	f.calls++
 	st, rel := f.state, f.release
@@ -46,20 +46,24 @@ func (f *flaky) gate() error {
 	case "fail":
 		return fmt.Errorf("flaky: %w", region.ErrUnavailable)
 	case "hang":
-		<-rel
+		select { // a hung primary that honours ctx, as a Store must
+		case <-rel:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
 }
 
 func (f *flaky) Check(ctx context.Context, reqs []region.Request, res []region.Result) error {
-	if err := f.gate(); err != nil {
+	if err := f.gate(ctx); err != nil {
 		return err
 	}
 	return f.Memory.Check(ctx, reqs, res)
 }
 
 func (f *flaky) Merge(ctx context.Context, totals []region.Total) error {
-	if err := f.gate(); err != nil {
+	if err := f.gate(ctx); err != nil {
 		return err
 	}
 	return f.Memory.Merge(ctx, totals)
