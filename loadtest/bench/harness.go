@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 const (
@@ -129,7 +131,7 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
 	var pr *Proc
 	var base string
 	for try := 0; try < 3; try++ {
-		port, err := FreePort()
+		port, err := rlbuild.FreePort()
 		if err != nil {
 			return err
 		}
@@ -163,7 +165,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 	var err error
 	for try := 0; try < 3; try++ {
 		var port int
-		if port, err = FreePort(); err != nil {
+		if port, err = rlbuild.FreePort(); err != nil {
 			return err
 		}
 		listen := "127.0.0.1:" + strconv.Itoa(port)

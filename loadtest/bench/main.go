@@ -31,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 // subcommandEnv names the subcommand a re-executed harness runs; the test
@@ -137,7 +139,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// Build before pinning, so the build may use every core.
 	if cfg.Rlnode == "" {
 		fmt.Fprintln(stdout, "building ./cmd/rlnode ...")
-		if cfg.Rlnode, err = BuildRlnode(ctx, dir); err != nil {
+		if cfg.Rlnode, err = rlbuild.Rlnode(ctx, dir); err != nil {
 			return err
 		}
 	}

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -135,16 +132,6 @@ func (p *Procs) Close() {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func numCPU() int { return runtime.NumCPU() }
 
 // PinSelf pins every thread of this process to cpu with taskset and sets
@@ -156,24 +143,4 @@ func PinSelf(taskset, cpu string) error {
 	}
 	runtime.GOMAXPROCS(1)
 	return nil
-}
-
-// BuildRlnode builds ./cmd/rlnode of the module containing the working
-// directory into dir and returns the binary's path.
-func BuildRlnode(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the rlcluster module: pass -rlnode")
-	}
-	bin := filepath.Join(dir, "rlnode")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rlnode")
-	cmd.Dir = filepath.Dir(mod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/rlnode: %w: %s", err, out)
-	}
-	return bin, nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 // benchScript is the script redis-benchmark calls: the shape of a sliding
@@ -27,7 +29,7 @@ return 0`
 func StartRedis(ctx context.Context, p *Procs, bin string) (*Proc, string, error) {
 	var last error
 	for range 5 {
-		port, err := FreePort()
+		port, err := rlbuild.FreePort()
 		if err != nil {
 			return nil, "", err
 		}

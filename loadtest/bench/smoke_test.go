@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 // TestShortModeEndToEnd runs the harness's -short mode against a real
@@ -29,9 +31,9 @@ func TestShortModeEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	rlnode, err := BuildRlnode(ctx, dir)
+	rlnode, err := rlbuild.Rlnode(ctx, dir)
 	if err != nil {
-		t.Fatalf("BuildRlnode() error = %v", err)
+		t.Fatalf("rlbuild.Rlnode() error = %v", err)
 	}
 	out := filepath.Join(dir, "bench.json")
 	var log bytes.Buffer

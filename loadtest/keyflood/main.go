@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 func main() {
@@ -129,15 +130,15 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 	defer os.RemoveAll(dir)
 	bin := c.Rlnode
 	if bin == "" {
-		if bin, err = buildRlnode(ctx, dir); err != nil {
+		if bin, err = rlbuild.Rlnode(ctx, dir); err != nil {
 			return nil, err
 		}
 	}
-	apiPort, err := freePort()
+	apiPort, err := rlbuild.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	gossipPort, err := freePort()
+	gossipPort, err := rlbuild.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -337,33 +338,4 @@ func waitReady(ctx context.Context, base string) error {
 		}
 	}
 	return errors.New("rlnode not ready after 30s")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// buildRlnode builds ./cmd/rlnode of the module holding the working
-// directory into dir.
-func buildRlnode(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the rlcluster module: pass -rlnode")
-	}
-	bin := filepath.Join(dir, "rlnode")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rlnode")
-	cmd.Dir = filepath.Dir(mod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/rlnode: %w: %s", err, out)
-	}
-	return bin, nil
 }
