@@ -181,35 +181,30 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
 	}
-	if c.MaxKeys < 1 {
-		errs = append(errs, fmt.Errorf("--max-keys: %d, want at least 1", c.MaxKeys))
+	for _, m := range []struct {
+		flag     string
+		got, min uint64
+	}{
+		{"max-keys", uint64(max(c.MaxKeys, 0)), 1},
+		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1},
+		{"max-batch", uint64(max(c.MaxBatch, 0)), 1},
+		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64},
+		{"max-hits", c.MaxHits, 1},
+		{"max-log-limit", c.MaxLogLimit, 1},
+		{"max-rules", uint64(max(c.MaxRules, 0)), 1},
+	} {
+		if m.got < m.min {
+			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, m.got, m.min))
+		}
 	}
 	if c.DenyCacheKeys < 0 {
 		errs = append(errs, fmt.Errorf("--deny-cache-keys: %d, want 0 (off) or more", c.DenyCacheKeys))
 	}
-	if c.MaxKeyBytes < 1 {
-		errs = append(errs, fmt.Errorf("--max-key-bytes: %d, want at least 1", c.MaxKeyBytes))
-	}
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
 	}
-	if c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("--max-batch: %d, want at least 1", c.MaxBatch))
-	}
-	if c.MaxRequestBytes < 64 {
-		errs = append(errs, fmt.Errorf("--max-request-bytes: %d, want at least 64", c.MaxRequestBytes))
-	}
-	if c.MaxHits < 1 {
-		errs = append(errs, fmt.Errorf("--max-hits: %d, want at least 1", c.MaxHits))
-	}
 	if c.MaxWindow < time.Second || c.MaxWindow > 168*time.Hour {
 		errs = append(errs, fmt.Errorf("--max-window: %v, want 1s to 168h", c.MaxWindow))
-	}
-	if c.MaxLogLimit < 1 {
-		errs = append(errs, fmt.Errorf("--max-log-limit: %d, want at least 1", c.MaxLogLimit))
-	}
-	if c.MaxRules < 1 {
-		errs = append(errs, fmt.Errorf("--max-rules: %d, want at least 1", c.MaxRules))
 	}
 	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))
