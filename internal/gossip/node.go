@@ -275,26 +275,22 @@ func (n *Node) flush(final bool) {
 	// Every total goes out in two consecutive flushes, unless a newer one
 	// supersedes it: a single lost UDP packet is then repaired one flush
 	// interval later, even for a key that saw no more traffic, instead of at
-	// the bucket's reconciliation. Keys that stay busy cost nothing more.
-	if len(echo) > 0 {
-		merged := make(map[dref]uint64, len(dirty)+len(echo))
-		for k, c := range echo {
-			merged[k] = c
-		}
-		for k, c := range dirty {
-			merged[k] = max(merged[k], c)
-		}
-		dirty = merged
+	// the bucket's reconciliation. Keys that stay busy cost nothing more
+	// (totals only grow, so the dirty one is the newer).
+	totals := make([]region.Total, 0, len(dirty)+len(echo))
+	for k, c := range dirty {
+		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
 	}
-	if len(dirty) == 0 && len(notice) == 0 {
+	for k, c := range echo {
+		if _, newer := dirty[k]; !newer {
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+		}
+	}
+	if len(totals) == 0 && len(notice) == 0 {
 		return
 	}
 	v := n.view()
-	if len(dirty) > 0 {
-		totals := make([]region.Total, 0, len(dirty))
-		for k, c := range dirty {
-			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
-		}
+	if len(totals) > 0 {
 		for _, ms := range v.remote {
 			for dest, group := range route(totals, ms) {
 				n.send(final, KindFlush, dest, group)
