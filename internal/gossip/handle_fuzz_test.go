@@ -14,17 +14,27 @@ import (
 // received. A canary bucket merged before every input never changes (no
 // frame can lower a count).
 func FuzzHandle(f *testing.F) {
-	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: 1, Region: "a", Count: 3}}, 1360)
+	// The receiver's clock is t0: buckets near it are live and merged, older
+	// ones are dropped as expired.
+	sec, minute := t0.Unix(), t0.Unix()/60
+	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: sec, Region: "a", Count: 3}}, 1360)
 	rec, _ := Encode(KindReconcile, t0, "c", []region.Total{
-		{Key: "canary", Window: time.Minute, Bucket: 7, Region: "a", Count: 1},
-		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "b", Count: 1 << 40},
+		{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1},
+		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "b", Count: 1 << 40},
 	}, 1360)
-	touch, _ := Encode(KindTouch, t0, "b", []region.Total{{Key: "t", Window: time.Second, Bucket: 2, Region: "b", Count: 1}}, 1360)
+	touch, _ := Encode(KindTouch, t0, "b", []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
 	for _, fr := range [][]byte{good[0], rec[0], touch[0], {}, {1}, {2, 1}} {
 		f.Add(fr)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "b", MaxKeys: 10000})
-	canary := region.Total{Key: "canary", Window: time.Minute, Bucket: 7, Region: "a", Count: 1000}
+	canary := region.Total{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1000}
+	// The seeds must reach the store, or the canary check is vacuous.
+	n0 := receiver(f, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
+	n0.handle(good[0])
+	n0.handle(rec[0])
+	if got := counterValue(n0.met.merges); got != 2 {
+		f.Fatalf("the seed frames merged %v totals, want 2", got)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n := receiver(t, "b", store)
 		n.cfg.MaxTouched = 1000

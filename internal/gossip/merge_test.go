@@ -13,7 +13,7 @@ import (
 
 // receiver returns a Node that is only a receive path (decode and merge)
 // over store, for property tests of the merge without sockets.
-func receiver(t *testing.T, regionName string, store Store) *Node {
+func receiver(t testing.TB, regionName string, store Store) *Node {
 	t.Helper()
 	cfg := Config{Name: "r", Region: regionName, Now: func() time.Time { return t0 }}.withDefaults()
 	n := &Node{cfg: cfg, store: store, met: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
