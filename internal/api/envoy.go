@@ -75,6 +75,7 @@ func escapeKeyPart(s string) string { return keyPartEscaper.Replace(s) }
 // envoyDescriptor is one request descriptor, matched and ready to decide.
 type envoyDescriptor struct {
 	entries []entry
+	key     string // the counter key, envoyKey(domain, entries)
 	hits    uint64
 	lim     *envoyLimit // nil: no limit applies
 }
@@ -167,7 +168,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 				shadow:       lim.shadow,
 				shadowMetric: s.cfg.ShadowMode,
 				req: region.Request{
-					Key:   envoyKey(m.GetDomain(), d.entries),
+					Key:   d.key,
 					Limit: lim.limit,
 					Hits:  max(d.hits, 1),
 					Now:   now,
@@ -225,17 +226,20 @@ func (s *Server) envoyDescriptor(i int, domName string, dom *domain, d *commonv3
 	if h := d.GetHitsAddend(); h != nil {
 		ed.hits = h.GetValue()
 	}
+	if ed.hits > s.cfg.MaxHits {
+		return ed, invalid("descriptors[%d].hits_addend: %d is more than the maximum of %d", i, ed.hits, s.cfg.MaxHits)
+	}
 	ed.entries = make([]entry, len(d.GetEntries()))
-	size := len("rls/") + len(domName)
 	for j, e := range d.GetEntries() {
 		if e.GetKey() == "" {
 			return ed, invalid("descriptors[%d].entries[%d].key: must not be empty", i, j)
 		}
 		ed.entries[j] = entry{key: e.GetKey(), value: e.GetValue()}
-		size += 2 + len(e.GetKey()) + len(e.GetValue())
 	}
-	if size > s.cfg.MaxKeyBytes {
-		return ed, invalid("descriptors[%d]: domain and entries take %d bytes, more than the maximum of %d", i, size, s.cfg.MaxKeyBytes)
+	// The key the store gets, escapes included, is what MaxKeyBytes bounds.
+	ed.key = envoyKey(domName, ed.entries)
+	if len(ed.key) > s.cfg.MaxKeyBytes {
+		return ed, invalid("descriptors[%d]: domain and entries make a %d-byte key, more than the maximum of %d", i, len(ed.key), s.cfg.MaxKeyBytes)
 	}
 	if o := d.GetLimit(); o != nil {
 		lim, err := overrideLimit(domName, ed.entries, o)

@@ -461,7 +461,7 @@ func TestEnvoyLimitOverride(t *testing.T) {
 }
 
 func TestEnvoyInvalidArgument(t *testing.T) {
-	s := newServer(t, api.Config{Rules: loadExamples(t), MaxKeyBytes: 64})
+	s := newServer(t, api.Config{Rules: loadExamples(t), MaxKeyBytes: 64, MaxHits: 100})
 	c := s.rlsClient(t)
 	neg := desc("a", "b")
 	neg.IsNegativeHits = true
@@ -476,7 +476,11 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 		{"no descriptors", rlsReq("d"), "descriptors: at least one is required"},
 		{"no entries", rlsReq("d", desc("a", "b"), desc()), "descriptors[1].entries: at least one is required"},
 		{"empty key", rlsReq("d", desc("", "b")), "descriptors[0].entries[0].key: must not be empty"},
-		{"too long", rlsReq("d", desc("a", strings.Repeat("x", 64))), "descriptors[0]: domain and entries take 72 bytes, more than the maximum of 64"},
+		{"too long", rlsReq("d", desc("a", strings.Repeat("x", 64))), "-byte key, more than the maximum of 64"},
+		// Short as sent, but each '/' is escaped to 3 bytes in the key.
+		{"too long escaped", rlsReq("d", desc("a", strings.Repeat("/", 30))), "-byte key, more than the maximum of 64"},
+		{"hits over max", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}, HitsAddend: 101},
+			"descriptors[0].hits_addend: 101 is more than the maximum of 100"},
 		{"negative hits", rlsReq("d", neg), "descriptors[0].is_negative_hits: not supported"},
 		{"month override", rlsReq("d", month), "descriptors[0].limit: unit MONTH is not supported"},
 	} {
