@@ -40,7 +40,7 @@ func TestRunRedisOutage(t *testing.T) {
 			srv := redistest.Start(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(),
-				"--on-store-failure", c.policy, "--store-timeout", "50ms"}, env(nil))
+				"--on-store-failure", c.policy, "--store-timeout", "300ms"}, env(nil))
 			defer func() { cancel(); wait(t, done, logs) }()
 			check := base + "/ratelimit.v1.RateLimitService/Check"
 			req := `{"key":"outage","limit":{"limit":1000,"window":"60s"}}`
@@ -117,13 +117,14 @@ func TestRunTwoRegionsRedisOutage(t *testing.T) {
 	defer cancel()
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
 	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
-		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0"}, env(nil))
+		// A stalled Redis still trips 500ms; a busy machine's slow call does not.
+		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=500ms"}, env(nil))
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
 	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1]}, env(nil))
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s"}, env(nil))
 	defer func() { cancel(); wait(t, euDone, euLogs); wait(t, usDone, usLogs) }()
 	fbm := regexp.MustCompile(`fallback_region=(\S+)`).FindStringSubmatch(euLogs.String())
 	if fbm == nil {

@@ -64,13 +64,15 @@ func TestRunTwoRegions(t *testing.T) {
 	defer cancel()
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
 	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
-		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0"}, env(map[string]string{"RLNODE_GOSSIP_KEY": key}))
+		// Exact counts below: a long store timeout keeps a busy machine from
+		// deciding any of them in the failover's fallback.
+		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=2s"}, env(map[string]string{"RLNODE_GOSSIP_KEY": key}))
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
 	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key}, env(nil))
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key, "--store-timeout=2s"}, env(nil))
 	if strings.Contains(euLogs.String()+usLogs.String(), key) {
 		t.Errorf("the gossip key appears in the logs")
 	}
