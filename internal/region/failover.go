@@ -387,14 +387,14 @@ func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) erro
 		f.failed(err)
 	}
 	f.decideFallback(reqs, res)
-	f.writeBackSoon()
 	return nil
 }
 
 // writeBackSoon starts a write-back when the breaker is closed and the
 // fallback holds counts the primary lacks: a failure too short to open the
 // breaker (or a write-back that failed) is written back once the primary
-// answers, not at the end of an outage that may never come.
+// answers (the next successful call starts it), not at the end of an
+// outage that may never come.
 func (f *Failover) writeBackSoon() {
 	if !f.wbAny.Load() || f.open.Load() || !f.wbOn.CompareAndSwap(false, true) {
 		return
