@@ -126,11 +126,6 @@ type Config struct {
 	// Check configures the HTTP check endpoint for proxies' forward-auth
 	// (default path /check).
 	Check CheckConfig
-	// StoreStatus, when set, reports the mode of a store that can decide
-	// while its primary is down ([region.Failover]): /readyz states it and
-	// the rlcluster_store_* metrics export it. Default: Store, when it
-	// implements StoreStatuser.
-	StoreStatus StoreStatuser
 	// ShadowMode, when true, decides and counts every request as usual but
 	// answers allowed (OK to Envoy); denials show as outcome
 	// "shadow_denied" in rlcluster_decisions_total. Rules can also be in
@@ -230,10 +225,11 @@ func NewHandler(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	if cfg.StoreStatus == nil {
-		cfg.StoreStatus, _ = storeAs[StoreStatuser](cfg.Store)
-	}
-	m, err := newMetrics(cfg.Registerer, cfg.Store, cfg.StoreStatus)
+	// A store that can decide while its primary is down ([region.Failover]),
+	// here or under a wrapper: /readyz states its mode and the
+	// rlcluster_store_* metrics export it.
+	status, _ := storeAs[StoreStatuser](cfg.Store)
+	m, err := newMetrics(cfg.Registerer, cfg.Store, status)
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
@@ -334,7 +330,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "not ready: %v\n", err)
 		return
 	}
-	if st := s.cfg.StoreStatus; st != nil {
+	if st, ok := storeAs[StoreStatuser](s.cfg.Store); ok {
 		// A store deciding under its failure policy is still ready (local
 		// and open decide; closed fails Ready above): say which mode.
 		fmt.Fprintf(w, "ok (store: %s)\n", st.Status())

@@ -164,9 +164,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 			// global shadow mode keeps the status and changes only
 			// overall_code, below, as envoyproxy/ratelimit does.
 			checks = append(checks, check{
-				rule:         lim.stat,
-				shadow:       lim.shadow,
-				shadowMetric: s.cfg.ShadowMode,
+				rule:   lim.stat,
+				shadow: lim.shadow,
 				req: region.Request{
 					Key:   d.key,
 					Limit: lim.limit,

@@ -19,10 +19,6 @@ type check struct {
 	rule   string // metric label: the rule's name or ruleInline
 	req    region.Request
 	shadow bool // answer allowed whatever the decision (shadow mode)
-	// shadowMetric counts a denial as shadow_denied without answering
-	// allowed: the caller applies shadow mode itself (Envoy's global
-	// shadow mode changes only overall_code).
-	shadowMetric bool
 }
 
 // Check implements ratelimitv1connect.RateLimitServiceHandler.
@@ -249,7 +245,7 @@ func (s *Server) decide(ctx context.Context, checks []check, res []region.Result
 		}
 		if !res[i].Allowed {
 			outcome := outcomeDenied
-			if c.shadowMetric {
+			if s.cfg.ShadowMode { // Envoy's global shadow mode changes only overall_code
 				outcome = outcomeShadowDenied
 			}
 			s.metrics.decisions.WithLabelValues(c.rule, outcome).Inc()
