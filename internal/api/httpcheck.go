@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/rlcluster/rlcluster/internal/ratelimitheader"
@@ -235,7 +234,7 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != http.StatusTooManyRequests && n != http.StatusForbidden) {
 			h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
-			textError(w, http.StatusBadRequest, "deny_status: %q, want 429 or 403", truncate(v, 16))
+			http.Error(w, fmt.Sprintf("deny_status: %q, want 429 or 403", truncate(v, 16)), http.StatusBadRequest)
 			return
 		}
 		denyStatus = n
@@ -243,7 +242,7 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ruleName := h.rule(r)
 	if ruleName == "" {
 		h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
-		textError(w, http.StatusBadRequest, "rule: none named: put it in the path (%s/<rule>) or the %s header, or configure a default rule", h.cfg.Path, RuleHeader)
+		http.Error(w, fmt.Sprintf("rule: none named: put it in the path (%s/<rule>) or the %s header, or configure a default rule", h.cfg.Path, RuleHeader), http.StatusBadRequest)
 		return
 	}
 	key, err := h.key(r.Header)
@@ -253,22 +252,19 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			label = ruleName
 		}
 		h.s.metrics.decisions.WithLabelValues(label, outcomeError).Inc()
-		textError(w, http.StatusBadRequest, "%v", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	c, err := h.s.prepare("", key, 1, ruleName, nil, h.s.cfg.Now(), false)
 	if err != nil {
 		h.s.metrics.decisions.WithLabelValues(c.rule, outcomeError).Inc()
-		textError(w, http.StatusBadRequest, "%s", errorMessage(err))
+		http.Error(w, errorMessage(err), http.StatusBadRequest)
 		return
 	}
 	res := make([]region.Result, 1)
 	if err := h.s.decide(r.Context(), []check{c}, res); err != nil {
-		status := http.StatusServiceUnavailable
-		if connect.CodeOf(err) == connect.CodeInvalidArgument {
-			status = http.StatusBadRequest
-		}
-		textError(w, status, "%s", errorMessage(err))
+		// decide fails only when the store cannot decide.
+		http.Error(w, errorMessage(err), http.StatusServiceUnavailable)
 		return
 	}
 	d := res[0]
@@ -288,12 +284,4 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "allowed")
-}
-
-// textError answers status with a one-line text message.
-func textError(w http.ResponseWriter, status int, format string, args ...any) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, format+"\n", args...)
 }

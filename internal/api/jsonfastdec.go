@@ -43,7 +43,7 @@ func decodeFast(b []byte, m any) bool {
 				return false
 			}
 			seen = true
-			if p.peekByte(']') {
+			if p.byte(']') {
 				return true
 			}
 			for {
@@ -52,7 +52,7 @@ func decodeFast(b []byte, m any) bool {
 					return false
 				}
 				checks = append(checks, &ratelimitv1.CheckRequest{Key: f.key, Hits: f.hits, Rule: f.rule, Limit: f.limit()})
-				if p.peekByte(']') {
+				if p.byte(']') {
 					return true
 				}
 				if !p.byte(',') {
@@ -200,8 +200,6 @@ func (p *parser) byte(c byte) bool {
 	return false
 }
 
-// peekByte consumes c after whitespace if it is next.
-func (p *parser) peekByte(c byte) bool { return p.byte(c) }
 
 func (p *parser) colon() bool { return p.byte(':') }
 
@@ -210,14 +208,14 @@ func (p *parser) object(member func(*parser) bool) bool {
 	if !p.byte('{') {
 		return false
 	}
-	if p.peekByte('}') {
+	if p.byte('}') {
 		return true
 	}
 	for {
 		if !member(p) {
 			return false
 		}
-		if p.peekByte('}') {
+		if p.byte('}') {
 			return true
 		}
 		if !p.byte(',') {
