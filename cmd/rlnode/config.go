@@ -97,7 +97,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
 	fs.DurationVar(&c.MaxWindow, "max-window", 168*time.Hour, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
 	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
-	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most rules the --rules file may define (`count`)")
+	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")

@@ -62,7 +62,7 @@ func TestLimitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = run(context.Background(), []string{"--listen", "127.0.0.1:0", "--rules", rules, "--max-rules", "1"}, env(nil), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "2 rules, more than the maximum of 1 (--max-rules)") {
+	if err == nil || !strings.Contains(err.Error(), "2 limits (rules and envoy descriptors), more than the maximum of 1 (--max-rules)") {
 		t.Errorf("run with 2 rules and --max-rules 1 = %v, want the rules refused", err)
 	}
 

@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	watchRules(ctx, rules, h, reload, c.RulesReloadInterval >= 0)
+	watchRules(ctx, rules, h, reload)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
 	if err := serveTLS(c, srv, reload); err != nil {

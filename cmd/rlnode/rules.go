@@ -35,15 +35,14 @@ func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*api.Relo
 }
 
 // watchRules reloads the rules into h on SIGHUP (through reload) and,
-// when poll is set, whenever their files change, until ctx is done.
-func watchRules(ctx context.Context, rl *api.Reloader, h *api.Server, reload *reloaders, poll bool) {
+// unless --rules-reload-interval is negative, whenever their files change,
+// until ctx is done.
+func watchRules(ctx context.Context, rl *api.Reloader, h *api.Server, reload *reloaders) {
 	if rl == nil {
 		return
 	}
 	reload.add("rules", func() error { return rl.Reload(h.SetRules) })
-	if poll {
-		go rl.Run(ctx, h.SetRules)
-	}
+	go rl.Run(ctx, h.SetRules)
 }
 
 // errInvalidRules is what `rlnode validate` returns for an invalid
@@ -57,6 +56,12 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("rlnode validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("rules", getenv(envName("rules")), "rules file or directory to check (`path`)")
+	maxRules := fs.Int("max-rules", 10000, "most rules the node will accept (`count`), as --max-rules")
+	if v := getenv(envName("max-rules")); v != "" {
+		if err := fs.Set("max-rules", v); err != nil {
+			return fmt.Errorf("validate: %s=%q: %w", envName("max-rules"), v, err)
+		}
+	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) and lists every problem; exits 0 when it is valid.\n\n")
 		fs.PrintDefaults()
@@ -73,7 +78,7 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	if *path == "" {
 		return errors.New("validate: --rules is required")
 	}
-	rs, err := api.LoadRules(*path)
+	rs, err := api.LoadRulesMax(*path, *maxRules)
 	if err != nil {
 		problems := strings.Split(err.Error(), "\n")
 		for _, p := range problems {

@@ -200,6 +200,12 @@ func TestValidate(t *testing.T) {
 		t.Errorf("validate good printed %q, want %q", got, want)
 	}
 
+	// validate refuses what the node would: here, more than --max-rules.
+	errOut.Reset()
+	if err := run(context.Background(), []string{"validate", "--rules", good}, env(map[string]string{"RLNODE_MAX_RULES": "1"}), io.Discard, &errOut); !errors.Is(err, errInvalidRules) || !strings.Contains(errOut.String(), "more than the maximum of 1 (--max-rules)") {
+		t.Errorf("validate with RLNODE_MAX_RULES=1 = %v, stderr %q; want the 2 rules refused", err, errOut.String())
+	}
+
 	bad := filepath.Join(dir, "bad.yaml")
 	writeAtomic(t, bad, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - value: b\n  - key: c\n    rate_limit: {unit: year, requests_per_unit: 1}\n")
 	out.Reset()

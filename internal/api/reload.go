@@ -22,7 +22,8 @@ type ReloaderConfig struct {
 	// Path is the rules file or directory, as [LoadRules] reads it.
 	// Required.
 	Path string
-	// Interval is how often Run looks for changes; default 1s.
+	// Interval is how often Run looks for changes; default 1s. A negative
+	// Interval turns polling off: Run returns at once (Reload still works).
 	Interval time.Duration
 	// MaxRules, when positive, rejects a configuration with more rules
 	// than this, at start and on every reload.
@@ -61,7 +62,7 @@ func NewReloader(cfg ReloaderConfig) (*Reloader, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("api: ReloaderConfig.Path is required")
 	}
-	if cfg.Interval <= 0 {
+	if cfg.Interval == 0 {
 		cfg.Interval = DefaultReloadInterval
 	}
 	if cfg.Logger == nil {
@@ -86,7 +87,7 @@ func NewReloader(cfg ReloaderConfig) (*Reloader, error) {
 		}
 	}
 	fp := fingerprint(cfg.Path)
-	rs, err := loadRulesMax(cfg.Path, cfg.MaxRules)
+	rs, err := LoadRulesMax(cfg.Path, cfg.MaxRules)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func (r *Reloader) Reload(apply func(*Rules)) error {
 // load loads the files, whose fingerprint is fp. r.mu is held.
 func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Rules), why string) error {
 	r.applied = fp
-	rs, err := loadRulesMax(r.cfg.Path, r.cfg.MaxRules)
+	rs, err := LoadRulesMax(r.cfg.Path, r.cfg.MaxRules)
 	if err != nil {
 		r.reloads.WithLabelValues("rejected").Inc()
 		r.cfg.Logger.Error("rules rejected: keeping the rules in use", "path", r.cfg.Path, "trigger", why, "err", err)
@@ -136,6 +137,9 @@ func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Rules), why string) er
 // calling apply) when they have changed and then held still for one
 // interval.
 func (r *Reloader) Run(ctx context.Context, apply func(*Rules)) {
+	if r.cfg.Interval < 0 {
+		return
+	}
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -182,14 +186,15 @@ func fingerprint(path string) [sha256.Size]byte {
 	return out
 }
 
-// loadRulesMax is LoadRules, refusing more than max rules when max > 0.
-func loadRulesMax(path string, max int) (*Rules, error) {
+// LoadRulesMax is [LoadRules], refusing more than max rules when max > 0:
+// what a node with --max-rules loads.
+func LoadRulesMax(path string, max int) (*Rules, error) {
 	rs, err := LoadRules(path)
 	if err != nil {
 		return nil, err
 	}
-	if max > 0 && rs.Len() > max {
-		return nil, fmt.Errorf("%s: %d rules, more than the maximum of %d (--max-rules)", path, rs.Len(), max)
+	if max > 0 && rs.Limits() > max {
+		return nil, fmt.Errorf("%s: %d limits (rules and envoy descriptors), more than the maximum of %d (--max-rules)", path, rs.Limits(), max)
 	}
 	return rs, nil
 }

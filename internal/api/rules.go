@@ -88,6 +88,19 @@ func (rs *Rules) Len() int {
 	return len(rs.byName)
 }
 
+// Limits returns the number of limits the rules define: native rules plus
+// every envoy domain's limits. --max-rules bounds it.
+func (rs *Rules) Limits() int {
+	if rs == nil {
+		return 0
+	}
+	n := len(rs.byName)
+	for _, d := range rs.domains {
+		n += d.limits
+	}
+	return n
+}
+
 // All returns the native rules sorted by name.
 func (rs *Rules) All() []Rule {
 	if rs == nil {
