@@ -200,7 +200,6 @@ func (p *parser) byte(c byte) bool {
 	return false
 }
 
-
 func (p *parser) colon() bool { return p.byte(':') }
 
 // object parses {member, ...}.
