@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -45,16 +44,6 @@ func TestLimitFlags(t *testing.T) {
 			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
-	var help bytes.Buffer
-	if err := run(context.Background(), []string{"-help"}, env(nil), &help, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"max-key-bytes", "max-batch", "max-request-bytes", "max-hits", "max-window", "max-log-limit", "max-rules", "max-keys", "on-store-failure", "store-timeout"} {
-		if !strings.Contains(help.String(), "--"+f+" ") || !strings.Contains(help.String(), envName(f)) {
-			t.Errorf("-help does not document --%s and %s", f, envName(f))
-		}
-	}
-
 	// Too many rules stop the node.
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")

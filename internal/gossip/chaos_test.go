@@ -69,9 +69,9 @@ func TestChaos(t *testing.T) {
 
 	stop := make(chan struct{})
 	var st loadStats
-	var wg waitGroup
+	var wg sync.WaitGroup
 	for i, r := range threeRegions {
-		h.load(stop, &wg.WaitGroup, &st, r, W/L, []string{key}, lim, uint64(i))
+		h.load(stop, &wg, &st, r, W/L, []string{key}, lim, uint64(i))
 	}
 	defer func() {
 		select {
@@ -137,7 +137,6 @@ func TestChaos(t *testing.T) {
 			p.end()
 		}
 		ended := time.Now()
-		p.to = bucketNow()
 		var why string
 		for deadline := ended.Add(15 * time.Second); ; {
 			ok, w := closedAgree()
@@ -163,7 +162,6 @@ func TestChaos(t *testing.T) {
 		}
 		p.offered, p.errors = st.offered.Load()-o0, st.errors.Load()-e0
 		p.regionsAfter = map[string]struct{}{}
-		_ = p.to
 		p.to = bucketNow() // the phase's last bucket is still open
 	}
 	close(stop)
@@ -192,7 +190,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	over := func(b int64) float64 { return 100 * (float64(sums[b]) - L) / L }
-	for i, p := range phases {
+	for _, p := range phases {
 		faultEnd := p.from + int64((p.fault+W-1)/W)
 		for b := p.from + 1; b < p.to; b++ { // whole buckets only
 			if b <= faultEnd {
@@ -204,7 +202,6 @@ func TestChaos(t *testing.T) {
 				p.regionsAfter[r] = struct{}{}
 			}
 		}
-		_ = i
 	}
 	var tbl strings.Builder
 	fmt.Fprintf(&tbl, "chaos table (3 regions x 2 nodes, 60 ms one-way, 2%% loss, one key at 3x its limit of %d per %v):\n", L, W)
@@ -237,6 +234,3 @@ func TestChaos(t *testing.T) {
 		}
 	}
 }
-
-// waitGroup is a sync.WaitGroup usable by address in the closure above.
-type waitGroup struct{ sync.WaitGroup }
