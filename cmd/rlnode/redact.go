@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -36,12 +37,13 @@ type secrets struct {
 	list []string
 }
 
-// add marks values as secret.
+// add marks values as secret; one already known is not added again (a
+// SIGHUP reload adds the same tokens and keys each time).
 func (s *secrets) add(values ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, v := range values {
-		if len(v) >= minSecretLen {
+		if len(v) >= minSecretLen && !slices.Contains(s.list, v) {
 			s.list = append(s.list, v)
 		}
 	}
@@ -87,8 +89,9 @@ func (s *secrets) scrub(text string) string {
 func (s *secrets) replaceAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
-		if v := a.Value.String(); s.scrub(v) != v {
-			a.Value = slog.StringValue(s.scrub(v))
+		v := a.Value.String()
+		if w := s.scrub(v); w != v {
+			a.Value = slog.StringValue(w)
 		}
 	case slog.KindAny:
 		v := fmt.Sprint(a.Value.Any())

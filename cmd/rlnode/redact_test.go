@@ -66,3 +66,18 @@ func TestSecretsInLogger(t *testing.T) {
 		t.Error("scrubErr replaced an error that holds no secret")
 	}
 }
+
+// TestSecretsAddOnce: a reload that adds the same secrets again does not
+// grow the list each scrub walks.
+func TestSecretsAddOnce(t *testing.T) {
+	var s secrets
+	for range 3 {
+		s.add("token-one-123", "token-two-456", "short")
+	}
+	if got, want := len(s.list), 2; got != want {
+		t.Errorf("secrets held after three identical adds = %d, want %d", got, want)
+	}
+	if got, want := s.scrub("a token-two-456 b"), "a "+mask+" b"; got != want {
+		t.Errorf("scrub = %q, want %q", got, want)
+	}
+}
