@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -50,13 +51,12 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 func decodeGossipKey(s string) ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
-		return nil, fmt.Errorf("--gossip-key: not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
+		return nil, errors.New("not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
 	}
-	switch len(key) {
-	case 16, 24, 32:
-		return key, nil
+	if err := gossip.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("decodes to a bad key: %w", err)
 	}
-	return nil, fmt.Errorf("--gossip-key: decodes to %d bytes, want 16, 24 or 32", len(key))
+	return key, nil
 }
 
 // advertisedAPI returns the API address to show other nodes: the listen

@@ -186,7 +186,7 @@ func TestGossipFlags(t *testing.T) {
 	}{
 		{[]string{"--join", "127.0.0.1:7946"}, "need --gossip-addr"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
-		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: decodes to 5 bytes"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
 	} {
 		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)

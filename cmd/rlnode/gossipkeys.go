@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -15,18 +14,13 @@ import (
 // which never repeat a key.
 func decodeGossipKeys(s, flag string) ([][]byte, error) {
 	var keys [][]byte
-	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
-		part = strings.TrimSpace(part)
-		if part == "" || strings.HasPrefix(part, "#") {
-			continue
-		}
+	for _, part := range splitKeyList(s) {
 		key, err := decodeGossipKey(part)
 		if err != nil {
-			msg := strings.TrimPrefix(err.Error(), "--gossip-key: ")
 			if len(keys) > 0 {
-				msg = fmt.Sprintf("key %d: %s", len(keys)+1, msg)
+				return nil, fmt.Errorf("%s: key %d: %w", flag, len(keys)+1, err)
 			}
-			return nil, fmt.Errorf("%s: %s", flag, msg)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
 		keys = append(keys, key)
 	}
@@ -39,9 +33,7 @@ func decodeGossipKeys(s, flag string) ([][]byte, error) {
 // gossipKeys returns the keys c gives, from --gossip-key or
 // --gossip-key-file (nil for none), and marks them secret.
 func gossipKeys(c config, sec *secrets) ([][]byte, error) {
-	switch {
-	case c.GossipKey != "" && c.GossipKeyFile != "":
-		return nil, errors.New("--gossip-key and --gossip-key-file: give one")
+	switch { // parseConfig refuses both at once
 	case c.GossipKey != "":
 		return decodeGossipKeys(c.GossipKey, "--gossip-key")
 	case c.GossipKeyFile != "":
@@ -73,10 +65,16 @@ func watchGossipKeys(c config, sec *secrets, node *gossip.Node, rl *reloaders) {
 }
 
 // addKeys marks every key of a key list secret.
-func (s *secrets) addKeys(list string) {
+func (s *secrets) addKeys(list string) { s.add(splitKeyList(list)...) }
+
+// splitKeyList returns the keys of a list separated by commas or newlines,
+// trimmed, without empty entries and "#" comments.
+func splitKeyList(list string) []string {
+	var out []string
 	for _, part := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
-		if part = strings.TrimSpace(part); !strings.HasPrefix(part, "#") {
-			s.add(part)
+		if part = strings.TrimSpace(part); part != "" && !strings.HasPrefix(part, "#") {
+			out = append(out, part)
 		}
 	}
+	return out
 }

@@ -16,7 +16,7 @@ func TestDecodeGossipKeys(t *testing.T) {
 		{"comma list", a + "," + b, []int{16, 32}, ""},
 		{"file", "# rotated\n" + b + "\r\n\n" + a + "\n", []int{32, 16}, ""},
 		{"empty", " , ", nil, "--gossip-key: no key"},
-		{"bad first", "c2hvcnQ=," + a, nil, "--gossip-key: decodes to 5 bytes"},
+		{"bad first", "c2hvcnQ=," + a, nil, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{"bad second", a + ",not base64!", nil, "--gossip-key: key 2: not valid base64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -179,7 +179,7 @@ func (c Config) validate() error {
 		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
 	}
 	for i, k := range c.SecretKeys {
-		if err := checkKey(k); err != nil {
+		if err := CheckKey(k); err != nil {
 			return bad("secret key %d: %v", i+1, err)
 		}
 	}

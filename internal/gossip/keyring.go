@@ -33,8 +33,9 @@ import (
 // a key.
 var ErrNoEncryption = errors.New("gossip: encryption is off (the node started without a key)")
 
-// checkKey checks an AES key's length.
-func checkKey(k []byte) error {
+// CheckKey reports whether k is a valid AES key for gossip encryption:
+// 16, 24 or 32 bytes (AES-128, -192 or -256).
+func CheckKey(k []byte) error {
 	switch len(k) {
 	case 16, 24, 32:
 		return nil
@@ -94,7 +95,7 @@ func (n *Node) InstallKey(key []byte) error {
 	if n.keys == nil {
 		return ErrNoEncryption
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return fmt.Errorf("gossip: install key: %w", err)
 	}
 	if err := n.keys.AddKey(key); err != nil {
@@ -146,7 +147,7 @@ func (n *Node) SetKeys(keys [][]byte) error {
 		return errors.New("gossip: set keys: empty list (encryption cannot be turned off at run time)")
 	}
 	for i, k := range keys {
-		if err := checkKey(k); err != nil {
+		if err := CheckKey(k); err != nil {
 			return fmt.Errorf("gossip: set keys: key %d: %w", i+1, err)
 		}
 	}
