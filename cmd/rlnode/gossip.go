@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -54,7 +53,7 @@ func decodeGossipKey(s string) ([]byte, error) {
 		return nil, errors.New("not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
 	}
 	if err := gossip.CheckKey(key); err != nil {
-		return nil, fmt.Errorf("decodes to a bad key: %w", err)
+		return nil, err
 	}
 	return key, nil
 }
