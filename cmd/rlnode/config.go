@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // envPrefix prefixes the environment variable that backs each flag:
@@ -93,9 +95,9 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
-	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 1<<20, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
-	fs.DurationVar(&c.MaxWindow, "max-window", 168*time.Hour, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
+	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
 	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
 	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
@@ -108,7 +110,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
 	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")
-	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often this node sends changed counts to the other regions (`duration`)")
+	fs.DurationVar(&c.FlushInterval, "flush-interval", gossip.DefaultFlushInterval, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
@@ -203,7 +205,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
 	}
-	if c.MaxWindow < time.Second || c.MaxWindow > 168*time.Hour {
+	if c.MaxWindow < window.MinWindow || c.MaxWindow > window.MaxWindow {
 		errs = append(errs, fmt.Errorf("--max-window: %v, want 1s to 168h", c.MaxWindow))
 	}
 	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
