@@ -407,4 +407,10 @@ func TestKillNode(t *testing.T) {
 	took := waitFor(t, 20*time.Second, "all regions agree with every acknowledged count", func() bool { ok, _ := h.agree(want); return ok })
 	t.Logf("kill: %s crashed mid-bucket; %d shared-key hits and %d victim-only hits; every region held every acknowledged count of %d buckets %v after traffic stopped",
 		victim.name, st.admitted.Load(), solo.Load(), len(want), took.Round(time.Millisecond))
+	if solo.Load() == 0 {
+		t.Error("the victim admitted no hit of its own: the path where only it touched a bucket was not exercised")
+	}
+	if n := st.errors.Load(); n != 0 {
+		t.Errorf("%d Check errors", n)
+	}
 }
