@@ -273,3 +273,16 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 		}
 	})
 }
+
+// waitUntil polls cond every 10 ms until it holds, failing the test after
+// timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

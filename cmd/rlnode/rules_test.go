@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,18 +28,6 @@ func writeAtomic(t *testing.T, path, s string) {
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -96,7 +83,7 @@ func TestRunRulesHotReload(t *testing.T) {
 		t.Fatalf("limit = %d, want 10", got)
 	}
 	writeAtomic(t, path, strings.Replace(envoyRules, "10", "1", 1))
-	eventually(t, "the edit to apply", func() bool {
+	waitUntil(t, 10*time.Second, "the edit to apply", func() bool {
 		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.2")
 		return got == 1
 	})
@@ -105,7 +92,7 @@ func TestRunRulesHotReload(t *testing.T) {
 	}
 
 	writeAtomic(t, path, strings.Replace(envoyRules, "minute", "fortnight", 1))
-	eventually(t, "the rejection", func() bool {
+	waitUntil(t, 10*time.Second, "the rejection", func() bool {
 		return strings.Contains(logs.String(), "rules rejected: keeping the rules in use")
 	})
 	if !strings.Contains(logs.String(), `\"fortnight\" is not second, minute, hour, day or week`) {
@@ -114,9 +101,8 @@ func TestRunRulesHotReload(t *testing.T) {
 	if got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.3"); got != 1 {
 		t.Errorf("limit after an invalid edit = %d, want 1 (the old rules)", got)
 	}
-	resp, err := httpGet(base + "/metrics")
-	if err != nil || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="rejected"} 1`) || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="applied"} 1`) {
-		t.Errorf("/metrics (%v) lacks the reload counts:\n%s", err, resp)
+	if _, resp := get(t, base+"/metrics"); !strings.Contains(resp, `rlcluster_rules_reloads_total{result="rejected"} 1`) || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="applied"} 1`) {
+		t.Errorf("/metrics lacks the reload counts:\n%s", resp)
 	}
 	cancel()
 	wait(t, done, logs)
@@ -134,7 +120,7 @@ func TestRunRulesSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the SIGHUP reload", func() bool {
+	waitUntil(t, 10*time.Second, "the SIGHUP reload", func() bool {
 		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.9")
 		return got == 1
 	})
@@ -164,7 +150,7 @@ func TestRunRulesSIGHUP(t *testing.T) {
 	}
 	// The polling above consumes hits too (one may already be denied under
 	// the new limit), so at least this request's shadow denial is counted.
-	m, _ := httpGet(base + "/metrics")
+	_, m := get(t, base+"/metrics")
 	if mm := shadowDeniedRE.FindStringSubmatch(m); mm == nil || mm[1] == "0" {
 		t.Errorf("/metrics lacks the shadow denial:\n%s", m)
 	}
@@ -173,16 +159,6 @@ func TestRunRulesSIGHUP(t *testing.T) {
 }
 
 var shadowDeniedRE = regexp.MustCompile(`rlcluster_decisions_total\{outcome="shadow_denied",rule="edge.remote_address"\} (\d+)`)
-
-func httpGet(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
