@@ -117,7 +117,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 	}
 
 	descs := make([]envoyDescriptor, len(m.GetDescriptors()))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made only when a limit replaces others
 	for i, d := range m.GetDescriptors() {
 		ed, err := s.envoyDescriptor(i, m.GetDomain(), dom, d, reqHits)
 		if err != nil {
@@ -126,6 +126,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 		descs[i] = ed
 		if ed.lim != nil {
 			for _, n := range ed.lim.replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[n] = true
 			}
 		}
@@ -241,7 +244,7 @@ func (s *Server) envoyDescriptor(i int, domName string, dom *domain, d *commonv3
 		return ed, invalid("descriptors[%d]: domain and entries make a %d-byte key, more than the maximum of %d", i, len(ed.key), s.cfg.MaxKeyBytes)
 	}
 	if o := d.GetLimit(); o != nil {
-		lim, err := overrideLimit(domName, ed.entries, o)
+		lim, err := overrideLimit(domName, ed.entries, o) // checked even for an unknown domain
 		if err != nil {
 			return ed, invalid("descriptors[%d].limit: %v", i, err)
 		}
