@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // The wire format, version 1. Every replication message is one frame, all
@@ -36,17 +37,19 @@ const (
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
-	MaxKeyLen = 4096
-	// MaxRegionLen is the longest region name (bytes).
-	MaxRegionLen = 64
+	// It is the stores' bound, region.MaxKeyBytes.
+	MaxKeyLen = region.MaxKeyBytes
+	// MaxRegionLen is the longest region name (bytes), region.MaxRegionName.
+	MaxRegionLen = region.MaxRegionName
 	// MaxRegions is the most regions one frame names.
 	MaxRegions = 255
 	// maxEntries is the most entries one frame holds.
 	maxEntries = 1<<16 - 1
 	// headerFixed is the size of the fixed part of the header.
 	headerFixed = 11
-	// maxWindowMs bounds a window on the wire: seven days.
-	maxWindowMs = int64(7 * 24 * time.Hour / time.Millisecond)
+	// maxWindowMs bounds a window on the wire: the longest window a limit
+	// may have.
+	maxWindowMs = int64(window.MaxWindow / time.Millisecond)
 )
 
 // Kind is the purpose of a frame.

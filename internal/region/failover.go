@@ -237,9 +237,6 @@ func FallbackRegion(region string) string {
 	return region + suffix
 }
 
-// MaxRegionName is the longest region name replication carries (bytes).
-const MaxRegionName = 64
-
 // NewFailover returns a Failover over primary with fallback, which must
 // count under a region other than cfg.Region: make it with
 // NewMemory(MemoryConfig{Region: FallbackRegion(cfg.Region)}). Close closes

@@ -47,6 +47,18 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// Bounds that the store, replication and the API must agree on. They are
+// defined here, once, and imported by every package that checks them.
+const (
+	// MaxKeyBytes is the longest counter key (Request.Key, Total.Key) that
+	// the stores keep and replication carries, namespace prefix included.
+	// The API's bound on a caller's key must leave room for its prefix.
+	MaxKeyBytes = 4096
+	// MaxRegionName is the longest region name replication carries (bytes),
+	// a fallback replica's "~id" suffix included.
+	MaxRegionName = 64
+)
+
 // ErrUnavailable is returned when the store cannot be reached.
 var ErrUnavailable = errors.New("region: store unavailable")
 
