@@ -140,13 +140,19 @@ command line wins.
 
 Flags:
 `)
+	printFlags(w, fs)
+	fmt.Fprint(w, securityUsage)
+}
+
+// printFlags writes each of fs's flags with its environment variable and
+// default, in the form every rlnode help uses.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s %s\n", f.Name, typ)
 		fmt.Fprintf(w, "\t%s\n", help)
 		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), defaultText(f))
 	})
-	fmt.Fprint(w, securityUsage)
 }
 
 // defaultText is f's default as the help and the docs write it: a

@@ -412,3 +412,25 @@ func TestREADMEExamples(t *testing.T) {
 		t.Errorf("compared %d answers with the README's, want at least 6", compared)
 	}
 }
+
+// TestValidateHelpLikeMainHelp: `rlnode validate -help` prints to stdout,
+// each flag with its variable and default, as `rlnode -help` does.
+func TestValidateHelpLikeMainHelp(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"validate", "-help"}, env(nil), &out, &errOut); err != nil {
+		t.Fatalf("rlnode validate -help = %v, want nil", err)
+	}
+	for _, want := range []string{
+		"Usage: rlnode validate --rules PATH",
+		"  --rules path\n\trules file or directory to check (path)\n\tenv RLNODE_RULES, default \"\"\n",
+		"  --max-rules count\n",
+		"\tenv RLNODE_MAX_RULES, default \"10000\"\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("rlnode validate -help lacks %q:\n%s", want, out.String())
+		}
+	}
+	if errOut.Len() > 0 {
+		t.Errorf("rlnode validate -help wrote to stderr: %s", errOut.String())
+	}
+}
