@@ -434,3 +434,59 @@ func TestValidateHelpLikeMainHelp(t *testing.T) {
 		t.Errorf("rlnode validate -help wrote to stderr: %s", errOut.String())
 	}
 }
+
+var (
+	mdLinkRE   = regexp.MustCompile(`\]\(([^)\s#]*)(#[^)\s]*)?\)`)
+	headingRE  = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+	slugDropRE = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	fencedRE   = regexp.MustCompile("(?s)```.*?```")
+)
+
+// anchors returns the GitHub anchors of doc's headings.
+func anchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range headingRE.FindAllStringSubmatch(fencedRE.ReplaceAllString(doc, ""), -1) {
+		slug := strings.ReplaceAll(slugDropRE.ReplaceAllString(strings.ToLower(strings.TrimSpace(m[1])), ""), " ", "-")
+		out[slug] = true
+	}
+	return out
+}
+
+// TestDocsLinksResolve: every relative link in the README and docs names a
+// file or directory of the repository, and every #anchor into a Markdown
+// page names one of its headings, so that moving a package, a page or a
+// section fails here instead of leaving a dead link.
+func TestDocsLinksResolve(t *testing.T) {
+	docs := readDocs(t)
+	n := 0
+	for name, doc := range docs {
+		for _, m := range mdLinkRE.FindAllStringSubmatch(doc, -1) {
+			target, anchor := m[1], strings.TrimPrefix(m[2], "#")
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || (target == "" && anchor == "") {
+				continue
+			}
+			n++
+			page := name
+			if target != "" {
+				page = filepath.ToSlash(filepath.Join(filepath.Dir(name), filepath.FromSlash(target)))
+				if _, err := os.Stat(filepath.Join("..", "..", filepath.FromSlash(page))); err != nil {
+					t.Errorf("%s links to %s, which does not exist", name, target)
+					continue
+				}
+			}
+			if anchor == "" {
+				continue
+			}
+			targetDoc, ok := docs[page]
+			if !ok {
+				continue // an anchor into a page these tests do not read
+			}
+			if !anchors(targetDoc)[anchor] {
+				t.Errorf("%s links to %s#%s, which has no such heading", name, page, anchor)
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("found only %d relative links: is the parsing broken?", n)
+	}
+}
