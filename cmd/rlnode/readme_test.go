@@ -214,18 +214,19 @@ var (
 	readmeAPIEnd = "\n## "
 )
 
-// readmeExamples parses the curl commands of the README's API section and
-// the JSON answers shown after each.
-func readmeExamples(t *testing.T) []readmeExample {
+// readmeExamples parses the curl commands of the README's section under
+// heading (a level-2 heading, "## The API") and the JSON answers shown
+// after each.
+func readmeExamples(t *testing.T, heading string) []readmeExample {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	start := strings.Index(readme, "\n## The API\n")
+	start := strings.Index(readme, "\n"+heading+"\n")
 	if start < 0 {
-		t.Fatal(`README.md has no "## The API" section`)
+		t.Fatalf("README.md has no %q section", heading)
 	}
 	section := readme[start+1:]
 	if end := strings.Index(section[1:], readmeAPIEnd); end >= 0 {
@@ -276,7 +277,7 @@ func readmeExamples(t *testing.T) []readmeExample {
 
 // timeDependent are the answer fields whose values depend on when the
 // request is made: their presence is compared, not their values.
-var timeDependent = map[string]bool{"resetAfter": true, "retryAfter": true, "bucket": true, "previousWeight": true, "age": true}
+var timeDependent = map[string]bool{"resetAfter": true, "retryAfter": true, "bucket": true, "previousWeight": true, "age": true, "durationUntilReset": true}
 
 // compareJSON reports where got differs from the README's want.
 func compareJSON(t *testing.T, where, path string, want, got any) {
@@ -336,7 +337,7 @@ func compareJSON(t *testing.T, where, path string, want, got any) {
 // in-process node on the default in-memory store, as the quick start does,
 // and compares each answer with the one the README shows.
 func TestREADMEExamples(t *testing.T) {
-	examples := readmeExamples(t)
+	examples := readmeExamples(t, "## The API")
 	var shown []string
 	for _, ex := range examples {
 		if len(ex.answers) > 0 {
@@ -348,18 +349,90 @@ func TestREADMEExamples(t *testing.T) {
 			t.Errorf("the README's API section shows no answer of %s (examples with answers: %v)", want, shown)
 		}
 	}
-
-	// The examples use one-minute windows: start well inside a minute, so
-	// that no bucket boundary passes while they run.
-	if e := time.Now().UnixMilli() % 60_000; e > 50_000 {
-		time.Sleep(time.Duration(60_000-e+100) * time.Millisecond)
-	}
+	awayFromMinuteBoundary()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
 	defer wait(t, done, logs)
 	defer cancel()
+	if got := runExamples(t, base, examples); got < 6 {
+		t.Errorf("compared %d answers with the README's, want at least 6", got)
+	}
+}
 
+// TestREADMEEnvoyExample asks the README's Envoy question of a node that
+// serves the messaging domain shown in docs/rules.md, started as the README
+// starts it, and compares the answer with the README's.
+func TestREADMEEnvoyExample(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join("..", "..", "docs", "rules.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var domain string
+	for _, b := range fenceRE.FindAllStringSubmatch(string(rules), -1) {
+		if b[1] == "yaml" && strings.HasPrefix(b[2], "domain: messaging\n") {
+			domain = b[2]
+		}
+	}
+	if domain == "" {
+		t.Fatal("docs/rules.md shows no messaging domain")
+	}
+	dir := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "messaging.yaml"), []byte(domain), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	examples := readmeExamples(t, "## Use with Envoy")
+	// The node starts with the README's flags, bar the listen address.
+	var args []string
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(b)[strings.Index(string(b), "\n## Use with Envoy\n"):]
+	m := regexp.MustCompile(`go run \./cmd/rlnode (.*)`).FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("the README's Envoy section does not start a node")
+	}
+	fields := strings.Fields(m[1])
+	for i := 0; i < len(fields); i++ {
+		switch fields[i] {
+		case "--listen":
+			i++
+		case "--rules":
+			args = append(args, "--rules", dir)
+			i++
+		default:
+			args = append(args, fields[i])
+		}
+	}
+	args = append(args, "--listen", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done, logs := start(t, ctx, args, env(nil))
+	defer wait(t, done, logs)
+	defer cancel()
+	if got := runExamples(t, base, examples); got != 1 {
+		t.Errorf("compared %d answers with the README's Envoy section, want 1", got)
+	}
+}
+
+// awayFromMinuteBoundary waits, when a minute is about to end, until the
+// next one begins: the examples use one-minute windows, and no bucket
+// boundary may pass while they run.
+func awayFromMinuteBoundary() {
+	if e := time.Now().UnixMilli() % 60_000; e > 50_000 {
+		time.Sleep(time.Duration(60_000-e+100) * time.Millisecond)
+	}
+}
+
+// runExamples sends each example to the node at base and compares the
+// answers with the ones shown; it returns how many it compared.
+func runExamples(t *testing.T, base string, examples []readmeExample) int {
+	t.Helper()
 	compared := 0
 	for _, ex := range examples {
 		var answers []string
@@ -408,31 +481,7 @@ func TestREADMEExamples(t *testing.T) {
 			compared++
 		}
 	}
-	if compared < 6 {
-		t.Errorf("compared %d answers with the README's, want at least 6", compared)
-	}
-}
-
-// TestValidateHelpLikeMainHelp: `rlnode validate -help` prints to stdout,
-// each flag with its variable and default, as `rlnode -help` does.
-func TestValidateHelpLikeMainHelp(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"validate", "-help"}, env(nil), &out, &errOut); err != nil {
-		t.Fatalf("rlnode validate -help = %v, want nil", err)
-	}
-	for _, want := range []string{
-		"Usage: rlnode validate --rules PATH",
-		"  --rules path\n\trules file or directory to check (path)\n\tenv RLNODE_RULES, default \"\"\n",
-		"  --max-rules count\n",
-		"\tenv RLNODE_MAX_RULES, default \"10000\"\n",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("rlnode validate -help lacks %q:\n%s", want, out.String())
-		}
-	}
-	if errOut.Len() > 0 {
-		t.Errorf("rlnode validate -help wrote to stderr: %s", errOut.String())
-	}
+	return compared
 }
 
 var (
