@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
 // The user docs: the README and every page under docs/.
@@ -195,6 +198,7 @@ func TestDocsDefaultsMatchHelp(t *testing.T) {
 // readmeExample is one curl command of the README and the answers it shows.
 type readmeExample struct {
 	line    string // the command
+	port    string // the port the README's node listens on
 	method  string
 	path    string
 	body    string
@@ -206,10 +210,11 @@ type readmeExample struct {
 
 var (
 	curlRE       = regexp.MustCompile(`(?m)(^|\s)curl `)
-	curlURLRE    = regexp.MustCompile(`http://127\.0\.0\.1:8080(/[^\s;'"]+)`)
+	curlURLRE    = regexp.MustCompile(`http://127\.0\.0\.1:(\d+)(/[^\s;'"]+)`)
 	curlBodyRE   = regexp.MustCompile(`-d '([^']*)'`)
 	curlParamRE  = regexp.MustCompile(`--data-urlencode '([^=']+)=([^']*)'`)
 	seqRE        = regexp.MustCompile(`for i in \$\(seq (\d+)\)`)
+	forListRE    = regexp.MustCompile(`for i in ((?:\d+ )+)?\d+; do`)
 	tailRE       = regexp.MustCompile(`\| tail -n (\d+)`)
 	readmeAPIEnd = "\n## "
 )
@@ -246,9 +251,9 @@ func readmeExamples(t *testing.T, heading string) []readmeExample {
 		ex := readmeExample{line: line, repeat: 1, method: http.MethodPost}
 		m := curlURLRE.FindStringSubmatch(line)
 		if m == nil {
-			t.Fatalf("README: no http://127.0.0.1:8080 URL in %s", line)
+			t.Fatalf("README: no http://127.0.0.1:<port> URL in %s", line)
 		}
-		ex.path = m[1]
+		ex.port, ex.path = m[1], m[2]
 		if strings.Contains(line, " -G ") {
 			ex.method = http.MethodGet
 			ex.query = url.Values{}
@@ -262,6 +267,8 @@ func readmeExamples(t *testing.T, heading string) []readmeExample {
 		}
 		if sm := seqRE.FindStringSubmatch(line); sm != nil {
 			ex.repeat, _ = strconv.Atoi(sm[1])
+		} else if fm := forListRE.FindString(line); fm != "" {
+			ex.repeat = len(strings.Fields(strings.TrimSuffix(strings.TrimPrefix(fm, "for i in "), "; do")))
 		}
 		ex.keep = ex.repeat
 		if tm := tailRE.FindStringSubmatch(line); tm != nil {
@@ -279,14 +286,13 @@ func readmeExamples(t *testing.T, heading string) []readmeExample {
 // request is made: their presence is compared, not their values.
 var timeDependent = map[string]bool{"resetAfter": true, "retryAfter": true, "bucket": true, "previousWeight": true, "age": true, "durationUntilReset": true}
 
-// compareJSON reports where got differs from the README's want.
-func compareJSON(t *testing.T, where, path string, want, got any) {
-	t.Helper()
+// compareJSON appends to diffs where got differs from the README's want.
+func compareJSON(diffs *[]string, path string, want, got any) {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
 		if !ok {
-			t.Errorf("%s: %s = %v, want an object", where, path, got)
+			*diffs = append(*diffs, fmt.Sprintf("%s = %v, want an object", path, got))
 			return
 		}
 		var wk, gk []string
@@ -299,7 +305,7 @@ func compareJSON(t *testing.T, where, path string, want, got any) {
 		sort.Strings(wk)
 		sort.Strings(gk)
 		if !reflect.DeepEqual(wk, gk) {
-			t.Errorf("%s: %s has fields %v, the README shows %v", where, path, gk, wk)
+			*diffs = append(*diffs, fmt.Sprintf("%s has fields %v, the README shows %v", path, gk, wk))
 		}
 		for k, wv := range w {
 			gv, ok := g[k]
@@ -310,25 +316,25 @@ func compareJSON(t *testing.T, where, path string, want, got any) {
 			case k == "retryAfter":
 				// Zero exactly when the README's is: allowed answers wait for nothing.
 				if (wv == "0s") != (gv == "0s") {
-					t.Errorf("%s: %s.retryAfter = %v, the README shows %v", where, path, gv, wv)
+					*diffs = append(*diffs, fmt.Sprintf("%s.retryAfter = %v, the README shows %v", path, gv, wv))
 				}
 			case timeDependent[k]:
 			default:
-				compareJSON(t, where, path+"."+k, wv, gv)
+				compareJSON(diffs, path+"."+k, wv, gv)
 			}
 		}
 	case []any:
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
-			t.Errorf("%s: %s = %v, the README shows %d elements", where, path, got, len(w))
+			*diffs = append(*diffs, fmt.Sprintf("%s = %v, the README shows %d elements", path, got, len(w)))
 			return
 		}
 		for i := range w {
-			compareJSON(t, where, path+"["+strconv.Itoa(i)+"]", w[i], g[i])
+			compareJSON(diffs, path+"["+strconv.Itoa(i)+"]", w[i], g[i])
 		}
 	default:
 		if !reflect.DeepEqual(want, got) {
-			t.Errorf("%s: %s = %v, the README shows %v", where, path, got, want)
+			*diffs = append(*diffs, fmt.Sprintf("%s = %v, the README shows %v", path, got, want))
 		}
 	}
 }
@@ -433,8 +439,21 @@ func awayFromMinuteBoundary() {
 // answers with the ones shown; it returns how many it compared.
 func runExamples(t *testing.T, base string, examples []readmeExample) int {
 	t.Helper()
+	return runExamplesOn(t, func(string) string { return base }, 0, examples)
+}
+
+// runExamplesOn sends each example to the node baseFor(its port) and
+// compares the answers with the ones shown; it returns how many it
+// compared. A Peek, which changes nothing, is asked again until its answer
+// matches or settle has passed (replication from another region takes a
+// flush and a network delay).
+func runExamplesOn(t *testing.T, baseFor func(port string) string, settle time.Duration, examples []readmeExample) int {
+	t.Helper()
 	compared := 0
 	for _, ex := range examples {
+		base := baseFor(ex.port)
+		deadline := time.Now().Add(settle)
+	again:
 		var answers []string
 		for range ex.repeat {
 			var req *http.Request
@@ -477,7 +496,15 @@ func runExamples(t *testing.T, base string, examples []readmeExample) int {
 				t.Errorf("%s answered %s: %v", ex.line, answers[i], err)
 				continue
 			}
-			compareJSON(t, ex.line, "answer", want, got)
+			var diffs []string
+			compareJSON(&diffs, "answer", want, got)
+			if len(diffs) > 0 && strings.HasSuffix(ex.path, "/Peek") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				goto again
+			}
+			for _, d := range diffs {
+				t.Errorf("%s: %s", ex.line, d)
+			}
 			compared++
 		}
 	}
@@ -537,5 +564,94 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 	if n < 30 {
 		t.Errorf("found only %d relative links: is the parsing broken?", n)
+	}
+}
+
+// TestREADMETwoRegions follows the README's two-region recipe: its two
+// nodes, started with the README's flags on two real redis-servers (the
+// addresses and ports are the test's own), its five Checks in eu and its
+// Peek in us, whose answer must be the README's once eu's hits arrive.
+func TestREADMETwoRegions(t *testing.T) {
+	const heading = "## Multi-region: two regions on one machine"
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	at := strings.Index(readme, "\n"+heading+"\n")
+	if at < 0 {
+		t.Fatalf("README.md has no %q section", heading)
+	}
+	var nodes [][]string
+	for _, line := range strings.Split(readme[at:], "\n") {
+		if strings.HasPrefix(line, "## ") && !strings.Contains(line, heading[3:]) {
+			break
+		}
+		if rest, ok := strings.CutPrefix(line, "go run ./cmd/rlnode "); ok {
+			nodes = append(nodes, strings.Fields(rest))
+		}
+	}
+	if len(nodes) != 2 {
+		t.Fatalf("the README's two-region recipe starts %d nodes, want 2", len(nodes))
+	}
+	examples := readmeExamples(t, heading)
+
+	awayFromMinuteBoundary()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bases := map[string]string{}  // the README's listen port -> the node's URL
+	gossip := map[string]string{} // the README's gossip address -> the node's
+	for _, args := range nodes {
+		var mine []string
+		var listenPort, gossipAddr string
+		for i := 0; i < len(args); i++ {
+			flagName, value := args[i], ""
+			if i+1 < len(args) {
+				value = args[i+1]
+			}
+			switch flagName {
+			case "--listen":
+				_, listenPort, _ = strings.Cut(value, ":")
+				mine = append(mine, "--listen", "127.0.0.1:0")
+			case "--redis-url":
+				mine = append(mine, "--redis-url", redistest.Start(t).URL())
+			case "--gossip-addr":
+				gossipAddr = value
+				mine = append(mine, "--gossip-addr", "127.0.0.1:0")
+			case "--join":
+				real, ok := gossip[value]
+				if !ok {
+					t.Fatalf("the README joins %s, which no earlier node binds", value)
+				}
+				mine = append(mine, "--join", real)
+			default:
+				mine = append(mine, flagName, value)
+			}
+			i++
+		}
+		// A long store timeout keeps a busy machine from deciding in the
+		// failover's fallback, which would count under another replica.
+		mine = append(mine, "--store-timeout", "2s")
+		base, done, logs := start(t, ctx, mine, env(nil))
+		defer wait(t, done, logs)
+		bases[listenPort] = base
+		if gossipAddr != "" {
+			m := gossipRE.FindStringSubmatch(logs.String())
+			if m == nil {
+				t.Fatalf("the node's logs lack its gossip address:\n%s", logs)
+			}
+			gossip[gossipAddr] = m[1]
+		}
+	}
+	defer cancel()
+	got := runExamplesOn(t, func(port string) string {
+		base, ok := bases[port]
+		if !ok {
+			t.Fatalf("the README asks port %s, where no node of its recipe listens", port)
+		}
+		return base
+	}, 15*time.Second, examples)
+	if got != 1 {
+		t.Errorf("compared %d answers with the README's two-region recipe, want 1", got)
 	}
 }
