@@ -136,14 +136,15 @@ type Decision struct {
 //	Estimate = Current' + floor(Previous * PreviousWeight)
 //
 // where Current' is the current bucket's count before this request:
-// Estimate is the count before the request, Current the count after it
-// (so an admitted hit shows Current one above the estimate's share of it).
-// Fixed window, token bucket and sliding log fill what applies to them.
+// Estimate is the count before the request and Current the count after it,
+// so a first admitted hit shows Estimate 0 and Current 1. A Peek consumes
+// nothing: its Current is the count already spent. Fixed window, token
+// bucket and sliding log fill what applies to them.
 type Stats struct {
 	// Bucket is the current bucket's index, floor(unix time / window).
 	Bucket int64
 	// Current is the sum over regions of the current bucket's counts,
-	// after this request.
+	// after this request (for Peek, the count already spent).
 	Current uint64
 	// Previous is the sum over regions of the previous bucket's counts.
 	Previous uint64
