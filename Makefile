@@ -103,11 +103,15 @@ demo: ## Build the demo's images and start 3 regions (status page: http://127.0.
 	$(DEMO) $(COMPOSE) up -d
 	@echo "status page http://127.0.0.1:8111/ (us-1; eu-1 :8121, ap-1 :8131), Prometheus http://127.0.0.1:9090/"
 
-# demo-load's knobs: SCRIPT=steady|burst|hotkey|manykeys, KEY=<key> (steady).
+# demo-load's knobs: SCRIPT=steady|burst|hotkey|manykeys, and any of
+# DEMO_LOAD_KNOBS, which reach the k6 script as environment variables when
+# set (each script's header lists the ones it reads and their defaults), e.g.
+# make demo-load SCRIPT=steady DURATION=20 LIMIT=600 KEY=demo.
 SCRIPT                ?= steady
+DEMO_LOAD_KNOBS       := KEY DURATION LIMIT WINDOW RATE FACTOR KEYS OTHER_RATE OVER_PCT HOT_OVER_PCT P99_MS TARGETS
 .PHONY: demo-load
-demo-load: ## Run a k6 load test against the demo (SCRIPT=steady, KEY=...; summary in deploy/multiregion/results/)
-	$(DEMO) $(COMPOSE) --profile load run --rm $(if $(KEY),-e KEY=$(KEY)) k6 run /scripts/$(SCRIPT).js
+demo-load: ## Run a k6 load test against the demo (SCRIPT=steady; KEY, DURATION, LIMIT, WINDOW, RATE, P99_MS, TARGETS, ...; summary in deploy/multiregion/results/)
+	$(DEMO) $(COMPOSE) --profile load run --rm $(strip $(foreach v,$(DEMO_LOAD_KNOBS),$(if $($(v)),-e $(v)='$($(v))'))) k6 run /scripts/$(SCRIPT).js
 
 .PHONY: demo-down
 demo-down: ## Stop the demo and remove its containers and networks

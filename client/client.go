@@ -116,11 +116,96 @@ type Decision struct {
 	// RetryAfter is how long until the same request would be admitted with
 	// no other traffic; 0 when allowed.
 	RetryAfter time.Duration
+	// Shadow reports that the request would have been denied but shadow
+	// mode answered allowed; nothing was consumed and RetryAfter says when
+	// it would have been allowed.
+	Shadow bool
+	// Stats are the numbers behind the decision, as the node reported
+	// them; zero for a fallback decision.
+	Stats Stats
 	// Fallback reports that the node could not decide and Allowed is the
 	// [FailureMode]'s answer; the other numbers are zero and Err says why.
 	Fallback bool
 	// Err is the failure behind a fallback decision.
 	Err error
+}
+
+// Stats are the numbers behind a decision. For the sliding window the
+// node decided on
+//
+//	Estimate = Current' + floor(Previous * PreviousWeight)
+//
+// where Current' is the current bucket's count before this request:
+// Estimate is the count before the request and Current the count after it,
+// so a first admitted hit shows Estimate 0 and Current 1. A Peek consumes
+// nothing: its Current is the count already spent. Fixed window, token
+// bucket and sliding log fill what applies to them.
+type Stats struct {
+	// Bucket is the current bucket's index, floor(unix time / window).
+	Bucket int64
+	// Current is the sum over regions of the current bucket's counts,
+	// after this request (for Peek, the count already spent).
+	Current uint64
+	// Previous is the sum over regions of the previous bucket's counts.
+	Previous uint64
+	// PreviousWeight is (W - e) / W: the share of the previous bucket still
+	// inside the sliding window, e being the time elapsed in the current
+	// bucket.
+	PreviousWeight float64
+	// Estimate is the count the decision was made on, before this request.
+	Estimate uint64
+	// Regions are the counts per region, in the node's order.
+	Regions []RegionCount
+}
+
+// RegionCount is one region's share of a decision's counts.
+type RegionCount struct {
+	// Region is the region's name; a node deciding from its in-memory
+	// fallback while Redis is down counts under "<region>~<id>".
+	Region string
+	// Current and Previous are the region's counts in the current and the
+	// previous bucket.
+	Current, Previous uint64
+	// Age is how old the newest total merged from this region is, by the
+	// sender's clock: it grows while the region sends nothing new. Zero for
+	// the local region and for regions never heard from (HasAge false).
+	Age time.Duration
+	// HasAge reports whether the node reported an age for this region.
+	HasAge bool
+}
+
+// decision converts the node's answer.
+func decision(resp *ratelimitv1.CheckResponse) Decision {
+	d := Decision{
+		Allowed:    resp.GetAllowed(),
+		Limit:      resp.GetLimit(),
+		Remaining:  resp.GetRemaining(),
+		ResetAfter: resp.GetResetAfter().AsDuration(),
+		RetryAfter: resp.GetRetryAfter().AsDuration(),
+		Shadow:     resp.GetShadow(),
+	}
+	if st := resp.GetStats(); st != nil {
+		d.Stats = Stats{
+			Bucket:         st.GetBucket(),
+			Current:        st.GetCurrent(),
+			Previous:       st.GetPrevious(),
+			PreviousWeight: st.GetPreviousWeight(),
+			Estimate:       st.GetEstimate(),
+		}
+		if rs := st.GetRegions(); len(rs) > 0 {
+			d.Stats.Regions = make([]RegionCount, len(rs))
+			for i, r := range rs {
+				d.Stats.Regions[i] = RegionCount{
+					Region:   r.GetRegion(),
+					Current:  r.GetCurrent(),
+					Previous: r.GetPrevious(),
+					Age:      r.GetAge().AsDuration(),
+					HasAge:   r.GetAge() != nil,
+				}
+			}
+		}
+	}
+	return d
 }
 
 // Option configures a [Client].
@@ -252,13 +337,7 @@ func (c *Client) call(ctx context.Context, what string, sideEffectFree bool, do 
 	for attempt := 0; ; attempt++ {
 		var resp *ratelimitv1.CheckResponse
 		if resp, err = do(callCtx); err == nil {
-			return Decision{
-				Allowed:    resp.GetAllowed(),
-				Limit:      resp.GetLimit(),
-				Remaining:  resp.GetRemaining(),
-				ResetAfter: resp.GetResetAfter().AsDuration(),
-				RetryAfter: resp.GetRetryAfter().AsDuration(),
-			}, nil
+			return decision(resp), nil
 		}
 		if attempt >= c.opts.retries || !(notSent(err) || (sideEffectFree && connect.CodeOf(err) == connect.CodeUnavailable)) {
 			break

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,7 +123,15 @@ func TestCheckAndPeek(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Check %d: %v", i+1, err)
 				}
-				if got != w {
+				// A fixed window counts the current bucket only.
+				if got, want := got.Stats.Current, min(uint64(i+1), 2); got != want {
+					t.Errorf("Check %d: Stats.Current = %d, want %d", i+1, got, want)
+				}
+				if rs := got.Stats.Regions; len(rs) != 1 || rs[0].Region != "local" || rs[0].Current != got.Stats.Current {
+					t.Errorf("Check %d: Stats.Regions = %+v, want local's count alone", i+1, rs)
+				}
+				got.Stats = client.Stats{}
+				if !reflect.DeepEqual(got, w) {
 					t.Errorf("Check %d = %+v, want %+v", i+1, got, w)
 				}
 			}

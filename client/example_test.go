@@ -89,3 +89,41 @@ func ExampleMiddleware() {
 	// 200 "per-user";q=2;w=60 | "per-user";r=0;t=61 | Retry-After: ""
 	// 429 "per-user";q=2;w=60 | "per-user";r=0;t=31 | Retry-After: "31"
 }
+
+// The stats show the numbers behind a decision: here, 30 s into the
+// minute, the previous minute's bucket weighs one half and the estimate is
+// the count before this request.
+func ExampleDecision_stats() {
+	nodeURL, stop := startNode()
+	defer stop()
+
+	c, err := client.New(nodeURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		d, err := c.Check(ctx, "carol", client.Rule("api"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		s := d.Stats
+		fmt.Printf("allowed=%v bucket=%d current=%d previous=%d weight=%.2f estimate=%d\n",
+			d.Allowed, s.Bucket, s.Current, s.Previous, s.PreviousWeight, s.Estimate)
+		for _, r := range s.Regions {
+			fmt.Printf("  region %s: current=%d previous=%d age known=%v\n", r.Region, r.Current, r.Previous, r.HasAge)
+		}
+	}
+	// Peek consumes nothing: its current is the count already spent.
+	d, err := c.Peek(ctx, "carol", client.Rule("api"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("peek: allowed=%v current=%d estimate=%d\n", d.Allowed, d.Stats.Current, d.Stats.Estimate)
+	// Output:
+	// allowed=true bucket=29166680 current=1 previous=0 weight=0.50 estimate=0
+	//   region local: current=1 previous=0 age known=false
+	// allowed=true bucket=29166680 current=2 previous=0 weight=0.50 estimate=1
+	//   region local: current=2 previous=0 age known=false
+	// peek: allowed=false current=2 estimate=2
+}

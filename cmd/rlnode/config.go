@@ -140,13 +140,54 @@ command line wins.
 
 Flags:
 `)
+	printFlags(w, fs)
+	fmt.Fprint(w, securityUsage)
+}
+
+// printFlags writes each of fs's flags with its environment variable and
+// default, in the form every rlnode help uses.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s %s\n", f.Name, typ)
 		fmt.Fprintf(w, "\t%s\n", help)
-		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), f.DefValue)
+		fmt.Fprintf(w, "\tenv %s, default %q\n", envName(f.Name), defaultText(f))
 	})
-	fmt.Fprint(w, securityUsage)
+}
+
+// defaultText is f's default as the help and the docs write it: a
+// duration in its shortest form (168h, not 168h0m0s) and a log level in
+// lower case, as --log-level accepts it.
+func defaultText(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return f.DefValue
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		d, err := time.ParseDuration(f.DefValue)
+		if err != nil {
+			return f.DefValue
+		}
+		return shortDuration(d)
+	case *slog.Level:
+		return strings.ToLower(f.DefValue)
+	default:
+		return f.DefValue
+	}
+}
+
+// shortDuration writes d as time.Duration.String does, without zero
+// minutes and seconds after a larger unit: 168h, 1m, 1h30m, 50ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // parseConfig parses args, falling back to getenv for each flag not given.

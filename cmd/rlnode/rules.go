@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -54,7 +55,8 @@ var errInvalidRules = errors.New("rules are invalid")
 // stderr and returns an error.
 func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	var help bytes.Buffer
+	fs.SetOutput(&help)
 	path := fs.String("rules", getenv(envName("rules")), "rules file or directory to check (`path`)")
 	maxRules := fs.Int("max-rules", 10000, "most rules the node will accept (`count`), as --max-rules")
 	if v := getenv(envName("max-rules")); v != "" {
@@ -63,13 +65,15 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 	}
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) and lists every problem; exits 0 when it is valid.\n\n")
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) as the node would load it and lists every problem; exits 0\nwhen it is valid. Each flag can also be set by its environment variable.\n\nFlags:\n")
+		printFlags(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			_, _ = help.WriteTo(stdout)
 			return nil
 		}
+		_, _ = help.WriteTo(stderr)
 		return err
 	}
 	if fs.NArg() > 0 {

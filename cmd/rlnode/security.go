@@ -22,12 +22,14 @@ const authTokenEnv = "RLNODE_AUTH_TOKEN"
 const securityUsage = `
 Environment only:
   RLNODE_AUTH_TOKEN
-	a bearer token the API accepts (with those of --auth-token-file); no
-	flag, so that it never shows in ps or shell history
+	a bearer token the API accepts (with those of --auth-token-file), at
+	least 16 bytes of visible ASCII (no spaces); no flag, so that it never
+	shows in ps or shell history
 
-SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca, --auth-token-file
-and --gossip-key-file without dropping connections; a file that fails to
-load keeps the previous contents (logged, and counted in
+SIGHUP reloads --tls-cert, --tls-key, --tls-client-ca, --auth-token-file,
+--gossip-key-file and --rules (which also reloads by itself when its files
+change) without dropping connections; a file that fails to load
+keeps the previous contents (logged, and counted in
 rlcluster_reloads_total{result="error"}). Secrets (Redis passwords, tokens,
 gossip keys) are never logged; give them through the environment or files
 rather than flags, which show in ps.
@@ -38,7 +40,7 @@ func addSecurityFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate (chain) `file` for the API; with --tls-key the node serves HTTPS (HTTP/2 and HTTP/1.1, so gRPC too) instead of plaintext; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM CA bundle `file`: require client certificates signed by it (mutual TLS) on every connection; reloaded on SIGHUP")
-	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes; with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
+	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes of visible ASCII (no spaces); with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
 	fs.StringVar(&c.AuthOpenPaths, "auth-open-paths", strings.Join(api.DefaultOpenPaths, ","), "comma-separated `paths` served without a token when authentication is on (a trailing / covers the subtree); drop /metrics to protect it")
 	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle `file` to verify a rediss:// server with (default: the system's roots)")
 	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate `file` for a rediss:// server that verifies clients (tls-auth-clients)")
