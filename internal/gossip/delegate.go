@@ -113,27 +113,3 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
 	d.n.ageMu.Unlock()
 }
-
-func (n *Node) setMember(node *memberlist.Node, state string) {
-	cp := *node
-	cp.Meta = append([]byte(nil), node.Meta...)
-	regionName, api, flags, _ := decodeMeta(cp.Meta)
-	if state == "dead" && flags&flagLeaving != 0 {
-		state = "left"
-	}
-	n.memMu.Lock()
-	defer n.memMu.Unlock()
-	m := n.members[cp.Name]
-	if m == nil || m.state != state {
-		m = &member{since: time.Now()}
-		n.members[cp.Name] = m
-	} else {
-		m = &member{since: m.since}
-		n.members[cp.Name] = m
-	}
-	m.node, m.region, m.api, m.state = cp, regionName, api, state
-	m.isLocal = cp.Name == n.cfg.Name
-	if state != "alive" {
-		n.log.Info("member "+state, "member", cp.Name, "member_region", regionName)
-	}
-}
