@@ -158,7 +158,7 @@ func (n *Node) totals(m map[ref]uint64) []region.Total {
 // UDP when they fit in a few packets, otherwise over TCP on a bounded set of
 // goroutines (a batch that finds them all busy is dropped and counted).
 func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
-	frames, err := Encode(kind, n.cfg.Now(), n.cfg.Region, totals, n.cfg.UDPBudget)
+	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, n.cfg.UDPBudget)
 	if err != nil {
 		n.met.drop("encode")
 		n.log.Warn("encode batch", "err", err)
@@ -196,7 +196,7 @@ func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
 
 // sendReliable sends totals to dest over TCP, in frames of at most 256 KiB.
 func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) error {
-	frames, err := Encode(kind, n.cfg.Now(), n.cfg.Region, totals, maxReliableFrame)
+	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, maxReliableFrame)
 	if err != nil {
 		n.met.drop("encode")
 		return err

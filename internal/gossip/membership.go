@@ -1,8 +1,13 @@
 package gossip
 
 import (
+	"errors"
+	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -15,6 +20,7 @@ type member struct {
 	state   string // alive, dead, left
 	since   time.Time
 	isLocal bool
+	token   uint64 // from its metadata; its frames must carry it
 }
 
 func (n *Node) joinLoop() {
@@ -25,7 +31,7 @@ func (n *Node) joinLoop() {
 			n.log.Info("joined gossip pool", "contacted", k, "members", n.ml.NumMembers())
 			return
 		}
-		n.log.Warn("join gossip seeds failed, retrying", "seeds", n.cfg.Join, "in", backoff, "err", err)
+		n.log.Warn("join gossip seeds failed, retrying", "seeds", strings.Join(n.cfg.Join, ","), "in", backoff, "err", errLine(err))
 		select {
 		case <-n.stop:
 			return
@@ -48,9 +54,10 @@ func (n *Node) reconnectLoop() {
 		}
 		var addrs []string
 		now := time.Now()
+		n.pruneMembers(now)
 		n.memMu.RLock()
 		for _, m := range n.members {
-			if m.state == "dead" && now.Sub(m.since) < time.Hour {
+			if m.state == "dead" && now.Sub(m.since) < forgetAfterDead {
 				addrs = append(addrs, m.node.Address())
 			}
 		}
@@ -154,26 +161,111 @@ func (n *Node) ClockOffsets() map[string]time.Duration {
 	return out
 }
 
+// setMember records a member's new state. A member whose name is not
+// valid UTF-8 or whose metadata does not decode (a bad region name, say) is
+// not recorded: it gets no traffic and its frames are dropped. A member
+// keeps the region it announced when this node first saw it; a later
+// update that names another region is ignored (and logged). A member
+// that goes stops having a clock offset.
 func (n *Node) setMember(node *memberlist.Node, state string) {
 	cp := *node
 	cp.Meta = append([]byte(nil), node.Meta...)
-	regionName, api, flags, _ := decodeMeta(cp.Meta)
-	if state == "dead" && flags&flagLeaving != 0 {
+	meta, ok := decodeMeta(cp.Meta)
+	if !ok || !utf8.ValidString(cp.Name) || len(cp.Name) > maxNodeName {
+		n.log.Debug("ignoring member with bad name or metadata", "member", strconv.Quote(cp.Name))
+		return
+	}
+	if state == "dead" && meta.flags&flagLeaving != 0 {
 		state = "left"
 	}
+	now := time.Now()
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
-	m := n.members[cp.Name]
-	if m == nil || m.state != state {
-		m = &member{since: time.Now()}
-		n.members[cp.Name] = m
-	} else {
-		m = &member{since: m.since}
-		n.members[cp.Name] = m
+	old := n.members[cp.Name]
+	m := &member{since: now}
+	if old != nil && old.state == state {
+		m.since = old.since
 	}
-	m.node, m.region, m.api, m.state = cp, regionName, api, state
+	if old != nil && old.region != meta.region && old.state == "alive" {
+		n.log.Warn("member announced another region, keeping the one it joined with",
+			"member", cp.Name, "member_region", old.region, "announced", meta.region)
+		meta.region = old.region
+	}
+	n.members[cp.Name] = m
+	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
 	m.isLocal = cp.Name == n.cfg.Name
-	if state != "alive" {
-		n.log.Info("member "+state, "member", cp.Name, "member_region", regionName)
+	if state == "alive" && !m.isLocal && m.region != n.cfg.Region {
+		n.seenRemote.Store(true)
 	}
+	if state != "alive" {
+		n.ageMu.Lock()
+		delete(n.offsets, cp.Name)
+		n.ageMu.Unlock()
+		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
+	}
+}
+
+// forgetAfterDead is how long a failed member stays listed (and is tried
+// by the reconnect loop) before it is forgotten.
+const forgetAfterDead = time.Hour
+
+// pruneMembers forgets members that left more than GossipToTheDeadTime ago
+// or failed more than an hour ago, and the freshness of regions that have
+// no member left, so that the member, offset and freshness maps hold only
+// the current pool.
+func (n *Node) pruneMembers(now time.Time) {
+	regions := map[string]bool{}
+	n.memMu.Lock()
+	for name, m := range n.members {
+		switch {
+		case m.state == "left" && now.Sub(m.since) > n.cfg.GossipToTheDeadTime,
+			m.state == "dead" && now.Sub(m.since) > forgetAfterDead:
+			delete(n.members, name)
+			continue
+		}
+		regions[m.region] = true
+	}
+	n.memMu.Unlock()
+	n.ageMu.Lock()
+	for r := range n.newest {
+		if !regions[r] {
+			delete(n.newest, r)
+		}
+	}
+	n.ageMu.Unlock()
+}
+
+// frameSender returns the member that sent m when m may be accepted from it: a
+// live member other than this node, whose name and token m carries and
+// whose region (the one it joined with) is m.From.
+func (n *Node) frameSender(m Message) (*member, bool) {
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	s := n.members[m.Node]
+	if s == nil || s.isLocal || s.state != "alive" || s.token != m.Token || s.region != m.From {
+		return nil, false
+	}
+	return s, true
+}
+
+// ErrNotJoined is returned by Ready for a node that has not seen another
+// region within Config.JoinTimeout.
+var ErrNotJoined = errors.New("gossip: no other region reachable")
+
+// Ready reports whether replication works as configured, for a readiness
+// check: nil for a node without Config.Join; for one with it, nil once a
+// live member of another region has been seen, or while less than
+// JoinTimeout has passed since New, else an error wrapping ErrNotJoined
+// that says how long it has waited. A region that was joined and is cut
+// off later stays ready: it keeps serving from what it knows, as
+// designed. It never blocks.
+func (n *Node) Ready() error {
+	if len(n.cfg.Join) == 0 || n.cfg.JoinTimeout < 0 || n.seenRemote.Load() {
+		return nil
+	}
+	waited := n.cfg.Now().Sub(n.started)
+	if waited < n.cfg.JoinTimeout {
+		return nil
+	}
+	return fmt.Errorf("%w (none seen in %v; seeds %s)", ErrNotJoined, waited.Round(time.Second), strings.Join(n.cfg.Join, ","))
 }

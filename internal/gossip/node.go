@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -62,6 +64,15 @@ type Node struct {
 	met   *metrics
 	keys  *memberlist.Keyring // nil without encryption
 
+	token      uint64      // random, announced in the metadata, carried by every frame
+	started    time.Time   // cfg.Now() at New, for Ready
+	seenRemote atomic.Bool // a member of another region was seen alive
+
+	// replicas is, per member region, the replica names (<region>~<id>)
+	// accepted from it, each with the expiry of the newest bucket it was
+	// reported in. Used only by the receive loop.
+	replicas map[string]map[string]time.Time
+
 	mu       sync.Mutex
 	dirty    map[dref]uint64
 	echo     map[dref]uint64            // the previous flush's totals, sent once more
@@ -93,6 +104,7 @@ type Node struct {
 	stopOnce sync.Once
 	closeErr error
 	leaving  atomic.Bool
+	stopping atomic.Bool // Close or kill began: memberlist's send errors are expected
 }
 
 // New starts a node: it binds (or uses cfg.Transport), starts the flush,
@@ -121,11 +133,20 @@ func New(cfg Config, store Store) (*Node, error) {
 		inbox:   make(chan []byte, cfg.InboxSize),
 		stop:    make(chan struct{}),
 		sendSem: make(chan struct{}, 8),
+		token:   randomToken(),
+		started: cfg.Now(),
+
+		replicas: map[string]map[string]time.Time{},
 	}
 	n.met.node = n
-	mc, err := cfg.memberlistConfig()
+	mc, err := cfg.memberlistConfig(n.stopping.Load)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Transport != nil && mc.Keyring == nil && !cfg.Insecure && cfg.AdvertiseAddr == "" {
+		if ip, _, err := cfg.Transport.FinalAdvertiseAddr("", 0); err == nil && !ip.IsLoopback() {
+			return nil, fmt.Errorf("%w: %w: transport address %s is not loopback", ErrConfig, ErrNoKey, ip)
+		}
 	}
 	d := &delegate{n: n}
 	mc.Delegate, mc.Events, mc.Ping = d, d, d
@@ -157,6 +178,22 @@ func (n *Node) goLoop(f func()) {
 // Addr returns the host:port other nodes reach this node at (the address to
 // give others as a seed).
 func (n *Node) Addr() string { return n.ml.LocalNode().Address() }
+
+// self names this node in the frames it sends.
+func (n *Node) self() Sender {
+	return Sender{Node: n.cfg.Name, Region: n.cfg.Region, Token: n.token}
+}
+
+// randomToken returns a random non-zero token.
+func randomToken() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if t := binary.BigEndian.Uint64(b[:]); t != 0 {
+			return t
+		}
+	}
+}
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -197,10 +234,11 @@ func (n *Node) Close(ctx context.Context) error {
 		// Announce the leave in the metadata first, so that peers record
 		// "left" rather than "dead" and do not try to reconnect.
 		n.leaving.Store(true)
-		if err := n.ml.UpdateNode(timeout / 2); err != nil {
+		n.stopping.Store(true)
+		if err := n.broadcast(n.ml.UpdateNode, timeout/2); err != nil {
 			n.log.Debug("announce leave", "err", err)
 		}
-		if err := n.ml.Leave(timeout / 2); err != nil {
+		if err := n.broadcast(n.ml.Leave, timeout/2); err != nil {
 			n.closeErr = fmt.Errorf("gossip: leave: %w", err)
 		}
 		if err := n.ml.Shutdown(); err != nil && n.closeErr == nil {
@@ -211,12 +249,54 @@ func (n *Node) Close(ctx context.Context) error {
 	return n.closeErr
 }
 
+// broadcast runs f (memberlist's UpdateNode or Leave: each waits until its
+// broadcast has gone out or timeout passes) and returns its error, but
+// returns nil at once when no other member is alive or suspect, checked
+// every 20 ms: when every node stops at once, the last one has nobody left
+// to tell and f would wait out its whole timeout.
+func (n *Node) broadcast(f func(time.Duration) error, timeout time.Duration) error {
+	if !n.othersAlive() {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Shutdown may come first when this returns early: memberlist's
+		// Leave then panics ("leave after shutdown"), harmlessly.
+		defer func() { _ = recover() }()
+		done <- f(timeout)
+	}()
+	tk := time.NewTicker(20 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tk.C:
+			if !n.othersAlive() {
+				return nil
+			}
+		}
+	}
+}
+
+// othersAlive reports whether memberlist holds another member alive or
+// suspect (one that a broadcast could still reach).
+func (n *Node) othersAlive() bool {
+	for _, m := range n.ml.Members() {
+		if m.Name != n.cfg.Name && (m.State == memberlist.StateAlive || m.State == memberlist.StateSuspect) {
+			return true
+		}
+	}
+	return false
+}
+
 // kill stops the node abruptly, as a crash would: no flush, no leave.
 func (n *Node) kill() {
 	n.stopOnce.Do(func() {
 		n.mu.Lock()
 		n.closing = true
 		n.mu.Unlock()
+		n.stopping.Store(true)
 		close(n.stop)
 		_ = n.ml.Shutdown()
 		n.loops.Wait()
@@ -238,7 +318,7 @@ func Listen(addr string, logger *slog.Logger) (*memberlist.NetTransport, error) 
 	var lastErr error
 	for range 10 {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{h}, BindPort: p, Logger: newStdLogger(logger),
+			BindAddrs: []string{h}, BindPort: p, Logger: newStdLogger(logger, nil),
 		})
 		if err == nil {
 			return nt, nil
