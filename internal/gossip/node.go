@@ -47,12 +47,14 @@ type dref struct {
 // region, each to the key's owner there: the live member of that region
 // with the highest rendezvous score fnv(member name, key). The owner
 // max-merges each received batch into its store in one call. After a bucket
-// closes plus Grace, the node reads the closed bucket's full vector from its
-// store and sends every region's total in it to every other region
-// (reconciliation, over TCP, retried until it lands or the bucket expires);
-// memberlist's push-pull carries the recently reconciled totals as
-// anti-entropy. Totals only grow and merging keeps the maximum, so a
-// duplicate, reordered or lost message never double-counts.
+// closes plus Grace, the node reads the closed bucket's vector from its
+// store and sends its own region's totals in it (its own and its
+// replicas') to every other region (reconciliation, over TCP, retried
+// until it lands or the bucket expires); memberlist's push-pull carries
+// the recently reconciled totals as anti-entropy. Totals only grow and
+// merging keeps the maximum, so a duplicate, reordered or lost message
+// never double-counts. A frame is merged only from a live member and only
+// for its own region (see doc.go).
 //
 // A Node is safe for concurrent use. Create it with New and stop it with
 // Close.
