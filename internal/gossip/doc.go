@@ -46,7 +46,8 @@
 // Only members: every frame names its sender and carries the random token
 // the sender announced in its metadata when it joined (wire.go). memberlist
 // does not tell NotifyMsg who sent a message, so a frame is dropped unless
-// its sender is a live member, other than this node, whose token and
+// its sender is a member this node knows (alive, or failed and not yet
+// forgotten; not one that left), other than itself, whose token and
 // region (the one it joined with) the frame carries. Then every field is
 // checked: each total names the sender's region or one of its replicas
 // (at most MaxReplicas replica names per region with live buckets, so a

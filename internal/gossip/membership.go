@@ -236,13 +236,16 @@ func (n *Node) pruneMembers(now time.Time) {
 }
 
 // frameSender returns the member that sent m when m may be accepted from it: a
-// live member other than this node, whose name and token m carries and
-// whose region (the one it joined with) is m.From.
+// member other than this node, alive or failed (not left), whose name and
+// token m carries and whose region (the one it joined with) is m.From. A
+// member this node holds for failed may only be slow or cut off: its
+// token proves it is the process that joined, and dropping what it
+// delivered would lose totals its sender will not send again.
 func (n *Node) frameSender(m Message) (*member, bool) {
 	n.memMu.RLock()
 	defer n.memMu.RUnlock()
 	s := n.members[m.Node]
-	if s == nil || s.isLocal || s.state != "alive" || s.token != m.Token || s.region != m.From {
+	if s == nil || s.isLocal || s.state == "left" || s.token != m.Token || s.region != m.From {
 		return nil, false
 	}
 	return s, true

@@ -261,6 +261,8 @@ func (n *Node) broadcast(f func(time.Duration) error, timeout time.Duration) err
 		return nil
 	}
 	done := make(chan error, 1)
+	// When this returns early, f goes on waiting until its timeout (it
+	// cannot be cancelled) and its result is dropped.
 	go func() {
 		// Shutdown may come first when this returns early: memberlist's
 		// Leave then panics ("leave after shutdown"), harmlessly.

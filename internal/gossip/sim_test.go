@@ -69,13 +69,14 @@ func (s *sim) start(name, r, seed string) *Node {
 
 // close closes every node, then lets the bubble's clock run past every
 // timeout that memberlist's goroutines may still wait on (a probe's, a
-// stream's): the bubble's clock stops once its main goroutine returns, and
-// it ends only when every goroutine has.
+// stream's, or a leave broadcast's that Close stopped waiting for): the
+// bubble's clock stops once its main goroutine returns, and it ends only
+// when every goroutine has.
 func (s *sim) close() {
 	for _, n := range s.nodes {
 		_ = n.Close(context.Background())
 	}
-	time.Sleep(2 * testConfig().TCPTimeout)
+	time.Sleep(max(2*testConfig().TCPTimeout, 10*time.Second))
 }
 
 func (s *sim) waitAlive(want int) {
@@ -288,4 +289,44 @@ func (l *lockedBuf) String() string {
 // newTestLogger logs warnings and errors to w.
 func newTestLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// TestSimCloseAllAtOnce: when every node stops at once, none waits out its
+// leave timeout for a broadcast that nobody is left to receive.
+func TestSimCloseAllAtOnce(t *testing.T) {
+	for round := range 10 {
+		synctest.Test(t, func(t *testing.T) { closeAllAtOnce(t, round) })
+	}
+}
+
+func closeAllAtOnce(t *testing.T, round int) {
+	{
+		s := newSim(t, []string{"eu", "us"}, 1+round%2, 10*time.Millisecond)
+		const timeout = 10 * time.Second
+		var wg sync.WaitGroup
+		took := make(map[string]time.Duration, len(s.nodes))
+		var mu sync.Mutex
+		for name, n := range s.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				start := time.Now()
+				_ = n.Close(ctx)
+				mu.Lock()
+				took[name] = time.Since(start)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		var longest time.Duration
+		for _, d := range took {
+			longest = max(longest, d)
+		}
+		if bound := 2 * time.Second; longest > bound {
+			t.Errorf("round %d: %d nodes closed at once, the slowest Close took %v, want <= %v: %v", round, len(s.nodes), longest, bound, took)
+		}
+		s.close()
+	}
 }
