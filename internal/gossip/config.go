@@ -14,9 +14,12 @@ import (
 
 // Config configures a Node. Zero fields mean the documented default.
 type Config struct {
-	// Name is the node's unique name in the pool. Required.
+	// Name is the node's unique name in the pool, at most 255 bytes of
+	// UTF-8. Required. Every frame the node sends carries it.
 	Name string
-	// Region is the node's region. Required, 1 to MaxRegionLen bytes.
+	// Region is the node's region. Required, 1 to MaxRegionLen bytes of
+	// UTF-8. Other nodes accept counts from this node only for this region
+	// (and its replicas, Region~id), the one it announced when it joined.
 	Region string
 	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
 	// Default "0.0.0.0:7946". Ignored when Transport is set.
@@ -29,7 +32,7 @@ type Config struct {
 	APIAddr string
 	// Join lists seed addresses (host:port). New returns at once; a
 	// background loop retries with exponential backoff (JoinBackoff up to
-	// 30 s) until one seed answers.
+	// 30 s) until one seed answers. See JoinTimeout and Node.Ready.
 	Join []string
 	// SecretKey, when set (16, 24 or 32 bytes), turns on memberlist's AES-GCM
 	// encryption; peers without the key are refused.
