@@ -138,25 +138,24 @@ func TestChaos(t *testing.T) {
 			p.end()
 		}
 		ended := time.Now()
-		var why string
-		for deadline := ended.Add(15 * time.Second); ; {
-			ok, w := closedAgree()
-			if ok {
-				p.agreeAfter = time.Since(ended)
-				if why != "" {
-					t.Logf("%s: still disagreeing 3 s after the fault: %s", p.name, why)
-				}
-				break
+		var why, last string // the first lasting disagreement (after 3 s), the last one
+		took, ok := poll(15*time.Second, func() bool {
+			agree, w := closedAgree()
+			if !agree && why == "" && time.Since(ended) > 3*time.Second {
+				why = w
 			}
-			if why == "" && time.Since(ended) > 3*time.Second {
-				why = w // the first lasting disagreement
+			last = w
+			return agree
+		})
+		switch {
+		case !ok:
+			t.Errorf("%s: regions disagree 15 s after the fault ended: %s (at 3 s: %s)", p.name, last, why)
+			p.agreeAfter = -1
+		default:
+			p.agreeAfter = took
+			if why != "" {
+				t.Logf("%s: still disagreeing 3 s after the fault: %s", p.name, why)
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s: regions disagree 15 s after the fault ended: %s (at 3 s: %s)", p.name, w, why)
-				p.agreeAfter = -1
-				break
-			}
-			sleep(10 * time.Millisecond)
 		}
 		if rest := p.after - time.Since(ended); rest > 0 {
 			sleep(rest)
