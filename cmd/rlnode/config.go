@@ -58,6 +58,8 @@ type config struct {
 	NodeName        string
 	GossipKey       string
 	GossipKeyFile   string
+	GossipInsecure  bool
+	JoinTimeout     time.Duration
 	FlushInterval   time.Duration
 
 	// The forward-auth check endpoint.
@@ -110,6 +112,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
 	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")
+	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", false, "allow gossip without a key on an address other than loopback: anyone who reaches the port can join, read every replicated key and report counts; for labs only")
+	fs.DurationVar(&c.JoinTimeout, "gossip-join-timeout", 30*time.Second, "with --join, how long the node may go without reaching another region before /readyz reports it not ready (`duration`; 0: never)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", gossip.DefaultFlushInterval, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
@@ -266,8 +270,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
 	}
-	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "") {
-		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file and --gossip-advertise need --gossip-addr"))
+	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "" || c.GossipInsecure) {
+		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file, --gossip-advertise and --gossip-insecure need --gossip-addr"))
+	}
+	if c.JoinTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--gossip-join-timeout: %v, want 0 (never) or more", c.JoinTimeout))
 	}
 	if c.GossipKey != "" && c.GossipKeyFile != "" {
 		errs = append(errs, errors.New("--gossip-key and --gossip-key-file: give one"))

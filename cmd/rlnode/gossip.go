@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -27,7 +29,12 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 		AdvertiseAddr: c.GossipAdvertise,
 		APIAddr:       apiAddr,
 		FlushInterval: c.FlushInterval,
+		Insecure:      c.GossipInsecure,
+		JoinTimeout:   c.JoinTimeout,
 		Logger:        log,
+	}
+	if cfg.JoinTimeout == 0 {
+		cfg.JoinTimeout = -1 // the flag's 0 is "never"; gossip's zero is its default
 	}
 	for _, s := range strings.Split(c.Join, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -42,7 +49,34 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 	if cfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
 		return gossip.Config{}, false, err
 	}
+	if len(cfg.SecretKeys) == 0 && !c.GossipInsecure {
+		for _, a := range []string{c.GossipAddr, c.GossipAdvertise} {
+			if h, _, err := net.SplitHostPort(a); a != "" && (err != nil || !loopbackHost(h)) {
+				return gossip.Config{}, false, fmt.Errorf("--gossip-addr/--gossip-advertise %s is not loopback: gossip there needs a key, "+
+					"so that only members can join and report counts: make one with `head -c 32 /dev/urandom | base64` and give it to every node "+
+					"with %s or --gossip-key-file (or --gossip-key); --gossip-insecure runs without one, for labs only", a, envName("gossip-key"))
+			}
+		}
+	}
 	return cfg, true, nil
+}
+
+// loopbackHost reports whether host names only this machine.
+func loopbackHost(h string) bool {
+	ip := net.ParseIP(h)
+	return h == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// gossipReady is the /readyz check of a node started with --join: not
+// ready once --gossip-join-timeout has passed without reaching another
+// region.
+func gossipReady(n *gossip.Node) api.ReadyCheck {
+	return api.ReadyCheck{Name: "gossip", Check: func(context.Context) error {
+		if err := n.Ready(); err != nil {
+			return fmt.Errorf("%w: check --join and --gossip-key", err)
+		}
+		return nil
+	}}
 }
 
 // decodeGossipKey decodes a base64 AES key of 16, 24 or 32 bytes. The

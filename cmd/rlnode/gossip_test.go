@@ -85,17 +85,15 @@ func TestRunTwoRegions(t *testing.T) {
 	}
 	start := time.Now()
 	var last peekResponse
-	for deadline := start.Add(15 * time.Second); ; {
+	waitUntil(t, 15*time.Second, "us sees eu's 6 hits", func() bool {
 		last = peek(t, us, body)
-		if last.Response.Stats.Current == "6" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("us never saw eu's 6 hits; last Peek %+v\neu logs:\n%s\nus logs:\n%s", last, euLogs, usLogs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return last.Response.Stats.Current == "6"
+	})
+	// One flush interval (20 ms) plus loopback transit; the margin is for
+	// a loaded machine.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("eu's 6 hits visible in us after %v, want <= 2s", took.Round(time.Millisecond))
 	}
-	t.Logf("eu's 6 hits visible in us after %v", time.Since(start).Round(time.Millisecond))
 	var sawEU bool
 	for _, r := range last.Response.Stats.Regions {
 		if r.Region == "eu" {
@@ -122,6 +120,9 @@ func TestRunTwoRegions(t *testing.T) {
 		if !strings.Contains(string(mb), want) {
 			t.Errorf("us /metrics lacks %q", want)
 		}
+	}
+	if code, b := get(t, us+"/readyz"); code != http.StatusOK {
+		t.Errorf("us (joined eu) /readyz = %d %q, want 200", code, b)
 	}
 	checkStatus(t, us, "us-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "eu")
 	checkStatus(t, eu, "eu-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "")
@@ -185,6 +186,8 @@ func TestGossipFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--join", "127.0.0.1:7946"}, "need --gossip-addr"},
+		{[]string{"--gossip-insecure"}, "need --gossip-addr"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-join-timeout", "-1s"}, "--gossip-join-timeout: -1s"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
@@ -206,4 +209,61 @@ func TestGossipFlags(t *testing.T) {
 			t.Errorf("advertisedAPI(%q, gossip %q) = %q, want %q", tc.listen, tc.gossip, got, tc.want)
 		}
 	}
+}
+
+// TestGossipClosedByDefault: gossip on an address other than loopback
+// without a key refuses to start and says how to make a key;
+// --gossip-insecure starts it anyway.
+func TestGossipClosedByDefault(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	err := run(ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0"}, env(nil), io.Discard, &logs)
+	if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") || !strings.Contains(err.Error(), "--gossip-insecure") {
+		t.Fatalf("run(--gossip-addr=0.0.0.0:0, no key) = %v, want an error that says how to make a key", err)
+	}
+	_, done, l := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0", "--gossip-insecure"}, env(nil))
+	if !strings.Contains(l.String(), "encrypted=false") {
+		t.Errorf("the insecure node's start line lacks encrypted=false:\n%s", l)
+	}
+	cancel()
+	wait(t, done, l)
+}
+
+// TestWrongGossipKeyNotReady: a node whose gossip key differs from the
+// pool's cannot join; once --gossip-join-timeout has passed, /readyz says
+// it is not ready and why, while the seed (no --join) stays ready.
+func TestWrongGossipKeyNotReady(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keyA, keyB := "VDwDX4d26734mkWuXLk4PxnsqiMu8OfyxxvfoTN/UwE=", "q6t6I4xQ0D1bX3nE7y1rj9F2a8cM0pYkV5wL3sH2uGo="
+	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+		"--gossip-addr=127.0.0.1:0", "--gossip-key", keyA}, env(nil))
+	m := gossipRE.FindStringSubmatch(euLogs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+	}
+	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", keyB, "--gossip-join-timeout=1s"}, env(nil))
+	var body string
+	waitUntil(t, 15*time.Second, "us not ready", func() bool {
+		var code int
+		code, body = get(t, us+"/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "no other region reachable") || !strings.Contains(body, "--gossip-key") {
+		t.Errorf("us /readyz = %q, want it to say no other region is reachable and to check --gossip-key", body)
+	}
+	if code, b := get(t, eu+"/readyz"); code != http.StatusOK {
+		t.Errorf("eu (no --join) /readyz = %d %q, want 200", code, b)
+	}
+	if strings.Contains(usLogs.String(), `\n\t`) {
+		t.Errorf("us's join retries log literal \\n\\t:\n%s", usLogs)
+	}
+	if !strings.Contains(usLogs.String(), "join gossip seeds failed, retrying") {
+		t.Errorf("us's logs lack the join retry line:\n%s", usLogs)
+	}
+	cancel()
+	wait(t, euDone, euLogs)
+	wait(t, usDone, usLogs)
 }

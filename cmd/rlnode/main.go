@@ -131,6 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if node != nil {
 		acfg.Replicator = replicator{node}
 		acfg.Cluster = cluster{node}
+		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
 	}
 	h, err := api.NewHandler(acfg)
 	if err != nil {

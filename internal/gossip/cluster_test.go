@@ -17,21 +17,20 @@ import (
 
 var threeRegions = []string{"ap", "eu", "us"}
 
-// checkTiming reports a measured time against its documented bound. CI
-// machines are shared and run -race, so exceeding the bound fails the test
-// only with GOSSIP_STRICT_TIMING=1; agreement itself is always asserted
-// (with a generous deadline).
+// checkTiming asserts a measured time against its documented bound, with
+// a margin for CI machines (two busy cores, -race): it fails above
+// 1.5 x bound + 500 ms, and says whether the documented bound itself held.
 func checkTiming(t *testing.T, what string, got, bound time.Duration) {
 	t.Helper()
-	if got <= bound {
+	limit := bound*3/2 + 500*time.Millisecond
+	switch {
+	case got <= bound:
 		t.Logf("%s: %v, within the bound %v", what, got.Round(time.Millisecond), bound)
-		return
+	case got <= limit:
+		t.Logf("%s: %v, over the bound %v but within the margin for a loaded machine (%v)", what, got.Round(time.Millisecond), bound, limit)
+	default:
+		t.Errorf("%s: %v, want <= %v (the bound %v plus a margin for a loaded machine)", what, got.Round(time.Millisecond), limit, bound)
 	}
-	if os.Getenv("GOSSIP_STRICT_TIMING") == "1" {
-		t.Errorf("%s: %v, want <= %v", what, got.Round(time.Millisecond), bound)
-		return
-	}
-	t.Logf("%s: %v EXCEEDS the bound %v (set GOSSIP_STRICT_TIMING=1 to fail)", what, got.Round(time.Millisecond), bound)
 }
 
 // wan sets 60 ms one-way latency between every pair of regions.
@@ -135,8 +134,15 @@ func TestConvergence(t *testing.T) {
 		st.admitted.Load(), st.errors.Load(), len(keys), run, len(want), took.Round(time.Millisecond), bound)
 	checkTiming(t, "convergence after traffic stopped", took, bound)
 	perKey := bytesRun / float64(len(keys)) / run.Seconds()
+	wirePerKey := float64(wireRun) / float64(len(keys)) / run.Seconds()
 	t.Logf("bandwidth: %.0f replication payload bytes per active key per second (all 6 nodes, flush every 20 ms, %d keys all active); %.0f bytes/key/s on the inter-region wire incl. memberlist",
-		perKey, len(keys), float64(wireRun)/float64(len(keys))/run.Seconds())
+		perKey, len(keys), wirePerKey)
+	// Every key changes in every flush here, the worst case: the figure is
+	// bounded by what the offered load can produce, about 6,300 bytes on
+	// this machine; more means totals are sent more often than designed.
+	if perKey > 9000 || perKey <= 0 {
+		t.Errorf("bandwidth: %.0f payload bytes per active key per second, want 1 to 9000", perKey)
+	}
 	if st.errors.Load() != 0 {
 		t.Errorf("%d Check errors", st.errors.Load())
 	}
@@ -334,12 +340,14 @@ func TestPartitionHeal(t *testing.T) {
 	bound := lim.Window + 20*time.Millisecond + transitAllowance(oneWay) + 2*testConfig().ReconnectInterval
 	t.Logf("heal: members all alive %v after the heal; the bucket current at the heal agreed in every region %v after the heal (bound: one bucket + one flush + transit + two reconnect intervals = %v)",
 		rejoin.Round(time.Millisecond), took.Round(time.Millisecond), bound)
+	checkTiming(t, "members alive again after the heal", rejoin, transitAllowance(oneWay)+2*testConfig().ReconnectInterval)
 	checkTiming(t, "agreement after the heal", took, bound)
 	close(stop)
 	wg.Wait()
 	want := h.truthVecs(h.held())
 	final := waitFor(t, 10*time.Second, "all regions agree after traffic stops", func() bool { ok, _ := h.agree(want); return ok })
 	t.Logf("after traffic stopped: %d held buckets identical in every region after %v", len(want), final.Round(time.Millisecond))
+	checkTiming(t, "agreement after traffic stopped", final, lim.Window+20*time.Millisecond+transitAllowance(oneWay))
 	for r, s := range stats {
 		if s.errors.Load() != 0 {
 			t.Errorf("region %s: %d Check errors", r, s.errors.Load())
@@ -407,6 +415,7 @@ func TestKillNode(t *testing.T) {
 	took := waitFor(t, 20*time.Second, "all regions agree with every acknowledged count", func() bool { ok, _ := h.agree(want); return ok })
 	t.Logf("kill: %s crashed mid-bucket; %d shared-key hits and %d victim-only hits; every region held every acknowledged count of %d buckets %v after traffic stopped",
 		victim.name, st.admitted.Load(), solo.Load(), len(want), took.Round(time.Millisecond))
+	checkTiming(t, "agreement after the kill, once traffic stopped", took, lim.Window+20*time.Millisecond+transitAllowance(oneWay))
 	if solo.Load() == 0 {
 		t.Error("the victim admitted no hit of its own: the path where only it touched a bucket was not exercised")
 	}

@@ -7,15 +7,19 @@ import (
 	"net"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
 )
 
 // Config configures a Node. Zero fields mean the documented default.
 type Config struct {
-	// Name is the node's unique name in the pool. Required.
+	// Name is the node's unique name in the pool, at most 255 bytes of
+	// UTF-8. Required. Every frame the node sends carries it.
 	Name string
-	// Region is the node's region. Required, 1 to MaxRegionLen bytes.
+	// Region is the node's region. Required, 1 to MaxRegionLen bytes of
+	// UTF-8. Other nodes accept counts from this node only for this region
+	// (and its replicas, Region~id), the one it announced when it joined.
 	Region string
 	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
 	// Default "0.0.0.0:7946". Ignored when Transport is set.
@@ -28,11 +32,17 @@ type Config struct {
 	APIAddr string
 	// Join lists seed addresses (host:port). New returns at once; a
 	// background loop retries with exponential backoff (JoinBackoff up to
-	// 30 s) until one seed answers.
+	// 30 s) until one seed answers. See JoinTimeout and Node.Ready.
 	Join []string
 	// SecretKey, when set (16, 24 or 32 bytes), turns on memberlist's AES-GCM
 	// encryption; peers without the key are refused.
 	SecretKey []byte
+	// Insecure allows gossip without SecretKey or SecretKeys on an address
+	// other than loopback. Without a key anyone who can reach the port can
+	// join the pool, read every replicated key and report counts for a
+	// region of their own: use it only in a lab. Without it, New refuses
+	// to start keyless on such an address (ErrNoKey).
+	Insecure bool
 	// SecretKeys is a keyring for key rotation: the first key (or SecretKey
 	// when set, then these) encrypts, every key is tried to decrypt. Rotate
 	// a running pool with Node.InstallKey, UseKey and RemoveKey (or SetKeys);
@@ -70,6 +80,13 @@ type Config struct {
 	// InboxSize bounds the received frames waiting to be merged; frames
 	// beyond it are dropped and counted. Default 4096.
 	InboxSize int
+	// MaxReplicas bounds, per member region, the replica names
+	// (<region>~<id>: a node's failover fallback, see
+	// region.FallbackRegion) whose totals are merged while their buckets
+	// live: no bucket holds more than 1 + MaxReplicas entries per region.
+	// Totals under a new replica name beyond it are dropped and counted.
+	// Default 64.
+	MaxReplicas int
 	// InboxBytes bounds the bytes of the received frames waiting to be
 	// merged (frames are up to MaxMessage each); frames beyond it are
 	// dropped and counted as queue_full. Default 64 MiB.
@@ -89,6 +106,11 @@ type Config struct {
 	// ReconnectInterval is how often the node tries to rejoin members it saw
 	// die (a healed partition otherwise leaves two pools). Default 5 s.
 	ReconnectInterval time.Duration
+	// JoinTimeout is how long after New a node with Join set may go
+	// without seeing a live member of another region before Ready reports
+	// it not ready (a wrong gossip key, an unreachable seed). Default 30 s;
+	// negative: never.
+	JoinTimeout time.Duration
 	// JoinBackoff is the first retry delay of the seed join loop, doubled up
 	// to 30 s. Default 500 ms.
 	JoinBackoff time.Duration
@@ -132,6 +154,7 @@ func (c Config) withDefaults() Config {
 	i(&c.UDPBudget, 1360)
 	i(&c.InboxSize, 4096)
 	i(&c.InboxBytes, 64<<20)
+	i(&c.MaxReplicas, 64)
 	d(&c.GossipInterval, 200*time.Millisecond)
 	d(&c.ProbeInterval, 2*time.Second)
 	d(&c.ProbeTimeout, time.Second)
@@ -141,6 +164,7 @@ func (c Config) withDefaults() Config {
 	d(&c.GossipToTheDeadTime, 60*time.Second)
 	d(&c.ReconnectInterval, 5*time.Second)
 	d(&c.JoinBackoff, 500*time.Millisecond)
+	d(&c.JoinTimeout, 30*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -153,6 +177,10 @@ func (c Config) withDefaults() Config {
 // ErrConfig is wrapped by every configuration error from New.
 var ErrConfig = errors.New("gossip: invalid config")
 
+// ErrNoKey is returned by New (wrapping ErrConfig) for a node without a key
+// on an address other than loopback, unless Config.Insecure is set.
+var ErrNoKey = errors.New("gossip: a gossip key is required off loopback (make one: head -c 32 /dev/urandom | base64)")
+
 func (c Config) validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
@@ -160,8 +188,11 @@ func (c Config) validate() error {
 	if c.Name == "" {
 		return bad("name is required")
 	}
-	if c.Region == "" || len(c.Region) > MaxRegionLen {
-		return bad("region must be 1 to %d bytes, got %q", MaxRegionLen, c.Region)
+	if !validRegion(c.Region) {
+		return bad("region must be 1 to %d bytes of UTF-8, got %q", MaxRegionLen, c.Region)
+	}
+	if !utf8.ValidString(c.Name) || len(c.Name) > maxNodeName {
+		return bad("name must be at most %d bytes of UTF-8, got %q", maxNodeName, c.Name)
 	}
 	if c.Transport == nil {
 		if _, _, err := splitHostPort(c.BindAddr); err != nil {
@@ -183,6 +214,16 @@ func (c Config) validate() error {
 			return bad("secret key %d: %v", i+1, err)
 		}
 	}
+	if len(c.keys()) == 0 && !c.Insecure {
+		for _, a := range []string{c.AdvertiseAddr, c.BindAddr} {
+			if a == "" || (a == c.BindAddr && c.Transport != nil) {
+				continue
+			}
+			if h, _, _ := splitHostPort(a); !loopback(h) {
+				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, a)
+			}
+		}
+	}
 	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.RetryMargin, c.GossipInterval, c.ProbeInterval,
 		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff} {
 		if p < 0 {
@@ -198,6 +239,16 @@ func (c Config) validate() error {
 	return nil
 }
 
+// loopback reports whether host names only this machine: "localhost" or a
+// loopback IP. An empty or unspecified host (every interface) is not.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func splitHostPort(s string) (string, int, error) {
 	h, p, err := net.SplitHostPort(s)
 	if err != nil {
@@ -211,7 +262,9 @@ func splitHostPort(s string) (string, int, error) {
 }
 
 // memberlistConfig builds memberlist's config from c (with defaults).
-func (c Config) memberlistConfig() (*memberlist.Config, error) {
+// quiet, when it returns true, demotes memberlist's errors to debug (see
+// newStdLogger).
+func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) {
 	mc := memberlist.DefaultWANConfig()
 	mc.Name = c.Name
 	if c.Transport != nil {
@@ -241,6 +294,6 @@ func (c Config) memberlistConfig() (*memberlist.Config, error) {
 	mc.PushPullInterval = c.PushPullInterval
 	mc.TCPTimeout = c.TCPTimeout
 	mc.GossipToTheDeadTime = c.GossipToTheDeadTime
-	mc.Logger = newStdLogger(c.Logger)
+	mc.Logger = newStdLogger(c.Logger, quiet)
 	return mc, nil
 }

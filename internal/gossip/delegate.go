@@ -3,6 +3,7 @@ package gossip
 import (
 	"encoding/binary"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -18,14 +19,15 @@ var (
 	_ memberlist.PingDelegate  = (*delegate)(nil)
 )
 
-// Node metadata layout: version (1), region length (1), region, API address
-// length (1), API address, flags (1; bit 0: leaving gracefully).
+// Node metadata layout: version (2), region length (1), region, API address
+// length (1), API address, flags (1; bit 0: leaving gracefully), token (8:
+// the random value the node's frames carry, see wire.go).
 const (
-	metaVersion = 1
+	metaVersion = 2
 	flagLeaving = 1
 )
 
-func encodeMeta(regionName, api string, flags byte) []byte {
+func encodeMeta(regionName, api string, flags byte, token uint64) []byte {
 	if len(api) > 255 {
 		api = api[:255]
 	}
@@ -33,28 +35,44 @@ func encodeMeta(regionName, api string, flags byte) []byte {
 	b = append(b, regionName...)
 	b = append(b, byte(len(api)))
 	b = append(b, api...)
-	return append(b, flags)
+	b = append(b, flags)
+	return binary.BigEndian.AppendUint64(b, token)
 }
 
-func decodeMeta(b []byte) (regionName, api string, flags byte, ok bool) {
-	if len(b) < 3 || b[0] != metaVersion {
-		return "", "", 0, false
+// nodeMeta is a member's decoded metadata.
+type nodeMeta struct {
+	region string
+	api    string
+	flags  byte
+	token  uint64
+}
+
+// decodeMeta decodes a member's metadata; ok is false unless it is
+// well formed with a valid region name (1 to MaxRegionLen bytes of UTF-8)
+// and a UTF-8 API address.
+func decodeMeta(b []byte) (m nodeMeta, ok bool) {
+	if len(b) < 2 || b[0] != metaVersion {
+		return m, false
 	}
 	l := int(b[1])
-	if 2+l+1 > len(b) {
-		return "", "", 0, false
-	}
-	regionName = string(b[2 : 2+l])
 	p := 2 + l
+	if p+1 > len(b) {
+		return m, false
+	}
+	m.region = string(b[2:p])
 	al := int(b[p])
-	if p+1+al > len(b) {
-		return "", "", 0, false
+	p++
+	if p+al+1+8 != len(b) {
+		return m, false
 	}
-	api = string(b[p+1 : p+1+al])
-	if p+1+al < len(b) {
-		flags = b[p+1+al]
+	m.api = string(b[p : p+al])
+	p += al
+	m.flags = b[p]
+	m.token = binary.BigEndian.Uint64(b[p+1:])
+	if !validRegion(m.region) || !utf8.ValidString(m.api) {
+		return m, false
 	}
-	return regionName, api, flags, true
+	return m, true
 }
 
 // NodeMeta returns the region and API address.
@@ -63,9 +81,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	if d.n.leaving.Load() {
 		flags |= flagLeaving
 	}
-	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags)
+	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags, d.n.token)
 	if len(b) > limit {
-		return encodeMeta(d.n.cfg.Region, "", flags)
+		return encodeMeta(d.n.cfg.Region, "", flags, d.n.token)
 	}
 	return b
 }
@@ -109,31 +127,16 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	peer := time.UnixMilli(int64(binary.BigEndian.Uint64(payload)))
 	mid := d.n.cfg.Now().Add(-rtt / 2)
+	// Only members this node records (valid names and metadata) get an
+	// entry, and setMember forgets it when they go.
+	d.n.memMu.RLock()
+	m := d.n.members[other.Name]
+	known := m != nil && m.state == "alive"
+	d.n.memMu.RUnlock()
+	if !known {
+		return
+	}
 	d.n.ageMu.Lock()
 	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
 	d.n.ageMu.Unlock()
-}
-
-func (n *Node) setMember(node *memberlist.Node, state string) {
-	cp := *node
-	cp.Meta = append([]byte(nil), node.Meta...)
-	regionName, api, flags, _ := decodeMeta(cp.Meta)
-	if state == "dead" && flags&flagLeaving != 0 {
-		state = "left"
-	}
-	n.memMu.Lock()
-	defer n.memMu.Unlock()
-	m := n.members[cp.Name]
-	if m == nil || m.state != state {
-		m = &member{since: time.Now()}
-		n.members[cp.Name] = m
-	} else {
-		m = &member{since: m.since}
-		n.members[cp.Name] = m
-	}
-	m.node, m.region, m.api, m.state = cp, regionName, api, state
-	m.isLocal = cp.Name == n.cfg.Name
-	if state != "alive" {
-		n.log.Info("member "+state, "member", cp.Name, "member_region", regionName)
-	}
 }

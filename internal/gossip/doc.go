@@ -5,11 +5,23 @@
 //
 // # Invariants
 //
-// The package keeps DESIGN.md's replication invariants: a remote region's
+// The package keeps the design's replication invariants: a remote region's
 // count changes only by max-merge of a total that region reported (never
 // down, never above its truth); every message is idempotent and order-free
 // (totals, not deltas); and after a bucket closes and reconciliation has
 // run, every reachable region holds the same vector for it.
+//
+// Each region reports only its own totals: its region's entry and those of
+// its replicas (region~id, a node's failover fallback), in flushes and in
+// reconciliation alike, and a receiver accepts nothing else from it.
+// Exact agreement still holds between regions that reach each other: every
+// region that counted in a bucket touched it, so one of its nodes (or the
+// buddy it told, if it died) reconciles the bucket, sending its final
+// totals to every other region it reaches and retrying until the bucket
+// expires. Every region thus ends holding each region's final totals,
+// heard from that region itself. No region relays another's counts: two
+// regions that cannot reach each other directly do not agree through a
+// third.
 //
 // # Flow
 //
@@ -23,11 +35,36 @@
 //     lost UDP packet is repaired a flush later. It also tells one other node of its
 //     own region (the key's local owner, "buddy") which buckets it touched.
 //   - A bucket's end plus Grace after, every node that touched it (or heard
-//     of it from a buddy) reads its full vector with Store.Vectors and sends
-//     every region's total to every other region over TCP, retrying until
-//     the bucket expires (reconciliation).
+//     of it from a buddy) reads its vector with Store.Vectors and sends its
+//     own region's totals in it to every other region over TCP, retrying
+//     until the bucket expires (reconciliation).
 //   - memberlist's push-pull carries the recently reconciled totals
 //     (anti-entropy, at most MaxStateBytes).
+//
+// # Who may speak
+//
+// Only members: every frame names its sender and carries the random token
+// the sender announced in its metadata when it joined (wire.go). memberlist
+// does not tell NotifyMsg who sent a message, so a frame is dropped unless
+// its sender is a member this node knows (alive, or failed and not yet
+// forgotten; not one that left), other than itself, whose token and
+// region (the one it joined with) the frame carries. Then every field is
+// checked: each total names the sender's region or one of its replicas
+// (at most MaxReplicas replica names per region with live buckets, so a
+// bucket holds a bounded number of regions); names are valid UTF-8 within
+// region.MaxRegionName; a bucket starts no later than now plus one window
+// (older than its expiry it is skipped); a count is at most MaxCount
+// (2^53). A frame that fails is dropped whole and counted in
+// rlcluster_gossip_dropped_total by reason (not_member, foreign_region,
+// future_bucket, foreign_kind, replicas_full, malformed). The member,
+// clock-offset and freshness maps forget a member that left after
+// GossipToTheDeadTime, one that failed after an hour.
+//
+// The token keeps out processes that never joined; membership itself is
+// authenticated only by the gossip key. Without a key anyone who reaches
+// the port can join, read every replicated key and report counts for a
+// region of its own, so New refuses a keyless node on an address other
+// than loopback unless Config.Insecure is set.
 //
 // # Encryption
 //
@@ -36,6 +73,13 @@
 // installed key; peers without one are refused. Node.InstallKey, UseKey,
 // RemoveKey and SetKeys rotate keys at run time without losing a member,
 // in the three steps keyring.go describes.
+//
+// # Readiness
+//
+// Node.Ready, for a readiness check: a node given seeds that has not seen
+// a live member of another region within JoinTimeout (a wrong key, an
+// unreachable seed) is not ready. A region that was joined and is cut off
+// later stays ready: it keeps deciding from what it knows.
 //
 // See wire.go for the wire format and fault.go for the fault-injecting
 // transport used by tests and demos.

@@ -8,8 +8,11 @@ import (
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
-// FuzzHandle feeds arbitrary frames to a node's receive path (decode and
-// merge into a real in-memory store). A frame Decode refuses is dropped and
+// FuzzHandle feeds arbitrary frames to a node's receive path (decode,
+// validation against the sender and merge into a real in-memory store).
+// Whatever merges came from a live member with its token and names only
+// that member's region or its replicas, and buckets no later than now plus
+// one window. A frame Decode refuses is dropped and
 // counted exactly once and changes nothing; an accepted one is counted as
 // received. A canary bucket merged before every input never changes (no
 // frame can lower a count).
@@ -17,12 +20,12 @@ func FuzzHandle(f *testing.F) {
 	// The receiver's clock is t0: buckets near it are live and merged, older
 	// ones are dropped as expired.
 	sec, minute := t0.Unix(), t0.Unix()/60
-	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: sec, Region: "a", Count: 3}}, 1360)
-	rec, _ := Encode(KindReconcile, t0, "c", []region.Total{
+	good, _ := Encode(KindFlush, t0, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: sec, Region: "a", Count: 3}}, 1360)
+	rec, _ := Encode(KindReconcile, t0, testSender("a"), []region.Total{
 		{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1},
-		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "b", Count: 1 << 40},
+		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~f00d", Count: 1 << 40},
 	}, 1360)
-	touch, _ := Encode(KindTouch, t0, "b", []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
+	touch, _ := Encode(KindTouch, t0, testSender("b"), []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
 	for _, fr := range [][]byte{good[0], rec[0], touch[0], {}, {1}, {2, 1}} {
 		f.Add(fr)
 	}
@@ -32,8 +35,8 @@ func FuzzHandle(f *testing.F) {
 	n0 := receiver(f, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
 	n0.handle(good[0])
 	n0.handle(rec[0])
-	if got := counterValue(n0.met.merges); got != 2 {
-		f.Fatalf("the seed frames merged %v totals, want 2", got)
+	if got := counterValue(n0.met.merges); got != 3 {
+		f.Fatalf("the seed frames merged %v totals, want 3", got)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n := receiver(t, "b", store)
@@ -48,8 +51,24 @@ func FuzzHandle(f *testing.F) {
 			}
 			return s
 		}
-		_, decErr := Decode(b)
+		m, decErr := Decode(b)
 		n.handle(b)
+		if merged := counterValue(n.met.merges); decErr == nil && merged > 0 {
+			// Whatever was merged passed frame validation: a live member
+			// with its token, reporting only its own region or replicas,
+			// buckets no later than now plus one window.
+			if m.Node != testSender(m.From).Node || m.Token != testSender(m.From).Token {
+				t.Fatalf("merged %v totals from %q (token %x), not a member", merged, m.Node, m.Token)
+			}
+			for _, tt := range m.Totals {
+				if !replicaOf(tt.Region, m.From) {
+					t.Fatalf("merged a total of region %q from a member of %q", tt.Region, m.From)
+				}
+				if start := time.UnixMilli(tt.Bucket * tt.Window.Milliseconds()); start.After(t0.Add(tt.Window)) {
+					t.Fatalf("merged bucket %d of %v starting %v, after now + one window", tt.Bucket, tt.Window, start)
+				}
+			}
+		}
 		if decErr != nil {
 			if got := dropped(); got != 1 {
 				t.Fatalf("refused frame (%v): %v drops counted, want 1", decErr, got)

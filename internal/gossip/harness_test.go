@@ -149,17 +149,30 @@ func (h *harness) waitAlive(want int, timeout time.Duration) {
 	})
 }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes.
+// waitFor polls cond every 10 ms until it holds or timeout passes, then
+// fails the test; it returns how long cond took. It is the package's one
+// polling helper (poll is its non-fatal form); inside a synctest bubble
+// its sleeps advance the bubble's clock.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
+	took, ok := poll(timeout, cond)
+	if !ok {
+		t.Fatalf("timed out after %v waiting until %s", timeout, what)
+	}
+	return took
+}
+
+// poll polls cond every 10 ms until it holds (ok) or timeout passes, and
+// returns how long it polled.
+func poll(timeout time.Duration, cond func() bool) (took time.Duration, ok bool) {
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+			return time.Since(start), false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return time.Since(start)
+	return time.Since(start), true
 }
 
 // hit decides one hit on key through tn exactly as the API does: Check,

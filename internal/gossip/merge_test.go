@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -17,10 +18,21 @@ func receiver(t testing.TB, regionName string, store Store) *Node {
 	t.Helper()
 	cfg := Config{Name: "r", Region: regionName, Now: func() time.Time { return t0 }}.withDefaults()
 	n := &Node{cfg: cfg, store: store, met: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}}
+		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}, offsets: map[string]time.Duration{},
+		members: map[string]*member{}, replicas: map[string]map[string]time.Time{}}
 	n.met.node = n
+	for _, r := range testRegions {
+		n.setMember(memberNode(testSender(r).Node, r, testSender(r).Token), "alive")
+	}
 	return n
 }
+
+// testRegions are the regions whose test senders (testSender) a receiver
+// knows as live members.
+var testRegions = []string{"a", "b", "c", "ap", "eu", "us"}
+
+// testSender is the member of region r that test frames come from.
+func testSender(r string) Sender { return Sender{Node: "node-" + r, Region: r, Token: 0x5eed} }
 
 // TestMergeIdempotentOrderFree is invariant 3 as a property: regions "a"
 // and "c" count up; every total they report is encoded into frames that
@@ -42,7 +54,7 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 			reg := []string{"a", "c"}[rng.IntN(2)]
 			key := keys[rng.IntN(len(keys))]
 			truth[[2]string{key, reg}] += 1 + rng.Uint64N(5)
-			fs, err := Encode(KindFlush, t0, reg, []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: truth[[2]string{key, reg}]}}, 1360)
+			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: truth[[2]string{key, reg}]}}, 1360)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,11 +66,16 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 		}
 		rng.Shuffle(len(frames), func(i, j int) { frames[i], frames[j] = frames[j], frames[i] })
 		// The final totals are sent again at the end (reconciliation).
-		var final []region.Total
+		// Each region reports its own final totals.
+		final := map[string][]region.Total{}
 		for kr, c := range truth {
-			final = append(final, region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: c})
+			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: c})
 		}
-		fs, _ := Encode(KindReconcile, t0, "a", final, MaxMessage)
+		var fs [][]byte
+		for reg, ts := range final {
+			f, _ := Encode(KindReconcile, t0, testSender(reg), ts, MaxMessage)
+			fs = append(fs, f...)
+		}
 		last := map[[2]string]uint64{}
 		check := func(step int) {
 			refs := make([]region.BucketRef, len(keys))
@@ -106,7 +123,7 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 func TestHandleDropsBadFrames(t *testing.T) {
 	store := region.NewMemory(region.MemoryConfig{Region: "b"})
 	n := receiver(t, "b", store)
-	good, _ := Encode(KindFlush, t0, "a", []region.Total{{Key: "k", Window: time.Second, Bucket: t0.Unix(), Region: "a", Count: 3}}, 1360)
+	good, _ := Encode(KindFlush, t0, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: t0.Unix(), Region: "a", Count: 3}}, 1360)
 	bad := append([]byte(nil), good[0]...)
 	bad[0] = 99
 	n.handle(bad)
@@ -114,7 +131,7 @@ func TestHandleDropsBadFrames(t *testing.T) {
 	n.handle(good[0])
 	// A total for a bucket past its successor's close plus RetryMargin is
 	// late: dropped and counted, so it cannot re-create an expired bucket.
-	late, _ := Encode(KindReconcile, t0, "a", []region.Total{{Key: "old", Window: time.Second, Bucket: t0.Unix() - 20, Region: "a", Count: 3}}, 1360)
+	late, _ := Encode(KindReconcile, t0, testSender("a"), []region.Total{{Key: "old", Window: time.Second, Bucket: t0.Unix() - 20, Region: "a", Count: 3}}, 1360)
 	n.handle(late[0])
 	if got, want := n.met.dropCount("expired"), 1.0; got != want {
 		t.Errorf("dropped(expired) = %v, want %v", got, want)
@@ -131,4 +148,10 @@ func TestHandleDropsBadFrames(t *testing.T) {
 	if got, want := counterValue(n.met.merges), 1.0; got != want {
 		t.Errorf("merges = %v, want %v", got, want)
 	}
+}
+
+// memberNode returns a memberlist node named name announcing region r and
+// token.
+func memberNode(name, r string, token uint64) *memberlist.Node {
+	return &memberlist.Node{Name: name, Meta: encodeMeta(r, "", 0, token)}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,7 +101,9 @@ func TestJoinRetriesAndCloseLeaves(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	took := waitFor(t, 10*time.Second, "b joins the late seed", func() bool { return len(a.Members()) == 2 && len(b.Members()) == 2 })
-	t.Logf("joined %v after the seed came up", took.Round(time.Millisecond))
+	// b retries after 50, 100, 200 ms...: its next attempt after the seed
+	// came up succeeds.
+	checkTiming(t, "joined after the seed came up", took, 4*testConfig().JoinBackoff)
 
 	// A total left dirty at Close is still sent.
 	b.Dirty(region.Total{Key: "k", Window: time.Minute, Bucket: time.Now().UnixMilli() / 60000, Count: 42})
@@ -155,12 +158,21 @@ func TestCollectors(t *testing.T) {
 // region with the next flush although its key sees no more traffic, long
 // before the bucket's reconciliation.
 func TestEchoRepairsALostFlush(t *testing.T) {
+	synctest.Test(t, testEchoRepairsALostFlush)
+}
+
+func testEchoRepairsALostFlush(t *testing.T) {
 	fn := NewFaultNetwork(3)
-	mk := func(name, regionName string, join ...string) (*Node, region.Store) {
-		nt, err := Listen("127.0.0.1:0", nil)
-		if err != nil {
-			t.Fatal(err)
+	mn := newMemNet()
+	var nodes []*Node
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Close(context.Background())
 		}
+		time.Sleep(10 * time.Second) // let memberlist's timeouts run out in the bubble
+	}()
+	mk := func(name, regionName string, join ...string) (*Node, region.Store) {
+		nt := mn.transport()
 		cfg := testConfig()
 		cfg.Name, cfg.Region, cfg.Join = name, regionName, join
 		cfg.Transport = NewFaultTransport(nt, fn, regionName)
@@ -170,7 +182,7 @@ func TestEchoRepairsALostFlush(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New(%s): %v", name, err)
 		}
-		t.Cleanup(func() { _ = n.Close(context.Background()) })
+		nodes = append(nodes, n)
 		return n, store
 	}
 	a, _ := mk("a1", "eu")

@@ -36,8 +36,8 @@ func (n *Node) reconcileLoop() {
 }
 
 // reconcileDue reconciles every touched bucket that closed at least Grace
-// ago: it reads the bucket's full vector from the store and sends every
-// region's total in it to every other region.
+// ago: it reads the bucket's vector from the store and sends this region's
+// totals in it (its own and its replicas') to every other region.
 func (n *Node) reconcileDue() {
 	now := n.cfg.Now()
 	cutoff := now.Add(-n.cfg.Grace).UnixMilli()
@@ -78,11 +78,13 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 		n.mu.Unlock()
 		return
 	}
+	// Each region reports only its own totals (its own and its replicas'),
+	// here as in every flush: a receiver accepts nothing else from it.
 	var totals []region.Total
 	var deadline time.Time
 	for i, v := range vecs {
 		for _, t := range v {
-			if t.Count > 0 {
+			if t.Count > 0 && replicaOf(t.Region, n.cfg.Region) {
 				totals = append(totals, t)
 			}
 		}
@@ -263,7 +265,7 @@ func (n *Node) localState() []byte {
 	if len(ts) == 0 {
 		return nil
 	}
-	frames, err := Encode(KindState, now, n.cfg.Region, ts, n.cfg.MaxStateBytes)
+	frames, err := Encode(KindState, now, n.self(), ts, n.cfg.MaxStateBytes)
 	if err != nil || len(frames) == 0 {
 		return nil
 	}

@@ -5,35 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, version 1. Every replication message is one frame, all
+// The wire format, version 2. Every replication message is one frame, all
 // integers big-endian or (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (1); a frame of another version is dropped
+//	0    1        version (2); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
-//	10   1        nregions, 1..MaxRegions; region 0 is the sender's region
-//	11   ...      nregions times: 1-byte length (1..MaxRegionLen), name bytes
+//	10   8        token: the random token the sender announced in its
+//	              member metadata when it joined (uint64)
+//	18   1        sender node name length (1..255), then the name (UTF-8)
+//	     1        nregions, 1..MaxRegions; region 0 is the sender's region
+//	     ...      nregions times: 1-byte length (1..MaxRegionLen), name
+//	              bytes (valid UTF-8)
 //	     2        nentries (uint16)
 //	     ...      nentries times:
 //	                uvarint key length (1..MaxKeyLen), key bytes
 //	                uvarint window in ms (1..7d)
 //	                varint  bucket (zig-zag)
 //	                1 byte  region index (< nregions)
-//	                uvarint count
+//	                uvarint count (at most MaxCount)
 //
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key and a small count takes about 30 bytes, so one
 // UDP packet (about 1360 bytes of payload) carries about 40 totals.
-// Decode never panics on any input (see FuzzDecode).
+// Decode never panics on any input (see FuzzDecode). Decode checks what a
+// frame says on its own; whether its sender may say it (a live member,
+// reporting only its own region) is the receiver's check (see receive.go).
 const (
 	// Version is the wire format version this package writes and reads.
-	Version = 1
+	Version = 2
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -43,10 +50,17 @@ const (
 	MaxRegionLen = region.MaxRegionName
 	// MaxRegions is the most regions one frame names.
 	MaxRegions = 255
+	// MaxCount is the largest count a frame may carry: 2^53, so that counts
+	// stay exact as float64 (metrics, JSON) and a sum over regions cannot
+	// wrap.
+	MaxCount = 1 << 53
+	// maxNodeName is the longest sender node name.
+	maxNodeName = 255
 	// maxEntries is the most entries one frame holds.
 	maxEntries = 1<<16 - 1
-	// headerFixed is the size of the fixed part of the header.
-	headerFixed = 11
+	// headerFixed is the size of the fixed part of the header, up to the
+	// sender name's length byte.
+	headerFixed = 19
 	// maxWindowMs bounds a window on the wire: the longest window a limit
 	// may have.
 	maxWindowMs = int64(window.MaxWindow / time.Millisecond)
@@ -98,8 +112,22 @@ type Message struct {
 	Sent time.Time
 	// From is the sender's region.
 	From string
+	// Node is the sender's node name.
+	Node string
+	// Token is the token the sender announced in its metadata.
+	Token uint64
 	// Totals are the entries; each Total.Region is one of the frame's regions.
 	Totals []region.Total
+}
+
+// Sender names the node that builds a frame.
+type Sender struct {
+	// Node is the node's name in the pool, 1 to 255 bytes.
+	Node string
+	// Region is the node's region: region 0 of every frame it sends.
+	Region string
+	// Token is the random token the node announces in its metadata.
+	Token uint64
 }
 
 // entrySize returns the encoded size of t's entry, excluding the region
@@ -118,13 +146,17 @@ func entrySize(t region.Total) int {
 type encoder struct {
 	kind    Kind
 	sent    int64
+	from    Sender
 	regions []string       // region table, sender first
 	index   map[string]int // region -> index
 	head    int            // size of header incl. table and count
 }
 
-func newEncoder(kind Kind, sent time.Time, from string, totals []region.Total) (*encoder, error) {
-	e := &encoder{kind: kind, sent: sent.UnixMilli(), index: map[string]int{}}
+func newEncoder(kind Kind, sent time.Time, from Sender, totals []region.Total) (*encoder, error) {
+	if len(from.Node) == 0 || len(from.Node) > maxNodeName {
+		return nil, fmt.Errorf("encode sender %q: %w", from.Node, ErrMalformed)
+	}
+	e := &encoder{kind: kind, sent: sent.UnixMilli(), from: from, index: map[string]int{}}
 	add := func(r string) error {
 		if _, ok := e.index[r]; ok {
 			return nil
@@ -139,7 +171,7 @@ func newEncoder(kind Kind, sent time.Time, from string, totals []region.Total) (
 		e.regions = append(e.regions, r)
 		return nil
 	}
-	if err := add(from); err != nil {
+	if err := add(from.Region); err != nil {
 		return nil, err
 	}
 	for _, t := range totals {
@@ -147,7 +179,7 @@ func newEncoder(kind Kind, sent time.Time, from string, totals []region.Total) (
 			return nil, err
 		}
 	}
-	e.head = headerFixed + 2
+	e.head = headerFixed + len(from.Node) + 1 + 2
 	for _, r := range e.regions {
 		e.head += 1 + len(r)
 	}
@@ -172,7 +204,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 	}
 	for _, t := range totals {
 		wm := t.Window.Milliseconds()
-		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs {
+		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs || t.Count > MaxCount {
 			skipped++
 			continue
 		}
@@ -199,6 +231,9 @@ func (e *encoder) header(budget int) []byte {
 	b := make([]byte, 0, min(budget, 64<<10))
 	b = append(b, Version, byte(e.kind))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.sent))
+	b = binary.BigEndian.AppendUint64(b, e.from.Token)
+	b = append(b, byte(len(e.from.Node)))
+	b = append(b, e.from.Node...)
 	b = append(b, byte(len(e.regions)))
 	for _, r := range e.regions {
 		b = append(b, byte(len(r)))
@@ -208,10 +243,10 @@ func (e *encoder) header(budget int) []byte {
 }
 
 // Encode packs totals into frames of at most budget bytes (a single entry
-// larger than budget gets a frame of its own). from is the sender's region;
+// larger than budget gets a frame of its own). from is the sending node;
 // totals with an empty or too long key or an out-of-range window are left
-// out.
-func Encode(kind Kind, sent time.Time, from string, totals []region.Total, budget int) ([][]byte, error) {
+// out, and so are counts above MaxCount.
+func Encode(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int) ([][]byte, error) {
 	e, err := newEncoder(kind, sent, from, totals)
 	if err != nil {
 		return nil, err
@@ -241,11 +276,22 @@ func Decode(b []byte) (Message, error) {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))
-	nr := int(b[10])
+	m.Token = binary.BigEndian.Uint64(b[10:18])
+	p := headerFixed
+	nl := int(b[p-1])
+	if nl == 0 || p+nl >= len(b) {
+		return m, fmt.Errorf("bad sender name length %d: %w", nl, ErrMalformed)
+	}
+	m.Node = string(b[p : p+nl])
+	if !utf8.ValidString(m.Node) {
+		return m, fmt.Errorf("sender name not UTF-8: %w", ErrMalformed)
+	}
+	p += nl
+	nr := int(b[p])
+	p++
 	if nr == 0 {
 		return m, fmt.Errorf("no regions: %w", ErrMalformed)
 	}
-	p := headerFixed
 	regions := make([]string, nr)
 	for i := range regions {
 		if p >= len(b) {
@@ -257,6 +303,9 @@ func Decode(b []byte) (Message, error) {
 			return m, fmt.Errorf("bad region length %d: %w", l, ErrMalformed)
 		}
 		regions[i] = string(b[p : p+l])
+		if !utf8.ValidString(regions[i]) {
+			return m, fmt.Errorf("region %d not UTF-8: %w", i, ErrMalformed)
+		}
 		p += l
 	}
 	m.From = regions[0]
@@ -294,7 +343,7 @@ func Decode(b []byte) (Message, error) {
 		reg := regions[b[p]]
 		p++
 		count, k := binary.Uvarint(b[p:])
-		if k <= 0 {
+		if k <= 0 || count > MaxCount {
 			return m, fmt.Errorf("entry %d: bad count: %w", i, ErrMalformed)
 		}
 		p += k

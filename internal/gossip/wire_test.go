@@ -3,7 +3,6 @@ package gossip
 import (
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -23,13 +22,13 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{"regions", KindReconcile, []region.Total{
 			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "us", Count: 1},
 			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 500},
-			{Key: "b", Window: 7 * 24 * time.Hour, Bucket: -3, Region: "ap", Count: math.MaxUint64},
+			{Key: "b", Window: 7 * 24 * time.Hour, Bucket: -3, Region: "ap", Count: MaxCount},
 		}},
 		{"empty", KindState, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			frames, err := Encode(c.kind, t0, "eu", c.totals, 1360)
+			frames, err := Encode(c.kind, t0, testSender("eu"), c.totals, 1360)
 			if err != nil {
 				t.Fatalf("Encode() error = %v", err)
 			}
@@ -39,8 +38,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Decode() error = %v", err)
 				}
-				if m.Kind != c.kind || m.From != "eu" || !m.Sent.Equal(t0) {
-					t.Errorf("Decode() header = %v %q %v, want %v %q %v", m.Kind, m.From, m.Sent, c.kind, "eu", t0)
+				if m.Kind != c.kind || m.From != "eu" || !m.Sent.Equal(t0) || m.Node != "node-eu" || m.Token != testSender("eu").Token {
+					t.Errorf("Decode() header = %v %q %v %q %x, want %v %q %v %q %x", m.Kind, m.From, m.Sent, m.Node, m.Token,
+						c.kind, "eu", t0, "node-eu", testSender("eu").Token)
 				}
 				got = append(got, m.Totals...)
 			}
@@ -67,7 +67,7 @@ func TestFrameSize(t *testing.T) {
 		tt.Key = fmt.Sprintf("tenant-%04d:api/login", i)
 		totals = append(totals, tt)
 	}
-	frames, err := Encode(KindFlush, t0, "us-east", totals, 1360)
+	frames, err := Encode(KindFlush, t0, testSender("us-east"), totals, 1360)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestFrameSize(t *testing.T) {
 
 func TestEncodeSkipsBadTotals(t *testing.T) {
 	long := make([]byte, MaxKeyLen+1)
-	frames, err := Encode(KindFlush, t0, "eu", []region.Total{
+	frames, err := Encode(KindFlush, t0, testSender("eu"), []region.Total{
 		{Key: "", Window: time.Second, Region: "eu", Count: 1},
 		{Key: string(long), Window: time.Second, Region: "eu", Count: 1},
 		{Key: "ok", Window: 0, Region: "eu", Count: 1},
@@ -110,14 +110,24 @@ func TestEncodeSkipsBadTotals(t *testing.T) {
 	if got, want := len(m.Totals), 1; got != want {
 		t.Errorf("kept %d totals, want %d", got, want)
 	}
-	if _, err := Encode(KindFlush, t0, "", nil, 1360); err == nil {
+	if _, err := Encode(KindFlush, t0, Sender{Node: "n"}, nil, 1360); err == nil {
 		t.Errorf("Encode(empty region) error = nil, want an error")
+	}
+	if _, err := Encode(KindFlush, t0, Sender{Region: "eu"}, nil, 1360); err == nil {
+		t.Errorf("Encode(empty node name) error = nil, want an error")
+	}
+	over, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Region: "eu", Count: MaxCount + 1}}, 1360)
+	if len(over) != 0 {
+		t.Errorf("Encode(count %d) made %d frames, want none", uint64(MaxCount+1), len(over))
 	}
 }
 
 func TestDecodeRejects(t *testing.T) {
-	good, _ := Encode(KindFlush, t0, "eu", []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3}}, 1360)
+	good, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: MaxCount}}, 1360)
 	g := good[0]
+	nregions := headerFixed + len(testSender("eu").Node) // offset of nregions
+	// MaxCount = 2^53 is the uvarint 80 80 80 80 80 80 80 10: the last byte
+	// 0x11 makes it 2^53 + 2^49.
 	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), g...)) }
 	cases := []struct {
 		name string
@@ -125,13 +135,16 @@ func TestDecodeRejects(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrMalformed},
-		{"version", mut(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"version", mut(func(b []byte) []byte { b[0] = 1; return b }), ErrVersion},
 		{"kind", mut(func(b []byte) []byte { b[1] = 9; return b }), ErrKind},
 		{"truncated", g[:len(g)-1], ErrMalformed},
 		{"trailing", append(append([]byte(nil), g...), 0), ErrMalformed},
-		{"no regions", mut(func(b []byte) []byte { b[10] = 0; return b }), ErrMalformed},
+		{"no regions", mut(func(b []byte) []byte { b[nregions] = 0; return b }), ErrMalformed},
+		{"no sender", mut(func(b []byte) []byte { b[headerFixed-1] = 0; return b }), ErrMalformed},
+		{"sender not UTF-8", mut(func(b []byte) []byte { b[headerFixed] = 0xff; return b }), ErrMalformed},
+		{"region not UTF-8", mut(func(b []byte) []byte { b[nregions+2] = 0xc3; b[nregions+3] = 0x28; return b }), ErrMalformed},
 		{"oversized", make([]byte, MaxMessage+1), ErrOversized},
-		{"huge count", mut(func(b []byte) []byte { b[headerFixed+3] = 0xff; b[headerFixed+4] = 0xff; return b }), ErrMalformed},
+		{"count above 2^53", mut(func(b []byte) []byte { b[len(b)-1] = 0x11; return b }), ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -146,19 +159,19 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode checks that Decode never panics and that whatever it accepts
 // encodes back to a frame that decodes to the same totals.
 func FuzzDecode(f *testing.F) {
-	frames, _ := Encode(KindReconcile, t0, "eu", []region.Total{
+	frames, _ := Encode(KindReconcile, t0, testSender("eu"), []region.Total{
 		{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3},
 		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "us", Count: 1 << 40},
 	}, 1360)
 	f.Add(frames[0])
-	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 'x', 0, 0})
+	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'n', 1, 1, 'x', 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		if err != nil {
 			return
 		}
-		again, err := Encode(m.Kind, m.Sent, m.From, m.Totals, MaxMessage)
+		again, err := Encode(m.Kind, m.Sent, Sender{Node: m.Node, Region: m.From, Token: m.Token}, m.Totals, MaxMessage)
 		if err != nil {
 			t.Fatalf("re-encode accepted frame: %v", err)
 		}

@@ -1,0 +1,318 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// The tests in this file reproduce, over real loopback sockets, the
+// attacks on replication that a keyless pool once let through: each fails
+// without the receive path's checks.
+
+// attackPool is a victim node of region "us" on the in-memory store, one
+// honest member of "eu", and a rogue member of region "evil" (joining
+// needs no key on loopback: a keyless pool trusts whoever joins to report
+// only its own region).
+type attackPool struct {
+	victim, honest, rogue *Node
+	store                 *region.Memory
+}
+
+func newAttackPool(t *testing.T) *attackPool {
+	t.Helper()
+	p := &attackPool{store: region.NewMemory(region.MemoryConfig{Region: "us"})}
+	mk := func(name, reg string, store Store, join []string) *Node {
+		nt, err := Listen("127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig()
+		cfg.Name, cfg.Region, cfg.Transport, cfg.Join = name, reg, nt, join
+		n, err := New(cfg, store)
+		if err != nil {
+			t.Fatalf("New(%s): %v", name, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = n.Close(ctx)
+		})
+		return n
+	}
+	p.victim = mk("us-0", "us", p.store, nil)
+	p.honest = mk("eu-0", "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}), []string{p.victim.Addr()})
+	p.rogue = mk("evil-0", "evil", region.NewMemory(region.MemoryConfig{Region: "evil"}), []string{p.victim.Addr()})
+	waitFor(t, 10*time.Second, "the victim sees both members alive", func() bool {
+		alive := 0
+		for _, m := range p.victim.Members() {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		return alive == 3
+	})
+	return p
+}
+
+// admit spends n hits of key on the victim's store in the current bucket
+// and returns the bucket.
+func (p *attackPool) admit(t *testing.T, key string, lim window.Limit, n int) int64 {
+	t.Helper()
+	var b int64
+	for range n {
+		res := make([]region.Result, 1)
+		if err := p.store.Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+			t.Fatal(err)
+		}
+		b = res[0].Bucket
+	}
+	return b
+}
+
+// vector reads one bucket of key from the victim's store.
+func (p *attackPool) vector(t *testing.T, key string, w time.Duration, b int64) map[string]uint64 {
+	t.Helper()
+	v, err := p.store.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, tt := range v[0] {
+		out[tt.Region] = tt.Count
+	}
+	return out
+}
+
+// sendAsRogue sends frame from the rogue member to the victim over TCP
+// (memberlist's SendReliable), as a member that joined can.
+func (p *attackPool) sendAsRogue(t *testing.T, frame []byte) {
+	t.Helper()
+	if err := p.rogue.ml.SendReliable(p.victim.ml.LocalNode(), frame); err != nil {
+		t.Fatalf("SendReliable: %v", err)
+	}
+}
+
+// settle sends a harmless frame from the honest member after the attack and
+// waits until it merged: frames are handled in order, so whatever the
+// attack did has happened by then.
+func (p *attackPool) settle(t *testing.T) {
+	t.Helper()
+	before := counterValue(p.victim.met.merges)
+	now := time.Now()
+	fs, err := Encode(KindFlush, now, p.honest.self(), []region.Total{{Key: "settle", Window: time.Minute, Bucket: now.Unix() / 60, Region: "eu", Count: 1}}, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.honest.ml.SendReliable(p.victim.ml.LocalNode(), fs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the honest frame merged", func() bool { return counterValue(p.victim.met.merges) > before })
+}
+
+// TestAttackForgedCountFromOutsider: one UDP packet, a bare memberlist user
+// message from a process that never joined, carrying a count of 10^15 for a
+// made-up region (and another under a real member's name and region,
+// without its token), merges nothing.
+func TestAttackForgedCountFromOutsider(t *testing.T) {
+	p := newAttackPool(t)
+	lim := window.Limit{Limit: 10, Window: time.Minute}
+	b := p.admit(t, "alice", lim, 1)
+	conn, err := net.Dial("udp", p.victim.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const userMsg = 8 // memberlist's user message type
+	for _, from := range []Sender{
+		{Node: "outsider", Region: "zz", Token: 1},
+		{Node: "eu-0", Region: "eu", Token: 1}, // a real member's name, a guessed token
+	} {
+		fs, err := Encode(KindFlush, time.Now(), from, []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: from.Region, Count: 1e15}}, 1360)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(append([]byte{userMsg}, fs[0]...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "both forged frames dropped", func() bool { return p.victim.met.dropCount("not_member") == 2 })
+	p.settle(t)
+	if got, want := p.vector(t, "alice", time.Minute, b), map[string]uint64{"us": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("alice's bucket = %v, want %v", got, want)
+	}
+}
+
+// TestAttackMemberReportsOtherRegion: a member that joined reports counts
+// only for its own region; a count of 10^15 for a made-up region or for
+// another member's region is dropped whole.
+func TestAttackMemberReportsOtherRegion(t *testing.T) {
+	p := newAttackPool(t)
+	b := p.admit(t, "alice", window.Limit{Limit: 10, Window: time.Minute}, 1)
+	for _, r := range []string{"zz", "eu", "us"} {
+		fs, _ := Encode(KindReconcile, time.Now(), p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: r, Count: 1e15}}, 1360)
+		p.sendAsRogue(t, fs[0])
+	}
+	p.settle(t)
+	if got, want := p.victim.met.dropCount("foreign_region"), 3.0; got != want {
+		t.Errorf("dropped(foreign_region) = %v, want %v", got, want)
+	}
+	if got, want := p.vector(t, "alice", time.Minute, b), map[string]uint64{"us": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("alice's bucket = %v, want %v", got, want)
+	}
+}
+
+// TestAttackFarFutureBucket: a total for a bucket far in the future would
+// make the store drop the key's current buckets (it keeps the newest two),
+// giving the key its whole limit again. It is dropped.
+func TestAttackFarFutureBucket(t *testing.T) {
+	p := newAttackPool(t)
+	lim := window.Limit{Limit: 10, Window: time.Minute}
+	b := p.admit(t, "alice", lim, 10)
+	fs, _ := Encode(KindFlush, time.Now(), p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b + 1_000_000, Region: "evil", Count: 1}}, 1360)
+	p.sendAsRogue(t, fs[0])
+	p.settle(t)
+	if got, want := p.victim.met.dropCount("future_bucket"), 1.0; got != want {
+		t.Errorf("dropped(future_bucket) = %v, want %v", got, want)
+	}
+	if got := p.vector(t, "alice", time.Minute, b)["us"]; got != 10 {
+		t.Errorf("alice's spent count = %d after the attack, want 10", got)
+	}
+	res := make([]region.Result, 1)
+	if err := p.store.Check(context.Background(), []region.Request{{Key: "alice", Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Allowed {
+		t.Errorf("alice was allowed an 11th hit of 10 after the attack")
+	}
+}
+
+// TestAttackManyRegions: tens of thousands of region names in one bucket
+// (made up, or replica names of the rogue's own region) once made every
+// Peek on the key slow; a bucket now holds at most 1 + MaxReplicas entries
+// per member region.
+func TestAttackManyRegions(t *testing.T) {
+	p := newAttackPool(t)
+	now := time.Now()
+	b := now.Unix() / 60
+	const names = 20000
+	for start := 0; start < names; start += MaxRegions - 1 {
+		var ts []region.Total
+		for i := start; i < min(start+MaxRegions-1, names); i++ {
+			ts = append(ts, region.Total{Key: "alice", Window: time.Minute, Bucket: b, Region: fmt.Sprintf("evil~%d", i), Count: 1})
+		}
+		fs, err := Encode(KindFlush, now, p.rogue.self(), ts, maxReliableFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			p.sendAsRogue(t, f)
+		}
+	}
+	p.settle(t)
+	got := len(p.vector(t, "alice", time.Minute, b))
+	if want := p.victim.cfg.MaxReplicas; got != want {
+		t.Errorf("alice's bucket holds %d regions after %d replica names, want the bound %d", got, names, want)
+	}
+	if p.victim.met.dropCount("replicas_full") == 0 {
+		t.Errorf("no frame counted as replicas_full")
+	}
+}
+
+// TestAttackBadNamesAndCounts: a region name that is not valid UTF-8 (it
+// once broke every Check on the key and /metrics) and counts that wrap
+// their sum are refused; /metrics still gathers.
+func TestAttackBadNamesAndCounts(t *testing.T) {
+	p := newAttackPool(t)
+	now := time.Now()
+	b := now.Unix() / 60
+	bad, err := Encode(KindFlush, now, Sender{Node: p.rogue.cfg.Name, Region: "evil\xff", Token: p.rogue.token},
+		[]region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil\xff", Count: 1}}, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.sendAsRogue(t, bad[0])
+	// Two replicas at 2^63 each would wrap a uint64 sum to 0. Encode
+	// leaves such counts out, so the frame is patched by hand: MaxCount's
+	// last uvarint byte 0x10 (2^53) becomes 0x7f.
+	wrap, _ := Encode(KindFlush, now, p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil~1", Count: MaxCount}}, 1360)
+	w := wrap[0]
+	w[len(w)-1] = 0x7f
+	p.sendAsRogue(t, w)
+	p.settle(t)
+	if got, want := p.victim.met.dropCount("malformed"), 2.0; got != want {
+		t.Errorf("dropped(malformed) = %v, want %v", got, want)
+	}
+	if got := p.vector(t, "alice", time.Minute, b); len(got) != 0 {
+		t.Errorf("alice's bucket = %v, want nothing merged", got)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.victim.Collectors()...)
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("gather /metrics: %v", err)
+	}
+}
+
+// TestMembersForgotten: the member, clock-offset and freshness maps forget
+// a member that left, once GossipToTheDeadTime has passed.
+func TestMembersForgotten(t *testing.T) {
+	p := newAttackPool(t)
+	waitFor(t, 10*time.Second, "a clock offset for eu-0", func() bool { _, ok := p.victim.ClockOffsets()["eu-0"]; return ok })
+	p.settle(t)
+	if len(p.victim.Ages()) == 0 {
+		t.Fatal("no region freshness recorded")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.honest.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "eu-0 left", func() bool { return memberState(p.victim, "eu-0") == "left" })
+	if _, ok := p.victim.ClockOffsets()["eu-0"]; ok {
+		t.Errorf("eu-0 still has a clock offset after it left")
+	}
+	p.victim.pruneMembers(time.Now().Add(p.victim.cfg.GossipToTheDeadTime + time.Second))
+	if s := memberState(p.victim, "eu-0"); s != "" {
+		t.Errorf("eu-0 still listed (%s) after GossipToTheDeadTime", s)
+	}
+	for _, a := range p.victim.Ages() {
+		if a.Region == "eu" {
+			t.Errorf("region eu still has a freshness entry after its last member was forgotten")
+		}
+	}
+}
+
+func memberState(n *Node, name string) string {
+	for _, m := range n.Members() {
+		if m.Name == name {
+			return m.State
+		}
+	}
+	return ""
+}
+
+// TestNoKeyOffLoopback: New refuses a keyless node on an address other
+// than loopback, unless Insecure, with a message that says how to make a
+// key.
+func TestNoKeyOffLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:7946", ":7946"} {
+		_, err := New(Config{Name: "n", Region: "eu", BindAddr: addr}, region.NewMemory(region.MemoryConfig{Region: "eu"}))
+		if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") {
+			t.Errorf("New(BindAddr %s, no key) error = %v, want ErrNoKey", addr, err)
+		}
+	}
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.BindAddr, cfg.Insecure = "n", "eu", "0.0.0.0:0", true
+	n, err := New(cfg, region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	if err != nil {
+		t.Fatalf("New(Insecure) error = %v", err)
+	}
+	_ = n.Close(context.Background())
+}

@@ -1,0 +1,235 @@
+package gossip
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// maxReliableFrame is the largest frame sent over TCP; bigger batches are
+// split.
+const maxReliableFrame = 256 << 10
+
+// maxUDPFrames is the most UDP packets one destination gets per flush;
+// a larger batch goes over TCP instead.
+const maxUDPFrames = 4
+
+// Dirty records the local region's new total for a key's bucket, as returned
+// by the decision (region.Result.Local). An empty t.Region means the local
+// region; another region is the local store's fallback region (see
+// region.Failover), whose totals replicate like any region's. It never
+// blocks on I/O: it updates a bounded map under a short lock. When MaxDirty keys wait already, a new key is dropped and
+// counted: a later total or the reconciliation repairs it.
+func (n *Node) Dirty(t region.Total) {
+	if t.Count == 0 || len(t.Key) == 0 {
+		return
+	}
+	if len(t.Key) > MaxKeyLen || t.Window < time.Millisecond || t.Window.Milliseconds() > maxWindowMs {
+		n.met.drop("bad_total")
+		return
+	}
+	if t.Region == "" {
+		t.Region = n.cfg.Region
+	}
+	if len(t.Region) > MaxRegionLen {
+		n.met.drop("bad_total")
+		return
+	}
+	k := ref{t.Key, t.Window, t.Bucket}
+	dk := dref{k, t.Region}
+	due := (t.Bucket + 1) * t.Window.Milliseconds()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closing {
+		return
+	}
+	if c, ok := n.dirty[dk]; ok {
+		if t.Count > c {
+			n.dirty[dk] = t.Count
+		}
+	} else if len(n.dirty) >= n.cfg.MaxDirty {
+		n.met.drop("dirty_full")
+	} else {
+		n.dirty[dk] = t.Count
+	}
+	set := n.touched[due]
+	if set == nil {
+		set = map[ref]struct{}{}
+		n.touched[due] = set
+	}
+	if _, ok := set[k]; !ok {
+		if n.nTouched >= n.cfg.MaxTouched {
+			n.met.drop("touched_full")
+			return
+		}
+		set[k] = struct{}{}
+		n.nTouched++
+		if len(n.notice) < n.cfg.MaxDirty {
+			n.notice[k] = t.Count
+		}
+	}
+}
+
+func (n *Node) flushLoop() {
+	tk := time.NewTicker(n.cfg.FlushInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tk.C:
+			n.flush(false)
+		}
+	}
+}
+
+// flush sends the dirty totals to every other region and the first touches
+// to the local buddy. A final flush (from Close) sends everything over TCP
+// and waits for it, so that totals admitted before a graceful shutdown are
+// not left to UDP.
+func (n *Node) flush(final bool) {
+	n.mu.Lock()
+	var dirty map[dref]uint64
+	var notice map[ref]uint64
+	if len(n.dirty) > 0 {
+		dirty, n.dirty = n.dirty, make(map[dref]uint64, len(n.dirty))
+	}
+	echo := n.echo
+	n.echo = dirty // read-only from here on: n.dirty is a new map
+	if len(n.notice) > 0 {
+		notice, n.notice = n.notice, map[ref]uint64{}
+	}
+	n.mu.Unlock()
+	// Every total goes out in two consecutive flushes, unless a newer one
+	// supersedes it: a single lost UDP packet is then repaired one flush
+	// interval later, even for a key that saw no more traffic, instead of at
+	// the bucket's reconciliation. Keys that stay busy cost nothing more
+	// (totals only grow, so the dirty one is the newer).
+	totals := make([]region.Total, 0, len(dirty)+len(echo))
+	for k, c := range dirty {
+		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+	}
+	for k, c := range echo {
+		if _, newer := dirty[k]; !newer {
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+		}
+	}
+	if len(totals) == 0 && len(notice) == 0 {
+		return
+	}
+	v := n.view()
+	if len(totals) > 0 {
+		for _, ms := range v.remote {
+			for dest, group := range route(totals, ms) {
+				n.send(final, KindFlush, dest, group)
+			}
+		}
+	}
+	if len(notice) > 0 && len(v.local) > 0 {
+		totals := n.totals(notice)
+		for dest, group := range route(totals, v.local) {
+			n.send(final, KindTouch, dest, group)
+		}
+	}
+}
+
+// send sends totals to dest: at once over TCP when reliable, else with
+// sendAsync.
+func (n *Node) send(reliable bool, kind Kind, dest *member, totals []region.Total) {
+	if !reliable {
+		n.sendAsync(kind, dest, totals)
+		return
+	}
+	if err := n.sendReliable(kind, dest, totals); err != nil {
+		n.log.Warn("final flush", "to", dest.node.Name, "err", err)
+	}
+}
+
+func (n *Node) totals(m map[ref]uint64) []region.Total {
+	out := make([]region.Total, 0, len(m))
+	for k, c := range m {
+		out = append(out, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: n.cfg.Region, Count: c})
+	}
+	return out
+}
+
+// sendAsync sends totals to dest without blocking the caller for long: over
+// UDP when they fit in a few packets, otherwise over TCP on a bounded set of
+// goroutines (a batch that finds them all busy is dropped and counted).
+func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
+	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, n.cfg.UDPBudget)
+	if err != nil {
+		n.met.drop("encode")
+		n.log.Warn("encode batch", "err", err)
+		return
+	}
+	udp := len(frames) <= maxUDPFrames
+	for _, f := range frames {
+		udp = udp && len(f) <= n.cfg.UDPBudget
+	}
+	if udp {
+		for _, f := range frames {
+			if err := n.ml.SendBestEffort(&dest.node, f); err != nil {
+				n.met.drop("send_error")
+				continue
+			}
+			n.met.sent(kind, len(f))
+		}
+		return
+	}
+	select {
+	case n.sendSem <- struct{}{}:
+	default:
+		n.met.drop("send_busy")
+		return
+	}
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		defer func() { <-n.sendSem }()
+		if err := n.sendReliable(kind, dest, totals); err != nil {
+			n.log.Debug("reliable send", "to", dest.node.Name, "err", err)
+		}
+	}()
+}
+
+// sendReliable sends totals to dest over TCP, in frames of at most 256 KiB.
+func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) error {
+	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, maxReliableFrame)
+	if err != nil {
+		n.met.drop("encode")
+		return err
+	}
+	for _, f := range frames {
+		if err := n.ml.SendReliable(&dest.node, f); err != nil {
+			n.met.drop("send_error")
+			return fmt.Errorf("send %s to %s: %w", kind, dest.node.Name, err)
+		}
+		n.met.sent(kind, len(f))
+	}
+	return nil
+}
+
+// view is the live membership, grouped for routing.
+type view struct {
+	remote map[string][]*member // region -> alive members
+	local  []*member            // alive members of the local region but self
+}
+
+func (n *Node) view() view {
+	v := view{remote: map[string][]*member{}}
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	for _, m := range n.members {
+		if m.state != "alive" || m.isLocal || m.region == "" {
+			continue
+		}
+		if m.region == n.cfg.Region {
+			v.local = append(v.local, m)
+		} else {
+			v.remote[m.region] = append(v.remote[m.region], m)
+		}
+	}
+	return v
+}

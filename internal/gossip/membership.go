@@ -1,0 +1,274 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// member is a copy of one memberlist node as this node saw it last.
+type member struct {
+	node    memberlist.Node // copy, Meta included
+	region  string
+	api     string
+	state   string // alive, dead, left
+	since   time.Time
+	isLocal bool
+	token   uint64 // from its metadata; its frames must carry it
+}
+
+func (n *Node) joinLoop() {
+	backoff := n.cfg.JoinBackoff
+	for {
+		k, err := n.ml.Join(n.cfg.Join)
+		if k > 0 {
+			n.log.Info("joined gossip pool", "contacted", k, "members", n.ml.NumMembers())
+			return
+		}
+		n.log.Warn("join gossip seeds failed, retrying", "seeds", strings.Join(n.cfg.Join, ","), "in", backoff, "err", errLine(err))
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// reconnectLoop rejoins members seen dead within the last hour: after a
+// partition heals, each side would otherwise keep the other for dead.
+func (n *Node) reconnectLoop() {
+	tk := time.NewTicker(n.cfg.ReconnectInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tk.C:
+		}
+		var addrs []string
+		now := time.Now()
+		n.pruneMembers(now)
+		n.memMu.RLock()
+		for _, m := range n.members {
+			if m.state == "dead" && now.Sub(m.since) < forgetAfterDead {
+				addrs = append(addrs, m.node.Address())
+			}
+		}
+		n.memMu.RUnlock()
+		for _, a := range addrs {
+			select {
+			case <-n.stop:
+				return
+			default:
+			}
+			if _, err := n.ml.Join([]string{a}); err == nil {
+				n.log.Info("rejoined member", "addr", a)
+			}
+		}
+	}
+}
+
+// RegionAge is how fresh this node's view of one remote region is.
+type RegionAge struct {
+	Region string
+	// Newest is the sender's clock on the newest frame merged from the
+	// region; zero when nothing has been merged yet.
+	Newest time.Time
+	// Age is Now() minus Newest (0 when Newest is zero or in the future).
+	Age time.Duration
+}
+
+// Ages returns, per remote region known to the membership or heard from,
+// the age of the newest totals merged from it, sorted by region. An idle
+// region's age grows: it sends nothing when nothing changes.
+func (n *Node) Ages() []RegionAge {
+	now := n.cfg.Now()
+	seen := map[string]time.Time{}
+	n.memMu.RLock()
+	for _, m := range n.members {
+		if m.region != "" && m.region != n.cfg.Region {
+			seen[m.region] = time.Time{}
+		}
+	}
+	n.memMu.RUnlock()
+	n.ageMu.Lock()
+	for r, t := range n.newest {
+		seen[r] = t
+	}
+	n.ageMu.Unlock()
+	out := make([]RegionAge, 0, len(seen))
+	for r, t := range seen {
+		a := RegionAge{Region: r, Newest: t}
+		if !t.IsZero() && now.After(t) {
+			a.Age = now.Sub(t)
+		}
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
+	return out
+}
+
+// Member is one node of the pool as this node sees it.
+type Member struct {
+	Name    string
+	Region  string
+	APIAddr string
+	// Addr is the gossip host:port.
+	Addr string
+	// State is "alive", "dead" (failed) or "left" (gracefully).
+	State string
+	// Since is when this node saw the member enter State.
+	Since time.Time
+	// Local is true for this node itself.
+	Local bool
+}
+
+// Members returns every node this node knows, sorted by region and name.
+func (n *Node) Members() []Member {
+	n.memMu.RLock()
+	out := make([]Member, 0, len(n.members))
+	for _, m := range n.members {
+		out = append(out, Member{Name: m.node.Name, Region: m.region, APIAddr: m.api, Addr: m.node.Address(),
+			State: m.state, Since: m.since, Local: m.isLocal})
+	}
+	n.memMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Region != out[j].Region {
+			return out[i].Region < out[j].Region
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// ClockOffsets returns the estimated clock offset of each peer (peer minus
+// local), from the timestamps in memberlist's ping acks corrected by half
+// the round trip.
+func (n *Node) ClockOffsets() map[string]time.Duration {
+	n.ageMu.Lock()
+	defer n.ageMu.Unlock()
+	out := make(map[string]time.Duration, len(n.offsets))
+	for k, v := range n.offsets {
+		out[k] = v
+	}
+	return out
+}
+
+// setMember records a member's new state. A member whose name is not
+// valid UTF-8 or whose metadata does not decode (a bad region name, say) is
+// not recorded: it gets no traffic and its frames are dropped. A member
+// keeps the region it announced when this node first saw it; a later
+// update that names another region is ignored (and logged). A member
+// that goes stops having a clock offset.
+func (n *Node) setMember(node *memberlist.Node, state string) {
+	cp := *node
+	cp.Meta = append([]byte(nil), node.Meta...)
+	meta, ok := decodeMeta(cp.Meta)
+	if !ok || !utf8.ValidString(cp.Name) || len(cp.Name) > maxNodeName {
+		n.log.Debug("ignoring member with bad name or metadata", "member", strconv.Quote(cp.Name))
+		return
+	}
+	if state == "dead" && meta.flags&flagLeaving != 0 {
+		state = "left"
+	}
+	now := time.Now()
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	old := n.members[cp.Name]
+	m := &member{since: now}
+	if old != nil && old.state == state {
+		m.since = old.since
+	}
+	if old != nil && old.region != meta.region && old.state == "alive" {
+		n.log.Warn("member announced another region, keeping the one it joined with",
+			"member", cp.Name, "member_region", old.region, "announced", meta.region)
+		meta.region = old.region
+	}
+	n.members[cp.Name] = m
+	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
+	m.isLocal = cp.Name == n.cfg.Name
+	if state == "alive" && !m.isLocal && m.region != n.cfg.Region {
+		n.seenRemote.Store(true)
+	}
+	if state != "alive" {
+		n.ageMu.Lock()
+		delete(n.offsets, cp.Name)
+		n.ageMu.Unlock()
+		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
+	}
+}
+
+// forgetAfterDead is how long a failed member stays listed (and is tried
+// by the reconnect loop) before it is forgotten.
+const forgetAfterDead = time.Hour
+
+// pruneMembers forgets members that left more than GossipToTheDeadTime ago
+// or failed more than an hour ago, and the freshness of regions that have
+// no member left, so that the member, offset and freshness maps hold only
+// the current pool.
+func (n *Node) pruneMembers(now time.Time) {
+	regions := map[string]bool{}
+	n.memMu.Lock()
+	for name, m := range n.members {
+		switch {
+		case m.state == "left" && now.Sub(m.since) > n.cfg.GossipToTheDeadTime,
+			m.state == "dead" && now.Sub(m.since) > forgetAfterDead:
+			delete(n.members, name)
+			continue
+		}
+		regions[m.region] = true
+	}
+	n.memMu.Unlock()
+	n.ageMu.Lock()
+	for r := range n.newest {
+		if !regions[r] {
+			delete(n.newest, r)
+		}
+	}
+	n.ageMu.Unlock()
+}
+
+// frameSender returns the member that sent m when m may be accepted from it: a
+// member other than this node, alive or failed (not left), whose name and
+// token m carries and whose region (the one it joined with) is m.From. A
+// member this node holds for failed may only be slow or cut off: its
+// token proves it is the process that joined, and dropping what it
+// delivered would lose totals its sender will not send again.
+func (n *Node) frameSender(m Message) (*member, bool) {
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	s := n.members[m.Node]
+	if s == nil || s.isLocal || s.state == "left" || s.token != m.Token || s.region != m.From {
+		return nil, false
+	}
+	return s, true
+}
+
+// ErrNotJoined is returned by Ready for a node that has not seen another
+// region within Config.JoinTimeout.
+var ErrNotJoined = errors.New("gossip: no other region reachable")
+
+// Ready reports whether replication works as configured, for a readiness
+// check: nil for a node without Config.Join; for one with it, nil once a
+// live member of another region has been seen, or while less than
+// JoinTimeout has passed since New, else an error wrapping ErrNotJoined
+// that says how long it has waited. A region that was joined and is cut
+// off later stays ready: it keeps serving from what it knows, as
+// designed. It never blocks.
+func (n *Node) Ready() error {
+	if len(n.cfg.Join) == 0 || n.cfg.JoinTimeout < 0 || n.seenRemote.Load() {
+		return nil
+	}
+	waited := n.cfg.Now().Sub(n.started)
+	if waited < n.cfg.JoinTimeout {
+		return nil
+	}
+	return fmt.Errorf("%w (none seen in %v; seeds %s)", ErrNotJoined, waited.Round(time.Second), strings.Join(n.cfg.Join, ","))
+}

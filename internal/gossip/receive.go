@@ -1,0 +1,256 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+func (n *Node) receiveLoop() {
+	for {
+		select {
+		case <-n.stop:
+			return
+		case b := <-n.inbox:
+			n.inboxB.Add(-int64(len(b)))
+			n.handle(b)
+		}
+	}
+}
+
+// enqueue queues a received frame for the merge loop without blocking.
+func (n *Node) enqueue(b []byte) {
+	if len(b) > MaxMessage {
+		n.met.drop("oversized")
+		return
+	}
+	if n.inboxB.Add(int64(len(b))) > int64(n.cfg.InboxBytes) {
+		n.inboxB.Add(-int64(len(b)))
+		n.met.drop("queue_full")
+		return
+	}
+	c := append([]byte(nil), b...)
+	select {
+	case n.inbox <- c:
+	default:
+		n.inboxB.Add(-int64(len(b)))
+		n.met.drop("queue_full")
+	}
+}
+
+// handle decodes one frame, checks it against its sender (see check) and
+// merges what it may say into the store in one call. A frame that fails a
+// check is dropped whole and counted under the check's reason.
+func (n *Node) handle(b []byte) {
+	m, err := Decode(b)
+	if err != nil {
+		n.met.drop(dropReason(err))
+		return
+	}
+	n.met.received(m.Kind, len(b))
+	if _, ok := n.frameSender(m); !ok {
+		n.met.drop("not_member")
+		return
+	}
+	now := n.cfg.Now()
+	if reason := n.check(now, m); reason != "" {
+		n.met.drop(reason)
+		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
+		return
+	}
+	if m.Kind == KindTouch {
+		if m.From == n.cfg.Region {
+			n.remember(m.Totals)
+		}
+		return
+	}
+	if m.From == n.cfg.Region {
+		return // push-pull state of a node of this region: nothing remote
+	}
+	remote := m.Totals[:0:0]
+	expired, full := 0, 0
+	for _, t := range m.Totals {
+		switch {
+		case !now.Before(n.expiry(t.Window, t.Bucket)):
+			expired++ // late: the bucket is gone from every estimate
+		case !n.admitReplica(now, m.From, t):
+			full++
+		default:
+			remote = append(remote, t)
+		}
+	}
+	if expired > 0 {
+		n.met.drop("expired")
+	}
+	if full > 0 {
+		n.met.drop("replicas_full")
+	}
+	if len(remote) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := n.store.Merge(ctx, remote)
+		cancel()
+		if err != nil {
+			n.met.drop("store_error")
+			n.log.Warn("merge remote totals", "from", m.From, "n", len(remote), "err", err)
+			return
+		}
+		n.met.merged(len(remote))
+	}
+	sent := m.Sent
+	if sent.After(now) {
+		sent = now // a clock ahead must not make a region look fresh forever
+	}
+	n.ageMu.Lock()
+	if sent.After(n.newest[m.From]) {
+		n.newest[m.From] = sent
+	}
+	n.ageMu.Unlock()
+}
+
+// check returns why a decoded frame from a live member must be dropped, or
+// "" when it may be merged:
+//
+//   - foreign_region: a total names a region other than the sender's own
+//     (the one it joined with) or a replica of it (region~id, see
+//     replicaOf); a touch comes from another region.
+//   - future_bucket: a bucket starts later than now plus one window. A
+//     bucket that has expired is not a reason to drop the frame (a late
+//     total is normal); handle skips such totals.
+//   - foreign_kind: a flush or reconciliation sent by a node of this
+//     region (they share the store: nothing to merge).
+//
+// Decode has checked the rest: names are UTF-8 within MaxRegionLen, keys
+// within MaxKeyLen, windows within window.MaxWindow, counts at most
+// MaxCount, at most MaxRegions regions per frame.
+func (n *Node) check(now time.Time, m Message) string {
+	own := m.From == n.cfg.Region
+	switch {
+	case m.Kind == KindTouch && !own:
+		return "foreign_region"
+	case own && (m.Kind == KindFlush || m.Kind == KindReconcile):
+		return "foreign_kind"
+	}
+	nowMs := now.UnixMilli()
+	for _, t := range m.Totals {
+		if !replicaOf(t.Region, m.From) {
+			return "foreign_region"
+		}
+		// Start no later than now + one window: b <= floor(now/W) + 1.
+		wm := t.Window.Milliseconds()
+		if t.Bucket > floorDiv(nowMs, wm)+1 {
+			return "future_bucket"
+		}
+	}
+	return ""
+}
+
+// floorDiv returns floor(a/b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// validRegion reports whether s may name a region: 1 to MaxRegionLen bytes
+// of valid UTF-8.
+func validRegion(s string) bool {
+	return len(s) > 0 && len(s) <= MaxRegionLen && utf8.ValidString(s)
+}
+
+// replicaOf reports whether name is the region reg itself or one of its
+// replicas: reg + "~" + id with a non-empty id, or, when that is longer
+// than MaxRegionLen, the form region.FallbackRegion makes by cutting reg to
+// fit (a MaxRegionLen-byte name whose part before its last "~" is a prefix
+// of reg).
+func replicaOf(name, reg string) bool {
+	if name == reg {
+		return true
+	}
+	if len(name) > len(reg)+1 && name[len(reg)] == '~' && name[:len(reg)] == reg {
+		return true
+	}
+	if len(name) != MaxRegionLen {
+		return false
+	}
+	i := strings.LastIndexByte(name, '~')
+	return i > 0 && i < len(name)-1 && len(reg) > i && reg[:i] == name[:i] && len(reg)+len(name)-i > MaxRegionLen
+}
+
+// admitReplica reports whether a total of region reg (the sender's) may be
+// merged as far as its replica name goes: the region itself always; a
+// replica name already admitted; a new one while fewer than MaxReplicas of
+// reg's replica names have buckets that have not expired. So no bucket
+// ever holds more than 1 + MaxReplicas entries per member region. Called
+// only from the receive loop.
+func (n *Node) admitReplica(now time.Time, reg string, t region.Total) bool {
+	if t.Region == reg {
+		return true
+	}
+	exp := n.expiry(t.Window, t.Bucket)
+	set := n.replicas[reg]
+	if set == nil {
+		set = map[string]time.Time{}
+		n.replicas[reg] = set
+	}
+	if e, ok := set[t.Region]; ok {
+		if exp.After(e) {
+			set[t.Region] = exp
+		}
+		return true
+	}
+	if len(set) >= n.cfg.MaxReplicas {
+		for name, e := range set {
+			if !now.Before(e) {
+				delete(set, name)
+			}
+		}
+		if len(set) >= n.cfg.MaxReplicas {
+			return false
+		}
+	}
+	set[t.Region] = exp
+	return true
+}
+
+// remember adds buckets another node of this region touched to the
+// reconciliation set, so that they are reconciled even if that node dies.
+func (n *Node) remember(ts []region.Total) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range ts {
+		k := ref{t.Key, t.Window, t.Bucket}
+		due := (t.Bucket + 1) * t.Window.Milliseconds()
+		set := n.touched[due]
+		if set == nil {
+			set = map[ref]struct{}{}
+			n.touched[due] = set
+		}
+		if _, ok := set[k]; ok {
+			continue
+		}
+		if n.nTouched >= n.cfg.MaxTouched {
+			n.met.drop("touched_full")
+			return
+		}
+		set[k] = struct{}{}
+		n.nTouched++
+	}
+}
+
+func dropReason(err error) string {
+	switch {
+	case errors.Is(err, ErrOversized):
+		return "oversized"
+	case errors.Is(err, ErrVersion):
+		return "version"
+	case errors.Is(err, ErrKind):
+		return "kind"
+	}
+	return "malformed"
+}
