@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/client"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -38,14 +39,14 @@ func startTestNode(t *testing.T, store region.Store) *node {
 	if store == nil {
 		store = region.NewMemory(region.MemoryConfig{})
 	}
-	rules, err := api.NewRules([]api.Rule{
+	rs, err := rules.New([]rules.Rule{
 		{Name: "fw", Limit: window.Limit{Limit: 2, Window: time.Minute, Algorithm: window.FixedWindow}},
 		{Name: "sw", Limit: window.Limit{Limit: 2, Window: time.Minute}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.NewHandler(api.Config{Store: store, Rules: rules, Now: func() time.Time { return t0 }})
+	h, err := api.NewHandler(api.Config{Store: store, Rules: rs, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -87,7 +88,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "rules `path`: a YAML file or a directory of them, native rules or envoyproxy/ratelimit domains; reloaded on change and on SIGHUP; empty: inline limits only")
-	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", api.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
+	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", rules.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "decide and count every request but always answer allowed (OK to Envoy); denials show as outcome=\"shadow_denied\" in rlcluster_decisions_total")
 	fs.StringVar(&c.RLSHeaders, "rls-headers", "none", "response headers Envoy's ShouldRateLimit asks Envoy to add (`set`): none, draft (RateLimit-Limit, -Remaining, -Reset) or x (X-RateLimit-Limit, -Remaining, -Reset)")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")

@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	rules, err := loadRules(c, log, reg)
+	ruleFiles, err := loadRules(c, log, reg)
 	if err != nil {
 		return err
 	}
@@ -125,8 +125,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ShadowMode: c.ShadowMode,
 		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
 	}
-	if rules != nil {
-		acfg.Rules = rules.Rules()
+	if ruleFiles != nil {
+		acfg.Rules = ruleFiles.Rules()
 	}
 	if node != nil {
 		acfg.Replicator = replicator{node}
@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	watchRules(ctx, rules, h, reload)
+	watchRules(ctx, ruleFiles, h, reload)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
 	if err := serveTLS(c, srv, reload); err != nil {

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,6 +37,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -84,7 +85,7 @@ type Config struct {
 	Region string
 	// Rules are the named rules at start; nil means none. Replace them
 	// later with [Server.SetRules].
-	Rules *Rules
+	Rules *rules.Set
 	// Replicator, when set, is told of every admitted counter decision and
 	// asked for the remote regions' ages. Nil means a single region.
 	Replicator Replicator
@@ -93,7 +94,9 @@ type Config struct {
 	Cluster Cluster
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
-	// MaxKeyBytes bounds a request's key; default 1024.
+	// MaxKeyBytes bounds a request's key (for Envoy, the escaped domain
+	// and entries); default 1024, at most [decision.MaxKeyBytes] so that
+	// the namespaced counter key stays within what replication carries.
 	MaxKeyBytes int
 	// MaxBatch bounds the checks in one CheckBatch; default 1000.
 	MaxBatch int
@@ -146,11 +149,10 @@ type StoreStatuser interface {
 
 // Server is the API's http.Handler. It is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	rules   atomic.Pointer[Rules]
-	mux     *http.ServeMux
-	metrics *metrics
-	health  *grpchealth.StaticChecker
+	cfg    Config
+	dec    *decision.Decider
+	mux    *http.ServeMux
+	health *grpchealth.StaticChecker
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
 	errWriter *connect.ErrorWriter
@@ -229,12 +231,28 @@ func NewHandler(cfg Config) (*Server, error) {
 	// here or under a wrapper: /readyz states its mode and the
 	// rlcluster_store_* metrics export it.
 	status, _ := storeAs[StoreStatuser](cfg.Store)
-	m, err := newMetrics(cfg.Registerer, cfg.Store, status)
-	if err != nil {
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, status); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), metrics: m}
-	s.rules.Store(cfg.Rules)
+	dcfg := decision.Config{
+		Store:       cfg.Store,
+		Region:      cfg.Region,
+		MaxKeyBytes: cfg.MaxKeyBytes,
+		MaxHits:     cfg.MaxHits,
+		MaxWindow:   cfg.MaxWindow,
+		MaxLogLimit: cfg.MaxLogLimit,
+		ShadowMode:  cfg.ShadowMode,
+		Logger:      cfg.Logger,
+		Registerer:  cfg.Registerer,
+	}
+	if cfg.Replicator != nil {
+		dcfg.Replicator = cfg.Replicator
+	}
+	dec, err := decision.New(dcfg, cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s := &Server{cfg: cfg, dec: dec, mux: http.NewServeMux()}
 
 	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
 	if len(cfg.HandlerOptions) == 0 {
@@ -278,11 +296,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Rules returns the rules in use (nil when none).
-func (s *Server) Rules() *Rules { return s.rules.Load() }
+func (s *Server) Rules() *rules.Set { return s.dec.Rules() }
 
 // SetRules atomically replaces the rules in use; requests already being
 // decided finish with the rules they started with.
-func (s *Server) SetRules(rs *Rules) { s.rules.Store(rs) }
+func (s *Server) SetRules(rs *rules.Set) { s.dec.SetRules(rs) }
 
 // SetServing sets what gRPC health checking reports for the service and
 // the server as a whole, for example NotServing while shutting down.

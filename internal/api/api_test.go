@@ -24,6 +24,8 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -167,11 +169,11 @@ func TestAcceptance101(t *testing.T) {
 }
 
 func TestInvalidArgument(t *testing.T) {
-	rules, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	cases := []struct {
 		name string
 		req  *ratelimitv1.CheckRequest
@@ -266,7 +268,7 @@ func TestHitsZeroMeansOne(t *testing.T) {
 }
 
 func TestRulesCountSeparately(t *testing.T) {
-	rules, err := api.ParseRules([]byte(`
+	rs, err := rules.Parse([]byte(`
 rules:
   - name: per-user
     limit: 2
@@ -279,7 +281,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	c := s.client(t, false)
 	ctx := context.Background()
 	check := func(rule string, lim *ratelimitv1.Limit) bool {
@@ -313,7 +315,7 @@ rules:
 	}
 
 	// Swapping the rules takes effect for the next request.
-	bigger, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 3, Window: time.Minute}}})
+	bigger, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 3, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,11 +533,11 @@ func get(t *testing.T, u string, wantStatus int) string {
 }
 
 func TestMetricsAndProbes(t *testing.T) {
-	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 1, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "r", Limit: window.Limit{Limit: 1, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	c := s.client(t, false)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
@@ -624,15 +626,15 @@ func (f *fakeReplicator) Ages() map[string]time.Duration { return f.ages }
 
 func TestReplicator(t *testing.T) {
 	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 1500 * time.Millisecond}}
-	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "us"})
-	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rules})
+	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rs})
 	ctx := context.Background()
 	bucket := int64(29_000_000)
-	if err := store.Merge(ctx, []region.Total{{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
+	if err := store.Merge(ctx, []region.Total{{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.client(t, true, connect.WithGRPC())
@@ -662,8 +664,8 @@ func TestReplicator(t *testing.T) {
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
 	want := []region.Total{
-		{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
-		{Key: "alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
+		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
+		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
 	}
 	if len(rep.dirty) != len(want) {
 		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)

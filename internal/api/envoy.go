@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -15,6 +14,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -51,40 +52,17 @@ func (s *Server) mountEnvoy(opts []connect.HandlerOption) {
 	s.mux.Handle(envoyProcedure, connect.NewUnaryHandler(envoyProcedure, s.shouldRateLimit, opts...))
 }
 
-// envoyKey returns the counter key of a request descriptor in a domain:
-// "rls/" + domain + "/" + key=value/key=value..., each part escaped so
-// that different descriptors never share a key. Native rules' keys
-// ("<rule>:<key>") never start with "rls/", since rule names hold no '/'.
-func envoyKey(dom string, entries []entry) string {
-	var b strings.Builder
-	b.WriteString("rls/")
-	b.WriteString(escapeKeyPart(dom))
-	for _, e := range entries {
-		b.WriteByte('/')
-		b.WriteString(escapeKeyPart(e.key))
-		b.WriteByte('=')
-		b.WriteString(escapeKeyPart(e.value))
-	}
-	return b.String()
-}
-
-var keyPartEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
-
-func escapeKeyPart(s string) string { return keyPartEscaper.Replace(s) }
-
-// envoyDescriptor is one request descriptor, matched and ready to decide.
+// envoyDescriptor is one request descriptor, validated and matched.
 type envoyDescriptor struct {
-	entries []entry
-	key     string // the counter key, envoyKey(domain, entries)
-	hits    uint64
-	lim     *envoyLimit // nil: no limit applies
+	lim *rules.EnvoyLimit // nil: no limit applies
+	req decision.Request  // when lim is set
 }
 
 // shouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // with envoyproxy/ratelimit's semantics:
 //
 //   - each descriptor is matched against the request's domain (see
-//     [domain.match]); one with no match, or an unknown domain, is OK
+//     [rules.Domain.Match]); one with no match, or an unknown domain, is OK
 //     with no current_limit;
 //   - a limit named in another matched limit's replaces is dropped (OK, not
 //     counted);
@@ -96,36 +74,35 @@ type envoyDescriptor struct {
 //   - a descriptor in shadow_mode is OK even when over its limit; global
 //     shadow mode leaves the statuses as decided and makes overall_code OK;
 //   - overall_code is OVER_LIMIT when any status is.
+//
+// Every descriptor goes through [decision.Decider.Validate] in the Envoy
+// namespace, and its outcome through the same outcome step as the Connect
+// API's.
 func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-	start := time.Now()
-	defer s.observe("ShouldRateLimit", start)
+	defer s.dec.Observe("ShouldRateLimit", time.Now())
 	m := r.Msg
 	if m.GetDomain() == "" {
-		return nil, invalid("domain: required")
+		return nil, decision.Invalid("domain: required")
 	}
 	if len(m.GetDescriptors()) == 0 {
-		return nil, invalid("descriptors: at least one is required")
+		return nil, decision.Invalid("descriptors: at least one is required")
 	}
 	if len(m.GetDescriptors()) > s.cfg.MaxBatch {
-		return nil, invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
+		return nil, decision.Invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
 	}
-	dom := s.rules.Load().domain(m.GetDomain())
+	dom := s.dec.Rules().Domain(m.GetDomain())
 	now := s.cfg.Now()
-	reqHits := uint64(m.GetHitsAddend())
-	if reqHits == 0 {
-		reqHits = 1
-	}
 
 	descs := make([]envoyDescriptor, len(m.GetDescriptors()))
 	var replaced map[string]bool // made only when a limit replaces others
 	for i, d := range m.GetDescriptors() {
-		ed, err := s.envoyDescriptor(i, m.GetDomain(), dom, d, reqHits)
+		ed, err := s.envoyDescriptor(i, m, dom, d, now)
 		if err != nil {
 			return nil, err
 		}
 		descs[i] = ed
 		if ed.lim != nil {
-			for _, n := range ed.lim.replaces {
+			for _, n := range ed.lim.Replaces {
 				if replaced == nil {
 					replaced = map[string]bool{}
 				}
@@ -135,68 +112,50 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 	}
 
 	statuses := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))
-	var checks []check
+	var reqs []decision.Request
 	var index []int
 	for i, d := range descs {
 		lim := d.lim
 		switch {
-		case lim != nil && lim.name != "" && replaced[lim.name]:
+		case lim != nil && lim.Name != "" && replaced[lim.Name]:
 			lim = nil
 			fallthrough
 		case lim == nil:
 			statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		case lim.unlimited:
+		case lim.Unlimited:
 			statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-		case lim.limit.Limit == 0 || d.hits > lim.limit.Limit:
+		case lim.Limit.Limit == 0 || (!d.req.Store.Peek && d.req.Store.Hits > lim.Limit.Limit):
 			// Nothing can ever admit these hits: over the limit without
-			// asking the store.
-			st := envoyStatus(lim, false, 0, window.Bucket(window.Ms(now), lim.limit.Window), now)
-			outcome := outcomeDenied
-			if lim.shadow || s.cfg.ShadowMode {
-				outcome = outcomeShadowDenied
-			}
-			if lim.shadow {
-				st.Code = rlsv3.RateLimitResponse_OK
-			}
-			if d.hits > 0 {
-				s.metrics.decisions.WithLabelValues(lim.stat, outcome).Inc()
-			}
-			statuses[i] = st
+			// asking the store (OK for a shadow_mode limit).
+			b := window.Bucket(window.Ms(now), lim.Limit.Window)
+			o := s.dec.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
+			statuses[i] = envoyStatus(lim, o.Allowed, 0, b, now)
 		default:
-			// decide answers a shadow_mode limit's denial as allowed;
-			// global shadow mode keeps the status and changes only
+			// The outcome step answers a shadow_mode limit's denial as
+			// allowed; global shadow mode keeps the status and changes only
 			// overall_code, below, as envoyproxy/ratelimit does.
-			checks = append(checks, check{
-				rule:   lim.stat,
-				shadow: lim.shadow,
-				req: region.Request{
-					Key:   d.key,
-					Limit: lim.limit,
-					Hits:  max(d.hits, 1),
-					Now:   now,
-					Peek:  d.hits == 0,
-				},
-			})
+			reqs = append(reqs, d.req)
 			index = append(index, i)
 		}
 	}
-	if len(checks) > 0 {
-		res := make([]region.Result, len(checks))
-		if err := s.decide(ctx, checks, res); err != nil {
+	if len(reqs) > 0 {
+		outs := make([]decision.Outcome, len(reqs))
+		if err := s.dec.Decide(ctx, reqs, outs); err != nil {
 			return nil, err
 		}
 		for j, i := range index {
-			allowed, remaining := res[j].Allowed, res[j].Remaining
-			if checks[j].req.Peek {
+			o := outs[j]
+			allowed, remaining := o.Allowed, o.Remaining
+			if reqs[j].Store.Peek {
 				// hits_addend 0 only looks, which is never over the
 				// limit; the store answered for one hit.
-				if allowed && res[j].RetryAfter == 0 {
+				if allowed && !o.Shadowed {
 					remaining++
 				}
 				allowed = true
 			}
 			st := envoyStatus(descs[i].lim, allowed, remaining, 0, now)
-			st.DurationUntilReset = durationpb.New(res[j].ResetAfter)
+			st.DurationUntilReset = durationpb.New(o.ResetAfter)
 			statuses[i] = st
 		}
 	}
@@ -210,103 +169,93 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 	if s.cfg.RLSHeaders.enabled() {
 		resp.ResponseHeadersToAdd = s.rlsHeaders(statuses)
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.cfg.ShadowMode {
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.dec.ShadowMode() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
 	return connect.NewResponse(resp), nil
 }
 
-// envoyDescriptor validates and matches request descriptor i.
-func (s *Server) envoyDescriptor(i int, domName string, dom *domain, d *commonv3.RateLimitDescriptor, reqHits uint64) (envoyDescriptor, error) {
-	ed := envoyDescriptor{hits: reqHits}
+// envoyDescriptor checks the Envoy-specific parts of request descriptor
+// i, matches it (or takes its override) and validates it.
+func (s *Server) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.Domain, d *commonv3.RateLimitDescriptor, now time.Time) (envoyDescriptor, error) {
+	var ed envoyDescriptor
 	if len(d.GetEntries()) == 0 {
-		return ed, invalid("descriptors[%d].entries: at least one is required", i)
+		return ed, decision.Invalid("descriptors[%d].entries: at least one is required", i)
 	}
 	if d.GetIsNegativeHits() {
-		return ed, invalid("descriptors[%d].is_negative_hits: not supported", i)
+		return ed, decision.Invalid("descriptors[%d].is_negative_hits: not supported", i)
 	}
+	in := decision.Input{NS: decision.Envoy, Field: fmt.Sprintf("descriptors[%d].", i), HitsField: "hits_addend", Hits: uint64(m.GetHitsAddend()), Now: now}
 	if h := d.GetHitsAddend(); h != nil {
-		ed.hits = h.GetValue()
+		in.Hits = h.GetValue()
+		in.Peek = in.Hits == 0 // an explicit 0 only looks
 	}
-	if ed.hits > s.cfg.MaxHits {
-		return ed, invalid("descriptors[%d].hits_addend: %d is more than the maximum of %d", i, ed.hits, s.cfg.MaxHits)
-	}
-	ed.entries = make([]entry, len(d.GetEntries()))
+	entries := make([]rules.Entry, len(d.GetEntries()))
 	for j, e := range d.GetEntries() {
 		if e.GetKey() == "" {
-			return ed, invalid("descriptors[%d].entries[%d].key: must not be empty", i, j)
+			return ed, decision.Invalid("descriptors[%d].entries[%d].key: must not be empty", i, j)
 		}
-		ed.entries[j] = entry{key: e.GetKey(), value: e.GetValue()}
-	}
-	// The key the store gets, escapes included, is what MaxKeyBytes bounds.
-	ed.key = envoyKey(domName, ed.entries)
-	if len(ed.key) > s.cfg.MaxKeyBytes {
-		return ed, invalid("descriptors[%d]: domain and entries make a %d-byte key, more than the maximum of %d", i, len(ed.key), s.cfg.MaxKeyBytes)
+		entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	if o := d.GetLimit(); o != nil {
-		lim, err := overrideLimit(domName, ed.entries, o) // checked even for an unknown domain
+		lim, err := overrideLimit(m.GetDomain(), o) // checked even for an unknown domain
 		if err != nil {
-			return ed, invalid("descriptors[%d].limit: %v", i, err)
+			return ed, decision.Invalid("descriptors[%d].limit: %v", i, err)
 		}
 		if dom != nil {
 			ed.lim = lim
 		}
-		return ed, nil
+	} else if dom != nil {
+		ed.lim = dom.Match(entries)
 	}
-	if dom != nil {
-		ed.lim = dom.match(ed.entries)
+	// The key the store gets, escapes included, is what MaxKeyBytes bounds.
+	in.Key = decision.EnvoyDescriptor(m.GetDomain(), entries)
+	in.Envoy = ed.lim
+	req, err := s.dec.Validate(in)
+	if err != nil {
+		return ed, err
 	}
+	ed.req = req
 	return ed, nil
 }
 
 // overrideLimit turns a descriptor's limit override into a limit, as
-// envoyproxy/ratelimit applies it: in place of the configured one.
-func overrideLimit(domName string, entries []entry, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*envoyLimit, error) {
-	var u string
+// envoyproxy/ratelimit applies it: in place of the configured one. Its
+// metric label is the domain's, "<domain>.override", whatever the entries.
+func overrideLimit(domName string, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*rules.EnvoyLimit, error) {
 	switch o.GetUnit() {
-	case typev3.RateLimitUnit_SECOND:
-		u = "SECOND"
-	case typev3.RateLimitUnit_MINUTE:
-		u = "MINUTE"
-	case typev3.RateLimitUnit_HOUR:
-		u = "HOUR"
-	case typev3.RateLimitUnit_DAY:
-		u = "DAY"
+	case typev3.RateLimitUnit_SECOND, typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR, typev3.RateLimitUnit_DAY:
 	default:
 		return nil, fmt.Errorf("unit %v is not supported (second, minute, hour or day)", o.GetUnit())
 	}
-	eu := envoyUnits[u]
-	w := eu.window
+	unit, w, _ := rules.EnvoyUnit(o.GetUnit().String())
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
-		w *= time.Duration(m.GetValue())
-		if w > window.MaxWindow {
-			return nil, fmt.Errorf("unit_multiplier %d makes a window of %v, more than %v", m.GetValue(), w, window.MaxWindow)
+		// Compare before multiplying: the product can overflow.
+		if n := uint64(m.GetValue()); n > uint64(window.MaxWindow/w) {
+			return nil, fmt.Errorf("unit_multiplier %d makes a window longer than %v", n, window.MaxWindow)
 		}
+		w *= time.Duration(m.GetValue())
 	}
-	stat := domName
-	for _, e := range entries {
-		stat += "." + e.key
-	}
-	return &envoyLimit{
-		stat:  stat + ".override",
-		unit:  eu.unit,
-		limit: window.Limit{Limit: uint64(o.GetRequestsPerUnit()), Window: w, Algorithm: window.SlidingWindow},
+	return &rules.EnvoyLimit{
+		Stat:  domName + ".override",
+		Unit:  unit,
+		Limit: window.Limit{Limit: uint64(o.GetRequestsPerUnit()), Window: w, Algorithm: window.SlidingWindow},
 	}, nil
 }
 
 // envoyStatus builds a descriptor's status. When resetBucket is not zero,
 // duration_until_reset is the time to the end of that bucket.
-func envoyStatus(lim *envoyLimit, allowed bool, remaining uint64, resetBucket int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+func envoyStatus(lim *rules.EnvoyLimit, allowed bool, remaining uint64, resetBucket int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:           rlsv3.RateLimitResponse_OVER_LIMIT,
-		CurrentLimit:   &rlsv3.RateLimitResponse_RateLimit{Name: lim.name, RequestsPerUnit: clamp32(lim.limit.Limit), Unit: lim.unit},
+		CurrentLimit:   &rlsv3.RateLimitResponse_RateLimit{Name: lim.Name, RequestsPerUnit: clamp32(lim.Limit.Limit), Unit: lim.Unit},
 		LimitRemaining: clamp32(remaining),
 	}
 	if allowed {
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
 	if resetBucket != 0 {
-		end := time.UnixMilli((resetBucket + 1) * lim.limit.WindowMs())
+		end := time.UnixMilli((resetBucket + 1) * lim.Limit.WindowMs())
 		st.DurationUntilReset = durationpb.New(end.Sub(now))
 	}
 	return st

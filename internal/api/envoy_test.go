@@ -26,6 +26,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -107,9 +108,9 @@ func spend(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitReq
 	}
 }
 
-func loadExamples(t *testing.T) *api.Rules {
+func loadExamples(t *testing.T) *rules.Set {
 	t.Helper()
-	rs, err := api.LoadRules("testdata/envoyproxy")
+	rs, err := rules.Load("testdata/envoyproxy")
 	if err != nil {
 		t.Fatalf("LoadRules(testdata/envoyproxy): %v", err)
 	}
@@ -123,10 +124,10 @@ func loadExamples(t *testing.T) *api.Rules {
 // configurations, loaded unchanged, through go-control-plane's gRPC client,
 // on both stores.
 func TestEnvoyExamples(t *testing.T) {
-	rules := loadExamples(t)
+	examples := loadExamples(t)
 	for _, sf := range stores {
 		t.Run(sf.name, func(t *testing.T) {
-			s := newServer(t, api.Config{Store: sf.new(t), Rules: rules})
+			s := newServer(t, api.Config{Store: sf.new(t), Rules: examples})
 			c := s.rlsClient(t)
 
 			t.Run("example1 mongo_cps", func(t *testing.T) {
@@ -334,7 +335,7 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 // TestShadowModeConnect: a native rule in shadow mode, and global shadow
 // mode, answer allowed with retry_after above zero where they would deny.
 func TestShadowModeConnect(t *testing.T) {
-	rules, err := api.ParseRules([]byte("rules:\n  - name: soft\n    limit: 1\n    window: 1m\n    shadow_mode: true\n  - name: hard\n    limit: 1\n    window: 1m\n"))
+	rs, err := rules.Parse([]byte("rules:\n  - name: soft\n    limit: 1\n    window: 1m\n    shadow_mode: true\n  - name: hard\n    limit: 1\n    window: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestShadowModeConnect(t *testing.T) {
 		{"global shadow", true, "hard", true, "shadow_denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newServer(t, api.Config{Rules: rules, ShadowMode: tc.global})
+			s := newServer(t, api.Config{Rules: rs, ShadowMode: tc.global})
 			c := s.client(t, false)
 			req := &ratelimitv1.CheckRequest{Key: "k", Rule: tc.rule}
 			first, err := c.Check(context.Background(), connect.NewRequest(req))
@@ -570,7 +571,7 @@ func TestEnvoyReflection(t *testing.T) {
 // on loopback, two descriptors of envoyproxy/ratelimit's Example 2, the
 // in-memory store.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	rs, err := api.LoadRules("testdata/envoyproxy")
+	rs, err := rules.Load("testdata/envoyproxy")
 	if err != nil {
 		b.Fatal(err)
 	}

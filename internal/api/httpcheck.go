@@ -13,8 +13,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/ratelimitheader"
-	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // Defaults for zero [CheckConfig] fields.
@@ -135,7 +136,7 @@ func newHTTPCheck(cfg CheckConfig) (*httpCheck, error) {
 		errs = append(errs, fmt.Errorf("Check.DenyStatus: %d, want 429 or 403", cfg.DenyStatus))
 	}
 	if cfg.DefaultRule != "" {
-		if err := checkRuleName(cfg.DefaultRule); err != nil {
+		if err := rules.CheckName(cfg.DefaultRule); err != nil {
 			errs = append(errs, fmt.Errorf("Check.DefaultRule: %w", err))
 		}
 	}
@@ -225,15 +226,14 @@ func (h *httpCheck) rule(r *http.Request) string {
 }
 
 func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer h.s.observe("HTTPCheck", start)
+	defer h.s.dec.Observe("HTTPCheck", time.Now())
 	w.Header().Set("Cache-Control", "no-store")
 
 	denyStatus := h.cfg.DenyStatus
 	if v := r.URL.Query().Get("deny_status"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != http.StatusTooManyRequests && n != http.StatusForbidden) {
-			h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+			h.s.dec.RecordError(decision.LabelUnknown)
 			http.Error(w, fmt.Sprintf("deny_status: %q, want 429 or 403", truncate(v, 16)), http.StatusBadRequest)
 			return
 		}
@@ -241,38 +241,33 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ruleName := h.rule(r)
 	if ruleName == "" {
-		h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+		h.s.dec.RecordError(decision.LabelUnknown)
 		http.Error(w, fmt.Sprintf("rule: none named: put it in the path (%s/<rule>) or the %s header, or configure a default rule", h.cfg.Path, RuleHeader), http.StatusBadRequest)
 		return
 	}
 	key, err := h.key(r.Header)
 	if err != nil {
-		label := ruleUnknown
-		if _, ok := h.s.rules.Load().Lookup(ruleName); ok {
-			label = ruleName
-		}
-		h.s.metrics.decisions.WithLabelValues(label, outcomeError).Inc()
+		h.s.dec.RecordError(h.s.dec.Label(ruleName))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c, err := h.s.prepare("", key, 1, ruleName, nil, h.s.cfg.Now(), false)
+	req, err := h.s.dec.Validate(decision.Input{NS: decision.ForwardAuth, Key: key, Rule: ruleName, Now: h.s.cfg.Now()})
 	if err != nil {
-		h.s.metrics.decisions.WithLabelValues(c.rule, outcomeError).Inc()
 		http.Error(w, errorMessage(err), http.StatusBadRequest)
 		return
 	}
-	res := make([]region.Result, 1)
-	if err := h.s.decide(r.Context(), []check{c}, res); err != nil {
-		// decide fails only when the store cannot decide.
+	var out [1]decision.Outcome
+	if err := h.s.dec.Decide(r.Context(), []decision.Request{req}, out[:]); err != nil {
+		// Decide fails only when the store cannot decide.
 		http.Error(w, errorMessage(err), http.StatusServiceUnavailable)
 		return
 	}
-	d := res[0]
+	d := out[0]
 	ratelimitheader.Set(w.Header(), ratelimitheader.Values{
-		Policy:     c.rule,
+		Policy:     req.Label,
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,
-		Window:     c.req.Limit.Window,
+		Window:     req.Store.Limit.Window,
 		Remaining:  d.Remaining,
 		ResetAfter: d.ResetAfter,
 		RetryAfter: d.RetryAfter,
@@ -284,4 +279,11 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "allowed")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -16,6 +16,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -103,12 +104,12 @@ func FuzzRequest(f *testing.F) {
 	f.Add([]byte(`{"checks":[{"key":"a","limit":{"limit":"9007199254740993","window":"-1s"}}]}`), true, uint8(1))
 	f.Add([]byte(`{"key":"x","hits":"18446744073709551615","limit":{"limit":1,"window":"604800.000000001s","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`), true, uint8(2))
 
-	rules, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	store := region.NewMemory(region.MemoryConfig{MaxKeys: 10000})
-	h, err := api.NewHandler(api.Config{Store: store, Rules: rules, MaxRequestBytes: 64 << 10, Now: func() time.Time { return t0 }})
+	h, err := api.NewHandler(api.Config{Store: store, Rules: rs, MaxRequestBytes: 64 << 10, Now: func() time.Time { return t0 }})
 	if err != nil {
 		f.Fatal(err)
 	}

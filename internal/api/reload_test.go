@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // waitFor polls cond every few milliseconds until it holds or 10 s pass.
@@ -59,7 +60,7 @@ func TestReloadEnvoyExample(t *testing.T) {
 	path := filepath.Join(dir, "messaging.yaml")
 	copyFile(t, "testdata/envoyproxy/messaging.yaml", path)
 	reg := prometheus.NewRegistry()
-	rl, err := api.NewReloader(api.ReloaderConfig{Path: dir, Interval: 10 * time.Millisecond, Registerer: reg})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: 10 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +132,11 @@ func TestReloadEnvoyExample(t *testing.T) {
 func TestReloadNativeAddsFile(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), "rules:\n  - name: a\n    limit: 1\n    window: 1m\n")
-	rl, err := api.NewReloader(api.ReloaderConfig{Path: dir, Interval: time.Millisecond})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got atomic.Pointer[api.Rules]
+	var got atomic.Pointer[rules.Set]
 	got.Store(rl.Rules())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -163,7 +164,7 @@ func TestReloadNativeAddsFile(t *testing.T) {
 func TestNewReloaderRejectsInvalid(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.yaml")
 	writeFile(t, path, "domain: d\ndescriptors:\n  - value: v\n")
-	if _, err := api.NewReloader(api.ReloaderConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "descriptors[0].key: required") {
+	if _, err := rules.NewReloader(rules.ReloaderConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "descriptors[0].key: required") {
 		t.Errorf("NewReloader = %v, want the missing key", err)
 	}
 }
