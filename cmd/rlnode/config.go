@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -94,7 +95,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
-	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
+	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
@@ -185,19 +186,24 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
 	}
 	for _, m := range []struct {
-		flag     string
-		got, min uint64
+		flag          string
+		got, min, max uint64 // max 0: no upper bound
+		why           string // why max, when set
 	}{
-		{"max-keys", uint64(max(c.MaxKeys, 0)), 1},
-		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1},
-		{"max-batch", uint64(max(c.MaxBatch, 0)), 1},
-		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64},
-		{"max-hits", c.MaxHits, 1},
-		{"max-log-limit", c.MaxLogLimit, 1},
-		{"max-rules", uint64(max(c.MaxRules, 0)), 1},
+		{"max-keys", uint64(max(c.MaxKeys, 0)), 1, 0, ""},
+		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1, uint64(decision.MaxKeyBytes),
+			fmt.Sprintf("counter keys, namespace prefix included, must fit the %d bytes replication carries", region.MaxKeyBytes)},
+		{"max-batch", uint64(max(c.MaxBatch, 0)), 1, 0, ""},
+		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64, 0, ""},
+		{"max-hits", c.MaxHits, 1, 0, ""},
+		{"max-log-limit", c.MaxLogLimit, 1, 0, ""},
+		{"max-rules", uint64(max(c.MaxRules, 0)), 1, 0, ""},
 	} {
 		if m.got < m.min {
 			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, m.got, m.min))
+		}
+		if m.max != 0 && m.got > m.max {
+			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
 		}
 	}
 	if c.DenyCacheKeys < 0 {
