@@ -1,4 +1,7 @@
-package api
+// Package auth owns bearer-token authentication for the API: the token set
+// ([Tokens], kept as SHA-256 digests and compared in constant time) and the
+// [RequireBearer] middleware that answers refusals in each protocol's terms.
+package auth
 
 import (
 	"bufio"
@@ -51,16 +54,16 @@ func NewTokens(tokens []string) (*Tokens, error) {
 // name a token by its position, never by its value.
 func (t *Tokens) Set(tokens []string) error {
 	if len(tokens) == 0 {
-		return errors.New("api: no bearer token given")
+		return errors.New("auth: no bearer token given")
 	}
 	ds := make([][sha256.Size]byte, 0, len(tokens))
 	for i, tok := range tokens {
 		if len(tok) < MinTokenBytes {
-			return fmt.Errorf("api: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
+			return fmt.Errorf("auth: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
 		}
 		for _, c := range []byte(tok) {
 			if c <= ' ' || c > '~' {
-				return fmt.Errorf("api: token %d: must be visible ASCII without spaces", i+1)
+				return fmt.Errorf("auth: token %d: must be visible ASCII without spaces", i+1)
 			}
 		}
 		ds = append(ds, sha256.Sum256([]byte(tok)))
