@@ -39,6 +39,7 @@ import (
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -91,7 +92,7 @@ type Config struct {
 	Replicator Replicator
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
-	Cluster Cluster
+	Cluster status.Cluster
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
 	// MaxKeyBytes bounds a request's key (for Envoy, the escaped domain
@@ -230,8 +231,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	// A store that can decide while its primary is down ([region.Failover]),
 	// here or under a wrapper: /readyz states its mode and the
 	// rlcluster_store_* metrics export it.
-	status, _ := storeAs[StoreStatuser](cfg.Store)
-	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, status); err != nil {
+	storeStatus, _ := storeAs[StoreStatuser](cfg.Store)
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, storeStatus); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{
@@ -276,8 +277,13 @@ func NewHandler(cfg Config) (*Server, error) {
 	s.mux.Handle(hc.cfg.Path, hc)
 	s.mux.Handle(hc.cfg.Path+"/", hc)
 	// "/{$}" is the exact path "/" only: other unknown paths stay 404.
-	s.mux.HandleFunc("GET /{$}", s.serveStatusPage)
-	s.mux.HandleFunc("GET /status.json", s.serveStatusJSON)
+	var ages func() map[string]time.Duration
+	if cfg.Replicator != nil {
+		ages = cfg.Replicator.Ages
+	}
+	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages})
+	s.mux.HandleFunc("GET /{$}", sp.ServePage)
+	s.mux.HandleFunc("GET /status.json", sp.ServeJSON)
 	return s, nil
 }
 
