@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -115,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxLogLimit:     c.MaxLogLimit,
 		Logger:          log,
 		Registerer:      reg,
-		Check: api.CheckConfig{
+		Check: forwardauth.Config{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
 			DefaultRule:   c.CheckDefaultRule,

@@ -38,6 +38,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -129,7 +130,7 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Check configures the HTTP check endpoint for proxies' forward-auth
 	// (default path /check).
-	Check CheckConfig
+	Check forwardauth.Config
 	// ShadowMode, when true, decides and counts every request as usual but
 	// answers allowed (OK to Envoy); denials show as outcome
 	// "shadow_denied" in rlcluster_decisions_total. Rules can also be in
@@ -168,7 +169,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
 //	/metrics  /healthz  /readyz
-//	/check, /check/<rule>                                    forward-auth check (see [CheckConfig])
+//	/check, /check/<rule>                                    forward-auth check (see [forwardauth.Config])
 //	/  /status.json                                          status page and its data (GET)
 //
 // The handler serves HTTP/1.1 and HTTP/2; gRPC needs HTTP/2, so serve it
@@ -224,10 +225,6 @@ func NewHandler(cfg Config) (*Server, error) {
 		}
 		cfg.Gatherer = g
 	}
-	hc, err := newHTTPCheck(cfg.Check)
-	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
-	}
 	// A store that can decide while its primary is down ([region.Failover]),
 	// here or under a wrapper: /readyz states its mode and the
 	// rlcluster_store_* metrics export it.
@@ -253,6 +250,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	hc, err := forwardauth.New(cfg.Check, dec, cfg.Now)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	s := &Server{cfg: cfg, dec: dec, mux: http.NewServeMux()}
 
 	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
@@ -273,9 +274,8 @@ func NewHandler(cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	s.mux.HandleFunc("/readyz", s.serveReady)
-	hc.s = s
-	s.mux.Handle(hc.cfg.Path, hc)
-	s.mux.Handle(hc.cfg.Path+"/", hc)
+	s.mux.Handle(hc.Path(), hc)
+	s.mux.Handle(hc.Path()+"/", hc)
 	// "/{$}" is the exact path "/" only: other unknown paths stay 404.
 	var ages func() map[string]time.Duration
 	if cfg.Replicator != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -153,7 +154,7 @@ func TestHTTPCheckSlidingWindow(t *testing.T) {
 	// Sliding window, limit 2 per minute, at 30 s into the bucket with
 	// nothing before: after one hit the estimate drops to 0 one millisecond
 	// into the next bucket (floor(1 * (W-e)/W) = 0), 30.001 s from now.
-	s := newServer(t, api.Config{Rules: checkRules(t), Check: api.CheckConfig{LegacyHeaders: true}})
+	s := newServer(t, api.Config{Rules: checkRules(t), Check: forwardauth.Config{LegacyHeaders: true}})
 	xff := map[string]string{"X-Forwarded-For": "2001:db8::1"}
 	status, h, _ := fwdAuth(t, s.URL+"/check/sw", xff)
 	if status != 200 {
@@ -181,7 +182,7 @@ func TestHTTPCheckSlidingWindow(t *testing.T) {
 }
 
 func TestHTTPCheckKeyHeaders(t *testing.T) {
-	s := newServer(t, api.Config{Rules: checkRules(t), Check: api.CheckConfig{
+	s := newServer(t, api.Config{Rules: checkRules(t), Check: forwardauth.Config{
 		Path:        "/auth",
 		KeyHeaders:  []string{"X-Api-Key", "Authorization+X-Forwarded-For", "X-Real-IP"},
 		DefaultRule: "other",
@@ -228,7 +229,7 @@ func TestHTTPCheckKeyHeaders(t *testing.T) {
 }
 
 func TestHTTPCheckBadInput(t *testing.T) {
-	s := newServer(t, api.Config{Rules: checkRules(t), Check: api.CheckConfig{KeyHeaders: []string{"X-Forwarded-For", "Authorization"}}})
+	s := newServer(t, api.Config{Rules: checkRules(t), Check: forwardauth.Config{KeyHeaders: []string{"X-Forwarded-For", "Authorization"}}})
 	tests := []struct {
 		name string
 		url  string
@@ -281,17 +282,17 @@ func TestHTTPCheckStoreDown(t *testing.T) {
 func TestHTTPCheckConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  api.CheckConfig
+		cfg  forwardauth.Config
 		want string
 	}{
-		{"trailing slash", api.CheckConfig{Path: "/check/"}, "Check.Path"},
-		{"no leading slash", api.CheckConfig{Path: "check"}, "Check.Path"},
-		{"taken", api.CheckConfig{Path: "/metrics"}, "Check.Path"},
-		{"RPC namespace", api.CheckConfig{Path: "/ratelimit.v1.RateLimitService"}, "Check.Path"},
-		{"deny status", api.CheckConfig{DenyStatus: 500}, "Check.DenyStatus: 500"},
-		{"header name", api.CheckConfig{KeyHeaders: []string{"X-Ok+Bad Name"}}, `Check.KeyHeaders[0]: "Bad Name"`},
-		{"empty header in a combination", api.CheckConfig{KeyHeaders: []string{"X-Ok", "A+"}}, `Check.KeyHeaders[1]: ""`},
-		{"default rule name", api.CheckConfig{DefaultRule: "bad rule"}, "Check.DefaultRule"},
+		{"trailing slash", forwardauth.Config{Path: "/check/"}, "Check.Path"},
+		{"no leading slash", forwardauth.Config{Path: "check"}, "Check.Path"},
+		{"taken", forwardauth.Config{Path: "/metrics"}, "Check.Path"},
+		{"RPC namespace", forwardauth.Config{Path: "/ratelimit.v1.RateLimitService"}, "Check.Path"},
+		{"deny status", forwardauth.Config{DenyStatus: 500}, "Check.DenyStatus: 500"},
+		{"header name", forwardauth.Config{KeyHeaders: []string{"X-Ok+Bad Name"}}, `Check.KeyHeaders[0]: "Bad Name"`},
+		{"empty header in a combination", forwardauth.Config{KeyHeaders: []string{"X-Ok", "A+"}}, `Check.KeyHeaders[1]: ""`},
+		{"default rule name", forwardauth.Config{DefaultRule: "bad rule"}, "Check.DefaultRule"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

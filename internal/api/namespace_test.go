@@ -12,6 +12,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
@@ -39,7 +40,7 @@ func namespaceRules(t *testing.T) *rules.Set {
 // and Connect rule keys shaped like a forward-auth key, spend nothing of
 // those counters.
 func TestNamespacesCannotBeCrossed(t *testing.T) {
-	s := newServer(t, api.Config{Rules: namespaceRules(t), Check: api.CheckConfig{DefaultRule: "api"}})
+	s := newServer(t, api.Config{Rules: namespaceRules(t), Check: forwardauth.Config{DefaultRule: "api"}})
 	ctx := context.Background()
 	c := s.client(t, true, connect.WithGRPC())
 	huge := inline(1<<40, time.Minute)

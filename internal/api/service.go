@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,7 +63,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 		if err != nil {
 			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Error{Error: &ratelimitv1.Error{
 				Code:    connect.CodeOf(err).String(),
-				Message: errorMessage(err),
+				Message: decision.Message(err),
 			}}}
 			continue
 		}
@@ -94,14 +93,6 @@ func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRe
 		return nil, err
 	}
 	return connect.NewResponse(&ratelimitv1.PeekResponse{Response: s.response(o, s.ages(o))}), nil
-}
-
-// errorMessage returns err's message without the code prefix Connect adds.
-func errorMessage(err error) string {
-	if ce := new(connect.Error); errors.As(err, &ce) {
-		return ce.Message()
-	}
-	return err.Error()
 }
 
 // ages asks the Replicator for the remote regions' ages when any outcome

@@ -188,6 +188,14 @@ func Invalid(format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
 }
 
+// Message returns err's message without the code prefix Connect adds.
+func Message(err error) string {
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
 // Label returns the metric label of a request naming rule: its name when
 // it is a configured rule, else [LabelUnknown].
 func (d *Decider) Label(rule string) string {
