@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -251,10 +252,10 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 }
 
 // rlsHeaderSets are the values of --rls-headers.
-var rlsHeaderSets = map[string]api.RLSHeaders{
+var rlsHeaderSets = map[string]envoyrls.Headers{
 	"none":  {},
-	"draft": api.RLSHeadersDraft,
-	"x":     api.RLSHeadersX,
+	"draft": envoyrls.HeadersDraft,
+	"x":     envoyrls.HeadersX,
 }
 
 // newLogger returns the logger c asks for, writing to w, with every value

@@ -1,25 +1,22 @@
-// Package api serves rlcluster's decision API: the ratelimit.v1
-// RateLimitService for the Connect protocol (JSON and binary), gRPC and
-// gRPC-Web, and Envoy's rate-limit service (RLS v3 ShouldRateLimit, see
-// envoy.go), on one HTTP handler, with gRPC health checking, server
-// reflection, rules (native, and envoyproxy/ratelimit's YAML domains) with
-// hot reload ([Reloader]), shadow mode, Prometheus metrics, the /healthz,
-// /readyz and /metrics endpoints, and a status page at / (members,
-// replication lag and a key's per-region counts, polled live from
-// /status.json and Peek).
+// Package api owns the node's HTTP handler and the ratelimit.v1
+// RateLimitService (Check, CheckBatch, Peek) for the Connect protocol (JSON
+// and binary), gRPC and gRPC-Web with its JSON codec; [NewHandler] mounts it
+// on one handler with the packages that own the rest:
 //
-// The handler validates requests, turns them into [region.Request]s, decides
-// them with one [region.Store.Check] call per RPC, tells an optional
-// [Replicator] about the new local totals, and maps errors to wire codes:
+//	decision     the one path every entry point decides through: validation,
+//	             namespaced counter keys, the store call, metrics, shadow mode
+//	             and replication
+//	rules        native rules and envoyproxy/ratelimit domains, their YAML
+//	             formats and the file reloader
+//	envoyrls     Envoy's rate-limit service (RLS v3 ShouldRateLimit)
+//	forwardauth  the /check endpoint for proxies' forward authentication
+//	status       the status page (/) and /status.json
+//	auth         bearer tokens and the middleware that requires them
+//
+// besides gRPC health checking, server reflection, the /healthz, /readyz and
+// /metrics endpoints and the store's metrics. Errors map to wire codes:
 // bad input is invalid_argument with a message naming the field, a store
 // failure is unavailable, and a denial is a normal response.
-//
-// Counter keys: a named rule counts key under rule name + ":" + key, so two
-// rules on one key count separately; an inline limit counts under the
-// caller's key as given; an Envoy descriptor counts under
-// "rls/" + domain + "/" + key=value/... (escaped), which no rule's key can
-// equal since rule names hold no '/' (the store adds the window and bucket
-// to each).
 package api
 
 import (
@@ -38,6 +35,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/api/status"
@@ -140,7 +138,7 @@ type Config struct {
 	// add response headers for the most limiting descriptor, as
 	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. The
 	// zero value adds none.
-	RLSHeaders RLSHeaders
+	RLSHeaders envoyrls.Headers
 }
 
 // StoreStatuser is implemented by stores with a degraded mode
@@ -262,10 +260,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
-	s.mountEnvoy(opts)
-	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyServiceName)
+	s.mux.Handle(envoyrls.Procedure, envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders}).Handler(opts...))
+	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, grpchealth.HealthV1ServiceName)
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -316,7 +314,7 @@ func (s *Server) SetServing(serving bool) {
 		st = grpchealth.StatusNotServing
 	}
 	s.health.SetStatus(ratelimitv1connect.RateLimitServiceName, st)
-	s.health.SetStatus(envoyServiceName, st)
+	s.health.SetStatus(envoyrls.ServiceName, st)
 	s.health.SetStatus("", st)
 }
 

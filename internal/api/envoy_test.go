@@ -26,6 +26,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -403,11 +404,11 @@ func TestShadowModeConnect(t *testing.T) {
 func TestEnvoyResponseHeaders(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		headers api.RLSHeaders
+		headers envoyrls.Headers
 		prefix  string
 	}{
-		{"draft", api.RLSHeadersDraft, "RateLimit-"},
-		{"x", api.RLSHeadersX, "X-RateLimit-"},
+		{"draft", envoyrls.HeadersDraft, "RateLimit-"},
+		{"x", envoyrls.HeadersX, "X-RateLimit-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, api.Config{Rules: loadExamples(t), RLSHeaders: tc.headers})

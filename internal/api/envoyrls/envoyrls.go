@@ -1,9 +1,14 @@
-package api
+// Package envoyrls owns Envoy's rate-limit service (RLS v3
+// ShouldRateLimit) with envoyproxy/ratelimit's semantics: it matches each
+// request descriptor against the domains of a [rules.Set] and decides the
+// matched ones through [decision.Decider] in the Envoy namespace.
+package envoyrls
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -20,36 +25,57 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// Envoy's rate-limit service (RLS v3), served on the same handler as the
+// The service and its one procedure, served on the same handler as the
 // Connect API so that Envoy's rate_limit_service points at the node's one
 // port over gRPC (h2c).
 const (
-	envoyServiceName = "envoy.service.ratelimit.v3.RateLimitService"
-	envoyProcedure   = "/" + envoyServiceName + "/ShouldRateLimit"
+	ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+	Procedure   = "/" + ServiceName + "/ShouldRateLimit"
 )
 
-// RLSHeaders names the response headers ShouldRateLimit asks Envoy to add,
+// Headers names the response headers ShouldRateLimit asks Envoy to add,
 // describing the most limiting descriptor of the request (the first one
 // over its limit, else the one with the fewest hits remaining): its
 // requests per unit, the hits remaining and the seconds until its window
 // resets. Empty names add no headers.
-type RLSHeaders struct {
+type Headers struct {
 	Limit, Remaining, Reset string
 }
 
-// Header sets for Config.RLSHeaders: the IETF draft's names, which
+// Header sets for Config.Headers: the IETF draft's names, which
 // envoyproxy/ratelimit adds by default when LIMIT_RESPONSE_HEADERS_ENABLED
 // is set, and the older X-RateLimit-* names.
 var (
-	RLSHeadersDraft = RLSHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
-	RLSHeadersX     = RLSHeaders{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
+	HeadersDraft = Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+	HeadersX     = Headers{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
 )
 
-func (h RLSHeaders) enabled() bool { return h.Limit != "" || h.Remaining != "" || h.Reset != "" }
+func (h Headers) enabled() bool { return h.Limit != "" || h.Remaining != "" || h.Reset != "" }
 
-// mountEnvoy registers ShouldRateLimit on the server's mux.
-func (s *Server) mountEnvoy(opts []connect.HandlerOption) {
-	s.mux.Handle(envoyProcedure, connect.NewUnaryHandler(envoyProcedure, s.shouldRateLimit, opts...))
+// Config configures a [Service]. Every field is required unless it says
+// otherwise.
+type Config struct {
+	// Decider validates, decides and records; its rules hold the domains.
+	Decider *decision.Decider
+	// MaxBatch bounds the descriptors of one request.
+	MaxBatch int
+	// Now returns the current time.
+	Now func() time.Time
+	// Headers, when its names are set, makes ShouldRateLimit add response
+	// headers for the most limiting descriptor; the zero value adds none.
+	Headers Headers
+}
+
+// Service serves ShouldRateLimit. It is safe for concurrent use.
+type Service struct{ cfg Config }
+
+// New returns the service of cfg.
+func New(cfg Config) *Service { return &Service{cfg: cfg} }
+
+// Handler returns the Connect handler of [Procedure] (gRPC, gRPC-Web and
+// the Connect protocol), with opts.
+func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
+	return connect.NewUnaryHandler(Procedure, s.ShouldRateLimit, opts...)
 }
 
 // envoyDescriptor is one request descriptor, validated and matched.
@@ -58,7 +84,7 @@ type envoyDescriptor struct {
 	req decision.Request  // when lim is set
 }
 
-// shouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // with envoyproxy/ratelimit's semantics:
 //
 //   - each descriptor is matched against the request's domain (see
@@ -78,8 +104,8 @@ type envoyDescriptor struct {
 // Every descriptor goes through [decision.Decider.Validate] in the Envoy
 // namespace, and its outcome through the same outcome step as the Connect
 // API's.
-func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-	defer s.dec.Observe("ShouldRateLimit", time.Now())
+func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+	defer s.cfg.Decider.Observe("ShouldRateLimit", time.Now())
 	m := r.Msg
 	if m.GetDomain() == "" {
 		return nil, decision.Invalid("domain: required")
@@ -90,7 +116,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 	if len(m.GetDescriptors()) > s.cfg.MaxBatch {
 		return nil, decision.Invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
 	}
-	dom := s.dec.Rules().Domain(m.GetDomain())
+	dom := s.cfg.Decider.Rules().Domain(m.GetDomain())
 	now := s.cfg.Now()
 
 	descs := make([]envoyDescriptor, len(m.GetDescriptors()))
@@ -128,7 +154,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 			// Nothing can ever admit these hits: over the limit without
 			// asking the store (OK for a shadow_mode limit).
 			b := window.Bucket(window.Ms(now), lim.Limit.Window)
-			o := s.dec.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
+			o := s.cfg.Decider.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
 			statuses[i] = envoyStatus(lim, o.Allowed, 0, b, now)
 		default:
 			// The outcome step answers a shadow_mode limit's denial as
@@ -140,7 +166,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 	}
 	if len(reqs) > 0 {
 		outs := make([]decision.Outcome, len(reqs))
-		if err := s.dec.Decide(ctx, reqs, outs); err != nil {
+		if err := s.cfg.Decider.Decide(ctx, reqs, outs); err != nil {
 			return nil, err
 		}
 		for j, i := range index {
@@ -166,10 +192,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if s.cfg.RLSHeaders.enabled() {
+	if s.cfg.Headers.enabled() {
 		resp.ResponseHeadersToAdd = s.rlsHeaders(statuses)
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.dec.ShadowMode() {
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.cfg.Decider.ShadowMode() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
 	return connect.NewResponse(resp), nil
@@ -177,7 +203,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.R
 
 // envoyDescriptor checks the Envoy-specific parts of request descriptor
 // i, matches it (or takes its override) and validates it.
-func (s *Server) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.Domain, d *commonv3.RateLimitDescriptor, now time.Time) (envoyDescriptor, error) {
+func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.Domain, d *commonv3.RateLimitDescriptor, now time.Time) (envoyDescriptor, error) {
 	var ed envoyDescriptor
 	if len(d.GetEntries()) == 0 {
 		return ed, decision.Invalid("descriptors[%d].entries: at least one is required", i)
@@ -211,7 +237,7 @@ func (s *Server) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.Do
 	// The key the store gets, escapes included, is what MaxKeyBytes bounds.
 	in.Key = decision.EnvoyDescriptor(m.GetDomain(), entries)
 	in.Envoy = ed.lim
-	req, err := s.dec.Validate(in)
+	req, err := s.cfg.Decider.Validate(in)
 	if err != nil {
 		return ed, err
 	}
@@ -271,7 +297,7 @@ func clamp32(n uint64) uint32 {
 // rlsHeaders describes the most limiting status: the first over its
 // limit, else the one with the fewest hits remaining. Statuses without a
 // limit do not count; with none left there are no headers.
-func (s *Server) rlsHeaders(statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func (s *Service) rlsHeaders(statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var most *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range statuses {
 		if st.GetCurrentLimit() == nil {
@@ -288,7 +314,7 @@ func (s *Server) rlsHeaders(statuses []*rlsv3.RateLimitResponse_DescriptorStatus
 	if most == nil {
 		return nil
 	}
-	h := s.cfg.RLSHeaders
+	h := s.cfg.Headers
 	var out []*corev3.HeaderValue
 	add := func(k, v string) {
 		if k != "" {
