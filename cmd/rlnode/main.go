@@ -232,6 +232,20 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 	return region.NewDenyCache(f, region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}), fmt.Sprintf("%s, deny cache of %d keys", desc, c.DenyCacheKeys), nil
 }
 
+// Bounds of the API's HTTP server, suited to unary calls, whose request
+// is at most --max-request-bytes and whose answer takes milliseconds: a
+// request (headers and body) must arrive within httpReadTimeout and its
+// answer be written within httpWriteTimeout, each per HTTP/2 stream.
+// Streaming calls (server reflection) lift both for themselves (see
+// api.Server.ServeHTTP).
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = 15 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpIdleTimeout       = 2 * time.Minute
+	httpMaxHeaderBytes    = 64 << 10
+)
+
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which
 // gRPC clients need without TLS.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
@@ -241,8 +255,11 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

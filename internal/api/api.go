@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -286,12 +287,25 @@ func NewHandler(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP implements http.Handler. Plain Connect unary JSON calls take a
-// shorter path to the same methods (see serveFast).
+// shorter path to the same methods (see serveFast). Streaming calls
+// (server reflection) lift the server's read and write deadlines, which
+// suit unary calls, for their own stream.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isStream(r.URL.Path) {
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{}) // unsupported by some writers: nothing to lift then
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 	if s.serveFast(w, r) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// isStream reports whether path is a streaming procedure.
+func isStream(path string) bool {
+	return strings.HasPrefix(path, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(path, "/grpc.reflection.v1alpha.ServerReflection/")
 }
 
 // Handle mounts another handler on the server's mux, for endpoints that

@@ -17,6 +17,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -446,6 +447,37 @@ func TestEnvoyResponseHeaders(t *testing.T) {
 	}
 }
 
+// TestEnvoyOverrideLabels: overrides carry caller-chosen entries, which
+// never become metric labels: every override of a domain counts under
+// "<domain>.override", so 200 requests with fresh entry keys add no series.
+func TestEnvoyOverrideLabels(t *testing.T) {
+	s := newServer(t, api.Config{Rules: loadExamples(t)})
+	c := s.rlsClient(t)
+	override := func(i int) *rlsv3.RateLimitRequest {
+		d := desc(fmt.Sprintf("k%d", i), "v")
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+		return rlsReq("internal", d)
+	}
+	call(t, c, override(0), ok, st{ok, 5, mnt, 4})
+	before, err := testutil.GatherAndCount(s.Reg, "rlcluster_decisions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 200; i++ {
+		call(t, c, override(i), ok, st{ok, 5, mnt, 4})
+	}
+	after, err := testutil.GatherAndCount(s.Reg, "rlcluster_decisions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("rlcluster_decisions_total series: %d before 200 fresh overrides, %d after; want no new series", before, after)
+	}
+	if want := `rlcluster_decisions_total{outcome="allowed",rule="internal.override"} 201`; !strings.Contains(get(t, s.URL+"/metrics", http.StatusOK), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+}
+
 // TestEnvoyLimitOverride: a descriptor's own limit replaces the
 // configured one, as Envoy's dynamic metadata overrides do.
 func TestEnvoyLimitOverride(t *testing.T) {
@@ -469,6 +501,11 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 	neg.IsNegativeHits = true
 	month := desc("a", "b")
 	month.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MONTH}
+	// 2^32-1 days overflows a time.Duration; 8 days is only too long.
+	overflow := desc("azure", "b")
+	overflow.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)}
+	eightDays := desc("azure", "b")
+	eightDays.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(8)}
 	for _, tc := range []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -485,6 +522,8 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 			"descriptors[0].hits_addend: 101 is more than the maximum of 100"},
 		{"negative hits", rlsReq("d", neg), "descriptors[0].is_negative_hits: not supported"},
 		{"month override", rlsReq("d", month), "descriptors[0].limit: unit MONTH is not supported"},
+		{"overflowing multiplier", rlsReq("internal", overflow), "descriptors[0].limit: unit_multiplier 4294967295 makes a window longer than 168h0m0s"},
+		{"multiplier past a week", rlsReq("internal", eightDays), "descriptors[0].limit: unit_multiplier 8 makes a window longer than 168h0m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.ShouldRateLimit(context.Background(), tc.req)
