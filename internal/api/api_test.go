@@ -730,3 +730,37 @@ func TestReflection(t *testing.T) {
 		t.Errorf("FileContainingSymbol: got %d files, first %q", len(files), files[0].GetName())
 	}
 }
+
+// TestJSONUnknownNamesAreInvalid: a misspelled algorithm name or field in
+// a JSON request is invalid_argument, not a silent default, on the fast
+// path and through Connect (interceptors configured turn the fast path
+// off).
+func TestJSONUnknownNamesAreInvalid(t *testing.T) {
+	noop := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next })
+	for _, srv := range []struct {
+		name string
+		cfg  api.Config
+	}{
+		{"fast path", api.Config{}},
+		{"connect", api.Config{HandlerOptions: []connect.HandlerOption{connect.WithInterceptors(noop)}}},
+	} {
+		s := newServer(t, srv.cfg)
+		for _, tc := range []struct{ name, body string }{
+			{"misspelled enum name", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"ALGORITHM_TOKEN_BUKET"}}`},
+			{"config-style enum name", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"token_bucket"}}`},
+			{"unknown field", `{"key":"a","limt":{"limit":"5","window":"60s"}}`},
+			{"unknown limit field", `{"key":"a","limit":{"limit":"5","window":"60s","algo":"ALGORITHM_TOKEN_BUCKET"}}`},
+		} {
+			t.Run(srv.name+"/"+tc.name, func(t *testing.T) {
+				code, body := postJSON(t, s.URL+"/ratelimit.v1.RateLimitService/Check", tc.body)
+				if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) {
+					t.Errorf("POST Check %s = %d %s, want 400 invalid_argument", tc.body, code, body)
+				}
+			})
+		}
+		code, body := postJSON(t, s.URL+"/ratelimit.v1.RateLimitService/Check", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`)
+		if code != http.StatusOK {
+			t.Errorf("%s: POST Check with a known algorithm = %d %s, want 200", srv.name, code, body)
+		}
+	}
+}
