@@ -38,7 +38,7 @@ func addSecurityFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate (chain) `file` for the API; with --tls-key the node serves HTTPS (HTTP/2 and HTTP/1.1, so gRPC too) instead of plaintext; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM CA bundle `file`: require client certificates signed by it (mutual TLS) on every connection; reloaded on SIGHUP")
-	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes; with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
+	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes, optionally followed by rules=a,b domains=d prefixes=p1,p2 to bind it to those rules, Envoy domains and key prefixes; with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
 	fs.StringVar(&c.AuthOpenPaths, "auth-open-paths", strings.Join(auth.DefaultOpenPaths, ","), "comma-separated `paths` served without a token when authentication is on (a trailing / covers the subtree); drop /metrics to protect it")
 	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle `file` to verify a rediss:// server with (default: the system's roots)")
 	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate `file` for a rediss:// server that verifies clients (tls-auth-clients)")
@@ -101,7 +101,9 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 				return nil, fmt.Errorf("read --auth-token-file: %w", err)
 			}
 			fromFile := auth.ParseTokens(b)
-			sec.add(fromFile...)
+			for _, e := range fromFile {
+				sec.add(auth.Token(e))
+			}
 			if len(fromFile) == 0 {
 				return nil, fmt.Errorf("--auth-token-file %s: no token in it", c.AuthTokenFile)
 			}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 )
 
@@ -17,9 +18,10 @@ import (
 // named rules in the Rule namespace), is validated and decided there, and
 // the outcomes are written back to the wire.
 
-// checkInput adapts one CheckRequest or PeekRequest.
-func checkInput(field, key string, hits uint64, rule string, lim *ratelimitv1.Limit, now time.Time, peek bool) decision.Input {
-	return decision.Input{NS: decision.Inline, Field: field, Key: key, Hits: hits, Rule: rule, Limit: lim, Now: now, Peek: peek}
+// checkInput adapts one CheckRequest or PeekRequest, bound by the scope of
+// the caller's token.
+func checkInput(ctx context.Context, field, key string, hits uint64, rule string, lim *ratelimitv1.Limit, now time.Time, peek bool) decision.Input {
+	return decision.Input{NS: decision.Inline, Field: field, Key: key, Hits: hits, Rule: rule, Limit: lim, Now: now, Peek: peek, Scope: auth.FromContext(ctx)}
 }
 
 // decideOne validates and decides one request.
@@ -39,7 +41,7 @@ func (s *Server) decideOne(ctx context.Context, in decision.Input) (decision.Out
 func (s *Server) Check(ctx context.Context, r *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
 	defer s.dec.Observe("Check", time.Now())
 	m := r.Msg
-	o, err := s.decideOne(ctx, checkInput("", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), false))
+	o, err := s.decideOne(ctx, checkInput(ctx, "", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), false))
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +61,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 	reqs := make([]decision.Request, 0, len(in))
 	index := make([]int, 0, len(in)) // index[j] is the position in `in` of reqs[j]
 	for i, m := range in {
-		req, err := s.dec.Validate(checkInput(fmt.Sprintf("checks[%d].", i), m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), now, false))
+		req, err := s.dec.Validate(checkInput(ctx, fmt.Sprintf("checks[%d].", i), m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), now, false))
 		if err != nil {
 			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Error{Error: &ratelimitv1.Error{
 				Code:    connect.CodeOf(err).String(),
@@ -88,7 +90,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRequest]) (*connect.Response[ratelimitv1.PeekResponse], error) {
 	defer s.dec.Observe("Peek", time.Now())
 	m := r.Msg
-	o, err := s.decideOne(ctx, checkInput("", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), true))
+	o, err := s.decideOne(ctx, checkInput(ctx, "", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), true))
 	if err != nil {
 		return nil, err
 	}

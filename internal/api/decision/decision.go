@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -160,6 +161,9 @@ type Input struct {
 	Envoy *rules.EnvoyLimit
 	// Now is the instant of the decision.
 	Now time.Time
+	// Scope, when set, binds the caller's token to rules and key
+	// prefixes ([auth.Scope]); a request outside it is permission_denied.
+	Scope *auth.Scope
 }
 
 // Request is a validated request, ready for [Decider.Decide].
@@ -213,8 +217,9 @@ func (d *Decider) RecordError(label string) {
 // Validate checks in and returns the store request it asks for, or an
 // invalid_argument error whose message names the field. It is the only
 // place requests are checked: key bounds, the rule or inline limit, hits
-// (0 means 1; at most the limit, except Envoy's; at most MaxHits), and the
-// counter key in in.NS's namespace. An invalid request that would have
+// (0 means 1; at most the limit, except Envoy's; at most MaxHits), the
+// token's scope (permission_denied), and the counter key in in.NS's
+// namespace. An invalid request that would have
 // consumed is counted as an error under the returned Label.
 func (d *Decider) Validate(in Input) (Request, error) {
 	r, err := d.validate(in)
@@ -249,6 +254,12 @@ func (d *Decider) validate(in Input) (Request, error) {
 	case len(in.Key) > d.cfg.MaxKeyBytes:
 		return r, Invalid("%skey: %d bytes, more than the maximum of %d", f, len(in.Key), d.cfg.MaxKeyBytes)
 	}
+	if err := checkScope(in); err != nil {
+		if in.Rule != "" {
+			r.Label = d.Label(in.Rule)
+		}
+		return r, err
+	}
 	var l window.Limit
 	switch {
 	case ns == Envoy && in.Envoy == nil:
@@ -282,6 +293,26 @@ func (d *Decider) validate(in Input) (Request, error) {
 	r.Store = region.Request{Key: counterKey(ns, in.Rule, in.Key), Limit: l, Hits: hits, Now: in.Now, Peek: in.Peek}
 	r.Shadow = r.Shadow || (d.cfg.ShadowMode && ns != Envoy)
 	return r, nil
+}
+
+// checkScope refuses a request that its token's scope does not allow.
+func checkScope(in Input) error {
+	sc := in.Scope
+	if sc == nil {
+		return nil
+	}
+	f := in.Field
+	switch {
+	case in.NS == Envoy:
+		return nil // bound by domain, in the Envoy adapter
+	case in.Rule == "" && in.NS == Inline && !sc.AllowInline():
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may only use its rules, not inline limits", f))
+	case in.Rule != "" && !sc.AllowRule(in.Rule):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
+	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%skey: this token may only use keys with its prefixes", f))
+	}
+	return nil
 }
 
 // inlineLimit converts and checks an inline limit, within MaxWindow and

@@ -19,6 +19,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -115,6 +116,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 	}
 	if len(m.GetDescriptors()) > s.cfg.MaxBatch {
 		return nil, decision.Invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
+	}
+	if !auth.FromContext(ctx).AllowDomain(m.GetDomain()) {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain: this token may not use domain %.128q", m.GetDomain()))
 	}
 	dom := s.cfg.Decider.Rules().Domain(m.GetDomain())
 	now := s.cfg.Now()

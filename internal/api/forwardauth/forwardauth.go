@@ -19,6 +19,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"connectrpc.com/connect"
+
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/ratelimitheader"
@@ -263,9 +266,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	req, err := h.dec.Validate(decision.Input{NS: decision.ForwardAuth, Key: key, Rule: ruleName, Now: h.now()})
+	req, err := h.dec.Validate(decision.Input{NS: decision.ForwardAuth, Key: key, Rule: ruleName, Now: h.now(), Scope: auth.FromContext(r.Context())})
 	if err != nil {
-		http.Error(w, decision.Message(err), http.StatusBadRequest)
+		status := http.StatusBadRequest
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			status = http.StatusForbidden
+		}
+		http.Error(w, decision.Message(err), status)
 		return
 	}
 	var out [1]decision.Outcome
