@@ -3,8 +3,8 @@ package auth_test
 import (
 	"context"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
