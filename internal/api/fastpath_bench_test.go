@@ -42,21 +42,6 @@ func (protojsonCodec) Unmarshal(b []byte, m any) error {
 	return protojson.Unmarshal(b, m.(proto.Message))
 }
 
-// nopWriter is an http.ResponseWriter that keeps the status only.
-type nopWriter struct {
-	h      http.Header
-	status int
-}
-
-func (w *nopWriter) Header() http.Header { return w.h }
-func (w *nopWriter) WriteHeader(c int)   { w.status = c }
-func (w *nopWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return len(b), nil
-}
-
 // BenchmarkJSONServing measures one Connect JSON Check, the API's most
 // common call, served three ways on the same server and store (10k keys,
 // all allowed), in one run:
@@ -92,7 +77,7 @@ func BenchmarkJSONServing(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			b.ReportAllocs()
-			w := &nopWriter{h: http.Header{}}
+			w := &discardWriter{h: http.Header{}}
 			rd := bytes.NewReader(nil)
 			req, _ := http.NewRequest(http.MethodPost, pathCheck, rd)
 			req.Header.Set("Content-Type", "application/json")
@@ -101,7 +86,7 @@ func BenchmarkJSONServing(b *testing.B) {
 				i++
 				body := fmt.Appendf(nil, `{"key":"user%d","limit":{"limit":"1000000000","window":"60s"}}`, i%10000)
 				rd.Reset(body)
-				req.Body = readCloserOf{rd}
+				req.Body = readCloser{rd}
 				req.ContentLength = int64(len(body))
 				clear(w.h)
 				w.status = 0
@@ -113,7 +98,3 @@ func BenchmarkJSONServing(b *testing.B) {
 		})
 	}
 }
-
-type readCloserOf struct{ *bytes.Reader }
-
-func (readCloserOf) Close() error { return nil }

@@ -125,13 +125,7 @@ func TestRequireBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Handle("/extra", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	srv := httptest.NewUnstartedServer(auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveBehind(t, toks, h)
 
 	msg := &ratelimitv1.CheckRequest{Key: "alice", Limit: &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}}
 	for _, tc := range []struct {
@@ -205,11 +199,7 @@ func TestRequireBearer(t *testing.T) {
 	}
 
 	// grpc-go: health checking is open; the service needs the token.
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpcConn(t, srv.URL)
 	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("grpc-go health Check without a token: %v, want it open", err)
 	}
@@ -222,6 +212,31 @@ func TestRequireBearer(t *testing.T) {
 	if err := conn.Invoke(ctx, "/ratelimit.v1.RateLimitService/Check", msg, &resp); err != nil || !resp.Allowed {
 		t.Errorf("grpc-go Check with the token: allowed %v, err %v; want allowed", resp.Allowed, err)
 	}
+}
+
+// serveBehind serves h behind RequireBearer with toks (the default open
+// paths) over HTTP/1.1 and h2c, as rlnode does, until t ends.
+func serveBehind(t *testing.T, toks *auth.Tokens, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// grpcConn is a grpc-go connection to url over h2c, closed when t ends.
+func grpcConn(t *testing.T, url string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // h2cClient speaks HTTP/2 without TLS (prior knowledge), as gRPC needs.

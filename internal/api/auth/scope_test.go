@@ -3,7 +3,6 @@ package auth_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -12,9 +11,7 @@ import (
 	"connectrpc.com/connect"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -58,13 +55,7 @@ func TestScopedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveBehind(t, toks, h)
 
 	minute := durationpb.New(time.Minute)
 	for _, pr := range []struct {
@@ -134,12 +125,7 @@ func TestScopedTokens(t *testing.T) {
 	}
 
 	// Envoy: the domain binds.
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	rls := rlsv3.NewRateLimitServiceClient(grpcConn(t, srv.URL))
 	for _, tc := range []struct {
 		tok, domain string
 		want        codes.Code
