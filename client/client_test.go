@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/client"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -51,17 +52,10 @@ func startTestNode(t *testing.T, store region.Store) *node {
 		t.Fatal(err)
 	}
 	n := &node{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n.URL = apitest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.hits.Add(1)
 		h.ServeHTTP(w, r)
-	}))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true) // gRPC without TLS
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	n.URL = srv.URL
+	})).URL
 	return n
 }
 
@@ -103,7 +97,7 @@ func TestCheckAndPeek(t *testing.T) {
 		opts []client.Option
 	}{
 		{"connect", nil},
-		{"grpc", []client.Option{client.WithGRPC(), client.WithHTTPClient(h2cClient(t))}},
+		{"grpc", []client.Option{client.WithGRPC(), client.WithHTTPClient(apitest.H2CClient(t))}},
 	} {
 		t.Run(proto.name, func(t *testing.T) {
 			c := newClient(t, n.URL, proto.opts...)
@@ -458,14 +452,4 @@ func TestDependencies(t *testing.T) {
 			}
 		}
 	}
-}
-
-// h2cClient speaks HTTP/2 without TLS, as gRPC needs.
-func h2cClient(t *testing.T) *http.Client {
-	t.Helper()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }

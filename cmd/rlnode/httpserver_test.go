@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -81,11 +82,7 @@ func TestHTTPServerBounds(t *testing.T) {
 	}
 
 	// A reflection stream outlives both deadlines.
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	stream := grpcreflect.NewClient(&http.Client{Transport: tr}, base, connect.WithGRPC()).NewStream(context.Background())
+	stream := grpcreflect.NewClient(apitest.H2CClient(t), base, connect.WithGRPC()).NewStream(context.Background())
 	t.Cleanup(func() { stream.Close() })
 	if _, err := stream.ListServices(); err != nil {
 		t.Fatal(err)

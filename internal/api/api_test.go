@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -60,24 +60,8 @@ func newServer(t *testing.T, cfg api.Config) *testServer {
 	if err != nil {
 		t.Fatalf("NewHandler: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(h)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := apitest.Serve(t, h)
 	return &testServer{URL: srv.URL, API: h, Store: cfg.Store, Reg: reg}
-}
-
-// h2cClient speaks HTTP/2 without TLS (prior knowledge), as gRPC needs.
-func h2cClient(t *testing.T) *http.Client {
-	t.Helper()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }
 
 // protocols are the ways the tests call the service.
@@ -95,7 +79,7 @@ func (s *testServer) client(t *testing.T, h2c bool, opts ...connect.ClientOption
 	t.Helper()
 	hc := http.DefaultClient
 	if h2c {
-		hc = h2cClient(t)
+		hc = apitest.H2CClient(t)
 	}
 	return ratelimitv1connect.NewRateLimitServiceClient(hc, s.URL, opts...)
 }
@@ -706,7 +690,7 @@ func TestHealthWithGRPCGo(t *testing.T) {
 
 func TestReflection(t *testing.T) {
 	s := newServer(t, api.Config{})
-	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	rc := grpcreflect.NewClient(apitest.H2CClient(t), s.URL, connect.WithGRPC())
 	stream := rc.NewStream(context.Background())
 	t.Cleanup(func() { stream.Close() })
 	names, err := stream.ListServices()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,6 +26,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -573,7 +573,7 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 // health reports it.
 func TestEnvoyReflection(t *testing.T) {
 	s := newServer(t, api.Config{})
-	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	rc := grpcreflect.NewClient(apitest.H2CClient(t), s.URL, connect.WithGRPC())
 	stream := rc.NewStream(context.Background())
 	t.Cleanup(func() { stream.Close() })
 	files, err := stream.FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService")
@@ -619,7 +619,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptestH2C(b, h)
+	srv := apitest.Serve(b, h).URL
 	conn, err := grpc.NewClient(strings.TrimPrefix(srv, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -641,16 +641,4 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 		}
 	})
-}
-
-func httptestH2C(tb testing.TB, h http.Handler) string {
-	tb.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	tb.Cleanup(srv.Close)
-	return srv.URL
 }

@@ -22,6 +22,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -144,7 +145,7 @@ func TestRequireBearer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hc := http.DefaultClient
 			if tc.h2c {
-				hc = h2cClient(t)
+				hc = apitest.H2CClient(t)
 			}
 			c := ratelimitv1connect.NewRateLimitServiceClient(hc, srv.URL, tc.opts...)
 			_, err := c.Check(context.Background(), connect.NewRequest(msg))
@@ -218,14 +219,7 @@ func TestRequireBearer(t *testing.T) {
 // paths) over HTTP/1.1 and h2c, as rlnode does, until t ends.
 func serveBehind(t *testing.T, toks *auth.Tokens, h http.Handler) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
+	return apitest.Serve(t, auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
 }
 
 // grpcConn is a grpc-go connection to url over h2c, closed when t ends.
@@ -237,16 +231,6 @@ func grpcConn(t *testing.T, url string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
-}
-
-// h2cClient speaks HTTP/2 without TLS (prior knowledge), as gRPC needs.
-func h2cClient(t *testing.T) *http.Client {
-	t.Helper()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }
 
 // BenchmarkTokensValid measures the per-request cost of checking a bearer

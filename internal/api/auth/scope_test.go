@@ -19,6 +19,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
@@ -66,7 +67,7 @@ func TestScopedTokens(t *testing.T) {
 		client := func(tok string) ratelimitv1connect.RateLimitServiceClient {
 			hc := http.DefaultClient
 			if pr.h2c {
-				hc = h2cClient(t)
+				hc = apitest.H2CClient(t)
 			}
 			return ratelimitv1connect.NewRateLimitServiceClient(hc, srv.URL, append(pr.opts, bearer(tok))...)
 		}
