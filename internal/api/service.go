@@ -24,28 +24,28 @@ func checkInput(ctx context.Context, field, key string, hits uint64, rule string
 	return decision.Input{NS: decision.Inline, Field: field, Key: key, Hits: hits, Rule: rule, Limit: lim, Now: now, Peek: peek, Scope: auth.FromContext(ctx)}
 }
 
-// decideOne validates and decides one request.
-func (s *Server) decideOne(ctx context.Context, in decision.Input) (decision.Outcome, error) {
-	req, err := s.dec.Validate(in)
+// checkOne validates and decides one Check or Peek and returns its answer.
+func (s *Server) checkOne(ctx context.Context, key string, hits uint64, rule string, lim *ratelimitv1.Limit, peek bool) (*ratelimitv1.CheckResponse, error) {
+	req, err := s.dec.Validate(checkInput(ctx, "", key, hits, rule, lim, s.cfg.Now(), peek))
 	if err != nil {
-		return decision.Outcome{}, err
+		return nil, err
 	}
 	var out [1]decision.Outcome
 	if err := s.dec.Decide(ctx, []decision.Request{req}, out[:]); err != nil {
-		return decision.Outcome{}, err
+		return nil, err
 	}
-	return out[0], nil
+	return s.response(out[0], s.ages(out[0])), nil
 }
 
 // Check implements ratelimitv1connect.RateLimitServiceHandler.
 func (s *Server) Check(ctx context.Context, r *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
 	defer s.dec.Observe("Check", time.Now())
 	m := r.Msg
-	o, err := s.decideOne(ctx, checkInput(ctx, "", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), false))
+	resp, err := s.checkOne(ctx, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(s.response(o, s.ages(o))), nil
+	return connect.NewResponse(resp), nil
 }
 
 // CheckBatch implements ratelimitv1connect.RateLimitServiceHandler. Valid
@@ -90,11 +90,11 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRequest]) (*connect.Response[ratelimitv1.PeekResponse], error) {
 	defer s.dec.Observe("Peek", time.Now())
 	m := r.Msg
-	o, err := s.decideOne(ctx, checkInput(ctx, "", m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), s.cfg.Now(), true))
+	resp, err := s.checkOne(ctx, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), true)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&ratelimitv1.PeekResponse{Response: s.response(o, s.ages(o))}), nil
+	return connect.NewResponse(&ratelimitv1.PeekResponse{Response: resp}), nil
 }
 
 // ages asks the Replicator for the remote regions' ages when any outcome
