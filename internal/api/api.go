@@ -58,11 +58,9 @@ const (
 // Replicator carries this region's totals to the other regions. It is
 // optional: nil means a single region.
 type Replicator interface {
-	// Dirty records that the local region's total for a bucket is now
-	// t.Count. It is called after every admitted Check of a counter
-	// algorithm (sliding or fixed window), on the request path, so it must
-	// not block: queue the total and return.
-	Dirty(t region.Total)
+	// Dirty (see [decision.Replicator]) is told of every admitted counter
+	// decision, on the request path: it must not block.
+	decision.Replicator
 	// Ages returns, for each remote region heard from, how old the newest
 	// total merged from it is. It is called at most once per RPC and must
 	// not block. Regions missing from the map show no age.

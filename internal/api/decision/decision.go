@@ -50,7 +50,8 @@ const (
 type Replicator interface {
 	// Dirty records that the local region's total for a bucket is now
 	// t.Count. It is called after every admitted Check of a counter
-	// algorithm, on the request path, so it must not block.
+	// algorithm (sliding or fixed window), on the request path, so it must
+	// not block: queue the total and return.
 	Dirty(t region.Total)
 }
 
