@@ -371,11 +371,21 @@ func truncate(s string, n int) string {
 // A store failure is unavailable (and counted); a done ctx is its own
 // code.
 func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) error {
-	sreqs := make([]region.Request, len(reqs))
+	var sreqs []region.Request
+	var res []region.Result
+	if len(reqs) == 1 {
+		// The common case in one allocation instead of two.
+		one := new(struct {
+			req [1]region.Request
+			res [1]region.Result
+		})
+		sreqs, res = one.req[:], one.res[:]
+	} else {
+		sreqs, res = make([]region.Request, len(reqs)), make([]region.Result, len(reqs))
+	}
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store
 	}
-	res := make([]region.Result, len(reqs))
 	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
