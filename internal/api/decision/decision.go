@@ -220,8 +220,8 @@ func (d *Decider) RecordError(label string) {
 // place requests are checked: key bounds, the rule or inline limit, hits
 // (0 means 1; at most the limit, except Envoy's; at most MaxHits), the
 // token's scope (permission_denied), and the counter key in in.NS's
-// namespace. An invalid request that would have
-// consumed is counted as an error under the returned Label.
+// namespace. An invalid request that would have consumed is counted as an
+// error under the returned Label.
 func (d *Decider) Validate(in Input) (Request, error) {
 	r, err := d.validate(in)
 	if err != nil && !in.Peek {
