@@ -18,6 +18,8 @@ import (
 
 	"github.com/rlcluster/rlcluster/client"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -39,29 +41,22 @@ func startTestNode(t *testing.T, store region.Store) *node {
 	if store == nil {
 		store = region.NewMemory(region.MemoryConfig{})
 	}
-	rules, err := api.NewRules([]api.Rule{
+	rs, err := rules.New([]rules.Rule{
 		{Name: "fw", Limit: window.Limit{Limit: 2, Window: time.Minute, Algorithm: window.FixedWindow}},
 		{Name: "sw", Limit: window.Limit{Limit: 2, Window: time.Minute}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.NewHandler(api.Config{Store: store, Rules: rules, Now: func() time.Time { return t0 }})
+	h, err := api.NewHandler(api.Config{Store: store, Rules: rs, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n.URL = apitest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.hits.Add(1)
 		h.ServeHTTP(w, r)
-	}))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true) // gRPC without TLS
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	n.URL = srv.URL
+	})).URL
 	return n
 }
 
@@ -103,7 +98,7 @@ func TestCheckAndPeek(t *testing.T) {
 		opts []client.Option
 	}{
 		{"connect", nil},
-		{"grpc", []client.Option{client.WithGRPC(), client.WithHTTPClient(h2cClient(t))}},
+		{"grpc", []client.Option{client.WithGRPC(), client.WithHTTPClient(apitest.H2CClient(t))}},
 	} {
 		t.Run(proto.name, func(t *testing.T) {
 			c := newClient(t, n.URL, proto.opts...)
@@ -466,14 +461,4 @@ func TestDependencies(t *testing.T) {
 			}
 		}
 	}
-}
-
-// h2cClient speaks HTTP/2 without TLS, as gRPC needs.
-func h2cClient(t *testing.T) *http.Client {
-	t.Helper()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }

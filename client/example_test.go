@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/client"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -20,13 +21,13 @@ var exampleNow = time.Unix(1_750_000_830, 0)
 // startNode serves an in-process rlnode (the in-memory store, a rule
 // "api" of 2 per minute, the clock fixed at exampleNow) and returns its URL.
 func startNode() (url string, stop func()) {
-	rules, err := api.NewRules([]api.Rule{{Name: "api", Limit: window.Limit{Limit: 2, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "api", Limit: window.Limit{Limit: 2, Window: time.Minute}}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	h, err := api.NewHandler(api.Config{
 		Store: region.NewMemory(region.MemoryConfig{}),
-		Rules: rules,
+		Rules: rs,
 		Now:   func() time.Time { return exampleNow },
 	})
 	if err != nil {

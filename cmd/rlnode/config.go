@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -89,13 +92,13 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "rules `path`: a YAML file or a directory of them, native rules or envoyproxy/ratelimit domains; reloaded on change and on SIGHUP; empty: inline limits only")
-	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", api.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
+	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", rules.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "decide and count every request but always answer allowed (OK to Envoy); denials show as outcome=\"shadow_denied\" in rlcluster_decisions_total")
 	fs.StringVar(&c.RLSHeaders, "rls-headers", "none", "response headers Envoy's ShouldRateLimit asks Envoy to add (`set`): none, draft (RateLimit-Limit, -Remaining, -Reset) or x (X-RateLimit-Limit, -Remaining, -Reset)")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
-	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, "longest key a request may carry, in `bytes`")
+	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
@@ -229,19 +232,24 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
 	}
 	for _, m := range []struct {
-		flag     string
-		got, min uint64
+		flag          string
+		got, min, max uint64 // max 0: no upper bound
+		why           string // why max, when set
 	}{
-		{"max-keys", uint64(max(c.MaxKeys, 0)), 1},
-		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1},
-		{"max-batch", uint64(max(c.MaxBatch, 0)), 1},
-		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64},
-		{"max-hits", c.MaxHits, 1},
-		{"max-log-limit", c.MaxLogLimit, 1},
-		{"max-rules", uint64(max(c.MaxRules, 0)), 1},
+		{"max-keys", uint64(max(c.MaxKeys, 0)), 1, 0, ""},
+		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1, uint64(decision.MaxKeyBytes),
+			fmt.Sprintf("counter keys, namespace prefix included, must fit the %d bytes replication carries", region.MaxKeyBytes)},
+		{"max-batch", uint64(max(c.MaxBatch, 0)), 1, 0, ""},
+		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64, 0, ""},
+		{"max-hits", c.MaxHits, 1, 0, ""},
+		{"max-log-limit", c.MaxLogLimit, 1, 0, ""},
+		{"max-rules", uint64(max(c.MaxRules, 0)), 1, 0, ""},
 	} {
 		if m.got < m.min {
 			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, m.got, m.min))
+		}
+		if m.max != 0 && m.got > m.max {
+			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
 		}
 	}
 	if c.DenyCacheKeys < 0 {
@@ -292,10 +300,10 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 }
 
 // rlsHeaderSets are the values of --rls-headers.
-var rlsHeaderSets = map[string]api.RLSHeaders{
+var rlsHeaderSets = map[string]envoyrls.Headers{
 	"none":  {},
-	"draft": api.RLSHeadersDraft,
-	"x":     api.RLSHeadersX,
+	"draft": envoyrls.HeadersDraft,
+	"x":     envoyrls.HeadersX,
 }
 
 // newLogger returns the logger c asks for, writing to w, with every value

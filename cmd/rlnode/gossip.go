@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -131,16 +132,16 @@ func (r replicator) Ages() map[string]time.Duration {
 	return out
 }
 
-// cluster adapts a gossip.Node to api.Cluster, for the status page.
+// cluster adapts a gossip.Node to status.Cluster, for the status page.
 type cluster struct{ n *gossip.Node }
 
-var _ api.Cluster = cluster{}
+var _ status.Cluster = cluster{}
 
-func (c cluster) Members() []api.Member {
+func (c cluster) Members() []status.Member {
 	ms := c.n.Members()
-	out := make([]api.Member, len(ms))
+	out := make([]status.Member, len(ms))
 	for i, m := range ms {
-		out[i] = api.Member{Name: m.Name, Region: m.Region, Addr: m.Addr, APIAddr: m.APIAddr,
+		out[i] = status.Member{Name: m.Name, Region: m.Region, Addr: m.Addr, APIAddr: m.APIAddr,
 			State: m.State, Since: m.Since, Local: m.Local}
 	}
 	return out

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -145,7 +145,7 @@ func checkStatus(t *testing.T, base, node string, members map[string]string, lag
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var st api.Status
+	var st status.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("%s/status.json: %v in %s", base, err, b)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	rules, err := loadRules(c, log, reg)
+	ruleFiles, err := loadRules(c, log, reg)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxLogLimit:     c.MaxLogLimit,
 		Logger:          log,
 		Registerer:      reg,
-		Check: api.CheckConfig{
+		Check: forwardauth.Config{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
 			DefaultRule:   c.CheckDefaultRule,
@@ -125,8 +126,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ShadowMode: c.ShadowMode,
 		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
 	}
-	if rules != nil {
-		acfg.Rules = rules.Rules()
+	if ruleFiles != nil {
+		acfg.Rules = ruleFiles.Rules()
 	}
 	if node != nil {
 		acfg.Replicator = replicator{node}
@@ -137,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	watchRules(ctx, rules, h, reload)
+	watchRules(ctx, ruleFiles, h, reload)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
 	if err := serveTLS(c, srv, reload); err != nil {
@@ -232,6 +233,20 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, s
 	return region.NewDenyCache(f, region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}), fmt.Sprintf("%s, deny cache of %d keys", desc, c.DenyCacheKeys), nil
 }
 
+// Bounds of the API's HTTP server, suited to unary calls, whose request
+// is at most --max-request-bytes and whose answer takes milliseconds: a
+// request (headers and body) must arrive within httpReadTimeout and its
+// answer be written within httpWriteTimeout, each per HTTP/2 stream.
+// Streaming calls (server reflection) lift both for themselves (see
+// api.Server.ServeHTTP).
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = 15 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpIdleTimeout       = 2 * time.Minute
+	httpMaxHeaderBytes    = 64 << 10
+)
+
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which
 // gRPC clients need without TLS.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
@@ -241,8 +256,11 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

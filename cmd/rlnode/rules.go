@@ -13,15 +13,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // loadRules loads the rules c names, if any, into a Reloader that keeps
 // them current. It returns nil, nil when no rules are configured.
-func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*api.Reloader, error) {
+func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*rules.Reloader, error) {
 	if c.Rules == "" {
 		return nil, nil
 	}
-	rl, err := api.NewReloader(api.ReloaderConfig{
+	rl, err := rules.NewReloader(rules.ReloaderConfig{
 		Path:       c.Rules,
 		Interval:   c.RulesReloadInterval,
 		MaxRules:   c.MaxRules,
@@ -38,7 +39,7 @@ func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*api.Relo
 // watchRules reloads the rules into h on SIGHUP (through reload) and,
 // unless --rules-reload-interval is negative, whenever their files change,
 // until ctx is done.
-func watchRules(ctx context.Context, rl *api.Reloader, h *api.Server, reload *reloaders) {
+func watchRules(ctx context.Context, rl *rules.Reloader, h *api.Server, reload *reloaders) {
 	if rl == nil {
 		return
 	}
@@ -82,7 +83,7 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	if *path == "" {
 		return errors.New("validate: --rules is required")
 	}
-	rs, err := api.LoadRulesMax(*path, *maxRules)
+	rs, err := rules.LoadMax(*path, *maxRules)
 	if err != nil {
 		problems := strings.Split(err.Error(), "\n")
 		for _, p := range problems {

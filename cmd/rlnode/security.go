@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 )
 
 // authTokenEnv holds a bearer token. It has no flag on purpose: a flag's
@@ -40,8 +40,8 @@ func addSecurityFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate (chain) `file` for the API; with --tls-key the node serves HTTPS (HTTP/2 and HTTP/1.1, so gRPC too) instead of plaintext; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded on SIGHUP")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM CA bundle `file`: require client certificates signed by it (mutual TLS) on every connection; reloaded on SIGHUP")
-	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes of visible ASCII (no spaces); with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
-	fs.StringVar(&c.AuthOpenPaths, "auth-open-paths", strings.Join(api.DefaultOpenPaths, ","), "comma-separated `paths` served without a token when authentication is on (a trailing / covers the subtree); drop /metrics to protect it")
+	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "`file` of bearer tokens, one per line (# comments), each at least 16 bytes of visible ASCII (no spaces), optionally followed by rules=a,b domains=d prefixes=p1,p2 to bind it to those rules, Envoy domains and key prefixes; with it or RLNODE_AUTH_TOKEN, every request except --auth-open-paths needs \"Authorization: Bearer <token>\"; reloaded on SIGHUP")
+	fs.StringVar(&c.AuthOpenPaths, "auth-open-paths", strings.Join(auth.DefaultOpenPaths, ","), "comma-separated `paths` served without a token when authentication is on (a trailing / covers the subtree); drop /metrics to protect it")
 	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle `file` to verify a rediss:// server with (default: the system's roots)")
 	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate `file` for a rediss:// server that verifies clients (tls-auth-clients)")
 	fs.StringVar(&c.RedisKey, "redis-key", "", "PEM private key `file` of --redis-cert")
@@ -88,7 +88,7 @@ func redisTLS(c config) (*tls.Config, error) {
 // authTokens loads the bearer tokens from --auth-token-file and
 // RLNODE_AUTH_TOKEN (nil when neither is set), marks them secret,
 // registers the file's reload and the rejection counter.
-func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer) (*api.Tokens, error) {
+func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer) (*auth.Tokens, error) {
 	if c.AuthTokenFile == "" && c.AuthToken == "" {
 		return nil, nil
 	}
@@ -102,8 +102,10 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 			if err != nil {
 				return nil, fmt.Errorf("read --auth-token-file: %w", err)
 			}
-			fromFile := api.ParseTokens(b)
-			sec.add(fromFile...)
+			fromFile := auth.ParseTokens(b)
+			for _, e := range fromFile {
+				sec.add(auth.Token(e))
+			}
 			if len(fromFile) == 0 {
 				return nil, fmt.Errorf("--auth-token-file %s: no token in it", c.AuthTokenFile)
 			}
@@ -115,7 +117,7 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 	if err != nil {
 		return nil, err
 	}
-	t, err := api.NewTokens(toks)
+	t, err := auth.NewTokens(toks)
 	if err != nil {
 		return nil, fmt.Errorf("auth tokens: %w", err)
 	}
@@ -138,7 +140,7 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 }
 
 // protect wraps h with bearer-token authentication when tokens is set.
-func protect(c config, tokens *api.Tokens, h http.Handler) http.Handler {
+func protect(c config, tokens *auth.Tokens, h http.Handler) http.Handler {
 	if tokens == nil {
 		return h
 	}
@@ -148,7 +150,7 @@ func protect(c config, tokens *api.Tokens, h http.Handler) http.Handler {
 			open = append(open, p)
 		}
 	}
-	return api.RequireBearer(tokens, open, h)
+	return auth.RequireBearer(tokens, open, h)
 }
 
 // secrets returns the secrets c holds, for the logger to mask.

@@ -1,25 +1,22 @@
-// Package api serves rlcluster's decision API: the ratelimit.v1
-// RateLimitService for the Connect protocol (JSON and binary), gRPC and
-// gRPC-Web, and Envoy's rate-limit service (RLS v3 ShouldRateLimit, see
-// envoy.go), on one HTTP handler, with gRPC health checking, server
-// reflection, rules (native, and envoyproxy/ratelimit's YAML domains) with
-// hot reload ([Reloader]), shadow mode, Prometheus metrics, the /healthz,
-// /readyz and /metrics endpoints, and a status page at / (members,
-// replication lag and a key's per-region counts, polled live from
-// /status.json and Peek).
+// Package api owns the node's HTTP handler and the ratelimit.v1
+// RateLimitService (Check, CheckBatch, Peek) for the Connect protocol (JSON
+// and binary), gRPC and gRPC-Web with its JSON codec; [NewHandler] mounts it
+// on one handler with the packages that own the rest:
 //
-// The handler validates requests, turns them into [region.Request]s, decides
-// them with one [region.Store.Check] call per RPC, tells an optional
-// [Replicator] about the new local totals, and maps errors to wire codes:
+//	decision     the one path every entry point decides through: validation,
+//	             namespaced counter keys, the store call, metrics, shadow mode
+//	             and replication
+//	rules        native rules and envoyproxy/ratelimit domains, their YAML
+//	             formats and the file reloader
+//	envoyrls     Envoy's rate-limit service (RLS v3 ShouldRateLimit)
+//	forwardauth  the /check endpoint for proxies' forward authentication
+//	status       the status page (/) and /status.json
+//	auth         bearer tokens and the middleware that requires them
+//
+// besides gRPC health checking, server reflection, the /healthz, /readyz and
+// /metrics endpoints and the store's metrics. Errors map to wire codes:
 // bad input is invalid_argument with a message naming the field, a store
 // failure is unavailable, and a denial is a normal response.
-//
-// Counter keys: a named rule counts key under rule name + ":" + key, so two
-// rules on one key count separately; an inline limit counts under the
-// caller's key as given; an Envoy descriptor counts under
-// "rls/" + domain + "/" + key=value/... (escaped), which no rule's key can
-// equal since rule names hold no '/' (the store adds the window and bucket
-// to each).
 package api
 
 import (
@@ -28,7 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,6 +35,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -56,11 +58,9 @@ const (
 // Replicator carries this region's totals to the other regions. It is
 // optional: nil means a single region.
 type Replicator interface {
-	// Dirty records that the local region's total for a bucket is now
-	// t.Count. It is called after every admitted Check of a counter
-	// algorithm (sliding or fixed window), on the request path, so it must
-	// not block: queue the total and return.
-	Dirty(t region.Total)
+	// Dirty (see [decision.Replicator]) is told of every admitted counter
+	// decision, on the request path: it must not block.
+	decision.Replicator
 	// Ages returns, for each remote region heard from, how old the newest
 	// total merged from it is. It is called at most once per RPC and must
 	// not block. Regions missing from the map show no age.
@@ -84,16 +84,18 @@ type Config struct {
 	Region string
 	// Rules are the named rules at start; nil means none. Replace them
 	// later with [Server.SetRules].
-	Rules *Rules
+	Rules *rules.Set
 	// Replicator, when set, is told of every admitted counter decision and
 	// asked for the remote regions' ages. Nil means a single region.
 	Replicator Replicator
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
-	Cluster Cluster
+	Cluster status.Cluster
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
-	// MaxKeyBytes bounds a request's key; default 1024.
+	// MaxKeyBytes bounds a request's key (for Envoy, the escaped domain
+	// and entries); default 1024, at most [decision.MaxKeyBytes] so that
+	// the namespaced counter key stays within what replication carries.
 	MaxKeyBytes int
 	// MaxBatch bounds the checks in one CheckBatch; default 1000.
 	MaxBatch int
@@ -125,7 +127,7 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Check configures the HTTP check endpoint for proxies' forward-auth
 	// (default path /check).
-	Check CheckConfig
+	Check forwardauth.Config
 	// ShadowMode, when true, decides and counts every request as usual but
 	// answers allowed (OK to Envoy); denials show as outcome
 	// "shadow_denied" in rlcluster_decisions_total. Rules can also be in
@@ -135,7 +137,7 @@ type Config struct {
 	// add response headers for the most limiting descriptor, as
 	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. The
 	// zero value adds none.
-	RLSHeaders RLSHeaders
+	RLSHeaders envoyrls.Headers
 }
 
 // StoreStatuser is implemented by stores with a degraded mode
@@ -146,11 +148,10 @@ type StoreStatuser interface {
 
 // Server is the API's http.Handler. It is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	rules   atomic.Pointer[Rules]
-	mux     *http.ServeMux
-	metrics *metrics
-	health  *grpchealth.StaticChecker
+	cfg    Config
+	dec    *decision.Decider
+	mux    *http.ServeMux
+	health *grpchealth.StaticChecker
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
 	errWriter *connect.ErrorWriter
@@ -165,7 +166,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
 //	/metrics  /healthz  /readyz
-//	/check, /check/<rule>                                    forward-auth check (see [CheckConfig])
+//	/check, /check/<rule>                                    forward-auth check (see [forwardauth.Config])
 //	/  /status.json                                          status page and its data (GET)
 //
 // The handler serves HTTP/1.1 and HTTP/2; gRPC needs HTTP/2, so serve it
@@ -221,20 +222,36 @@ func NewHandler(cfg Config) (*Server, error) {
 		}
 		cfg.Gatherer = g
 	}
-	hc, err := newHTTPCheck(cfg.Check)
-	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
-	}
 	// A store that can decide while its primary is down ([region.Failover]),
 	// here or under a wrapper: /readyz states its mode and the
 	// rlcluster_store_* metrics export it.
-	status, _ := storeAs[StoreStatuser](cfg.Store)
-	m, err := newMetrics(cfg.Registerer, cfg.Store, status)
-	if err != nil {
+	storeStatus, _ := storeAs[StoreStatuser](cfg.Store)
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, storeStatus); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), metrics: m}
-	s.rules.Store(cfg.Rules)
+	dcfg := decision.Config{
+		Store:       cfg.Store,
+		Region:      cfg.Region,
+		MaxKeyBytes: cfg.MaxKeyBytes,
+		MaxHits:     cfg.MaxHits,
+		MaxWindow:   cfg.MaxWindow,
+		MaxLogLimit: cfg.MaxLogLimit,
+		ShadowMode:  cfg.ShadowMode,
+		Logger:      cfg.Logger,
+		Registerer:  cfg.Registerer,
+	}
+	if cfg.Replicator != nil {
+		dcfg.Replicator = cfg.Replicator
+	}
+	dec, err := decision.New(dcfg, cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	hc, err := forwardauth.New(cfg.Check, dec, cfg.Now)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s := &Server{cfg: cfg, dec: dec, mux: http.NewServeMux()}
 
 	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
 	if len(cfg.HandlerOptions) == 0 {
@@ -242,10 +259,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
-	s.mountEnvoy(opts)
-	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyServiceName)
+	s.mux.Handle(envoyrls.Procedure, envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders}).Handler(opts...))
+	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, grpchealth.HealthV1ServiceName)
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -254,22 +271,39 @@ func NewHandler(cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	s.mux.HandleFunc("/readyz", s.serveReady)
-	hc.s = s
-	s.mux.Handle(hc.cfg.Path, hc)
-	s.mux.Handle(hc.cfg.Path+"/", hc)
+	s.mux.Handle(hc.Path(), hc)
+	s.mux.Handle(hc.Path()+"/", hc)
 	// "/{$}" is the exact path "/" only: other unknown paths stay 404.
-	s.mux.HandleFunc("GET /{$}", s.serveStatusPage)
-	s.mux.HandleFunc("GET /status.json", s.serveStatusJSON)
+	var ages func() map[string]time.Duration
+	if cfg.Replicator != nil {
+		ages = cfg.Replicator.Ages
+	}
+	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages})
+	s.mux.HandleFunc("GET /{$}", sp.ServePage)
+	s.mux.HandleFunc("GET /status.json", sp.ServeJSON)
 	return s, nil
 }
 
 // ServeHTTP implements http.Handler. Plain Connect unary JSON calls take a
-// shorter path to the same methods (see serveFast).
+// shorter path to the same methods (see serveFast). Streaming calls
+// (server reflection) lift the server's read and write deadlines, which
+// suit unary calls, for their own stream.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isStream(r.URL.Path) {
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{}) // unsupported by some writers: nothing to lift then
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 	if s.serveFast(w, r) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// isStream reports whether path is a streaming procedure.
+func isStream(path string) bool {
+	return strings.HasPrefix(path, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(path, "/grpc.reflection.v1alpha.ServerReflection/")
 }
 
 // Handle mounts another handler on the server's mux, for endpoints that
@@ -278,11 +312,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Rules returns the rules in use (nil when none).
-func (s *Server) Rules() *Rules { return s.rules.Load() }
+func (s *Server) Rules() *rules.Set { return s.dec.Rules() }
 
 // SetRules atomically replaces the rules in use; requests already being
 // decided finish with the rules they started with.
-func (s *Server) SetRules(rs *Rules) { s.rules.Store(rs) }
+func (s *Server) SetRules(rs *rules.Set) { s.dec.SetRules(rs) }
 
 // SetServing sets what gRPC health checking reports for the service and
 // the server as a whole, for example NotServing while shutting down.
@@ -292,7 +326,7 @@ func (s *Server) SetServing(serving bool) {
 		st = grpchealth.StatusNotServing
 	}
 	s.health.SetStatus(ratelimitv1connect.RateLimitServiceName, st)
-	s.health.SetStatus(envoyServiceName, st)
+	s.health.SetStatus(envoyrls.ServiceName, st)
 	s.health.SetStatus("", st)
 }
 

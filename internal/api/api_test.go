@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,6 +23,9 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -58,24 +60,8 @@ func newServer(t *testing.T, cfg api.Config) *testServer {
 	if err != nil {
 		t.Fatalf("NewHandler: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(h)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := apitest.Serve(t, h)
 	return &testServer{URL: srv.URL, API: h, Store: cfg.Store, Reg: reg}
-}
-
-// h2cClient speaks HTTP/2 without TLS (prior knowledge), as gRPC needs.
-func h2cClient(t *testing.T) *http.Client {
-	t.Helper()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
 }
 
 // protocols are the ways the tests call the service.
@@ -93,7 +79,7 @@ func (s *testServer) client(t *testing.T, h2c bool, opts ...connect.ClientOption
 	t.Helper()
 	hc := http.DefaultClient
 	if h2c {
-		hc = h2cClient(t)
+		hc = apitest.H2CClient(t)
 	}
 	return ratelimitv1connect.NewRateLimitServiceClient(hc, s.URL, opts...)
 }
@@ -167,11 +153,11 @@ func TestAcceptance101(t *testing.T) {
 }
 
 func TestInvalidArgument(t *testing.T) {
-	rules, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	cases := []struct {
 		name string
 		req  *ratelimitv1.CheckRequest
@@ -266,7 +252,7 @@ func TestHitsZeroMeansOne(t *testing.T) {
 }
 
 func TestRulesCountSeparately(t *testing.T) {
-	rules, err := api.ParseRules([]byte(`
+	rs, err := rules.Parse([]byte(`
 rules:
   - name: per-user
     limit: 2
@@ -279,7 +265,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	c := s.client(t, false)
 	ctx := context.Background()
 	check := func(rule string, lim *ratelimitv1.Limit) bool {
@@ -313,7 +299,7 @@ rules:
 	}
 
 	// Swapping the rules takes effect for the next request.
-	bigger, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 3, Window: time.Minute}}})
+	bigger, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 3, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,11 +517,11 @@ func get(t *testing.T, u string, wantStatus int) string {
 }
 
 func TestMetricsAndProbes(t *testing.T) {
-	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 1, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "r", Limit: window.Limit{Limit: 1, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, api.Config{Rules: rules})
+	s := newServer(t, api.Config{Rules: rs})
 	c := s.client(t, false)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
@@ -624,15 +610,15 @@ func (f *fakeReplicator) Ages() map[string]time.Duration { return f.ages }
 
 func TestReplicator(t *testing.T) {
 	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 1500 * time.Millisecond}}
-	rules, err := api.NewRules([]api.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "us"})
-	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rules})
+	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rs})
 	ctx := context.Background()
 	bucket := int64(29_000_000)
-	if err := store.Merge(ctx, []region.Total{{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
+	if err := store.Merge(ctx, []region.Total{{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.client(t, true, connect.WithGRPC())
@@ -662,8 +648,8 @@ func TestReplicator(t *testing.T) {
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
 	want := []region.Total{
-		{Key: "r:alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
-		{Key: "alice", Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
+		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
+		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
 	}
 	if len(rep.dirty) != len(want) {
 		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
@@ -704,7 +690,7 @@ func TestHealthWithGRPCGo(t *testing.T) {
 
 func TestReflection(t *testing.T) {
 	s := newServer(t, api.Config{})
-	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	rc := grpcreflect.NewClient(apitest.H2CClient(t), s.URL, connect.WithGRPC())
 	stream := rc.NewStream(context.Background())
 	t.Cleanup(func() { stream.Close() })
 	names, err := stream.ListServices()
@@ -726,5 +712,39 @@ func TestReflection(t *testing.T) {
 	}
 	if len(files) == 0 || files[0].GetName() != "ratelimit/v1/ratelimit.proto" {
 		t.Errorf("FileContainingSymbol: got %d files, first %q", len(files), files[0].GetName())
+	}
+}
+
+// TestJSONUnknownNamesAreInvalid: a misspelled algorithm name or field in
+// a JSON request is invalid_argument, not a silent default, on the fast
+// path and through Connect (interceptors configured turn the fast path
+// off).
+func TestJSONUnknownNamesAreInvalid(t *testing.T) {
+	noop := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next })
+	for _, srv := range []struct {
+		name string
+		cfg  api.Config
+	}{
+		{"fast path", api.Config{}},
+		{"connect", api.Config{HandlerOptions: []connect.HandlerOption{connect.WithInterceptors(noop)}}},
+	} {
+		s := newServer(t, srv.cfg)
+		for _, tc := range []struct{ name, body string }{
+			{"misspelled enum name", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"ALGORITHM_TOKEN_BUKET"}}`},
+			{"config-style enum name", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"token_bucket"}}`},
+			{"unknown field", `{"key":"a","limt":{"limit":"5","window":"60s"}}`},
+			{"unknown limit field", `{"key":"a","limit":{"limit":"5","window":"60s","algo":"ALGORITHM_TOKEN_BUCKET"}}`},
+		} {
+			t.Run(srv.name+"/"+tc.name, func(t *testing.T) {
+				code, body := postJSON(t, s.URL+"/ratelimit.v1.RateLimitService/Check", tc.body)
+				if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) {
+					t.Errorf("POST Check %s = %d %s, want 400 invalid_argument", tc.body, code, body)
+				}
+			})
+		}
+		code, body := postJSON(t, s.URL+"/ratelimit.v1.RateLimitService/Check", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`)
+		if code != http.StatusOK {
+			t.Errorf("%s: POST Check with a known algorithm = %d %s, want 200", srv.name, code, body)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package api_test
+package api
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -35,7 +34,7 @@ func (w *discardWriter) Write(b []byte) (int, error) {
 // benchHandler posts Connect JSON Check requests to the handler directly
 // (no network), from parallel goroutines, with the body made by body(i).
 func benchHandler(b *testing.B, store region.Store, body func(i uint64) []byte) {
-	h, err := api.NewHandler(api.Config{Store: store, Registerer: prometheus.NewRegistry(), Now: time.Now})
+	h, err := NewHandler(Config{Store: store, Registerer: prometheus.NewRegistry(), Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -65,7 +65,8 @@ func (c jsonCodec) Unmarshal(b []byte, m any) error {
 	if decodeFast(b, m) {
 		return nil
 	}
-	// Unknown fields are dropped, as Connect's own codec does, so that
-	// clients and servers need not share one version of the schema.
-	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, pm)
+	// Unknown fields and unknown enum names are errors (invalid_argument),
+	// unlike Connect's own codec, which drops them: a misspelled field or
+	// algorithm name must not silently fall back to a default.
+	return protojson.UnmarshalOptions{}.Unmarshal(b, pm)
 }

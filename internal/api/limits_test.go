@@ -16,6 +16,8 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -103,12 +105,12 @@ func FuzzRequest(f *testing.F) {
 	f.Add([]byte(`{"checks":[{"key":"a","limit":{"limit":"9007199254740993","window":"-1s"}}]}`), true, uint8(1))
 	f.Add([]byte(`{"key":"x","hits":"18446744073709551615","limit":{"limit":1,"window":"604800.000000001s","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`), true, uint8(2))
 
-	rules, err := api.NewRules([]api.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	rs, err := rules.New([]rules.Rule{{Name: "per-user", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	store := region.NewMemory(region.MemoryConfig{MaxKeys: 10000})
-	h, err := api.NewHandler(api.Config{Store: store, Rules: rules, MaxRequestBytes: 64 << 10, Now: func() time.Time { return t0 }})
+	h, err := api.NewHandler(api.Config{Store: store, Rules: rs, MaxRequestBytes: 64 << 10, Now: func() time.Time { return t0 }})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -157,4 +159,23 @@ func FuzzRequest(f *testing.F) {
 		}
 		checkCanary(t)
 	})
+}
+
+// TestMaxKeyBytesFitsReplication: the bound on a caller's key leaves room
+// for the longest namespace prefix within what replication carries, and a
+// caller's key that long is decided.
+func TestMaxKeyBytesFitsReplication(t *testing.T) {
+	if _, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxKeyBytes: decision.MaxKeyBytes + 1}); err == nil {
+		t.Errorf("NewHandler(MaxKeyBytes %d) = nil error, want it refused", decision.MaxKeyBytes+1)
+	}
+	rs, err := rules.New([]rules.Rule{{Name: strings.Repeat("r", rules.MaxNameBytes), Limit: window.Limit{Limit: 10, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, api.Config{MaxKeyBytes: decision.MaxKeyBytes, Rules: rs})
+	resp, err := s.client(t, false).Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{
+		Key: strings.Repeat("k", decision.MaxKeyBytes), Rule: strings.Repeat("r", rules.MaxNameBytes)}))
+	if err != nil || !resp.Msg.Allowed {
+		t.Errorf("Check with the longest key and rule name = %v, %v; want allowed", resp, err)
+	}
 }

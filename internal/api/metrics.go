@@ -6,21 +6,6 @@ import (
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
-// Decision outcomes, the values of the outcome label.
-const (
-	outcomeAllowed = "allowed"
-	outcomeDenied  = "denied"
-	outcomeError   = "error"
-	// outcomeShadowDenied is a denial that shadow mode answered as allowed.
-	outcomeShadowDenied = "shadow_denied"
-)
-
-// Values of the rule label besides configured rule names.
-const (
-	ruleInline  = "inline"  // an inline limit
-	ruleUnknown = "unknown" // a request naming no known rule
-)
-
 // keyCounter is implemented by stores that know how many keys they hold
 // (the in-memory store).
 type keyCounter interface {
@@ -57,33 +42,10 @@ func storeAs[T any](s region.Store) (T, bool) {
 	return zero, false
 }
 
-// metrics are the API's Prometheus metrics.
-type metrics struct {
-	decisions   *prometheus.CounterVec   // rule, outcome
-	latency     *prometheus.HistogramVec // method
-	storeErrors prometheus.Counter
-}
-
-// latencyBuckets go from 50 µs to 1 s in 24 steps of about x1.54.
-var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 1, 24)
-
-func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatuser) (*metrics, error) {
-	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rlcluster_decisions_total",
-			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, shadow_denied: denied but answered allowed in shadow mode, error).",
-		}, []string{"rule", "outcome"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "rlcluster_decision_duration_seconds",
-			Help:    "Time to answer one RPC (Check, CheckBatch or Peek), from validation to response.",
-			Buckets: latencyBuckets,
-		}, []string{"method"}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rlcluster_store_errors_total",
-			Help: "Store calls that failed.",
-		}),
-	}
-	cs := []prometheus.Collector{m.decisions, m.latency, m.storeErrors}
+// registerStoreMetrics registers what the store (or a store it wraps)
+// can tell: keys held and evicted, its failover mode, its deny cache.
+func registerStoreMetrics(reg prometheus.Registerer, store region.Store, status StoreStatuser) error {
+	var cs []prometheus.Collector
 	if kc, ok := storeAs[keyCounter](store); ok {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "rlcluster_keys_held",
@@ -121,10 +83,10 @@ func newMetrics(reg prometheus.Registerer, store region.Store, status StoreStatu
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // storeStatusCollectors export a failover store's mode and counters.

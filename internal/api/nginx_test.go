@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -157,11 +158,11 @@ func TestNginxAuthRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := api.NewRules([]api.Rule{{Name: "api", Limit: window.Limit{Limit: 2, Window: time.Minute, Algorithm: window.FixedWindow}}})
+	rs, err := rules.New([]rules.Rule{{Name: "api", Limit: window.Limit{Limit: 2, Window: time.Minute, Algorithm: window.FixedWindow}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := newServer(t, api.Config{Rules: rules})
+	node := newServer(t, api.Config{Rules: rs})
 	var appHits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		appHits.Add(1)

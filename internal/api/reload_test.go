@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,10 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // waitFor polls cond every few milliseconds until it holds or 10 s pass.
@@ -26,6 +29,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// reloads compares rlcluster_rules_reloads_total in reg with the counts
+// given.
+func reloads(reg prometheus.Gatherer, applied, rejected int) error {
+	return testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP rlcluster_rules_reloads_total Reloads of the rules files, by result: applied, or rejected because the new files are invalid (the rules in use stay).
+# TYPE rlcluster_rules_reloads_total counter
+rlcluster_rules_reloads_total{result="applied"} %d
+rlcluster_rules_reloads_total{result="rejected"} %d
+`, applied, rejected)), "rlcluster_rules_reloads_total")
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -59,7 +73,7 @@ func TestReloadEnvoyExample(t *testing.T) {
 	path := filepath.Join(dir, "messaging.yaml")
 	copyFile(t, "testdata/envoyproxy/messaging.yaml", path)
 	reg := prometheus.NewRegistry()
-	rl, err := api.NewReloader(api.ReloaderConfig{Path: dir, Interval: 10 * time.Millisecond, Registerer: reg})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: 10 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,9 +114,7 @@ func TestReloadEnvoyExample(t *testing.T) {
 
 	// An invalid edit: rejected, counted, and the rules in use stay.
 	writeFile(t, path, strings.Replace(string(b), "unit: day", "unit: fortnight", 1))
-	waitFor(t, "the rejection to be counted", func() bool {
-		return strings.Contains(get(t, s.URL+"/metrics", 200), `rlcluster_rules_reloads_total{result="rejected"} 1`)
-	})
+	waitFor(t, "the rejection to be counted", func() bool { return reloads(reg, 1, 1) == nil })
 	call(t, c, marketing("3"), ok, st{ok, 2, day, 1})
 	if got := rl.Reload(s.API.SetRules); got == nil || !strings.Contains(got.Error(), `"fortnight" is not second, minute, hour, day or week`) {
 		t.Errorf("Reload() = %v, want the unit error", got)
@@ -114,11 +126,8 @@ func TestReloadEnvoyExample(t *testing.T) {
 		r, err := c.ShouldRateLimit(ctx, marketing("4"))
 		return err == nil && r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
-	metrics := get(t, s.URL+"/metrics", 200)
-	for _, want := range []string{`rlcluster_rules_reloads_total{result="applied"} 2`, `rlcluster_rules_reloads_total{result="rejected"} 2`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(metrics, "rlcluster_rules"))
-		}
+	if err := reloads(reg, 2, 2); err != nil {
+		t.Error(err)
 	}
 	cancel()
 	wg.Wait()
@@ -131,11 +140,11 @@ func TestReloadEnvoyExample(t *testing.T) {
 func TestReloadNativeAddsFile(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), "rules:\n  - name: a\n    limit: 1\n    window: 1m\n")
-	rl, err := api.NewReloader(api.ReloaderConfig{Path: dir, Interval: time.Millisecond})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got atomic.Pointer[api.Rules]
+	var got atomic.Pointer[rules.Set]
 	got.Store(rl.Rules())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -163,7 +172,7 @@ func TestReloadNativeAddsFile(t *testing.T) {
 func TestNewReloaderRejectsInvalid(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.yaml")
 	writeFile(t, path, "domain: d\ndescriptors:\n  - value: v\n")
-	if _, err := api.NewReloader(api.ReloaderConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "descriptors[0].key: required") {
+	if _, err := rules.NewReloader(rules.ReloaderConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "descriptors[0].key: required") {
 		t.Errorf("NewReloader = %v, want the missing key", err)
 	}
 }

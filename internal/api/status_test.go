@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/status"
 )
 
 // fakeCluster reports a fixed membership.
 type fakeCluster struct {
-	members []api.Member
+	members []status.Member
 	offsets map[string]time.Duration
 }
 
-func (f fakeCluster) Members() []api.Member                  { return f.members }
+func (f fakeCluster) Members() []status.Member               { return f.members }
 func (f fakeCluster) ClockOffsets() map[string]time.Duration { return f.offsets }
 
 func TestStatusPage(t *testing.T) {
@@ -61,7 +62,7 @@ func TestStatusPage(t *testing.T) {
 func TestStatusJSON(t *testing.T) {
 	since := t0.Add(-time.Minute)
 	cl := fakeCluster{
-		members: []api.Member{
+		members: []status.Member{
 			{Name: "eu-1", Region: "eu", Addr: "10.0.2.11:7946", State: "alive", Since: since},
 			{Name: "us-2", Region: "us", Addr: "10.0.1.12:7946", State: "dead", Since: since},
 			{Name: "us-1", Region: "us", Addr: "10.0.1.11:7946", State: "alive", Since: since, Local: true},
@@ -72,7 +73,7 @@ func TestStatusJSON(t *testing.T) {
 	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 80 * time.Millisecond, "us": time.Hour}}
 	s := newServer(t, api.Config{Region: "us", Cluster: cl, Replicator: rep})
 
-	var st api.Status
+	var st status.Status
 	if err := json.Unmarshal([]byte(get(t, s.URL+"/status.json", http.StatusOK)), &st); err != nil {
 		t.Fatalf("decode /status.json: %v", err)
 	}

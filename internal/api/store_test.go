@@ -16,24 +16,20 @@ var stores = []struct {
 	new  func(t *testing.T) region.Store
 }{
 	{"memory", func(t *testing.T) region.Store { return region.NewMemory(region.MemoryConfig{}) }},
-	{"redis", func(t *testing.T) region.Store {
-		t.Helper()
-		srv := redistest.Start(t)
-		r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
-		if err != nil {
-			t.Fatalf("NewRedis: %v", err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}},
+	{"redis", func(t *testing.T) region.Store { return newRedis(t) }},
 	{"redis+denycache", func(t *testing.T) region.Store {
-		t.Helper()
-		srv := redistest.Start(t)
-		r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
-		if err != nil {
-			t.Fatalf("NewRedis: %v", err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return region.NewDenyCache(r, region.DenyCacheConfig{})
+		return region.NewDenyCache(newRedis(t), region.DenyCacheConfig{})
 	}},
+}
+
+// newRedis starts a redis-server for t and returns a store on it.
+func newRedis(t *testing.T) region.Store {
+	t.Helper()
+	srv := redistest.Start(t)
+	r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL()})
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

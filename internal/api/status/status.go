@@ -1,4 +1,7 @@
-package api
+// Package status owns the node's status page (/) and its data
+// (/status.json): this node's view of the gossip pool, by region, with
+// replication lag and clock offsets.
+package status
 
 import (
 	_ "embed"
@@ -80,16 +83,35 @@ type MemberStatus struct {
 //go:embed status.html
 var statusPage []byte
 
-// serveStatusPage serves the status page, which polls /status.json and
-// Peek from the browser.
-func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
+// Config configures a [Page].
+type Config struct {
+	// Region is this node's region. Required.
+	Region string
+	// Cluster describes the gossip pool; nil means a single region.
+	Cluster Cluster
+	// Ages returns, for each remote region heard from, how old the newest
+	// totals merged from it are; nil means none. It must not block.
+	Ages func() map[string]time.Duration
+	// Now returns the current time. Required.
+	Now func() time.Time
+}
+
+// Page serves the status page and its data. It is safe for concurrent use.
+type Page struct{ cfg Config }
+
+// New returns the status page of cfg.
+func New(cfg Config) *Page { return &Page{cfg: cfg} }
+
+// ServePage serves the status page, which polls /status.json and Peek
+// from the browser.
+func (s *Page) ServePage(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(statusPage)
 }
 
 // Status returns this node's view of the pool, as /status.json serves it.
-func (s *Server) Status() Status {
+func (s *Page) Status() Status {
 	st := Status{Region: s.cfg.Region, Time: s.cfg.Now().UTC(), Gossip: s.cfg.Cluster != nil}
 	byRegion := map[string]*RegionStatus{}
 	get := func(r string) *RegionStatus {
@@ -124,8 +146,8 @@ func (s *Server) Status() Status {
 			}
 		}
 	}
-	if s.cfg.Replicator != nil {
-		for r, age := range s.cfg.Replicator.Ages() {
+	if s.cfg.Ages != nil {
+		for r, age := range s.cfg.Ages() {
 			if r == s.cfg.Region {
 				continue
 			}
@@ -147,7 +169,8 @@ func (s *Server) Status() Status {
 	return st
 }
 
-func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+// ServeJSON serves [Page.Status] as JSON.
+func (s *Page) ServeJSON(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
 	enc := json.NewEncoder(w)

@@ -1,4 +1,8 @@
-package api
+// Package rules owns rate-limit rules: named native rules, envoyproxy/ratelimit
+// domains (descriptor trees matched as Envoy's rate-limit service does), the
+// YAML formats both are read from, and the [Reloader] that keeps a [Set]
+// current with its files.
+package rules
 
 import (
 	"bytes"
@@ -19,7 +23,7 @@ import (
 
 // Rule is a named limit that callers refer to by name instead of sending
 // the limit inline. A rule's counters are kept apart from every other
-// rule's: the counter key is the rule name, a colon and the caller's key.
+// rule's and from inline limits' (the API builds the counter keys).
 type Rule struct {
 	// Name identifies the rule in requests ([a-zA-Z0-9_.-], 1 to 128 bytes).
 	Name string
@@ -31,27 +35,23 @@ type Rule struct {
 	Shadow bool
 }
 
-// CounterKey returns the store key that counts key under r:
-// r.Name + ":" + key.
-func (r Rule) CounterKey(key string) string { return r.Name + ":" + key }
-
-// Rules is an immutable set of rules: native rules looked up by name, and
+// Set is an immutable set of rules: native rules looked up by name, and
 // envoyproxy/ratelimit domains that Envoy's rate-limit service matches
-// descriptors against. The zero value and nil hold no rules. A *Rules is
+// descriptors against. The zero value and nil hold no rules. A *Set is
 // safe for concurrent use; to change the rules in use, build a new set and
-// swap it in with [Server.SetRules].
-type Rules struct {
+// swap it in (the API server's SetRules).
+type Set struct {
 	byName  map[string]Rule
-	domains map[string]*domain
+	domains map[string]*Domain
 }
 
-// NewRules builds a rule set, checking every rule. The error lists every
+// New builds a rule set, checking every rule. The error lists every
 // problem found, one per line.
-func NewRules(rules []Rule) (*Rules, error) {
-	rs := &Rules{byName: make(map[string]Rule, len(rules))}
+func New(rules []Rule) (*Set, error) {
+	rs := &Set{byName: make(map[string]Rule, len(rules))}
 	var errs []error
 	for i, r := range rules {
-		if err := checkRuleName(r.Name); err != nil {
+		if err := CheckName(r.Name); err != nil {
 			errs = append(errs, fmt.Errorf("rule %d: name: %w", i, err))
 			continue
 		}
@@ -72,7 +72,7 @@ func NewRules(rules []Rule) (*Rules, error) {
 }
 
 // Lookup returns the rule called name.
-func (rs *Rules) Lookup(name string) (Rule, bool) {
+func (rs *Set) Lookup(name string) (Rule, bool) {
 	if rs == nil {
 		return Rule{}, false
 	}
@@ -81,7 +81,7 @@ func (rs *Rules) Lookup(name string) (Rule, bool) {
 }
 
 // Len returns the number of native rules (not counting envoy domains).
-func (rs *Rules) Len() int {
+func (rs *Set) Len() int {
 	if rs == nil {
 		return 0
 	}
@@ -90,7 +90,7 @@ func (rs *Rules) Len() int {
 
 // Limits returns the number of limits the rules define: native rules plus
 // every envoy domain's limits. --max-rules bounds it.
-func (rs *Rules) Limits() int {
+func (rs *Set) Limits() int {
 	if rs == nil {
 		return 0
 	}
@@ -102,7 +102,7 @@ func (rs *Rules) Limits() int {
 }
 
 // All returns the native rules sorted by name.
-func (rs *Rules) All() []Rule {
+func (rs *Set) All() []Rule {
 	if rs == nil {
 		return nil
 	}
@@ -114,9 +114,15 @@ func (rs *Rules) All() []Rule {
 	return out
 }
 
+// MaxNameBytes is the longest rule name.
+const MaxNameBytes = 128
+
 var ruleNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
 
-func checkRuleName(name string) error {
+// CheckName explains why name is not a valid rule name (1 to MaxNameBytes
+// of a-z, A-Z, 0-9, '_', '.', '-': never a ':' or a '/', which counter
+// keys use as separators), or returns nil.
+func CheckName(name string) error {
 	if !ruleNameRE.MatchString(name) {
 		return fmt.Errorf("%q must be 1 to 128 of a-z, A-Z, 0-9, '_', '.', '-'", name)
 	}
@@ -124,7 +130,7 @@ func checkRuleName(name string) error {
 }
 
 // ruleFile is a rules file: native rules, or one envoyproxy/ratelimit
-// domain (see envoyrules.go), not both.
+// domain (see envoy.go), not both.
 //
 //	rules:
 //	  - name: api-per-user
@@ -146,14 +152,14 @@ type ruleYAML struct {
 	ShadowMode bool   `yaml:"shadow_mode"`
 }
 
-// LoadRules reads rules from path: a YAML file, or a directory whose
+// Load reads rules from path: a YAML file, or a directory whose
 // *.yaml and *.yml files (not those starting with '.', not
 // subdirectories) are read in name order, as envoyproxy/ratelimit reads
 // one domain per file. Each file holds native rules or one envoy domain
-// (see [ParseRules]). Rule names and domains must be unique across files.
+// (see [Parse]). Rule names and domains must be unique across files.
 // The error lists every problem in every file, one per line, each
 // starting with the file's path.
-func LoadRules(path string) (*Rules, error) {
+func Load(path string) (*Set, error) {
 	files, err := rulesFiles(path)
 	if err != nil {
 		return nil, err
@@ -170,7 +176,7 @@ func LoadRules(path string) (*Rules, error) {
 	return b.build()
 }
 
-// rulesFiles lists the files LoadRules reads for path.
+// rulesFiles lists the files Load reads for path.
 func rulesFiles(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -200,7 +206,7 @@ func rulesFiles(path string) ([]string, error) {
 	return files, nil
 }
 
-// ParseRules parses one rules file from YAML, in either format.
+// Parse parses one rules file from YAML, in either format.
 //
 // Native rules:
 //
@@ -219,7 +225,7 @@ func rulesFiles(path string) ([]string, error) {
 // the Connect API uses native rules by name.
 //
 // Unknown fields are errors. The error lists every problem found.
-func ParseRules(b []byte) (*Rules, error) {
+func Parse(b []byte) (*Set, error) {
 	rb := newRulesBuilder()
 	rb.add("", b)
 	return rb.build()
@@ -230,7 +236,7 @@ func ParseRules(b []byte) (*Rules, error) {
 type rulesBuilder struct {
 	rules   []Rule
 	ruleSrc map[string]string // rule name -> where it was defined
-	domains map[string]*domain
+	domains map[string]*Domain
 	domSrc  map[string]string
 	errs    []error
 }
@@ -238,7 +244,7 @@ type rulesBuilder struct {
 func newRulesBuilder() *rulesBuilder {
 	return &rulesBuilder{
 		ruleSrc: make(map[string]string),
-		domains: make(map[string]*domain),
+		domains: make(map[string]*Domain),
 		domSrc:  make(map[string]string),
 	}
 }
@@ -309,7 +315,7 @@ func (rb *rulesBuilder) add(file string, b []byte) {
 		var bad []string
 		if y.Name == "" {
 			bad = append(bad, "name: required")
-		} else if err := checkRuleName(y.Name); err != nil {
+		} else if err := CheckName(y.Name); err != nil {
 			bad = append(bad, "name: "+err.Error())
 		} else if src, dup := rb.ruleSrc[y.Name]; dup {
 			bad = append(bad, "name: duplicate of "+src)
@@ -327,7 +333,7 @@ func (rb *rulesBuilder) add(file string, b []byte) {
 			bad = append(bad, "window: required (a Go duration such as 1s, 1m, 1h)")
 		} else if d, err := time.ParseDuration(y.Window); err != nil {
 			bad = append(bad, fmt.Sprintf("window: %q is not a Go duration such as 1s, 1m, 1h", y.Window))
-		} else if err := checkWindow(d); err != nil {
+		} else if err := CheckWindow(d); err != nil {
 			bad = append(bad, "window: "+err.Error())
 		} else {
 			w = d
@@ -352,8 +358,8 @@ func orStdin(file string) string {
 }
 
 // build returns the rules, or every problem found.
-func (rb *rulesBuilder) build() (*Rules, error) {
-	rs, err := NewRules(rb.rules)
+func (rb *rulesBuilder) build() (*Set, error) {
+	rs, err := New(rb.rules)
 	if err != nil {
 		rb.errs = append(rb.errs, err)
 	}
@@ -366,7 +372,7 @@ func (rb *rulesBuilder) build() (*Rules, error) {
 
 // Summary describes the rules in one line, for logs and `rlnode validate`:
 // "2 rules, 1 domain (messaging: 2 limits)".
-func (rs *Rules) Summary() string {
+func (rs *Set) Summary() string {
 	names := rs.domainNames()
 	s := fmt.Sprintf("%d %s, %d %s", rs.Len(), plural(rs.Len(), "rule", "rules"), len(names), plural(len(names), "domain", "domains"))
 	if len(names) == 0 {
@@ -387,8 +393,8 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// checkWindow explains why d is not a valid window, or returns nil.
-func checkWindow(d time.Duration) error {
+// CheckWindow explains why d is not a valid window, or returns nil.
+func CheckWindow(d time.Duration) error {
 	if d < window.MinWindow || d > window.MaxWindow {
 		return fmt.Errorf("must be from %v to %v, got %v", window.MinWindow, window.MaxWindow, d)
 	}

@@ -1,4 +1,4 @@
-package api
+package rules
 
 import (
 	"context"
@@ -19,7 +19,7 @@ const DefaultReloadInterval = time.Second
 // ReloaderConfig configures a [Reloader]. Zero fields mean the documented
 // default.
 type ReloaderConfig struct {
-	// Path is the rules file or directory, as [LoadRules] reads it.
+	// Path is the rules file or directory, as [Load] reads it.
 	// Required.
 	Path string
 	// Interval is how often Run looks for changes; default 1s. A negative
@@ -42,7 +42,7 @@ type ReloaderConfig struct {
 // contents have changed and then stayed the same for one more interval
 // (so a file caught half-written is not reported as an error); Reload
 // reloads at once (on SIGHUP, say). A valid new set is handed to the
-// apply function, which swaps it in atomically ([Server.SetRules]); an
+// apply function, which swaps it in atomically (the API server's SetRules); an
 // invalid one is logged, counted as rejected, and the rules in use stay.
 //
 // A Reloader is safe for concurrent use; reloads are serialized.
@@ -51,7 +51,7 @@ type Reloader struct {
 	reloads  *prometheus.CounterVec
 	lastOK   prometheus.Gauge
 	mu       sync.Mutex
-	rules    *Rules
+	rules    *Set
 	applied  [sha256.Size]byte // fingerprint of the files last loaded or rejected
 	lastSeen [sha256.Size]byte // fingerprint at the previous poll
 }
@@ -87,7 +87,7 @@ func NewReloader(cfg ReloaderConfig) (*Reloader, error) {
 		}
 	}
 	fp := fingerprint(cfg.Path)
-	rs, err := LoadRulesMax(cfg.Path, cfg.MaxRules)
+	rs, err := LoadMax(cfg.Path, cfg.MaxRules)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func NewReloader(cfg ReloaderConfig) (*Reloader, error) {
 }
 
 // Rules returns the rules last applied.
-func (r *Reloader) Rules() *Rules {
+func (r *Reloader) Rules() *Set {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.rules
@@ -108,7 +108,7 @@ func (r *Reloader) Rules() *Rules {
 // Reload loads the files now. When they are valid it calls apply with the
 // new rules and returns nil; otherwise it returns the problems and leaves
 // the rules in use alone.
-func (r *Reloader) Reload(apply func(*Rules)) error {
+func (r *Reloader) Reload(apply func(*Set)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fp := fingerprint(r.cfg.Path)
@@ -117,9 +117,9 @@ func (r *Reloader) Reload(apply func(*Rules)) error {
 }
 
 // load loads the files, whose fingerprint is fp. r.mu is held.
-func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Rules), why string) error {
+func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Set), why string) error {
 	r.applied = fp
-	rs, err := LoadRulesMax(r.cfg.Path, r.cfg.MaxRules)
+	rs, err := LoadMax(r.cfg.Path, r.cfg.MaxRules)
 	if err != nil {
 		r.reloads.WithLabelValues("rejected").Inc()
 		r.cfg.Logger.Error("rules rejected: keeping the rules in use", "path", r.cfg.Path, "trigger", why, "err", err)
@@ -136,7 +136,7 @@ func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Rules), why string) er
 // Run polls the files every Interval until ctx is done, reloading (and
 // calling apply) when they have changed and then held still for one
 // interval.
-func (r *Reloader) Run(ctx context.Context, apply func(*Rules)) {
+func (r *Reloader) Run(ctx context.Context, apply func(*Set)) {
 	if r.cfg.Interval < 0 {
 		return
 	}
@@ -152,7 +152,7 @@ func (r *Reloader) Run(ctx context.Context, apply func(*Rules)) {
 	}
 }
 
-func (r *Reloader) poll(apply func(*Rules)) {
+func (r *Reloader) poll(apply func(*Set)) {
 	fp := fingerprint(r.cfg.Path)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -163,7 +163,7 @@ func (r *Reloader) poll(apply func(*Rules)) {
 	}
 }
 
-// fingerprint hashes the names and contents of the files LoadRules would
+// fingerprint hashes the names and contents of the files Load would
 // read at path, and any error reading them, so that any change to them,
 // including a file added or removed, changes the fingerprint.
 func fingerprint(path string) [sha256.Size]byte {
@@ -186,10 +186,10 @@ func fingerprint(path string) [sha256.Size]byte {
 	return out
 }
 
-// LoadRulesMax is [LoadRules], refusing more than max rules when max > 0:
+// LoadMax is [Load], refusing more than max rules when max > 0:
 // what a node with --max-rules loads.
-func LoadRulesMax(path string, max int) (*Rules, error) {
-	rs, err := LoadRules(path)
+func LoadMax(path string, max int) (*Set, error) {
+	rs, err := Load(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package api_test
+package rules_test
 
 import (
 	"os"
@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 func TestParseRules(t *testing.T) {
-	rs, err := api.ParseRules([]byte(`
+	rs, err := rules.Parse([]byte(`
 rules:
   - name: api-per-user
     limit: 100
@@ -29,7 +29,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.Rule{
+	want := []rules.Rule{
 		{Name: "api-per-user", Limit: window.Limit{Limit: 100, Window: time.Minute, Algorithm: window.SlidingWindow}},
 		{Name: "burst", Limit: window.Limit{Limit: 10, Window: time.Second, Algorithm: window.TokenBucket}},
 		{Name: "login", Limit: window.Limit{Limit: 5, Window: 15 * time.Minute, Algorithm: window.FixedWindow}},
@@ -43,8 +43,8 @@ rules:
 			t.Errorf("All()[%d] = %v, want %v", i, got[i], want[i])
 		}
 	}
-	if r, ok := rs.Lookup("login"); !ok || r.CounterKey("alice") != "login:alice" {
-		t.Errorf("Lookup(login) = %v, %v; CounterKey = %q", r, ok, r.CounterKey("alice"))
+	if r, ok := rs.Lookup("login"); !ok || r.Name != "login" {
+		t.Errorf("Lookup(login) = %v, %v", r, ok)
 	}
 	if _, ok := rs.Lookup("nope"); ok {
 		t.Errorf("Lookup(nope) found a rule")
@@ -52,7 +52,7 @@ rules:
 }
 
 func TestParseRulesListsEveryError(t *testing.T) {
-	_, err := api.ParseRules([]byte(`
+	_, err := rules.Parse([]byte(`
 rules:
   - name: ok
     limit: 1
@@ -74,7 +74,7 @@ rules:
     window: 1.0005s
 `))
 	if err == nil {
-		t.Fatal("ParseRules: no error")
+		t.Fatal("Parse: no error")
 	}
 	for _, want := range []string{
 		"rule 1: name: required; limit: must be from 1 to 2^53, got 0; window: must be from 1s to 168h0m0s, got 500ms",
@@ -94,9 +94,9 @@ rules:
 }
 
 func TestParseRulesRejectsUnknownFields(t *testing.T) {
-	_, err := api.ParseRules([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    windw: 2s\n"))
+	_, err := rules.Parse([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    windw: 2s\n"))
 	if err == nil || !strings.Contains(err.Error(), "windw") {
-		t.Errorf("ParseRules = %v, want an error naming the unknown field", err)
+		t.Errorf("Parse = %v, want an error naming the unknown field", err)
 	}
 }
 
@@ -105,35 +105,35 @@ func TestLoadRules(t *testing.T) {
 	if err := os.WriteFile(path, []byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := api.LoadRules(path)
+	rs, err := rules.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := rs.Len(), 1; got != want {
 		t.Errorf("Len() = %d, want %d", got, want)
 	}
-	if _, err := api.LoadRules(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
-		t.Error("LoadRules(missing) = nil error")
+	if _, err := rules.Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("Load(missing) = nil error")
 	}
 	// An empty file is no rules, not an error.
 	empty := filepath.Join(t.TempDir(), "empty.yaml")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := api.LoadRules(empty); err != nil || rs.Len() != 0 {
-		t.Errorf("LoadRules(empty) = %v, %v, want no rules", rs.Len(), err)
+	if rs, err := rules.Load(empty); err != nil || rs.Len() != 0 {
+		t.Errorf("Load(empty) = %v, %v, want no rules", rs.Len(), err)
 	}
 }
 
 func TestNewRules(t *testing.T) {
-	_, err := api.NewRules([]api.Rule{
+	_, err := rules.New([]rules.Rule{
 		{Name: "a", Limit: window.Limit{Limit: 1, Window: time.Second}},
 		{Name: "a", Limit: window.Limit{Limit: 1, Window: time.Second}},
 		{Name: "", Limit: window.Limit{Limit: 1, Window: time.Second}},
 		{Name: "b", Limit: window.Limit{Limit: 0, Window: time.Second}},
 	})
 	if err == nil {
-		t.Fatal("NewRules: no error")
+		t.Fatal("New: no error")
 	}
 	for _, want := range []string{"rule 1 (a): duplicate name", "rule 2: name:", "rule 3 (b): window: limit must be"} {
 		if !strings.Contains(err.Error(), want) {
@@ -143,7 +143,7 @@ func TestNewRules(t *testing.T) {
 }
 
 func TestParseEnvoyRulesListsEveryError(t *testing.T) {
-	_, err := api.ParseRules([]byte(`domain: shop
+	_, err := rules.Parse([]byte(`domain: shop
 descriptors:
   - key: user
     rate_limit:
@@ -175,7 +175,7 @@ descriptors:
           requests_per_unit: 1
 `))
 	if err == nil {
-		t.Fatal("ParseRules: no error")
+		t.Fatal("Parse: no error")
 	}
 	for _, want := range []string{
 		`domain "shop": line 5: descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day or week`,
@@ -209,14 +209,14 @@ func TestParseRulesFormats(t *testing.T) {
 		{"wrong type", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: lots\n", "line 6: cannot unmarshal !!str `lots` into uint64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := api.ParseRules([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("ParseRules = %v, want an error containing %q", err, tc.want)
+			if _, err := rules.Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Parse = %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
 	// The configuration of envoyproxy/ratelimit's Example 4 that does not
 	// match a two-entry descriptor loads.
-	rs, err := api.ParseRules([]byte("domain: example4\ndescriptors:\n  - key: key\n    value: value\n    rate_limit:\n      requests_per_unit: 300\n      unit: second\n"))
+	rs, err := rules.Parse([]byte("domain: example4\ndescriptors:\n  - key: key\n    value: value\n    rate_limit:\n      requests_per_unit: 300\n      unit: second\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,9 +241,9 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, err := api.LoadRules(dir)
+	_, err := rules.Load(dir)
 	if err == nil {
-		t.Fatal("LoadRules: no error")
+		t.Fatal("Load: no error")
 	}
 	for _, want := range []string{
 		filepath.Join(dir, "b.yaml") + `: domain "d": duplicate of the domain in ` + filepath.Join(dir, "a.yaml"),
@@ -262,7 +262,7 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 // give rules or an error, never a panic, and
 // valid rules describe themselves.
 func FuzzParseEnvoyRules(f *testing.F) {
-	files, _ := filepath.Glob("testdata/envoyproxy/*.yaml")
+	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
 	for _, p := range files {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -272,10 +272,10 @@ func FuzzParseEnvoyRules(f *testing.F) {
 	}
 	f.Add([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    shadow_mode: true\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, err := api.ParseRules(b)
+		rs, err := rules.Parse(b)
 		if err != nil {
 			if rs != nil {
-				t.Errorf("ParseRules returned rules and an error: %v", err)
+				t.Errorf("Parse returned rules and an error: %v", err)
 			}
 			return
 		}

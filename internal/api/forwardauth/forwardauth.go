@@ -1,4 +1,10 @@
-package api
+// Package forwardauth owns the HTTP check endpoint that proxies call for
+// forward authentication (nginx auth_request, Traefik ForwardAuth, Caddy
+// forward_auth, Envoy ext_authz over HTTP): it derives a key from the
+// request's headers, decides one hit of a named rule through
+// [decision.Decider] in the forward-auth namespace, and answers with a
+// status code and rate-limit headers.
+package forwardauth
 
 import (
 	"crypto/sha256"
@@ -13,19 +19,23 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"connectrpc.com/connect"
+
+	"github.com/rlcluster/rlcluster/internal/api/auth"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/ratelimitheader"
-	"github.com/rlcluster/rlcluster/internal/region"
 )
 
-// Defaults for zero [CheckConfig] fields.
+// Defaults for zero [Config] fields.
 const (
-	DefaultCheckPath       = "/check"
-	DefaultCheckKeyHeaders = "X-Forwarded-For"
+	DefaultPath       = "/check"
+	DefaultKeyHeaders = "X-Forwarded-For"
 	// RuleHeader names the rule when the path does not.
 	RuleHeader = "X-RateLimit-Rule"
 )
 
-// CheckConfig configures the HTTP check endpoint that proxies call for
+// Config configures the HTTP check endpoint that proxies call for
 // forward authentication (nginx auth_request, Traefik ForwardAuth, Caddy
 // forward_auth, Envoy ext_authz over HTTP). Zero fields mean the default.
 //
@@ -65,9 +75,10 @@ const (
 //     gossip, logs or metrics.
 //   - any other header: its first value as sent.
 //
-// The counter key is then the rule's, "<rule>:<key>", which a Go caller can
-// reproduce to share a counter with the proxy.
-type CheckConfig struct {
+// The key is counted under the rule in the forward-auth namespace
+// ([decision.ForwardAuthKey]), apart from the same rule's counters for
+// Connect callers, so that no API caller can spend a proxy's counters.
+type Config struct {
 	// Path is the endpoint's path, without a trailing slash; default
 	// "/check". It is served at Path and under Path + "/".
 	Path string
@@ -85,11 +96,12 @@ type CheckConfig struct {
 	LegacyHeaders bool
 }
 
-// httpCheck serves the check endpoint; it is built by newHTTPCheck from a
-// validated CheckConfig and is safe for concurrent use.
-type httpCheck struct {
-	s       *Server
-	cfg     CheckConfig
+// Handler serves the check endpoint at Config.Path and under it. It is
+// safe for concurrent use.
+type Handler struct {
+	dec     *decision.Decider
+	now     func() time.Time
+	cfg     Config
 	keyAlts [][]keyHeader
 }
 
@@ -104,14 +116,14 @@ type keyHeader struct {
 // reservedPaths are served by the handler itself.
 var reservedPaths = []string{"/metrics", "/healthz", "/readyz"}
 
-// newHTTPCheck validates cfg, fills its defaults and returns the endpoint;
-// the caller sets its server.
-func newHTTPCheck(cfg CheckConfig) (*httpCheck, error) {
+// New validates cfg, fills its defaults and returns the endpoint, deciding
+// through dec at the instants now gives.
+func New(cfg Config, dec *decision.Decider, now func() time.Time) (*Handler, error) {
 	if cfg.Path == "" {
-		cfg.Path = DefaultCheckPath
+		cfg.Path = DefaultPath
 	}
 	if len(cfg.KeyHeaders) == 0 {
-		cfg.KeyHeaders = []string{DefaultCheckKeyHeaders}
+		cfg.KeyHeaders = []string{DefaultKeyHeaders}
 	}
 	if cfg.DenyStatus == 0 {
 		cfg.DenyStatus = http.StatusTooManyRequests
@@ -135,11 +147,11 @@ func newHTTPCheck(cfg CheckConfig) (*httpCheck, error) {
 		errs = append(errs, fmt.Errorf("Check.DenyStatus: %d, want 429 or 403", cfg.DenyStatus))
 	}
 	if cfg.DefaultRule != "" {
-		if err := checkRuleName(cfg.DefaultRule); err != nil {
+		if err := rules.CheckName(cfg.DefaultRule); err != nil {
 			errs = append(errs, fmt.Errorf("Check.DefaultRule: %w", err))
 		}
 	}
-	h := &httpCheck{cfg: cfg}
+	h := &Handler{dec: dec, now: now, cfg: cfg}
 	for i, alt := range cfg.KeyHeaders {
 		var hs []keyHeader
 		for name := range strings.SplitSeq(alt, "+") {
@@ -173,7 +185,7 @@ func newKeyHeader(name string) keyHeader {
 
 // key derives the request's key from the first alternative whose headers
 // are all present. Error messages name headers, never their values.
-func (h *httpCheck) key(hdr http.Header) (string, error) {
+func (h *Handler) key(hdr http.Header) (string, error) {
 alts:
 	for _, alt := range h.keyAlts {
 		var b strings.Builder
@@ -212,7 +224,7 @@ alts:
 }
 
 // rule returns the rule the request names, or "".
-func (h *httpCheck) rule(r *http.Request) string {
+func (h *Handler) rule(r *http.Request) string {
 	rest := strings.TrimPrefix(r.URL.Path, h.cfg.Path)
 	rest = strings.TrimPrefix(rest, "/")
 	if name, _, _ := strings.Cut(rest, "/"); name != "" {
@@ -224,16 +236,19 @@ func (h *httpCheck) rule(r *http.Request) string {
 	return h.cfg.DefaultRule
 }
 
-func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer h.s.observe("HTTPCheck", start)
+// Path returns the endpoint's path (Config.Path, defaulted).
+func (h *Handler) Path() string { return h.cfg.Path }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer h.dec.Observe("HTTPCheck", time.Now())
 	w.Header().Set("Cache-Control", "no-store")
 
 	denyStatus := h.cfg.DenyStatus
 	if v := r.URL.Query().Get("deny_status"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != http.StatusTooManyRequests && n != http.StatusForbidden) {
-			h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+			h.dec.RecordError(decision.LabelUnknown)
 			http.Error(w, fmt.Sprintf("deny_status: %q, want 429 or 403", truncate(v, 16)), http.StatusBadRequest)
 			return
 		}
@@ -241,38 +256,37 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ruleName := h.rule(r)
 	if ruleName == "" {
-		h.s.metrics.decisions.WithLabelValues(ruleUnknown, outcomeError).Inc()
+		h.dec.RecordError(decision.LabelUnknown)
 		http.Error(w, fmt.Sprintf("rule: none named: put it in the path (%s/<rule>) or the %s header, or configure a default rule", h.cfg.Path, RuleHeader), http.StatusBadRequest)
 		return
 	}
 	key, err := h.key(r.Header)
 	if err != nil {
-		label := ruleUnknown
-		if _, ok := h.s.rules.Load().Lookup(ruleName); ok {
-			label = ruleName
-		}
-		h.s.metrics.decisions.WithLabelValues(label, outcomeError).Inc()
+		h.dec.RecordError(h.dec.Label(ruleName))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c, err := h.s.prepare("", key, 1, ruleName, nil, h.s.cfg.Now(), false)
+	req, err := h.dec.Validate(decision.Input{NS: decision.ForwardAuth, Key: key, Rule: ruleName, Now: h.now(), Scope: auth.FromContext(r.Context())})
 	if err != nil {
-		h.s.metrics.decisions.WithLabelValues(c.rule, outcomeError).Inc()
-		http.Error(w, errorMessage(err), http.StatusBadRequest)
+		status := http.StatusBadRequest
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			status = http.StatusForbidden
+		}
+		http.Error(w, decision.Message(err), status)
 		return
 	}
-	res := make([]region.Result, 1)
-	if err := h.s.decide(r.Context(), []check{c}, res); err != nil {
-		// decide fails only when the store cannot decide.
-		http.Error(w, errorMessage(err), http.StatusServiceUnavailable)
+	var out [1]decision.Outcome
+	if err := h.dec.Decide(r.Context(), []decision.Request{req}, out[:]); err != nil {
+		// Decide fails only when the store cannot decide.
+		http.Error(w, decision.Message(err), http.StatusServiceUnavailable)
 		return
 	}
-	d := res[0]
+	d := out[0]
 	ratelimitheader.Set(w.Header(), ratelimitheader.Values{
-		Policy:     c.rule,
+		Policy:     req.Label,
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,
-		Window:     c.req.Limit.Window,
+		Window:     req.Store.Limit.Window,
 		Remaining:  d.Remaining,
 		ResetAfter: d.ResetAfter,
 		RetryAfter: d.RetryAfter,
@@ -284,4 +298,11 @@ func (h *httpCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "allowed")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

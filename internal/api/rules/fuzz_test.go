@@ -1,9 +1,9 @@
-package api_test
+package rules_test
 
 import (
 	"testing"
 
-	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // FuzzParseRules checks that the rules loader never panics on any bytes and
@@ -21,10 +21,10 @@ func FuzzParseRules(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, err := api.ParseRules(b)
+		rs, err := rules.Parse(b)
 		if err != nil {
 			if rs != nil {
-				t.Fatalf("ParseRules returned rules and an error: %v", err)
+				t.Fatalf("Parse returned rules and an error: %v", err)
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-package api_test
+package auth_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -16,10 +17,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -29,7 +33,7 @@ const (
 )
 
 func TestTokens(t *testing.T) {
-	toks, err := api.NewTokens([]string{tokA, tokB})
+	toks, err := auth.NewTokens([]string{tokA, tokB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,10 @@ func TestTokens(t *testing.T) {
 	}{
 		{"none", nil, "no bearer token"},
 		{"short", []string{tokA, "short-secret"}, "token 2: 12 bytes, want at least 16"},
-		{"space", []string{"has space 0123456789"}, "token 1: must be visible ASCII"},
+		{"space", []string{"has space 0123456789"}, "token 1: word 2 is not rules=, domains= or prefixes="},
+		{"control", []string{"has\x01control-0123456789"}, "token 1: must be visible ASCII"},
+		{"scope twice", []string{tokA + " rules=a rules=b"}, "token 1: rules= given twice"},
+		{"empty scope entry", []string{tokA + " prefixes=a,,b"}, "token 1: prefixes=: an empty entry"},
 	} {
 		t.Run("set "+tc.name, func(t *testing.T) {
 			err := toks.Set(tc.set)
@@ -84,14 +91,14 @@ func TestTokens(t *testing.T) {
 	if toks.Valid(tokA) || !toks.Valid(tokB) {
 		t.Errorf("after Set([tokB]): Valid(tokA) = %v, Valid(tokB) = %v; want false, true", toks.Valid(tokA), toks.Valid(tokB))
 	}
-	var zero api.Tokens
+	var zero auth.Tokens
 	if zero.Valid("") || zero.Valid(tokA) {
 		t.Error("zero Tokens accepted a token")
 	}
 }
 
 func TestParseTokens(t *testing.T) {
-	got := api.ParseTokens([]byte("# rotated 2026-11-23\n  " + tokA + "  \n\n" + tokB + "\r\n"))
+	got := auth.ParseTokens([]byte("# rotated 2026-11-23\n  " + tokA + "  \n\n" + tokB + "\r\n"))
 	if len(got) != 2 || got[0] != tokA || got[1] != tokB {
 		t.Errorf("ParseTokens = %q, want [%q %q]", got, tokA, tokB)
 	}
@@ -110,7 +117,7 @@ func bearer(tok string) connect.ClientOption {
 // TestRequireBearer runs real Connect (JSON and gRPC) and grpc-go clients
 // against the handler behind RequireBearer.
 func TestRequireBearer(t *testing.T) {
-	toks, err := api.NewTokens([]string{tokA})
+	toks, err := auth.NewTokens([]string{tokA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,15 +126,9 @@ func TestRequireBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Handle("/extra", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	srv := httptest.NewUnstartedServer(api.RequireBearer(toks, api.DefaultOpenPaths, h))
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveBehind(t, toks, h)
 
-	msg := &ratelimitv1.CheckRequest{Key: "alice", Limit: inline(10, 60e9)}
+	msg := &ratelimitv1.CheckRequest{Key: "alice", Limit: &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}}
 	for _, tc := range []struct {
 		name string
 		opts []connect.ClientOption
@@ -144,7 +145,7 @@ func TestRequireBearer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hc := http.DefaultClient
 			if tc.h2c {
-				hc = h2cClient(t)
+				hc = apitest.H2CClient(t)
 			}
 			c := ratelimitv1connect.NewRateLimitServiceClient(hc, srv.URL, tc.opts...)
 			_, err := c.Check(context.Background(), connect.NewRequest(msg))
@@ -168,6 +169,9 @@ func TestRequireBearer(t *testing.T) {
 		{"POST", "/ratelimit.v1.RateLimitService/Check", "Basic " + tokA, http.StatusUnauthorized},
 		{"GET", "/extra", "", http.StatusUnauthorized},
 		{"GET", "/extra", "bearer " + tokA, http.StatusNoContent},
+		{"GET", "/", "", http.StatusUnauthorized}, // the status page and its data follow the API's auth
+		{"GET", "/status.json", "", http.StatusUnauthorized},
+		{"GET", "/status.json", "Bearer " + tokA, http.StatusOK},
 		{"GET", "/healthz", "", http.StatusOK},
 		{"GET", "/readyz", "", http.StatusOK},
 		{"GET", "/metrics", "", http.StatusOK},
@@ -190,17 +194,13 @@ func TestRequireBearer(t *testing.T) {
 		}
 	}
 
-	// 2 Connect, 1 gRPC, 1 gRPC-Web and 3 plain HTTP refusals so far.
-	if got, want := toks.Rejected(), uint64(7); got != want {
+	// 2 Connect, 1 gRPC, 1 gRPC-Web and 5 plain HTTP refusals so far.
+	if got, want := toks.Rejected(), uint64(9); got != want {
 		t.Errorf("Rejected() = %d, want %d", got, want)
 	}
 
 	// grpc-go: health checking is open; the service needs the token.
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpcConn(t, srv.URL)
 	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("grpc-go health Check without a token: %v, want it open", err)
 	}
@@ -215,6 +215,24 @@ func TestRequireBearer(t *testing.T) {
 	}
 }
 
+// serveBehind serves h behind RequireBearer with toks (the default open
+// paths) over HTTP/1.1 and h2c, as rlnode does, until t ends.
+func serveBehind(t *testing.T, toks *auth.Tokens, h http.Handler) *httptest.Server {
+	t.Helper()
+	return apitest.Serve(t, auth.RequireBearer(toks, auth.DefaultOpenPaths, h))
+}
+
+// grpcConn is a grpc-go connection to url over h2c, closed when t ends.
+func grpcConn(t *testing.T, url string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // BenchmarkTokensValid measures the per-request cost of checking a bearer
 // token against 1 and 100 configured tokens.
 func BenchmarkTokensValid(b *testing.B) {
@@ -223,7 +241,7 @@ func BenchmarkTokensValid(b *testing.B) {
 		for i := range toks {
 			toks[i] = strings.Repeat("t", 24) + string(rune('A'+i%26)) + strings.Repeat("x", i/26)
 		}
-		set, err := api.NewTokens(toks)
+		set, err := auth.NewTokens(toks)
 		if err != nil {
 			b.Fatal(err)
 		}

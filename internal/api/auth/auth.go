@@ -1,4 +1,7 @@
-package api
+// Package auth owns bearer-token authentication for the API: the token set
+// ([Tokens], kept as SHA-256 digests and compared in constant time) and the
+// [RequireBearer] middleware that answers refusals in each protocol's terms.
+package auth
 
 import (
 	"bufio"
@@ -32,8 +35,14 @@ var DefaultOpenPaths = []string{"/healthz", "/readyz", "/metrics", "/grpc.health
 // The zero value holds no token and accepts none. Safe for concurrent use;
 // Set replaces the set atomically.
 type Tokens struct {
-	digests  atomic.Pointer[[][sha256.Size]byte]
+	set      atomic.Pointer[tokenSet]
 	rejected atomic.Uint64
+}
+
+// tokenSet is the tokens' digests and, at the same index, their scopes.
+type tokenSet struct {
+	digests [][sha256.Size]byte
+	scopes  []*Scope
 }
 
 // NewTokens returns a set holding tokens; see Set.
@@ -45,34 +54,40 @@ func NewTokens(tokens []string) (*Tokens, error) {
 	return t, nil
 }
 
-// Set replaces the tokens. Every token must be at least MinTokenBytes
+// Set replaces the tokens. Each entry is a token, optionally followed by
+// its [Scope] (see there). Every token must be at least MinTokenBytes
 // bytes of visible ASCII (no spaces); an empty list is refused, since it
 // would lock every caller out. On error the previous tokens stay. Errors
 // name a token by its position, never by its value.
-func (t *Tokens) Set(tokens []string) error {
-	if len(tokens) == 0 {
-		return errors.New("api: no bearer token given")
+func (t *Tokens) Set(entries []string) error {
+	if len(entries) == 0 {
+		return errors.New("auth: no bearer token given")
 	}
-	ds := make([][sha256.Size]byte, 0, len(tokens))
-	for i, tok := range tokens {
+	ts := &tokenSet{}
+	for i, e := range entries {
+		tok, sc, err := parseEntry(e)
+		if err != nil {
+			return fmt.Errorf("auth: token %d: %w", i+1, err)
+		}
 		if len(tok) < MinTokenBytes {
-			return fmt.Errorf("api: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
+			return fmt.Errorf("auth: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
 		}
 		for _, c := range []byte(tok) {
 			if c <= ' ' || c > '~' {
-				return fmt.Errorf("api: token %d: must be visible ASCII without spaces", i+1)
+				return fmt.Errorf("auth: token %d: must be visible ASCII without spaces", i+1)
 			}
 		}
-		ds = append(ds, sha256.Sum256([]byte(tok)))
+		ts.digests = append(ts.digests, sha256.Sum256([]byte(tok)))
+		ts.scopes = append(ts.scopes, sc)
 	}
-	t.digests.Store(&ds)
+	t.set.Store(ts)
 	return nil
 }
 
 // Len returns how many tokens the set holds.
 func (t *Tokens) Len() int {
-	if ds := t.digests.Load(); ds != nil {
-		return len(*ds)
+	if ts := t.set.Load(); ts != nil {
+		return len(ts.digests)
 	}
 	return 0
 }
@@ -83,20 +98,34 @@ func (t *Tokens) Rejected() uint64 { return t.rejected.Load() }
 
 // Valid reports whether tok is one of the tokens.
 func (t *Tokens) Valid(tok string) bool {
-	ds := t.digests.Load()
-	if ds == nil {
-		return false
-	}
-	d := sha256.Sum256([]byte(tok))
-	ok := 0
-	for i := range *ds {
-		ok |= subtle.ConstantTimeCompare(d[:], (*ds)[i][:])
-	}
-	return ok == 1
+	_, ok := t.Lookup(tok)
+	return ok
 }
 
-// ParseTokens reads tokens from a token file: one per line; blank lines
-// and lines starting with # are skipped; surrounding spaces are trimmed.
+// Lookup reports whether tok is one of the tokens and returns its scope
+// (nil when it is bound to nothing). Every digest is compared, in
+// constant time, whichever matches.
+func (t *Tokens) Lookup(tok string) (*Scope, bool) {
+	ts := t.set.Load()
+	if ts == nil {
+		return nil, false
+	}
+	d := sha256.Sum256([]byte(tok))
+	found, idx := 0, 0
+	for i := range ts.digests {
+		eq := subtle.ConstantTimeCompare(d[:], ts.digests[i][:])
+		found |= eq
+		idx = subtle.ConstantTimeSelect(eq, i, idx)
+	}
+	if found != 1 {
+		return nil, false
+	}
+	return ts.scopes[idx], true
+}
+
+// ParseTokens reads the entries of a token file: one token per line,
+// optionally followed by its scope (see [Scope]); blank lines and lines
+// starting with # are skipped; surrounding spaces are trimmed.
 func ParseTokens(b []byte) []string {
 	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -114,7 +143,8 @@ func ParseTokens(b []byte) []string {
 // "Authorization: Bearer <token>" with one of tokens, except requests for
 // a path in open (an entry ending in "/" covers every path under it).
 // It covers every endpoint on next's mux, including ones mounted with
-// [Server.Handle] (Envoy's rate-limit service, HTTP checks).
+// the API server's Handle. A token bound to a [Scope] puts it in the
+// request's context ([FromContext]) for the API to enforce.
 //
 // A refused request is answered in the protocol it speaks: Connect and
 // gRPC-Web get unauthenticated (HTTP 401 for Connect), gRPC gets
@@ -148,9 +178,14 @@ func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handle
 			return
 		}
 		scheme, tok, found := strings.Cut(r.Header.Get("Authorization"), " ")
-		if found && strings.EqualFold(scheme, "Bearer") && tokens.Valid(strings.TrimSpace(tok)) {
-			next.ServeHTTP(w, r)
-			return
+		if found && strings.EqualFold(scheme, "Bearer") {
+			if sc, ok := tokens.Lookup(strings.TrimSpace(tok)); ok {
+				if sc != nil {
+					r = r.WithContext(NewContext(r.Context(), sc))
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
 		}
 		tokens.rejected.Add(1)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rlcluster"`)

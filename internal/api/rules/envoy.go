@@ -1,4 +1,4 @@
-package api
+package rules
 
 import (
 	"fmt"
@@ -50,29 +50,38 @@ var envoyUnits = map[string]struct {
 	"WEEK":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
 }
 
-// envoyLimit is one configured rate_limit of an envoy-format descriptor.
-type envoyLimit struct {
-	// stat names the limit in metrics: domain.key_value.key..., as
-	// envoyproxy/ratelimit names its stats (value-less keys without a value).
-	stat      string
-	name      string   // rate_limit.name, the target of other limits' replaces
-	replaces  []string // names this limit replaces when both match
-	unlimited bool
-	shadow    bool
-	unit      rlsv3.RateLimitResponse_RateLimit_Unit
-	// limit is the limit to decide against; limit.Limit is
+// EnvoyLimit is one configured rate_limit of an envoy-format descriptor,
+// or a request's limit override.
+type EnvoyLimit struct {
+	// Stat names the limit in metrics: domain.key_value.key..., as
+	// envoyproxy/ratelimit names its stats (value-less keys without a
+	// value).
+	Stat      string
+	Name      string   // rate_limit.name, the target of other limits' replaces
+	Replaces  []string // names this limit replaces when both match
+	Unlimited bool
+	Shadow    bool
+	Unit      rlsv3.RateLimitResponse_RateLimit_Unit
+	// Limit is the limit to decide against; Limit.Limit is
 	// requests_per_unit and may be 0, which denies every request.
-	limit window.Limit
+	Limit window.Limit
 }
 
 // descKey is a descriptor's key and value ("" for a value-less key).
 type descKey struct{ key, value string }
 
+// EnvoyUnit returns the unit and window of an envoyproxy/ratelimit unit
+// name (SECOND, MINUTE, HOUR, DAY or WEEK, any case).
+func EnvoyUnit(name string) (rlsv3.RateLimitResponse_RateLimit_Unit, time.Duration, bool) {
+	u, ok := envoyUnits[strings.ToUpper(name)]
+	return u.unit, u.window, ok
+}
+
 // descNode is one level of a domain's descriptor tree.
 type descNode struct {
 	children  map[descKey]*descNode
 	wildcards []wildcardChild // values ending in '*', in file order
-	limit     *envoyLimit
+	limit     *EnvoyLimit
 }
 
 type wildcardChild struct {
@@ -82,32 +91,32 @@ type wildcardChild struct {
 
 func (n *descNode) leaf() bool { return len(n.children) == 0 && len(n.wildcards) == 0 }
 
-// domain is one envoy-format domain.
-type domain struct {
+// Domain is one envoy-format domain.
+type Domain struct {
 	name   string
 	root   descNode
 	limits int
 }
 
-// entry is one key/value pair of a request's descriptor.
-type entry struct{ key, value string }
+// Entry is one key/value pair of a request's descriptor.
+type Entry struct{ Key, Value string }
 
-// match returns the limit that applies to a request descriptor's entries,
+// Match returns the limit that applies to a request descriptor's entries,
 // or nil when none does.
-func (d *domain) match(entries []entry) *envoyLimit {
+func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 	n := &d.root
 	for i, e := range entries {
-		next := n.children[descKey(e)]
+		next := n.children[descKey{e.Key, e.Value}]
 		if next == nil {
 			for _, w := range n.wildcards {
-				if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+				if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
 					next = w.node
 					break
 				}
 			}
 		}
 		if next == nil {
-			next = n.children[descKey{e.key, ""}]
+			next = n.children[descKey{e.Key, ""}]
 		}
 		if next == nil {
 			return nil
@@ -212,8 +221,8 @@ func (r *envoyReplaceYAML) UnmarshalYAML(n *yaml.Node) error {
 
 // buildDomain checks an envoy-format domain and builds its tree. It
 // returns every problem found, each naming the field and its line.
-func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*domain, []string) {
-	d := &domain{name: name}
+func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*Domain, []string) {
+	d := &Domain{name: name}
 	var bad []string
 	if name == "" {
 		bad = append(bad, fmt.Sprintf("line %d: domain: required", line))
@@ -223,7 +232,7 @@ func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*domain, [
 	return d, bad
 }
 
-func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path, stat string, bad *[]string) {
+func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path, stat string, bad *[]string) {
 	for i, y := range descs {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		at := func(line int, field, format string, args ...any) {
@@ -259,7 +268,7 @@ func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			for _, u := range rl.unknown {
 				*bad = append(*bad, u+" in "+p+".rate_limit")
 			}
-			lim := &envoyLimit{stat: s, name: rl.Name, unlimited: rl.Unlimited, shadow: y.ShadowMode}
+			lim := &EnvoyLimit{Stat: s, Name: rl.Name, Unlimited: rl.Unlimited, Shadow: y.ShadowMode}
 			ok := true
 			for j, r := range rl.Replaces {
 				for _, u := range r.unknown {
@@ -273,7 +282,7 @@ func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 					at(r.line, fmt.Sprintf(".rate_limit.replaces[%d].name", j), "%q is this limit's own name", r.Name)
 					ok = false
 				default:
-					lim.replaces = append(lim.replaces, r.Name)
+					lim.Replaces = append(lim.Replaces, r.Name)
 				}
 			}
 			algo, err := window.ParseAlgorithm(rl.Algorithm)
@@ -300,8 +309,8 @@ func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.line, ".rate_limit.requests_per_unit", "must be at most 2^53, got %d", rl.RequestsPerUnit)
 				ok = false
 			default:
-				lim.unit = u.unit
-				lim.limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo}
+				lim.Unit = u.unit
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo}
 			}
 			if ok {
 				n.limit = lim
@@ -313,7 +322,7 @@ func (d *domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 }
 
 // domainNames returns rs's envoy domains, sorted.
-func (rs *Rules) domainNames() []string {
+func (rs *Set) domainNames() []string {
 	if rs == nil {
 		return nil
 	}
@@ -325,8 +334,8 @@ func (rs *Rules) domainNames() []string {
 	return out
 }
 
-// domain returns the envoy domain called name, or nil.
-func (rs *Rules) domain(name string) *domain {
+// Domain returns the envoy domain called name, or nil.
+func (rs *Set) Domain(name string) *Domain {
 	if rs == nil {
 		return nil
 	}

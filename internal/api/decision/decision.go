@@ -1,0 +1,453 @@
+// Package decision owns the one path by which every entry point of the API
+// (the Connect service, Envoy's rate-limit service and the forward-auth
+// /check endpoint) decides: an adapter turns its input into an [Input],
+// [Decider.Validate] checks it once and builds the store request under the
+// namespaced counter key, [Decider.Decide] asks the store in one call, and
+// the outcome step records the decision metrics, applies shadow mode (an
+// explicit Shadowed flag on each [Outcome]) and tells the [Replicator]
+// about admitted counts.
+//
+// Validation happens here and only here: the stores trust the requests
+// they get (a valid limit, 1 <= Hits <= Limit.Limit, a key of at most
+// [region.MaxKeyBytes]).
+package decision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// Decision outcomes, the values of the outcome label.
+const (
+	OutcomeAllowed = "allowed"
+	OutcomeDenied  = "denied"
+	OutcomeError   = "error"
+	// OutcomeShadowDenied is a denial that shadow mode answered as allowed.
+	OutcomeShadowDenied = "shadow_denied"
+)
+
+// Values of the rule label besides configured rule names and Envoy limits.
+const (
+	LabelInline  = "inline"  // an inline limit
+	LabelUnknown = "unknown" // a request naming no known rule
+)
+
+// Replicator carries this region's totals to the other regions.
+type Replicator interface {
+	// Dirty records that the local region's total for a bucket is now
+	// t.Count. It is called after every admitted Check of a counter
+	// algorithm (sliding or fixed window), on the request path, so it must
+	// not block: queue the total and return.
+	Dirty(t region.Total)
+}
+
+// Config configures a [Decider]. Every field is required unless it says
+// otherwise; the API's Config documents the defaults it fills in.
+type Config struct {
+	Store       region.Store
+	Region      string     // this node's region, for replicated totals
+	Replicator  Replicator // nil: a single region
+	MaxKeyBytes int        // at most [MaxKeyBytes]
+	MaxHits     uint64
+	MaxWindow   time.Duration
+	MaxLogLimit uint64
+	// ShadowMode answers every denial allowed, except Envoy's, whose
+	// statuses stay as decided (the Envoy adapter changes overall_code).
+	ShadowMode bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Decider validates, decides and records. It is safe for concurrent use.
+type Decider struct {
+	cfg       Config
+	rules     atomic.Pointer[rules.Set]
+	decisions *prometheus.CounterVec   // rule, outcome
+	latency   *prometheus.HistogramVec // method
+	storeErrs prometheus.Counter
+}
+
+// latencyBuckets go from 50 µs to 1 s in 24 steps of about x1.54.
+var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 1, 24)
+
+// New checks cfg, registers the decision metrics and returns a Decider
+// with rs (nil: none) as its rules.
+func New(cfg Config, rs *rules.Set) (*Decider, error) {
+	if cfg.Store == nil || cfg.Logger == nil || cfg.Registerer == nil {
+		return nil, errors.New("decision: Config.Store, Logger and Registerer are required")
+	}
+	if cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > MaxKeyBytes {
+		return nil, fmt.Errorf("decision: Config.MaxKeyBytes %d must be from 1 to %d (%d, the longest key replication carries, less %d for the namespace prefix)",
+			cfg.MaxKeyBytes, MaxKeyBytes, region.MaxKeyBytes, MaxPrefixBytes)
+	}
+	d := &Decider{
+		cfg: cfg,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rlcluster_decisions_total",
+			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, shadow_denied: denied but answered allowed in shadow mode, error).",
+		}, []string{"rule", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rlcluster_decision_duration_seconds",
+			Help:    "Time to answer one RPC (Check, CheckBatch or Peek), from validation to response.",
+			Buckets: latencyBuckets,
+		}, []string{"method"}),
+		storeErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlcluster_store_errors_total",
+			Help: "Store calls that failed.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{d.decisions, d.latency, d.storeErrs} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("decision: register metrics: %w", err)
+		}
+	}
+	d.rules.Store(rs)
+	return d, nil
+}
+
+// Rules returns the rules in use (nil when none).
+func (d *Decider) Rules() *rules.Set { return d.rules.Load() }
+
+// SetRules atomically replaces the rules in use; requests already being
+// validated finish with the rules they started with.
+func (d *Decider) SetRules(rs *rules.Set) { d.rules.Store(rs) }
+
+// ShadowMode reports whether the whole node is in shadow mode.
+func (d *Decider) ShadowMode() bool { return d.cfg.ShadowMode }
+
+// Observe records how long one call of method took since start.
+func (d *Decider) Observe(method string, start time.Time) {
+	d.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+// Input is an entry point's request, before validation.
+type Input struct {
+	// NS is the namespace the key lives in.
+	NS Namespace
+	// Field prefixes the names of fields in error messages ("checks[3].").
+	Field string
+	// HitsField names the hits in error messages; default "hits".
+	HitsField string
+	// Key is the caller's key; for Envoy, the encoded descriptor
+	// ([EnvoyDescriptor]).
+	Key string
+	// Hits are the hits to spend; 0 means 1.
+	Hits uint64
+	// Peek decides without consuming anything.
+	Peek bool
+	// Rule names the rule (Rule and ForwardAuth; in Inline it must be
+	// empty, and naming one makes the namespace Rule).
+	Rule string
+	// Limit is an inline limit from the wire (Inline).
+	Limit *ratelimitv1.Limit
+	// Envoy is the matched or override limit (Envoy; nil when none
+	// applies, which checks the key and hits only). Its hits may exceed
+	// its limit and its limit may be 0: the adapter answers those
+	// over the limit with [Decider.Refuse], as Envoy expects, instead of an
+	// error.
+	Envoy *rules.EnvoyLimit
+	// Now is the instant of the decision.
+	Now time.Time
+	// Scope, when set, binds the caller's token to rules and key
+	// prefixes ([auth.Scope]); a request outside it is permission_denied.
+	Scope *auth.Scope
+}
+
+// Request is a validated request, ready for [Decider.Decide].
+type Request struct {
+	// Store is what the store decides, under the namespaced key.
+	Store region.Request
+	// Label is the rule label of the decision metrics: a configured rule
+	// or domain's name, [LabelInline] or [LabelUnknown]; never a caller's
+	// string.
+	Label string
+	// Shadow answers a denial as allowed.
+	Shadow bool
+}
+
+// Outcome is a decided request.
+type Outcome struct {
+	region.Result
+	// Shadowed is true when the store denied the request and shadow mode
+	// answered it allowed (Result.Allowed is then true).
+	Shadowed bool
+}
+
+// Invalid returns an invalid_argument error whose message is the formatted
+// text.
+func Invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+// Message returns err's message without the code prefix Connect adds.
+func Message(err error) string {
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// Label returns the metric label of a request naming rule: its name when
+// it is a configured rule, else [LabelUnknown].
+func (d *Decider) Label(rule string) string {
+	if _, ok := d.rules.Load().Lookup(rule); ok {
+		return rule
+	}
+	return LabelUnknown
+}
+
+// RecordError counts an invalid request under label.
+func (d *Decider) RecordError(label string) {
+	d.decisions.WithLabelValues(label, OutcomeError).Inc()
+}
+
+// Validate checks in and returns the store request it asks for, or an
+// invalid_argument error whose message names the field. It is the only
+// place requests are checked: key bounds, the rule or inline limit, hits
+// (0 means 1; at most the limit, except Envoy's; at most MaxHits), the
+// token's scope (permission_denied), and the counter key in in.NS's
+// namespace. An invalid request that would have consumed is counted as an
+// error under the returned Label.
+func (d *Decider) Validate(in Input) (Request, error) {
+	r, err := d.validate(in)
+	if err != nil && !in.Peek {
+		d.RecordError(r.Label)
+	}
+	return r, err
+}
+
+func (d *Decider) validate(in Input) (Request, error) {
+	f := in.Field
+	hitsField := in.HitsField
+	if hitsField == "" {
+		hitsField = "hits"
+	}
+	r := Request{Label: LabelInline}
+	ns := in.NS
+	switch {
+	case ns == Envoy && in.Envoy != nil:
+		r.Label = in.Envoy.Stat
+	case ns == Envoy || ns == ForwardAuth || in.Rule != "":
+		r.Label = LabelUnknown
+	}
+	if in.Hits > d.cfg.MaxHits {
+		return r, Invalid("%s%s: %d is more than the maximum of %d", f, hitsField, in.Hits, d.cfg.MaxHits)
+	}
+	switch {
+	case in.Key == "":
+		return r, Invalid("%skey: must not be empty", f)
+	case len(in.Key) > d.cfg.MaxKeyBytes && ns == Envoy:
+		return r, Invalid("%s: domain and entries make a %d-byte key, more than the maximum of %d", strings.TrimSuffix(f, "."), len(in.Key), d.cfg.MaxKeyBytes)
+	case len(in.Key) > d.cfg.MaxKeyBytes:
+		return r, Invalid("%skey: %d bytes, more than the maximum of %d", f, len(in.Key), d.cfg.MaxKeyBytes)
+	}
+	if err := checkScope(in); err != nil {
+		if in.Rule != "" {
+			r.Label = d.Label(in.Rule)
+		}
+		return r, err
+	}
+	var l window.Limit
+	switch {
+	case ns == Envoy && in.Envoy == nil:
+		return r, nil // no limit applies: valid, with nothing to decide
+	case ns == Envoy:
+		l = in.Envoy.Limit
+		r.Shadow = in.Envoy.Shadow
+	case in.Rule != "" && in.Limit != nil:
+		return r, Invalid("%srule: set exactly one of rule and limit, not both", f)
+	case in.Rule == "" && in.Limit == nil:
+		return r, Invalid("%slimit: required when no rule is named (set exactly one of rule and limit)", f)
+	case in.Rule != "":
+		rule, ok := d.rules.Load().Lookup(in.Rule)
+		if !ok {
+			return r, Invalid("%srule: unknown rule %q", f, truncate(in.Rule, 128))
+		}
+		if ns == Inline {
+			ns = Rule
+		}
+		r.Label, r.Shadow, l = rule.Name, rule.Shadow, rule.Limit
+	default:
+		var err error
+		if l, err = d.inlineLimit(f, in.Limit); err != nil {
+			return r, err
+		}
+	}
+	hits := max(in.Hits, 1)
+	if ns != Envoy && hits > l.Limit {
+		return r, Invalid("%s%s: %d is more than the limit of %d", f, hitsField, hits, l.Limit)
+	}
+	r.Store = region.Request{Key: counterKey(ns, in.Rule, in.Key), Limit: l, Hits: hits, Now: in.Now, Peek: in.Peek}
+	r.Shadow = r.Shadow || (d.cfg.ShadowMode && ns != Envoy)
+	return r, nil
+}
+
+// checkScope refuses a request that its token's scope does not allow.
+func checkScope(in Input) error {
+	sc := in.Scope
+	if sc == nil {
+		return nil
+	}
+	f := in.Field
+	switch {
+	case in.NS == Envoy:
+		return nil // bound by domain, in the Envoy adapter
+	case in.Rule == "" && in.NS == Inline && !sc.AllowInline():
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may only use its rules, not inline limits", f))
+	case in.Rule != "" && !sc.AllowRule(in.Rule):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
+	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%skey: this token may only use keys with its prefixes", f))
+	}
+	return nil
+}
+
+// inlineLimit converts and checks an inline limit, within MaxWindow and
+// MaxLogLimit.
+func (d *Decider) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
+	var l window.Limit
+	if n := lim.GetLimit(); n < 1 || n > window.MaxLimit {
+		return l, Invalid("%slimit.limit: must be from 1 to 2^53 (%d), got %d", field, uint64(window.MaxLimit), n)
+	}
+	l.Limit = lim.GetLimit()
+	w := lim.GetWindow()
+	if w == nil {
+		return l, Invalid("%slimit.window: required, from %v to %v", field, window.MinWindow, window.MaxWindow)
+	}
+	if w.CheckValid() != nil {
+		return l, Invalid("%slimit.window: not a valid duration (seconds %d, nanos %d)", field, w.GetSeconds(), w.GetNanos())
+	}
+	if err := rules.CheckWindow(w.AsDuration()); err != nil {
+		return l, Invalid("%slimit.window: %v", field, err)
+	}
+	if w.AsDuration() > d.cfg.MaxWindow {
+		return l, Invalid("%slimit.window: %v is more than the maximum of %v", field, w.AsDuration(), d.cfg.MaxWindow)
+	}
+	l.Window = w.AsDuration()
+	switch a := lim.GetAlgorithm(); a {
+	case ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED, ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW:
+		l.Algorithm = window.SlidingWindow
+	case ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW:
+		l.Algorithm = window.FixedWindow
+	case ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET:
+		l.Algorithm = window.TokenBucket
+	case ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG:
+		l.Algorithm = window.SlidingLog
+	default:
+		return l, Invalid("%slimit.algorithm: unknown algorithm %d", field, int32(a))
+	}
+	if l.Algorithm == window.SlidingLog && l.Limit > d.cfg.MaxLogLimit {
+		return l, Invalid("%slimit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", field, l.Limit, d.cfg.MaxLogLimit)
+	}
+	if err := l.Validate(); err != nil {
+		return l, Invalid("%slimit: %v", field, err)
+	}
+	return l, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Decide asks the store for every request in one call and writes the
+// outcomes to out (len(out) == len(reqs)), recording each (see record).
+// A store failure is unavailable (and counted); a done ctx is its own
+// code.
+func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) error {
+	var sreqs []region.Request
+	var res []region.Result
+	if len(reqs) == 1 {
+		// The common case in one allocation instead of two.
+		one := new(struct {
+			req [1]region.Request
+			res [1]region.Result
+		})
+		sreqs, res = one.req[:], one.res[:]
+	} else {
+		sreqs, res = make([]region.Request, len(reqs)), make([]region.Result, len(reqs))
+	}
+	for i := range reqs {
+		sreqs[i] = reqs[i].Store
+	}
+	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
+		}
+		d.storeErrs.Inc()
+		d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
+		for i := range reqs {
+			if !reqs[i].Store.Peek {
+				d.decisions.WithLabelValues(reqs[i].Label, OutcomeError).Inc()
+			}
+		}
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
+	}
+	for i := range reqs {
+		out[i] = d.record(&reqs[i], res[i])
+	}
+	return nil
+}
+
+// Refuse is the outcome of a request that nothing can admit (an Envoy
+// limit of 0, or more hits than the limit), decided without the store;
+// res describes it.
+func (d *Decider) Refuse(r Request, res region.Result) Outcome {
+	res.Allowed = false
+	return d.record(&r, res)
+}
+
+// record is the outcome step: it applies shadow mode, counts the decision
+// (not for a Peek) and tells the Replicator about an admitted counter
+// decision. A denied shadow request is counted as shadow_denied and
+// answered allowed with Shadowed set, keeping its retry_after. A denial
+// outside shadow mode counts as shadow_denied when the whole node is in
+// shadow mode (Envoy's, whose statuses stay as decided).
+func (d *Decider) record(r *Request, res region.Result) Outcome {
+	o := Outcome{Result: res}
+	peek := r.Store.Peek
+	switch {
+	case !res.Allowed && r.Shadow:
+		o.Allowed, o.Shadowed = true, true
+		if !peek {
+			d.decisions.WithLabelValues(r.Label, OutcomeShadowDenied).Inc()
+		}
+	case peek:
+	case !res.Allowed && d.cfg.ShadowMode:
+		d.decisions.WithLabelValues(r.Label, OutcomeShadowDenied).Inc()
+	case !res.Allowed:
+		d.decisions.WithLabelValues(r.Label, OutcomeDenied).Inc()
+	default:
+		d.decisions.WithLabelValues(r.Label, OutcomeAllowed).Inc()
+		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() {
+			reg := d.cfg.Region
+			if res.LocalRegion != "" {
+				reg = res.LocalRegion // a failover store's fallback region
+			}
+			d.cfg.Replicator.Dirty(region.Total{
+				Key:    r.Store.Key,
+				Window: r.Store.Limit.Window,
+				Bucket: res.Bucket,
+				Region: reg,
+				Count:  res.Local,
+			})
+		}
+	}
+	return o
+}

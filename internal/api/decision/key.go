@@ -1,0 +1,97 @@
+package decision
+
+import (
+	"strings"
+
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Namespace is where a counter key lives. Every namespace's store keys
+// start with a tag of their own, so no caller of one entry point can name
+// a counter of another, whatever key it sends.
+type Namespace uint8
+
+// The namespaces.
+const (
+	// Inline keys are a caller's key with an inline limit: "i:" + key.
+	Inline Namespace = iota + 1
+	// Rule keys are a caller's key under a named rule through the Connect
+	// API: "r:" + rule + ":" + key.
+	Rule
+	// ForwardAuth keys are a key derived from a proxy's request headers
+	// under a named rule (the /check endpoint): "f:" + rule + ":" + key.
+	ForwardAuth
+	// Envoy keys are a descriptor of Envoy's rate-limit service:
+	// "e:" + domain + "/" + key=value/... with '%', '/' and '=' escaped in
+	// every part (see [EnvoyDescriptor]).
+	Envoy
+)
+
+// The tags that start each namespace's keys. None is a prefix of another,
+// and rule names hold no ':' (see [rules.CheckName]), so each store key
+// has exactly one (namespace, rule, key) that makes it.
+const (
+	tagInline      = "i:"
+	tagRule        = "r:"
+	tagForwardAuth = "f:"
+	tagEnvoy       = "e:"
+)
+
+// MaxPrefixBytes is the longest prefix a namespace adds to a caller's key:
+// a tag, the longest rule name and its ':'.
+const MaxPrefixBytes = len(tagRule) + rules.MaxNameBytes + 1
+
+// MaxKeyBytes is the largest bound on a caller's key (Config.MaxKeyBytes)
+// that keeps every store key within [region.MaxKeyBytes], the longest key
+// the stores keep and replication carries.
+const MaxKeyBytes = region.MaxKeyBytes - MaxPrefixBytes
+
+// InlineKey returns the store key of a caller's key with an inline limit.
+func InlineKey(key string) string { return tagInline + key }
+
+// RuleKey returns the store key of a caller's key under the named rule,
+// through the Connect API.
+func RuleKey(rule, key string) string { return tagRule + rule + ":" + key }
+
+// ForwardAuthKey returns the store key of a key derived from a proxy's
+// headers under the named rule, through the /check endpoint.
+func ForwardAuthKey(rule, key string) string { return tagForwardAuth + rule + ":" + key }
+
+// EnvoyDescriptor encodes a domain and a request descriptor's entries as
+// domain + "/" + key=value/key=value..., each part escaped ('%' as %25,
+// '/' as %2F, '=' as %3D) so that different descriptors never share a
+// string. Config.MaxKeyBytes bounds the result; [EnvoyKey] tags it.
+func EnvoyDescriptor(domain string, entries []rules.Entry) string {
+	var b strings.Builder
+	b.WriteString(escapeKeyPart(domain))
+	for _, e := range entries {
+		b.WriteByte('/')
+		b.WriteString(escapeKeyPart(e.Key))
+		b.WriteByte('=')
+		b.WriteString(escapeKeyPart(e.Value))
+	}
+	return b.String()
+}
+
+// EnvoyKey returns the store key of an encoded descriptor
+// ([EnvoyDescriptor]).
+func EnvoyKey(descriptor string) string { return tagEnvoy + descriptor }
+
+var keyPartEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
+
+func escapeKeyPart(s string) string { return keyPartEscaper.Replace(s) }
+
+// counterKey returns the store key of key in namespace ns under rule.
+func counterKey(ns Namespace, rule, key string) string {
+	switch ns {
+	case Rule:
+		return RuleKey(rule, key)
+	case ForwardAuth:
+		return ForwardAuthKey(rule, key)
+	case Envoy:
+		return EnvoyKey(key)
+	default:
+		return InlineKey(key)
+	}
+}

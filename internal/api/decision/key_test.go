@@ -1,0 +1,60 @@
+package decision
+
+import (
+	"testing"
+
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+)
+
+// TestCounterKeysAreDistinct: keys chosen to look like another
+// namespace's (or another rule's) counter keys never make the same store
+// key as a different (namespace, rule, key).
+func TestCounterKeysAreDistinct(t *testing.T) {
+	type id struct {
+		ns        Namespace
+		rule, key string
+	}
+	keys := []string{"alice", "api:alice", "r:api:alice", "f:api:alice", "i:alice", "e:d/k=v", "d/k=v", "rls/d/k=v", ":", "", "a:b:c"}
+	var ids []id
+	for _, k := range keys {
+		ids = append(ids, id{Inline, "", k}, id{Envoy, "", k})
+		for _, r := range []string{"api", "r", "a"} {
+			ids = append(ids, id{Rule, r, k}, id{ForwardAuth, r, k})
+		}
+	}
+	seen := map[string]id{}
+	for _, x := range ids {
+		k := counterKey(x.ns, x.rule, x.key)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%+v and %+v both make the store key %q", prev, x, k)
+		}
+		seen[k] = x
+	}
+	// Envoy descriptors: escaping keeps domains and entries apart.
+	descs := [][]string{{"d", "k", "v"}, {"d/k=v", "", ""}, {"d", "k=v", ""}, {"d", "k", "v/x=y"}, {"d%2F", "k", "v"}, {"d/", "k", "v"}}
+	dseen := map[string]int{}
+	for i, d := range descs {
+		var es []rules.Entry
+		if d[1] != "" {
+			es = []rules.Entry{{Key: d[1], Value: d[2]}}
+		}
+		k := EnvoyKey(EnvoyDescriptor(d[0], es))
+		if j, dup := dseen[k]; dup {
+			t.Errorf("descriptors %v and %v both make %q", descs[j], d, k)
+		}
+		dseen[k] = i
+	}
+}
+
+func TestMaxKeyBytesLeavesRoomForPrefix(t *testing.T) {
+	long := string(make([]byte, MaxKeyBytes))
+	name := string(make([]byte, rules.MaxNameBytes))
+	for _, k := range []string{RuleKey(name, long), ForwardAuthKey(name, long), InlineKey(long), EnvoyKey(long)} {
+		if len(k) > 4096 {
+			t.Errorf("store key of %d bytes, more than region.MaxKeyBytes", len(k))
+		}
+	}
+	if got, want := len(RuleKey(name, long)), 4096; got != want {
+		t.Errorf("longest rule key = %d bytes, want exactly %d (MaxKeyBytes is as large as it can be)", got, want)
+	}
+}
