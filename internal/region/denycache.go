@@ -68,6 +68,7 @@ type DenyCache struct {
 	local   string // the store's local region, when it says
 	seed    maphash.Seed
 	perMax  int
+	maxKeys int
 	shards  [denyShards]denyShard
 	hits    atomic.Uint64
 	misses  atomic.Uint64
@@ -112,7 +113,7 @@ func NewDenyCache(s Store, cfg DenyCacheConfig) *DenyCache {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = defaultDenyMaxKeys
 	}
-	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards)}
+	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards), maxKeys: cfg.MaxKeys}
 	if r, ok := s.(interface{ Region() string }); ok {
 		c.local = r.Region()
 	}
@@ -145,15 +146,12 @@ func (c *DenyCache) shard(key string) *denyShard {
 // denies and sends the others to the store in one call; see [Store] and
 // [DenyCache].
 func (c *DenyCache) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if len(reqs) == 1 && len(res) == 1 {
+	if len(reqs) == 1 {
 		// The common case, without bookkeeping.
-		var held bool
-		if validate(&reqs[0]) == nil {
-			var hit bool
-			if hit, held = c.answer(&reqs[0], &res[0]); hit {
-				c.hits.Add(1)
-				return nil
-			}
+		hit, held := c.answer(&reqs[0], &res[0])
+		if hit {
+			c.hits.Add(1)
+			return nil
 		}
 		c.misses.Add(1)
 		if err := c.s.Check(ctx, reqs, res); err != nil {
@@ -161,14 +159,6 @@ func (c *DenyCache) Check(ctx context.Context, reqs []Request, res []Result) err
 		}
 		c.remember(&reqs[0], &res[0], held)
 		return nil
-	}
-	if len(res) != len(reqs) {
-		return c.s.Check(ctx, reqs, res) // the store reports the mismatch
-	}
-	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
-			return err
-		}
 	}
 	var miss []int
 	var held []bool
@@ -311,8 +301,8 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 	default:
 		var n window.Counts
 		for _, rc := range res.Regions {
-			n.Cur += rc.Current
-			n.Prev += rc.Previous
+			n.Cur = satAdd(n.Cur, rc.Current)
+			n.Prev = satAdd(n.Prev, rc.Previous)
 		}
 		d := q.Limit.DecideCounter(nowMs, n, 1)
 		if d.Allowed || d.Bucket != res.Bucket {

@@ -42,6 +42,7 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -57,14 +58,38 @@ const (
 	// MaxRegionName is the longest region name replication carries (bytes),
 	// a fallback replica's "~id" suffix included.
 	MaxRegionName = 64
+	// MaxRegionsPerBucket is the most regions (fallback replicas
+	// included) one counter bucket holds. Merge drops the totals of a
+	// region new to a full bucket, so that made-up regions cannot make a
+	// decision on that key slow; the stores count them (RegionsDropped).
+	// The local region's own count is never dropped.
+	MaxRegionsPerBucket = 256
 )
+
+// satAdd returns a+b, or the largest uint64 when the sum would wrap: sums
+// of per-region counts saturate, so a made-up huge count can only deny.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
+}
 
 // ErrUnavailable is returned when the store cannot be reached.
 var ErrUnavailable = errors.New("region: store unavailable")
 
 // Request is one decision to make: may Key spend Hits of Limit at Now?
+//
+// A Request must be valid ([Request.Validate] returns nil): the caller
+// validates it, once, and every [Store] trusts it. In rlnode that caller is
+// the API, which validates each request at its boundary before it reaches
+// the store; the stores do not check again. A Store given an invalid
+// request may answer anything for that request (a zero window panics), but
+// only input from other regions (Merge) is checked where it could corrupt
+// stored state.
 type Request struct {
-	// Key is the counter's identity (the API layer prefixes rule names).
+	// Key is the counter's identity (the API layer prefixes rule names),
+	// 1 to MaxKeyBytes bytes.
 	Key string
 	// Limit is the limit to decide against; it must be valid.
 	Limit window.Limit
@@ -74,6 +99,31 @@ type Request struct {
 	Now time.Time
 	// Peek decides without consuming anything.
 	Peek bool
+}
+
+// ErrEmptyKey is returned by [Request.Validate] for a request without a key.
+var ErrEmptyKey = errors.New("region: empty key")
+
+// ErrKeyTooLong is returned by [Request.Validate] for a key longer than
+// MaxKeyBytes.
+var ErrKeyTooLong = errors.New("region: key too long")
+
+// Validate reports whether r is a request the stores can decide: a key of
+// 1 to MaxKeyBytes bytes, a valid limit and 1 to Limit.Limit hits.
+func (r *Request) Validate() error {
+	if r.Key == "" {
+		return ErrEmptyKey
+	}
+	if len(r.Key) > MaxKeyBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(r.Key), MaxKeyBytes)
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return fmt.Errorf("region: request %q: %w", r.Key, err)
+	}
+	if err := r.Limit.ValidateHits(r.Hits); err != nil {
+		return fmt.Errorf("region: request %q: %w", r.Key, err)
+	}
+	return nil
 }
 
 // RegionCount is one region's counts for a key's current and previous
@@ -124,6 +174,7 @@ type BucketRef struct {
 type Store interface {
 	// Check decides every request in reqs, in order, and writes the answers
 	// to res (len(res) == len(reqs)). Each request is decided atomically.
+	// Every request must be valid (see [Request]): Check does not validate.
 	// An error means none of the decisions can be trusted.
 	Check(ctx context.Context, reqs []Request, res []Result) error
 	// Merge max-merges totals reported by other regions: a stored count
