@@ -253,12 +253,6 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	if got, want := redactURL("redis://user:secret@host:6379/0"), "redis://user:xxxxx@host:6379/0"; got != want {
-		t.Errorf("redactURL = %q, want %q", got, want)
-	}
-}
-
 // TestREADMEDocumentsEveryFlag keeps the README's configuration reference in
 // step with the flags.
 func TestREADMEDocumentsEveryFlag(t *testing.T) {
