@@ -242,6 +242,30 @@ func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) e
 	return r.finish(ctx, reqs, cmds, res)
 }
 
+// checkCalls runs the requests of calls as one pipeline and hands each
+// call its results and error; see [roundTripper].
+func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
+	n := 0
+	for _, cl := range calls {
+		n += len(cl.reqs)
+	}
+	reqs := make([]Request, 0, n)
+	for _, cl := range calls {
+		reqs = append(reqs, cl.reqs...)
+	}
+	cmds, err := r.exec(ctx, reqs)
+	off := 0
+	for _, cl := range calls {
+		n := len(cl.reqs)
+		e := err
+		if e == nil {
+			e = r.finish(ctx, cl.reqs, cmds[off:off+n], cl.res)
+		}
+		off += n
+		cl.done <- e
+	}
+}
+
 // exec sends reqs as one round trip (plus one to reload the scripts and
 // rerun what NOSCRIPT refused, which did not run). Errors of single commands
 // are left in their commands.
