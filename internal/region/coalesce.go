@@ -88,7 +88,6 @@ func newCoalescer(cfg Coalesce, r roundTripper) *coalescer {
 	return c
 }
 
-
 // check decides reqs through a shared pipeline. When ctx ends first it
 // returns ctx's error at once; the batch still runs the call (in doubt: its
 // hits may count), and res is left alone.
