@@ -77,17 +77,10 @@ func TestRunRedisOutage(t *testing.T) {
 			}
 
 			srv.Restart(t)
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			waitUntil(t, 20*time.Second, "/readyz to say the node is back on Redis", func() bool {
 				code, body := get(t, base+"/readyz")
-				if code == http.StatusOK && body == "ok (store: primary)\n" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("/readyz = %d %q 20s after Redis restarted, want back on primary", code, body)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return code == http.StatusOK && body == "ok (store: primary)\n"
+			})
 			if code, body := post(t, check, req); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
 				t.Errorf("Check after recovery: %d %s", code, body)
 			}
