@@ -1,6 +1,7 @@
 package region
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -17,13 +18,6 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("region: redis: empty URL")
 	}
-	dial := orDefault(cfg.DialTimeout, 2*time.Second)
-	read := orDefault(cfg.ReadTimeout, time.Second)
-	write := orDefault(cfg.WriteTimeout, time.Second)
-	retries := cfg.MaxRetries
-	if retries == 0 {
-		retries = -1
-	}
 	kind, u, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -34,14 +28,7 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("region: parse cluster URL: %w", urlError(err))
 		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if cfg.Password != "" {
-			o.Password = cfg.Password
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
 			return nil, err
 		}
 		return redis.NewClusterClient(o), nil
@@ -58,14 +45,7 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 			// master alike.
 			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
 		}
-		if cfg.Password != "" {
-			o.Password = cfg.Password
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
 			return nil, err
 		}
 		return redis.NewFailoverClient(o), nil
@@ -74,18 +54,41 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("region: parse redis URL: %w", urlError(err))
 		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if cfg.Password != "" {
-			o.Password = cfg.Password
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
+		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
 			return nil, err
 		}
 		return redis.NewClient(o), nil
 	}
+}
+
+// clientOptions points at the fields that every kind of go-redis options
+// (standalone, Cluster, Sentinel) has and that RedisConfig sets.
+type clientOptions struct {
+	dial, read, write *time.Duration
+	retries, pool     *int
+	password          *string
+	tls               **tls.Config
+}
+
+// fill sets o from cfg: timeouts, retries and pool size, the password that
+// replaces the URL's, and the TLS config (see withTLS).
+func (cfg RedisConfig) fill(o clientOptions) error {
+	*o.dial = orDefault(cfg.DialTimeout, 2*time.Second)
+	*o.read = orDefault(cfg.ReadTimeout, time.Second)
+	*o.write = orDefault(cfg.WriteTimeout, time.Second)
+	*o.retries = cfg.MaxRetries
+	if cfg.MaxRetries == 0 {
+		*o.retries = -1
+	}
+	if cfg.PoolSize > 0 {
+		*o.pool = cfg.PoolSize
+	}
+	if cfg.Password != "" {
+		*o.password = cfg.Password
+	}
+	tc, err := withTLS(cfg, *o.tls)
+	*o.tls = tc
+	return err
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -1,9 +1,17 @@
-// Package region provides the regional store: a key's counts in this
-// region's Redis (standalone, Sentinel or Cluster) or in memory, behind one
-// interface, with every decision made atomically in one store round trip.
+// Package region owns the regional store: a key's counts in this region's
+// Redis (standalone, Sentinel or Cluster) or in memory, behind one
+// interface, with every decision made atomically in one store round trip,
+// and the layers that keep deciding when Redis cannot.
 //
-// [NewMemory] is the embedded default; [NewRedis] takes a URL in one of these
-// forms (query parameters are go-redis's: dial_timeout, pool_size, ...):
+// [Open] composes the store a node runs from one [Config]: the in-memory
+// store alone, or Redis behind a [Failover] (with an in-memory fallback)
+// behind an optional [DenyCache]. The [Stack] it returns names each layer
+// and reads their counters at once ([Stack.Stats], [Stack.Collectors]).
+// The layers' own constructors ([NewMemory], [NewRedis], [NewFailover],
+// [NewDenyCache]) remain for tests and tools that need one layer.
+//
+// [NewRedis] takes a URL in one of these forms (query parameters are
+// go-redis's: dial_timeout, pool_size, ...):
 //
 //	redis://[user:password@]host:port[/db]         standalone
 //	rediss://[user:password@]host:port[/db]        standalone over TLS
@@ -19,9 +27,11 @@
 //
 // The user info is Redis AUTH: a password alone for requirepass, or an ACL
 // user and its password (the store only touches keys under "rl:", so the
-// user can be confined to ~rl:*). rediss:// verifies the server against
-// the system's roots unless [RedisConfig.TLSConfig] gives a CA pool or
-// client certificates. Errors never repeat a URL's password.
+// user can be confined to ~rl:*). [RedisConfig.Password] gives the password
+// outside the URL. rediss:// verifies the server against the system's roots
+// unless [RedisConfig.TLSConfig] gives a CA pool or client certificates.
+// Errors never repeat a URL's password, and [RedactURL] masks every secret
+// a URL may hold (user info, password or token query parameters) for logs.
 //
 // [NewFailover] wraps a primary store (Redis) so that a decision never
 // waits longer than a timeout for it, a circuit breaker stops calling it
@@ -32,8 +42,9 @@
 // Counts are kept per region: a counter bucket is a vector with one count
 // per region, of which only the local region's ever grows by a decision;
 // the others grow only by [Store.Merge], a max-merge of the totals other
-// regions report. The contract every Store meets is the test suite in
-// package storetest.
+// regions report, at most [MaxRegionsPerBucket] regions per bucket. Sums
+// over regions saturate. The contract every Store meets is the test suite
+// in package storetest.
 //
 // [DenyCache] wraps a Store (normally Redis) and answers from memory the
 // requests that a denial it remembers still denies.
