@@ -67,7 +67,8 @@ var ErrConfig = errors.New("region: bad store configuration")
 // optional [DenyCache].
 //
 // Redis need not be reachable: when it does not answer at start (an
-// error wrapping [ErrUnavailable]), Open logs it once and returns a store
+// error wrapping [ErrUnavailable], or no answer before ctx's deadline),
+// Open logs it once and returns a store
 // that decides under the failure policy from the start and connects in the
 // background, as after an outage; see [Failover.Ping] for readiness
 // meanwhile. A URL that does not parse, or a Redis that answers with an
@@ -103,7 +104,9 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := r.connect(ctx); err != nil {
-		if !errors.Is(err, ErrUnavailable) {
+		// Unavailable, or silent until ctx's deadline: an outage. Canceled,
+		// or an error reply (a wrong password): Open fails.
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			_ = f.Close()
 			return nil, fmt.Errorf("open redis: %w", err)
 		}
