@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -193,4 +194,35 @@ func (l *lockedBuilder) String() string {
 
 func newTestLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestOpenRedisSilentAtStart: a Redis that accepts connections but never
+// answers before Open's deadline is an outage too: Open returns a stack
+// that decides under the policy.
+func TestOpenRedisSilentAtStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // hold it open, say nothing
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	s, err := region.Open(ctx, region.Config{Redis: region.RedisConfig{URL: "redis://" + ln.Addr().String(), ReadTimeout: 2 * time.Second},
+		Failover: region.FailoverConfig{ProbeMin: time.Hour}})
+	if err != nil {
+		t.Fatalf("Open with a silent Redis = %v, want a stack deciding under the policy", err)
+	}
+	defer s.Close()
+	if st := s.Failover.Status(); st.Mode != region.ModeFallback {
+		t.Errorf("Status() = %+v, want fallback", st)
+	}
 }
