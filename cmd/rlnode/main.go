@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acfg := api.Config{
-		Store:           store.Store,
+		Store:           store, // the Stack: api finds its layers through Unwrap
 		Region:          c.Region,
 		MaxKeyBytes:     c.MaxKeyBytes,
 		MaxBatch:        c.MaxBatch,
