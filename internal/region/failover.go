@@ -168,7 +168,9 @@ func (s FailoverStatus) String() string {
 // going to the primary, and a goroutine probes it (a Peek decision) after
 // ProbeMin, doubling the delay to ProbeMax while it fails (the half-open
 // state); the first probe that succeeds closes the breaker. Each
-// transition is logged once.
+// transition is logged once. A Failover that [Open] makes over a Redis that
+// did not answer at start begins with the breaker open, probing; see
+// [Failover.Ping] for readiness meanwhile.
 //
 // Counting under PolicyLocal: while the primary answers, the Failover copies
 // every counter decision's per-region counts into the fallback (max-merge),
