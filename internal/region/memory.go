@@ -475,7 +475,8 @@ func (b *memBucket) maxMerge(region string, n uint64) bool {
 }
 
 // regionCounts lists the per-region counts of cur and prev, sorted by
-// region, with local always present.
+// region, with local always present. It takes O(n log n) for n regions, so
+// that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
 func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 	n := 1
 	if cur != nil {
@@ -485,28 +486,31 @@ func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 		n += len(prev.counts)
 	}
 	out := make([]RegionCount, 1, n) // one allocation, whatever the regions
-	out[0] = RegionCount{Region: local, Current: cur.get(local), Previous: prev.get(local)}
-	add := func(b *memBucket, isCur bool) {
-		if b == nil {
-			return
-		}
-		for _, c := range b.counts {
-			i := slices.IndexFunc(out, func(rc RegionCount) bool { return rc.Region == c.region })
-			if i < 0 {
-				out = append(out, RegionCount{Region: c.region})
-				i = len(out) - 1
-			}
-			if isCur {
-				out[i].Current = c.n
-			} else {
-				out[i].Previous = c.n
-			}
+	out[0] = RegionCount{Region: local}
+	if cur != nil {
+		for _, c := range cur.counts {
+			out = append(out, RegionCount{Region: c.region, Current: c.n})
 		}
 	}
-	add(cur, true)
-	add(prev, false)
+	if prev != nil {
+		for _, c := range prev.counts {
+			out = append(out, RegionCount{Region: c.region, Previous: c.n})
+		}
+	}
 	sortRegions(out)
-	return out
+	// A region is at most once in each bucket: merge its two entries (and
+	// the local region's placeholder) into one.
+	j := 0
+	for i := 1; i < len(out); i++ {
+		if out[i].Region == out[j].Region {
+			out[j].Current = max(out[j].Current, out[i].Current)
+			out[j].Previous = max(out[j].Previous, out[i].Previous)
+			continue
+		}
+		j++
+		out[j] = out[i]
+	}
+	return out[:j+1]
 }
 
 func sortRegions(rc []RegionCount) {
