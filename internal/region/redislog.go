@@ -27,7 +27,10 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if connectionNoise(msg) {
 		level = slog.LevelDebug
 	}
-	l.log.Log(ctx, level, "redis: "+msg)
+	if !strings.HasPrefix(msg, "redis: ") {
+		msg = "redis: " + msg
+	}
+	l.log.Log(ctx, level, msg)
 }
 
 // connectionNoise reports whether a go-redis line is about a connection
