@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
@@ -65,12 +68,22 @@ func TestRunRedisOutage(t *testing.T) {
 				t.Errorf("/readyz with Redis dead = %d %q, want %d naming fallback %s", code, body, c.readyWhile, c.policy)
 			}
 			t.Logf("/readyz with Redis dead: %d %s", code, strings.TrimSpace(body))
-			_, metrics := get(t, base+"/metrics")
-			for _, want := range []string{`rlcluster_store_mode{mode="` + c.policy + `"} 1`, `rlcluster_store_mode{mode="primary"} 0`,
-				"rlcluster_store_transitions_total 1"} {
-				if !strings.Contains(metrics, want) {
-					t.Errorf("/metrics lacks %q", want)
+			want := `
+# HELP rlcluster_store_mode 1 for the mode the store decides in: primary, or the failure policy (local, open, closed) while the primary is unavailable.
+# TYPE rlcluster_store_mode gauge
+# HELP rlcluster_store_transitions_total Changes of store mode, to the failure policy and back.
+# TYPE rlcluster_store_transitions_total counter
+rlcluster_store_transitions_total 1
+`
+			for _, m := range []string{"closed", "local", "open", "primary"} {
+				v := 0
+				if m == c.policy {
+					v = 1
 				}
+				want += fmt.Sprintf("rlcluster_store_mode{mode=%q} %d\n", m, v)
+			}
+			if err := testutil.ScrapeAndCompare(base+"/metrics", strings.NewReader(want), "rlcluster_store_mode", "rlcluster_store_transitions_total"); err != nil {
+				t.Errorf("/metrics with Redis dead: %v", err)
 			}
 			if n := strings.Count(logs.String(), "primary unavailable"); n != 1 {
 				t.Errorf("logs hold %d lines about the outage, want 1 (one per transition):\n%s", n, logs)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -156,14 +158,13 @@ func TestRunRedis(t *testing.T) {
 	if _, body := post(t, base+"/ratelimit.v1.RateLimitService/Check", `{"key":"alice","limit":{"limit":3,"window":"604800s"}}`); !strings.Contains(body, `"allowed":false`) {
 		t.Errorf("Check 5 = %s, want denied", body)
 	}
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), "rlcluster_deny_cache_hits_total 1") {
-		t.Errorf("/metrics lacks one deny cache hit:\n%s", b)
+	want := `
+# HELP rlcluster_deny_cache_hits_total Decisions answered from the deny cache, without a store round trip.
+# TYPE rlcluster_deny_cache_hits_total counter
+rlcluster_deny_cache_hits_total 1
+`
+	if err := testutil.ScrapeAndCompare(base+"/metrics", strings.NewReader(want), "rlcluster_deny_cache_hits_total"); err != nil {
+		t.Errorf("/metrics: %v", err)
 	}
 	cancel()
 	wait(t, done, logs)
