@@ -16,6 +16,10 @@ type DenyCacheConfig struct {
 	// expired one or, failing that, a random live one, counted in
 	// Evictions. Default 100,000.
 	MaxKeys int
+	// Region is the wrapped store's local region, which answers from the
+	// cache always list ([Open] sets it). Default: the store's, when it
+	// has a Region() string method.
+	Region string
 }
 
 const (
@@ -114,7 +118,8 @@ func NewDenyCache(s Store, cfg DenyCacheConfig) *DenyCache {
 		cfg.MaxKeys = defaultDenyMaxKeys
 	}
 	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards), maxKeys: cfg.MaxKeys}
-	if r, ok := s.(interface{ Region() string }); ok {
+	c.local = cfg.Region
+	if r, ok := s.(interface{ Region() string }); ok && c.local == "" {
 		c.local = r.Region()
 	}
 	for i := range c.shards {

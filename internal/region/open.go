@@ -117,7 +117,9 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 	st := &Stack{Store: f, Memory: fb, Redis: r, Failover: f,
 		desc: fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", RedactURL(rc.URL), f.cfg.Policy, fb.Region())}
 	if cfg.DenyCache != nil {
-		st.DenyCache = NewDenyCache(f, *cfg.DenyCache)
+		dc := *cfg.DenyCache
+		dc.Region = cfg.Region
+		st.DenyCache = NewDenyCache(f, dc)
 		st.Store = st.DenyCache
 		st.desc += fmt.Sprintf(", deny cache of %d keys", st.DenyCache.maxKeys)
 	}
