@@ -82,6 +82,10 @@ type config struct {
 	RedisCA       string
 	RedisCert     string
 	RedisKey      string
+	// RedisPasswordFile names a file holding the Redis AUTH password;
+	// RedisPassword is its content, read by parseConfig.
+	RedisPasswordFile string
+	RedisPassword     string
 }
 
 // newFlagSet returns the flag set that fills c with its defaults.
@@ -293,6 +297,12 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	c.AuthToken = getenv(authTokenEnv)
 	errs = append(errs, checkSecurityFlags(c)...)
+	if c.RedisPasswordFile != "" {
+		var err error
+		if c.RedisPassword, err = readRedisPassword(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}

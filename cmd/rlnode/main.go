@@ -58,11 +58,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	store, storeName, err := openStore(ctx, c, log)
+	store, err := openStore(ctx, c, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	storeName := store.String()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -95,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if gossipOn {
-		if node, err = gossip.New(gcfg, store); err != nil {
+		if node, err = gossip.New(gcfg, store.Store); err != nil {
 			return fmt.Errorf("start gossip: %w", err)
 		}
 		// Leave the pool on every return path; the normal path below closes
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acfg := api.Config{
-		Store:           store,
+		Store:           store, // the Stack: api finds its layers through Unwrap
 		Region:          c.Region,
 		MaxKeyBytes:     c.MaxKeyBytes,
 		MaxBatch:        c.MaxBatch,
@@ -198,39 +199,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// openStore opens the store c names and describes it for the logs. Redis
-// is wrapped in a region.Failover that decides under --on-store-failure
-// while Redis is unavailable.
-func openStore(ctx context.Context, c config, log *slog.Logger) (region.Store, string, error) {
-	if c.RedisURL == "" {
-		return region.NewMemory(region.MemoryConfig{Region: c.Region, MaxKeys: c.MaxKeys}), "memory", nil
+// openStore opens the store c names (region.Open: Redis behind a failover
+// that decides under --on-store-failure while Redis is unavailable, and
+// the deny cache; or the in-memory store). A Redis that does not answer at
+// start does not stop the node: it decides under the failure policy and
+// connects in the background. go-redis's own log lines go to log.
+func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, error) {
+	cfg := region.Config{
+		Region: c.Region,
+		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
+		Logger: log,
+	}
+	if c.RedisURL != "" {
+		tc, err := redisTLS(c)
+		if err != nil {
+			return nil, err
+		}
+		policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
+		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc}
+		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout}
+		if c.DenyCacheKeys > 0 {
+			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}
+		}
+		region.SetRedisLogger(log)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	tc, err := redisTLS(c)
-	if err != nil {
-		return nil, "", err
-	}
-	r, err := region.NewRedis(sctx, region.RedisConfig{URL: c.RedisURL, Region: c.Region, TLSConfig: tc})
-	if err != nil {
-		return nil, "", fmt.Errorf("open redis: %w", err)
-	}
-	policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
-	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(c.Region), MaxKeys: c.MaxKeys})
-	f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: c.Region, Policy: policy, Timeout: c.StoreTimeout, Logger: log})
-	if err != nil {
-		_ = r.Close()
-		return nil, "", err
-	}
-	log.Info("redis outages decided under the failure policy", "on_store_failure", policy.String(),
-		"store_timeout", c.StoreTimeout, "fallback_region", fb.Region())
-	desc := fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", redactURL(c.RedisURL), policy, fb.Region())
-	if c.DenyCacheKeys == 0 {
-		return f, desc, nil
-	}
-	// Denials from memory, in front of the failover: a remembered denial
-	// needs neither Redis nor the failure policy.
-	return region.NewDenyCache(f, region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}), fmt.Sprintf("%s, deny cache of %d keys", desc, c.DenyCacheKeys), nil
+	return region.Open(sctx, cfg)
 }
 
 // Bounds of the API's HTTP server, suited to unary calls, whose request

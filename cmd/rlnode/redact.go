@@ -4,20 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
-)
 
-// redactURL returns u with any password replaced, for logs.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
-}
+	"github.com/rlcluster/rlcluster/internal/region"
+)
 
 // minSecretLen is the shortest secret masked inside log text: masking a
 // two-letter password would garble every log line holding those letters.
@@ -49,24 +41,11 @@ func (s *secrets) add(values ...string) {
 	}
 }
 
-// addURL marks a URL's password secret, as written (percent-encoded) and
-// decoded; when the URL does not parse, everything between "://" and the
-// last "@".
+// addURL marks the secrets of a Redis URL secret (see region.URLSecrets):
+// its user info's password and any password or token in its query, as
+// written and decoded.
 func (s *secrets) addURL(raw string) {
-	if u, err := url.Parse(raw); err == nil {
-		if p, ok := u.User.Password(); ok {
-			s.add(p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	_, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		rest = raw
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		if _, pass, ok := strings.Cut(rest[:i], ":"); ok {
-			s.add(pass, rest[:i])
-		}
-	}
+	s.add(region.URLSecrets(raw)...)
 }
 
 // scrub returns text with every secret masked.

@@ -21,6 +21,9 @@ func TestSecretsMaskURLs(t *testing.T) {
 		{"sentinel", "redis+sentinel://user:hunter22@s1:26379,s2:26379/mymaster", []string{"hunter22"}},
 		{"no scheme", "user:hunter22@host", []string{"hunter22"}},
 		{"at in password", "redis://user:hun@ter22@host", []string{"hun@ter22"}},
+		{"sentinel query", "redis+sentinel://s1:26379,s2:26379/mymaster?password=hunter22&sentinel_password=hunter33",
+			[]string{"hunter22", "hunter33"}},
+		{"go-redis sentinel query", "redis://s1:26379?master_name=m&sentinel_password=hunter%2B33", []string{"hunter%2B33", "hunter+33"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s secrets

@@ -45,6 +45,25 @@ func addSecurityFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle `file` to verify a rediss:// server with (default: the system's roots)")
 	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate `file` for a rediss:// server that verifies clients (tls-auth-clients)")
 	fs.StringVar(&c.RedisKey, "redis-key", "", "PEM private key `file` of --redis-cert")
+	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", "", "`file` holding the Redis AUTH password (one line), used in place of any password in --redis-url, so that none needs to be on the command line")
+}
+
+// readRedisPassword reads --redis-password-file: its first line, without
+// the line ending.
+func readRedisPassword(c config) (string, error) {
+	if c.RedisURL == "" {
+		return "", errors.New("--redis-password-file: needs --redis-url")
+	}
+	b, err := os.ReadFile(c.RedisPasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("read --redis-password-file: %w", err)
+	}
+	pass, _, _ := strings.Cut(string(b), "\n")
+	pass = strings.TrimSuffix(pass, "\r")
+	if pass == "" {
+		return "", fmt.Errorf("--redis-password-file %s: empty", c.RedisPasswordFile)
+	}
+	return pass, nil
 }
 
 // checkSecurityFlags reports inconsistent security flags.
@@ -157,6 +176,7 @@ func protect(c config, tokens *auth.Tokens, h http.Handler) http.Handler {
 func (c config) secrets() *secrets {
 	s := &secrets{}
 	s.addURL(c.RedisURL)
+	s.add(c.RedisPassword)
 	s.add(c.AuthToken)
 	s.addKeys(c.GossipKey)
 	return s

@@ -128,3 +128,28 @@ func BenchmarkFailoverCheck(b *testing.B) {
 		benchCheck(b, wrap(b, r), 1)
 	})
 }
+
+// BenchmarkPeekFullBucket measures a decision on a key whose buckets hold
+// MaxRegionsPerBucket regions each, the most that Merge lets remote input
+// make them hold.
+func BenchmarkPeekFullBucket(b *testing.B) {
+	m := region.NewMemory(region.MemoryConfig{Region: "here"})
+	l := window.Limit{Limit: 1 << 40, Window: time.Minute}
+	now := time.UnixMilli(1_760_000_010_000)
+	bucket := window.Bucket(window.Ms(now), l.Window)
+	var totals []region.Total
+	for i := range 2 * region.MaxRegionsPerBucket {
+		totals = append(totals, region.Total{Key: "full", Window: l.Window, Bucket: bucket - int64(i%2), Region: "r" + strconv.Itoa(i), Count: 1})
+	}
+	if err := m.Merge(context.Background(), totals); err != nil {
+		b.Fatal(err)
+	}
+	reqs := []region.Request{{Key: "full", Limit: l, Hits: 1, Now: now, Peek: true}}
+	res := make([]region.Result, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.Check(context.Background(), reqs, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

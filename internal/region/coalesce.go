@@ -28,12 +28,27 @@ type Coalesce struct {
 	MaxBatch int
 }
 
+// roundTripper is what a coalescer sends through: the [Redis] store, or a
+// fake in tests.
+type roundTripper interface {
+	// checkDirect decides reqs in one round trip.
+	checkDirect(ctx context.Context, reqs []Request, res []Result) error
+	// checkCalls decides the requests of every call in one round trip and
+	// sends each call its own error on its done channel, after writing its
+	// results.
+	checkCalls(ctx context.Context, calls []*call)
+}
+
 // coalescer gathers Check calls into batches. No lock is held across I/O;
 // each batch has at most one timer.
 type coalescer struct {
-	r        *Redis
+	r        roundTripper
 	maxWait  time.Duration
 	maxBatch int
+
+	// calls holds spare calls, per coalescer so that no call (and its
+	// channel) outlives the coalescer's goroutines.
+	calls sync.Pool
 
 	mu       sync.Mutex
 	inFlight int
@@ -58,7 +73,7 @@ type call struct {
 	done chan error
 }
 
-func newCoalescer(cfg Coalesce, r *Redis) *coalescer {
+func newCoalescer(cfg Coalesce, r roundTripper) *coalescer {
 	if cfg.Disabled {
 		return nil
 	}
@@ -68,10 +83,10 @@ func newCoalescer(cfg Coalesce, r *Redis) *coalescer {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
 	}
-	return &coalescer{r: r, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
+	c := &coalescer{r: r, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
+	c.calls.New = func() any { return &call{done: make(chan error, 1)} }
+	return c
 }
-
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan error, 1)} }}
 
 // check decides reqs through a shared pipeline. When ctx ends first it
 // returns ctx's error at once; the batch still runs the call (in doubt: its
@@ -85,7 +100,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 		c.done()
 		return err
 	}
-	cl := callPool.Get().(*call)
+	cl := c.calls.Get().(*call)
 	cl.reqs = append(cl.reqs[:0], reqs...)
 	cl.res = slices.Grow(cl.res[:0], len(reqs))[:len(reqs)]
 	b := c.pending
@@ -110,7 +125,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 			copy(res, cl.res)
 		}
 		clear(cl.reqs) // drop the keys for the GC; the buffers are reused
-		callPool.Put(cl)
+		c.calls.Put(cl)
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("region: check: %w", ctx.Err())
@@ -153,24 +168,9 @@ func (c *coalescer) done() {
 	}
 }
 
-// send runs b as one pipeline and hands each call its results.
+// send runs b as one round trip and hands each call its results.
 func (c *coalescer) send(b *batch) {
-	reqs := make([]Request, 0, b.n)
-	for _, cl := range b.calls {
-		reqs = append(reqs, cl.reqs...)
-	}
-	ctx := context.Background()
-	cmds, err := c.r.exec(ctx, reqs)
-	off := 0
-	for _, cl := range b.calls {
-		n := len(cl.reqs)
-		e := err
-		if e == nil {
-			e = c.r.finish(ctx, cl.reqs, cmds[off:off+n], cl.res)
-		}
-		off += n
-		cl.done <- e
-	}
+	c.r.checkCalls(context.Background(), b.calls)
 	c.done()
 }
 

@@ -16,6 +16,10 @@ type DenyCacheConfig struct {
 	// expired one or, failing that, a random live one, counted in
 	// Evictions. Default 100,000.
 	MaxKeys int
+	// Region is the wrapped store's local region, which answers from the
+	// cache always list ([Open] sets it). Default: the store's, when it
+	// has a Region() string method.
+	Region string
 }
 
 const (
@@ -68,6 +72,7 @@ type DenyCache struct {
 	local   string // the store's local region, when it says
 	seed    maphash.Seed
 	perMax  int
+	maxKeys int
 	shards  [denyShards]denyShard
 	hits    atomic.Uint64
 	misses  atomic.Uint64
@@ -112,8 +117,9 @@ func NewDenyCache(s Store, cfg DenyCacheConfig) *DenyCache {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = defaultDenyMaxKeys
 	}
-	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards)}
-	if r, ok := s.(interface{ Region() string }); ok {
+	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards), maxKeys: cfg.MaxKeys}
+	c.local = cfg.Region
+	if r, ok := s.(interface{ Region() string }); ok && c.local == "" {
 		c.local = r.Region()
 	}
 	for i := range c.shards {
@@ -145,15 +151,12 @@ func (c *DenyCache) shard(key string) *denyShard {
 // denies and sends the others to the store in one call; see [Store] and
 // [DenyCache].
 func (c *DenyCache) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if len(reqs) == 1 && len(res) == 1 {
+	if len(reqs) == 1 {
 		// The common case, without bookkeeping.
-		var held bool
-		if validate(&reqs[0]) == nil {
-			var hit bool
-			if hit, held = c.answer(&reqs[0], &res[0]); hit {
-				c.hits.Add(1)
-				return nil
-			}
+		hit, held := c.answer(&reqs[0], &res[0])
+		if hit {
+			c.hits.Add(1)
+			return nil
 		}
 		c.misses.Add(1)
 		if err := c.s.Check(ctx, reqs, res); err != nil {
@@ -161,14 +164,6 @@ func (c *DenyCache) Check(ctx context.Context, reqs []Request, res []Result) err
 		}
 		c.remember(&reqs[0], &res[0], held)
 		return nil
-	}
-	if len(res) != len(reqs) {
-		return c.s.Check(ctx, reqs, res) // the store reports the mismatch
-	}
-	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
-			return err
-		}
 	}
 	var miss []int
 	var held []bool
@@ -311,8 +306,8 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 	default:
 		var n window.Counts
 		for _, rc := range res.Regions {
-			n.Cur += rc.Current
-			n.Prev += rc.Previous
+			n.Cur = satAdd(n.Cur, rc.Current)
+			n.Prev = satAdd(n.Prev, rc.Previous)
 		}
 		d := q.Limit.DecideCounter(nowMs, n, 1)
 		if d.Allowed || d.Bucket != res.Bucket {

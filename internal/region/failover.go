@@ -168,7 +168,9 @@ func (s FailoverStatus) String() string {
 // going to the primary, and a goroutine probes it (a Peek decision) after
 // ProbeMin, doubling the delay to ProbeMax while it fails (the half-open
 // state); the first probe that succeeds closes the breaker. Each
-// transition is logged once.
+// transition is logged once. A Failover that [Open] makes over a Redis that
+// did not answer at start begins with the breaker open, probing; see
+// [Failover.Ping] for readiness meanwhile.
 //
 // Counting under PolicyLocal: while the primary answers, the Failover copies
 // every counter decision's per-region counts into the fallback (max-merge),
@@ -197,8 +199,9 @@ type Failover struct {
 	log      *slog.Logger
 	fbRegion string
 
-	open  atomic.Bool  // breaker not closed: decide under the policy
-	fails atomic.Int64 // consecutive failures while closed
+	open      atomic.Bool  // breaker not closed: decide under the policy
+	fails     atomic.Int64 // consecutive failures while closed
+	unreached atomic.Bool  // the primary has not answered since start
 
 	mu          sync.Mutex
 	probing     bool
@@ -326,45 +329,10 @@ func (f *Failover) Status() FailoverStatus {
 	return s
 }
 
-// Ping reports whether the node can decide: always under PolicyLocal and
-// PolicyOpen (a fallback decision is still a decision), and under
-// PolicyClosed only while the primary answers. While the breaker is closed
-// it probes the primary (within Timeout) and counts a failure toward the
-// breaker, so that an idle node notices an outage too; see Status for the
-// mode.
-func (f *Failover) Ping(ctx context.Context) error {
-	if !f.open.Load() {
-		if err := f.probe(ctx); err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return fmt.Errorf("region: ping: %w", cerr)
-			}
-			f.failed(err)
-			if f.cfg.Policy == PolicyClosed {
-				return fmt.Errorf("region: ping: %w: %w", ErrUnavailable, err)
-			}
-			return nil
-		}
-		f.fails.Store(0)
-		return nil
-	}
-	if f.cfg.Policy == PolicyClosed {
-		return fmt.Errorf("%w: %s", ErrUnavailable, f.Status())
-	}
-	return nil
-}
-
 // Check decides reqs with the primary, or under the policy when the
 // breaker is open or the primary fails or takes longer than Timeout; see
-// [Store]. It returns an error only for invalid requests or when ctx ends.
+// [Store]. It returns an error only when ctx ends.
 func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if len(res) != len(reqs) {
-		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
-	}
-	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
-			return err
-		}
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("region: check: %w", err)
 	}
@@ -385,114 +353,6 @@ func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) erro
 	}
 	f.decideFallback(reqs, res)
 	return nil
-}
-
-// writeBackSoon starts a write-back when the breaker is closed and the
-// fallback holds counts the primary lacks: a failure too short to open the
-// breaker (or a write-back that failed) is written back once the primary
-// answers (the next successful call starts it), not at the end of an
-// outage that may never come.
-func (f *Failover) writeBackSoon() {
-	if !f.wbAny.Load() || f.open.Load() || !f.wbOn.CompareAndSwap(false, true) {
-		return
-	}
-	f.probes.Add(1)
-	go func() {
-		defer f.probes.Done()
-		defer f.wbOn.Store(false)
-		f.writeBack()
-	}()
-}
-
-// callPrimary runs primary.Check with a deadline of Timeout; it writes
-// res only on success that the caller may trust.
-func (f *Failover) callPrimary(ctx context.Context, reqs []Request, res []Result) error {
-	tctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
-	err := f.primary.Check(tctx, reqs, res)
-	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
-		return fmt.Errorf("%w after %v", ErrTimeout, f.cfg.Timeout)
-	}
-	return err
-}
-
-// failed records a failure of the primary and opens the breaker at
-// Threshold consecutive failures.
-func (f *Failover) failed(err error) {
-	f.failures.Add(1)
-	if errors.Is(err, ErrTimeout) {
-		f.timeouts.Add(1)
-	}
-	n := f.fails.Add(1)
-	f.mu.Lock()
-	f.lastErr = err.Error()
-	opened := false
-	if n >= int64(f.cfg.Threshold) && !f.open.Load() {
-		f.open.Store(true)
-		f.since = f.cfg.Now()
-		f.transitions++
-		opened = true
-	}
-	f.mu.Unlock()
-	if !opened {
-		return
-	}
-	f.log.Warn("store: primary unavailable, deciding under the failure policy",
-		"failures", n, "err", err, "probe_in", f.cfg.ProbeMin)
-	f.probes.Add(1)
-	go func() {
-		defer f.probes.Done()
-		f.probeLoop()
-	}()
-}
-
-// probeLoop probes the primary with backoff until it answers, then closes
-// the breaker and writes the fallback's counts back.
-func (f *Failover) probeLoop() {
-	delay := f.cfg.ProbeMin
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-t.C:
-		}
-		f.mu.Lock()
-		f.probing = true
-		f.mu.Unlock()
-		err := f.probe(context.Background())
-		f.mu.Lock()
-		f.probing = false
-		if err != nil {
-			f.lastErr = err.Error()
-			f.mu.Unlock()
-			f.failures.Add(1)
-			if errors.Is(err, ErrTimeout) {
-				f.timeouts.Add(1)
-			}
-			delay = min(2*delay, f.cfg.ProbeMax)
-			f.log.Debug("store: probe failed", "err", err, "next_in", delay)
-			t.Reset(delay)
-			continue
-		}
-		outage := f.cfg.Now().Sub(f.since)
-		f.since = f.cfg.Now()
-		f.lastErr = ""
-		f.transitions++
-		f.fails.Store(0)
-		f.open.Store(false)
-		f.mu.Unlock()
-		f.log.Info("store: primary answers again, deciding with it", "outage", outage.Round(time.Millisecond))
-		f.writeBack()
-		return
-	}
-}
-
-// probe asks the primary for a Peek decision, within Timeout.
-func (f *Failover) probe(ctx context.Context) error {
-	q := []Request{{Key: "rlcluster:probe", Limit: window.Limit{Limit: 1, Window: time.Second}, Hits: 1, Now: f.cfg.Now(), Peek: true}}
-	return f.callPrimary(ctx, q, make([]Result, 1))
 }
 
 // decideFallback decides reqs under the policy.
@@ -516,7 +376,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			}
 		}
 	default:
-		// The memory store fails only on invalid requests, checked already.
+		// The memory store never fails.
 		_ = f.fallback.Check(context.Background(), reqs, res)
 		for i := range reqs {
 			q := &reqs[i]
@@ -543,99 +403,6 @@ func emptyDecision(q *Request) window.Decision {
 		return q.Limit.DecideLog(nowMs, nil, q.Hits)
 	}
 	return q.Limit.DecideCounter(nowMs, window.Counts{}, q.Hits)
-}
-
-// remember records a bucket the fallback admitted into or merged into while
-// the breaker was open, for the write-back.
-func (f *Failover) remember(r BucketRef) {
-	f.wbMu.Lock()
-	defer f.wbMu.Unlock()
-	if _, ok := f.wb[r]; ok {
-		return
-	}
-	if len(f.wb) >= f.cfg.MaxWriteBack {
-		f.wbDropped.Add(1)
-		return
-	}
-	f.wb[r] = struct{}{}
-	f.wbAny.Store(true)
-}
-
-// writeBack merges into the primary the fallback's totals of the buckets
-// still alive that it admitted into or merged while the breaker was open:
-// the fallback region's own and the other regions' (never the primary's
-// region, which only its decisions change).
-func (f *Failover) writeBack() {
-	f.wbMu.Lock()
-	refs := make([]BucketRef, 0, len(f.wb))
-	nowMs := window.Ms(f.cfg.Now())
-	for r := range f.wb {
-		// A bucket matters until its successor closes.
-		if (r.Bucket+2)*r.Window.Milliseconds() > nowMs {
-			refs = append(refs, r)
-		}
-	}
-	clear(f.wb)
-	f.wbAny.Store(false)
-	f.wbMu.Unlock()
-	if len(refs) == 0 {
-		return
-	}
-	vecs, _ := f.fallback.Vectors(context.Background(), refs)
-	var totals []Total
-	for _, v := range vecs {
-		for _, t := range v {
-			// The fallback region's own admissions, and what other regions
-			// reported during the outage; the primary's own region only
-			// ever changes by its decisions.
-			if t.Region != f.cfg.Region && t.Count > 0 {
-				totals = append(totals, t)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := f.primary.Merge(ctx, totals); err != nil {
-		// Keep the buckets for the next write-back (the next recovery,
-		// or the next fallback decision while the breaker is closed).
-		f.wbMu.Lock()
-		for _, r := range refs {
-			if len(f.wb) < f.cfg.MaxWriteBack {
-				f.wb[r] = struct{}{}
-				f.wbAny.Store(true)
-			} else {
-				f.wbDropped.Add(1)
-			}
-		}
-		f.wbMu.Unlock()
-		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
-		return
-	}
-	f.writeBacks.Add(uint64(len(totals)))
-	f.log.Info("store: wrote the fallback's counts back", "totals", len(totals), "fallback_region", f.fbRegion)
-}
-
-// mirror max-merges the per-region counts of the primary's counter
-// decisions into the fallback.
-func (f *Failover) mirror(reqs []Request, res []Result) {
-	var totals []Total
-	for i := range reqs {
-		q := &reqs[i]
-		if !q.Limit.Algorithm.Counted() {
-			continue
-		}
-		for _, rc := range res[i].Regions {
-			if rc.Current > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current})
-			}
-			if rc.Previous > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous})
-			}
-		}
-	}
-	if len(totals) > 0 {
-		_ = f.fallback.Merge(context.Background(), totals)
-	}
 }
 
 // Merge max-merges remote totals into the primary (unless the breaker is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -21,6 +22,12 @@ type flaky struct {
 	state   string // "ok", "fail", "hang"
 	release chan struct{}
 	calls   int
+}
+
+func (f *flaky) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func newFlaky(reg string) *flaky {
@@ -150,12 +157,12 @@ func req(key string, now time.Time) region.Request {
 	return region.Request{Key: key, Limit: lim, Hits: 1, Now: now}
 }
 
-// TestFailoverPolicies: a hanging primary costs each decision at most
-// about the timeout; after Threshold failures the breaker opens and the
-// policy decides without calling the primary; once the primary answers, a
-// probe closes the breaker.
+// TestFailoverPolicies steps a Failover through fake time: a hanging
+// primary costs each decision exactly the timeout; after Threshold failures
+// the breaker opens and the policy decides without calling the primary;
+// probes back off from ProbeMin to ProbeMax; once the primary answers, the
+// next probe closes the breaker.
 func TestFailoverPolicies(t *testing.T) {
-	now := time.UnixMilli(1_760_000_010_000)
 	for _, c := range []struct {
 		policy      region.Policy
 		wantAllowed bool
@@ -166,52 +173,66 @@ func TestFailoverPolicies(t *testing.T) {
 		{region.PolicyClosed, false, 2 * time.Second},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
-			p := newFlaky("here")
-			f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Timeout: 20 * time.Millisecond, Threshold: 2,
-				ProbeMin: 10 * time.Millisecond, ProbeMax: 40 * time.Millisecond, ClosedRetryAfter: 2 * time.Second})
-			if r := storetest.Check(t, f, req("k", now)); !r.Allowed || r.Remaining != 9 {
-				t.Fatalf("healthy: allowed %v remaining %d, want true 9", r.Allowed, r.Remaining)
-			}
-			p.set("hang")
-			for i := range 2 {
-				start := time.Now()
-				r := storetest.Check(t, f, req("k", now))
-				if el := time.Since(start); el > time.Second {
-					t.Errorf("decision %d took %v with a hanging primary, want about the 20ms timeout", i, el)
+			synctest.Test(t, func(t *testing.T) {
+				now := time.UnixMilli(1_760_000_010_000)
+				const timeout, probeMin, probeMax = 20 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond
+				p := newFlaky("here")
+				f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Timeout: timeout, Threshold: 2,
+					ProbeMin: probeMin, ProbeMax: probeMax, ClosedRetryAfter: 2 * time.Second})
+				if r := storetest.Check(t, f, req("k", now)); !r.Allowed || r.Remaining != 9 {
+					t.Fatalf("healthy: allowed %v remaining %d, want true 9", r.Allowed, r.Remaining)
 				}
-				if r.Allowed != c.wantAllowed || r.RetryAfter != c.wantRetry {
-					t.Errorf("decision %d: allowed %v retry %v, want %v %v", i, r.Allowed, r.RetryAfter, c.wantAllowed, c.wantRetry)
+				p.set("hang")
+				for i := range 2 {
+					start := time.Now()
+					r := storetest.Check(t, f, req("k", now))
+					if got := time.Since(start); got != timeout {
+						t.Errorf("decision %d took %v with a hanging primary, want the timeout %v", i, got, timeout)
+					}
+					if r.Allowed != c.wantAllowed || r.RetryAfter != c.wantRetry {
+						t.Errorf("decision %d: allowed %v retry %v, want %v %v", i, r.Allowed, r.RetryAfter, c.wantAllowed, c.wantRetry)
+					}
 				}
-			}
-			st := f.Status()
-			if st.Mode != region.ModeFallback || st.Timeouts < 2 || st.Transitions != 1 || st.ModeName() != c.policy.String() {
-				t.Fatalf("Status() = %+v, want fallback after 2 timeouts, 1 transition", st)
-			}
-			p.set("fail")
-			p.mu.Lock()
-			before := p.calls
-			p.mu.Unlock()
-			for range 50 {
-				storetest.Check(t, f, req("k", now))
-			}
-			p.mu.Lock()
-			calls := p.calls - before
-			p.mu.Unlock()
-			if calls > 10 {
-				t.Errorf("the open breaker let %d of 50 decisions reach the primary, want only probes", calls)
-			}
-			if got := f.Status().FallbackDecisions; got < 50 {
-				t.Errorf("FallbackDecisions = %d, want >= 50", got)
-			}
-			p.set("ok")
-			waitFor(t, 5*time.Second, "the breaker to close", func() bool { return f.Status().Mode == region.ModePrimary })
-			if st := f.Status(); st.Transitions != 2 || st.LastError != "" {
-				t.Errorf("Status() after recovery = %+v, want 2 transitions and no error", st)
-			}
-			r := storetest.Check(t, f, req("k", now))
-			if !r.Allowed || r.LocalRegion != "" {
-				t.Errorf("after recovery: allowed %v local region %q, want true and the primary's", r.Allowed, r.LocalRegion)
-			}
+				st := f.Status()
+				if st.Mode != region.ModeFallback || st.Timeouts != 2 || st.Transitions != 1 || st.ModeName() != c.policy.String() {
+					t.Fatalf("Status() = %+v, want fallback after 2 timeouts, 1 transition", st)
+				}
+				p.set("fail")
+				before := p.callCount()
+				for range 50 {
+					storetest.Check(t, f, req("k", now))
+				}
+				if got := p.callCount() - before; got != 0 {
+					t.Errorf("the open breaker let %d of 50 decisions reach the primary, want none", got)
+				}
+				if got := f.Status().FallbackDecisions; got != 52 {
+					t.Errorf("FallbackDecisions = %d, want 52 (2 timeouts, 50 with the breaker open)", got)
+				}
+				// Probes at ProbeMin, then doubling up to ProbeMax:
+				// 10ms, +20ms, +40ms, +40ms.
+				for i, wait := range []time.Duration{probeMin, 2 * probeMin, probeMax, probeMax} {
+					time.Sleep(wait)
+					synctest.Wait()
+					if got, want := p.callCount()-before, i+1; got != want {
+						t.Errorf("after probe %d: %d calls to the primary, want %d", i+1, got, want)
+					}
+				}
+				p.set("ok")
+				time.Sleep(probeMax)
+				synctest.Wait()
+				if st := f.Status(); st.Mode != region.ModePrimary || st.Transitions != 2 || st.LastError != "" {
+					t.Errorf("Status() one probe after recovery = %+v, want primary, 2 transitions and no error", st)
+				}
+				r := storetest.Check(t, f, req("k2", now))
+				if !r.Allowed || r.LocalRegion != "" {
+					t.Errorf("after recovery: allowed %v local region %q, want true and the primary's", r.Allowed, r.LocalRegion)
+				}
+				// Under local, the write-back made the primary count the
+				// fallback's 9 admissions: with the 1 before, "k" is full.
+				if r := storetest.Check(t, f, req("k", now)); r.Allowed != (c.policy != region.PolicyLocal) {
+					t.Errorf("after recovery: %q allowed %v with %v, want %v", "k", r.Allowed, r.Regions, c.policy != region.PolicyLocal)
+				}
+			})
 		})
 	}
 }
@@ -222,45 +243,75 @@ func TestFailoverPolicies(t *testing.T) {
 // replication never sends a fallback count as the primary region's), and
 // writes them back to the primary on recovery.
 func TestFailoverLocalCounts(t *testing.T) {
-	now := time.UnixMilli(1_760_000_010_000)
-	p := newFlaky("here")
-	// The primary fails here, it never hangs: a long timeout keeps a busy
-	// machine from opening the breaker on its own.
-	f := newFailover(t, p, region.FailoverConfig{Timeout: 5 * time.Second, Threshold: 1, ProbeMin: 10 * time.Millisecond,
-		Now: func() time.Time { return now }})
-	for range 4 {
-		storetest.Check(t, f, req("k", now))
-	}
-	// A remote region's total reaches both stores.
-	b := window.Bucket(window.Ms(now), lim.Window)
-	if err := f.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "far", Count: 3}}); err != nil {
-		t.Fatal(err)
-	}
-	p.set("fail")
-	var last uint64
-	allowed := 0
-	for i := range 5 {
-		r := storetest.Check(t, f, req("k", now))
-		if r.LocalRegion != f.FallbackRegion() {
-			t.Fatalf("fallback decision %d: LocalRegion = %q, want %q", i, r.LocalRegion, f.FallbackRegion())
+	synctest.Test(t, func(t *testing.T) {
+		now := time.UnixMilli(1_760_000_010_000)
+		p := newFlaky("here")
+		const probeMin = 10 * time.Millisecond
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: func() time.Time { return now }})
+		for range 4 {
+			storetest.Check(t, f, req("k", now))
 		}
-		if r.Allowed {
-			allowed++
-			// Local is the fallback region's count: exactly its admissions.
-			if got, want := r.Local, uint64(allowed); got != want {
-				t.Errorf("fallback decision %d: Local = %d, want %d", i, got, want)
+		// A remote region's total reaches both stores.
+		b := window.Bucket(window.Ms(now), lim.Window)
+		if err := f.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "far", Count: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		p.set("fail")
+		var last uint64
+		allowed := 0
+		for i := range 5 {
+			r := storetest.Check(t, f, req("k", now))
+			if r.LocalRegion != f.FallbackRegion() {
+				t.Fatalf("fallback decision %d: LocalRegion = %q, want %q", i, r.LocalRegion, f.FallbackRegion())
 			}
+			if r.Allowed {
+				allowed++
+				// Local is the fallback region's count: exactly its admissions.
+				if got, want := r.Local, uint64(allowed); got != want {
+					t.Errorf("fallback decision %d: Local = %d, want %d", i, got, want)
+				}
+			}
+			if r.Local < last {
+				t.Errorf("fallback decision %d: Local decreased from %d to %d", i, last, r.Local)
+			}
+			last = r.Local
 		}
-		if r.Local < last {
-			t.Errorf("fallback decision %d: Local decreased from %d to %d", i, last, r.Local)
+		// 4 seen in the primary + 3 from "far": 3 more fit in 10.
+		if allowed != 3 {
+			t.Errorf("fallback admitted %d, want 3 (the fallback must start from the primary's last counts)", allowed)
 		}
-		last = r.Local
-	}
-	// 4 seen in the primary + 3 from "far": 3 more fit in 10.
-	if allowed != 3 {
-		t.Errorf("fallback admitted %d, want 3 (the fallback must start from the primary's last counts)", allowed)
-	}
-	vecs, err := f.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
+		want := map[string]uint64{"here": 4, "far": 3, f.FallbackRegion(): 3}
+		if got := vectorOf(t, f, "k", b); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("fallback vector = %v, want %v", got, want)
+		}
+		// A remote total that arrives during the outage reaches only the
+		// fallback; the write-back carries it to the primary too.
+		if err := f.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "near", Count: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		want["near"] = 2
+		p.set("ok")
+		time.Sleep(probeMin)
+		synctest.Wait()
+		// Written back: the fallback region's 3, near's 2 and far's 3 again
+		// (idempotent); never "here".
+		if got := f.Status().WriteBacks; got != 3 {
+			t.Errorf("WriteBacks one probe after recovery = %d, want 3", got)
+		}
+		// The primary now counts the fallback's admissions too: the key is full.
+		if r := storetest.Check(t, f, req("k", now)); r.Allowed {
+			t.Errorf("after recovery: allowed with %v, want denied (4 + 3 + 3 + 2 > 10)", r.Regions)
+		}
+		if got := vectorOf(t, p, "k", b); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("primary vector after write-back = %v, want %v", got, want)
+		}
+	})
+}
+
+// vectorOf returns s's per-region counts of key's bucket b of lim.
+func vectorOf(t *testing.T, s region.Store, key string, b int64) map[string]uint64 {
+	t.Helper()
+	vecs, err := s.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: lim.Window, Bucket: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,51 +319,27 @@ func TestFailoverLocalCounts(t *testing.T) {
 	for _, tt := range vecs[0] {
 		got[tt.Region] = tt.Count
 	}
-	want := map[string]uint64{"here": 4, "far": 3, f.FallbackRegion(): 3}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("fallback vector = %v, want %v", got, want)
-	}
-	// A remote total that arrives during the outage reaches only the
-	// fallback; the write-back carries it to the primary too.
-	if err := f.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "near", Count: 2}}); err != nil {
-		t.Fatal(err)
-	}
-	want["near"] = 2
-	p.set("ok")
-	// Written back: the fallback region's 3, near's 2 and far's 3 again
-	// (idempotent); never "here".
-	waitFor(t, 5*time.Second, "write-back", func() bool { return f.Status().WriteBacks == 3 })
-	// The primary now counts the fallback's admissions too: the key is full.
-	r := storetest.Check(t, f, req("k", now))
-	if r.Allowed {
-		t.Errorf("after recovery: allowed with %v, want denied (4 + 3 + 3 + 2 > 10)", r.Regions)
-	}
-	vecs, _ = p.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
-	got = map[string]uint64{}
-	for _, tt := range vecs[0] {
-		got[tt.Region] = tt.Count
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("primary vector after write-back = %v, want %v", got, want)
-	}
+	return got
 }
 
 // TestFailoverCanceled: a caller's own deadline is its error, not the
 // store's failure.
 func TestFailoverCanceled(t *testing.T) {
-	p := newFlaky("here")
-	f := newFailover(t, p, region.FailoverConfig{Timeout: time.Second, Threshold: 1})
-	p.set("hang")
-	defer p.set("ok")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	err := f.Check(ctx, []region.Request{req("k", time.Now())}, make([]region.Result, 1))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Check() error = %v, want context.DeadlineExceeded", err)
-	}
-	if st := f.Status(); st.Failures != 0 || st.Mode != region.ModePrimary {
-		t.Errorf("Status() = %+v, want no failure counted", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := newFlaky("here")
+		f := newFailover(t, p, region.FailoverConfig{Timeout: time.Second, Threshold: 1})
+		p.set("hang")
+		defer p.set("ok")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		err := f.Check(ctx, []region.Request{req("k", time.Now())}, make([]region.Result, 1))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Check() error = %v, want context.DeadlineExceeded", err)
+		}
+		if st := f.Status(); st.Failures != 0 || st.Mode != region.ModePrimary {
+			t.Errorf("Status() = %+v, want no failure counted", st)
+		}
+	})
 }
 
 // TestFailoverPing: /readyz's check passes under local and open in
@@ -323,21 +350,23 @@ func TestFailoverPing(t *testing.T) {
 		ready  bool
 	}{{region.PolicyLocal, true}, {region.PolicyOpen, true}, {region.PolicyClosed, false}} {
 		t.Run(c.policy.String(), func(t *testing.T) {
-			p := newFlaky("here")
-			f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Threshold: 2, ProbeMin: time.Hour})
-			if err := f.Ping(context.Background()); err != nil {
-				t.Fatalf("healthy Ping() = %v", err)
-			}
-			p.set("fail")
-			for range 3 {
-				err := f.Ping(context.Background())
-				if (err == nil) != c.ready {
-					t.Errorf("Ping() = %v, want ready %v", err, c.ready)
+			synctest.Test(t, func(t *testing.T) {
+				p := newFlaky("here")
+				f := newFailover(t, p, region.FailoverConfig{Policy: c.policy, Threshold: 2, ProbeMin: time.Hour})
+				if err := f.Ping(context.Background()); err != nil {
+					t.Fatalf("healthy Ping() = %v", err)
 				}
-			}
-			if st := f.Status(); st.Mode != region.ModeFallback {
-				t.Errorf("Status().Mode = %v after failed pings, want fallback", st.Mode)
-			}
+				p.set("fail")
+				for range 3 {
+					err := f.Ping(context.Background())
+					if (err == nil) != c.ready {
+						t.Errorf("Ping() = %v, want ready %v", err, c.ready)
+					}
+				}
+				if st := f.Status(); st.Mode != region.ModeFallback {
+					t.Errorf("Status().Mode = %v after failed pings, want fallback", st.Mode)
+				}
+			})
 		})
 	}
 }
@@ -346,28 +375,24 @@ func TestFailoverPing(t *testing.T) {
 // breaker still decides from the fallback; its admission reaches the
 // primary as soon as the primary answers again.
 func TestFailoverShortFailureWritesBack(t *testing.T) {
-	now := time.UnixMilli(1_760_000_010_000)
-	p := newFlaky("here")
-	f := newFailover(t, p, region.FailoverConfig{Timeout: 5 * time.Second, Threshold: 3,
-		Now: func() time.Time { return now }})
-	p.set("fail")
-	r := storetest.Check(t, f, req("k", now))
-	if !r.Allowed || r.LocalRegion != f.FallbackRegion() {
-		t.Fatalf("decision during the failure = %+v, want allowed by the fallback", r)
-	}
-	if st := f.Status(); st.Mode != region.ModePrimary {
-		t.Fatalf("one failure opened the breaker: %+v", st)
-	}
-	p.set("ok")
-	storetest.Check(t, f, req("k", now)) // the primary answers: the write-back follows
-	b := window.Bucket(window.Ms(now), lim.Window)
-	waitFor(t, 5*time.Second, "the fallback's admission in the primary", func() bool {
-		v, _ := p.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: lim.Window, Bucket: b}})
-		for _, tt := range v[0] {
-			if tt.Region == f.FallbackRegion() && tt.Count == 1 {
-				return true
-			}
+	synctest.Test(t, func(t *testing.T) {
+		now := time.UnixMilli(1_760_000_010_000)
+		p := newFlaky("here")
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 3, Now: func() time.Time { return now }})
+		p.set("fail")
+		r := storetest.Check(t, f, req("k", now))
+		if !r.Allowed || r.LocalRegion != f.FallbackRegion() {
+			t.Fatalf("decision during the failure = %+v, want allowed by the fallback", r)
 		}
-		return false
+		if st := f.Status(); st.Mode != region.ModePrimary {
+			t.Fatalf("one failure opened the breaker: %+v", st)
+		}
+		p.set("ok")
+		storetest.Check(t, f, req("k", now)) // the primary answers: the write-back follows
+		synctest.Wait()
+		b := window.Bucket(window.Ms(now), lim.Window)
+		if got := vectorOf(t, p, "k", b)[f.FallbackRegion()]; got != 1 {
+			t.Errorf("the fallback's admission in the primary = %d, want 1", got)
+		}
 	})
 }

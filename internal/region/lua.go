@@ -141,11 +141,16 @@ return {allowed, entries}
 // mergeScript max-merges one region's total into a bucket hash.
 //
 //	KEYS[1] the bucket hash
-//	ARGV    region, count (decimal, no leading zeros), ttl_ms
+//	ARGV    region, count (decimal, no leading zeros), ttl_ms,
+//	        max regions (MaxRegionsPerBucket)
 //
-// It returns 1 when the stored count grew, else 0.
+// It returns 1 when the stored count grew, 0 when not, and -1 when the
+// region is new to a bucket that already holds max regions (dropped).
 var mergeScript = redis.NewScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
+if (not old) and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+  return -1
+end
 local n = ARGV[2]
 local grew = 0
 if (not old) or #old < #n or (#old == #n and old < n) then

@@ -3,8 +3,6 @@ package region
 import (
 	"container/list"
 	"context"
-	"errors"
-	"fmt"
 	"hash/maphash"
 	"runtime"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -28,16 +27,27 @@ type MemoryConfig struct {
 	// SweepEvery is how often, in the time of the requests (Request.Now),
 	// each shard drops its expired keys. Default 1s.
 	SweepEvery time.Duration
+	// MaxLogBytes bounds the memory the sliding logs hold, in bytes. Each
+	// admitted SlidingLog request holds one 16-byte entry until it leaves
+	// its window, and a log's slice may hold as much again in spare
+	// capacity: the bound counts capacity, so it holds between MaxLogBytes/32
+	// and MaxLogBytes/16 entries. Past it, least recently used keys are
+	// evicted, as for MaxKeys, and counted in Evictions. Default 64 MiB
+	// (2 to 4 million entries). MaxKeys alone does not bound these bytes:
+	// one key with a limit of 10,000 may hold 10,000 entries.
+	MaxLogBytes int64
 }
 
 const (
-	memShards               = 64
-	defaultMaxKeys          = 1_000_000
-	defaultRegion           = "local"
-	defaultSweepEvery       = time.Second
-	kindCounter       uint8 = 0
-	kindGCRA          uint8 = 1
-	kindLog           uint8 = 2
+	memShards                = 64
+	defaultMaxKeys           = 1_000_000
+	defaultRegion            = "local"
+	defaultSweepEvery        = time.Second
+	defaultMaxLogBytes       = 64 << 20
+	logEntryBytes            = int64(unsafe.Sizeof(window.LogEntry{}))
+	kindCounter        uint8 = 0
+	kindGCRA           uint8 = 1
+	kindLog            uint8 = 2
 )
 
 // Memory is the embedded in-memory [Store]: a region's counts held in this
@@ -51,13 +61,16 @@ const (
 // dropped, lazily on access and by a periodic sweep driven by Request.Now
 // (the store never reads the clock).
 type Memory struct {
-	region  string
-	maxKeys int64
-	keys    atomic.Int64
-	sweepMs int64
-	seed    maphash.Seed
-	shards  [memShards]memShard
-	evicted atomic.Uint64
+	region      string
+	maxKeys     int64
+	keys        atomic.Int64
+	maxLogBytes int64
+	logBytes    atomic.Int64 // capacity of every log, in bytes
+	sweepMs     int64
+	seed        maphash.Seed
+	shards      [memShards]memShard
+	evicted     atomic.Uint64
+	dropped     atomic.Uint64 // merged totals over MaxRegionsPerBucket
 }
 
 var _ Store = (*Memory)(nil)
@@ -83,8 +96,10 @@ type memEntry struct {
 	b [2]memBucket
 	// GCRA: theoretical arrival time, Unix µs.
 	tatUs int64
-	// sliding log: admitted requests, oldest first.
-	log []window.LogEntry
+	// sliding log: admitted requests, oldest first; logCap is the
+	// capacity counted in Memory.logBytes.
+	log    []window.LogEntry
+	logCap int
 }
 
 type memBucket struct {
@@ -109,11 +124,15 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = defaultSweepEvery
 	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = defaultMaxLogBytes
+	}
 	m := &Memory{
-		region:  cfg.Region,
-		maxKeys: int64(cfg.MaxKeys),
-		sweepMs: cfg.SweepEvery.Milliseconds(),
-		seed:    maphash.MakeSeed(),
+		region:      cfg.Region,
+		maxKeys:     int64(cfg.MaxKeys),
+		maxLogBytes: cfg.MaxLogBytes,
+		sweepMs:     cfg.SweepEvery.Milliseconds(),
+		seed:        maphash.MakeSeed(),
 	}
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]*list.Element)
@@ -130,41 +149,35 @@ func (m *Memory) Evictions() uint64 { return m.evicted.Load() }
 // Keys returns the number of keys held.
 func (m *Memory) Keys() int { return int(m.keys.Load()) }
 
+// MemoryStats are a [Memory] store's gauges and counters.
+type MemoryStats struct {
+	// Keys is the number of keys held.
+	Keys int
+	// Evictions counts keys evicted to respect MaxKeys or MaxLogBytes.
+	Evictions uint64
+	// LogBytes is the memory the sliding logs hold (their capacity).
+	LogBytes int64
+	// RegionsDropped counts merged totals dropped because their bucket
+	// already held MaxRegionsPerBucket regions.
+	RegionsDropped uint64
+}
+
+// Stats returns the store's gauges and counters.
+func (m *Memory) Stats() MemoryStats {
+	return MemoryStats{Keys: m.Keys(), Evictions: m.evicted.Load(), LogBytes: m.logBytes.Load(), RegionsDropped: m.dropped.Load()}
+}
+
 func (m *Memory) shard(key string) *memShard {
 	return &m.shards[maphash.String(m.seed, key)%memShards]
 }
 
-// Check decides each request in order; see [Store].
+// Check decides each request in order; see [Store]. It never fails.
 func (m *Memory) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if len(res) != len(reqs) {
-		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
-	}
-	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
-			return err
-		}
-	}
 	for i := range reqs {
 		res[i] = m.check(&reqs[i])
 	}
 	return nil
 }
-
-func validate(r *Request) error {
-	if r.Key == "" {
-		return fmt.Errorf("region: check: %w", ErrEmptyKey)
-	}
-	if err := r.Limit.Validate(); err != nil {
-		return fmt.Errorf("region: check %q: %w", r.Key, err)
-	}
-	if err := r.Limit.ValidateHits(r.Hits); err != nil {
-		return fmt.Errorf("region: check %q: %w", r.Key, err)
-	}
-	return nil
-}
-
-// ErrEmptyKey is returned by Check for a request without a key.
-var ErrEmptyKey = errors.New("region: empty key")
 
 func kindOf(a window.Algorithm) uint8 {
 	switch a {
@@ -201,11 +214,15 @@ func (m *Memory) check(r *Request) Result {
 		var log []window.LogEntry
 		if e != nil {
 			e.log = pruneLog(e.log, nowMs-k.wMs)
+			m.countLog(e)
 			log = e.log
 		}
 		d := r.Limit.DecideLog(nowMs, log, r.Hits)
 		if d.Allowed && !r.Peek {
 			e.log = append(e.log, window.LogEntry{AtMs: nowMs, Hits: r.Hits})
+			m.countLog(e)
+			for m.logBytes.Load() > m.maxLogBytes && m.evictOne(s, e, 1) {
+			}
 		}
 		res.Decision = d
 	default:
@@ -243,7 +260,7 @@ func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
 	// Reserve the new key's place first, so that concurrent inserts in
 	// other shards cannot together pass the bound.
 	if m.keys.Add(1) > m.maxKeys {
-		m.evictOne(s)
+		m.evictOne(s, nil, evictRounds)
 	}
 	e := &memEntry{k: k}
 	s.m[k] = s.lru.PushFront(e)
@@ -254,44 +271,62 @@ func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
 const evictRounds = 1000
 
 // evictOne evicts the least recently used key of s, whose lock is held, or
-// when s is empty, of another shard it can lock without waiting (locking
-// without waiting cannot deadlock), passing over the shards until one gives
-// up a key: a shard is locked only briefly by a holder that is not itself
-// looking elsewhere. The bound is thus global, and the order least recently
-// used within each shard.
-func (m *Memory) evictOne(s *memShard) {
-	if s.evictBack() {
-		m.keys.Add(-1)
-		m.evicted.Add(1)
-		return
+// when s holds no key but keep, of another shard it can lock without
+// waiting (locking without waiting cannot deadlock), passing over the
+// shards until one gives up a key: a shard is locked only briefly by a
+// holder that is not itself looking elsewhere, for at most rounds passes.
+// The bound is thus global, and the order least recently used within each
+// shard. It reports whether it evicted a key.
+func (m *Memory) evictOne(s *memShard, keep *memEntry, rounds int) bool {
+	if m.evictBack(s, keep) {
+		return true
 	}
-	for range evictRounds {
+	for range rounds {
 		for i := range m.shards {
 			o := &m.shards[i]
 			if o == s || !o.mu.TryLock() {
 				continue
 			}
-			ok := o.evictBack()
+			ok := m.evictBack(o, nil)
 			o.mu.Unlock()
 			if ok {
-				m.keys.Add(-1)
-				m.evicted.Add(1)
-				return
+				return true
 			}
 		}
 		runtime.Gosched()
 	}
+	return false
 }
 
-// evictBack removes the shard's least recently used key.
-func (s *memShard) evictBack() bool {
+// evictBack removes the least recently used key of s, whose lock is held,
+// unless it is keep, and counts the eviction.
+func (m *Memory) evictBack(s *memShard, keep *memEntry) bool {
 	old := s.lru.Back()
-	if old == nil {
+	if old == nil || old.Value.(*memEntry) == keep {
 		return false
 	}
-	s.lru.Remove(old)
-	delete(s.m, old.Value.(*memEntry).k)
+	m.remove(s, old)
+	m.evicted.Add(1)
 	return true
+}
+
+// remove drops the key at el from s, whose lock is held.
+func (m *Memory) remove(s *memShard, el *list.Element) {
+	e := el.Value.(*memEntry)
+	s.lru.Remove(el)
+	delete(s.m, e.k)
+	m.keys.Add(-1)
+	if e.logCap != 0 {
+		m.logBytes.Add(-int64(e.logCap) * logEntryBytes)
+	}
+}
+
+// countLog brings Memory.logBytes in step with the capacity of e's log.
+func (m *Memory) countLog(e *memEntry) {
+	if c := cap(e.log); c != e.logCap {
+		m.logBytes.Add(int64(c-e.logCap) * logEntryBytes)
+		e.logCap = c
+	}
 }
 
 // maybeSweep drops the shard's expired keys when SweepEvery of request time
@@ -301,11 +336,9 @@ func (m *Memory) maybeSweep(s *memShard, nowMs int64) {
 		return
 	}
 	s.lastSweep = nowMs
-	for k, el := range s.m {
+	for _, el := range s.m {
 		if el.Value.(*memEntry).expired(nowMs) {
-			s.lru.Remove(el)
-			delete(s.m, k)
-			m.keys.Add(-1)
+			m.remove(s, el)
 		}
 	}
 }
@@ -341,8 +374,11 @@ func pruneLog(log []window.LogEntry, beforeMs int64) []window.LogEntry {
 	for i < len(log) && log[i].AtMs < beforeMs {
 		i++
 	}
-	if i == 0 {
+	switch {
+	case i == 0:
 		return log
+	case i == len(log):
+		return nil // let an idle key's memory go
 	}
 	return append(log[:0], log[i:]...)
 }
@@ -386,13 +422,15 @@ func (e *memEntry) ensure(b int64) *memBucket {
 	return &e.b[j]
 }
 
+// sum returns the bucket's count summed over regions, saturating at the
+// largest uint64 instead of wrapping.
 func (b *memBucket) sum() uint64 {
 	if b == nil {
 		return 0
 	}
 	var s uint64
 	for _, c := range b.counts {
-		s += c.n
+		s = satAdd(s, c.n)
 	}
 	return s
 }
@@ -419,19 +457,26 @@ func (b *memBucket) add(region string, n uint64) {
 	b.counts = append(b.counts, regionN{region, n})
 }
 
-// maxMerge raises region's count to n if it is lower.
-func (b *memBucket) maxMerge(region string, n uint64) {
+// maxMerge raises region's count to n if it is lower. A region the bucket
+// does not hold yet is added only while it holds fewer than
+// MaxRegionsPerBucket; maxMerge reports whether n was kept.
+func (b *memBucket) maxMerge(region string, n uint64) bool {
 	for i := range b.counts {
 		if b.counts[i].region == region {
 			b.counts[i].n = max(b.counts[i].n, n)
-			return
+			return true
 		}
 	}
+	if len(b.counts) >= MaxRegionsPerBucket {
+		return false
+	}
 	b.counts = append(b.counts, regionN{region, n})
+	return true
 }
 
 // regionCounts lists the per-region counts of cur and prev, sorted by
-// region, with local always present.
+// region, with local always present. It takes O(n log n) for n regions, so
+// that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
 func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 	n := 1
 	if cur != nil {
@@ -441,28 +486,31 @@ func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 		n += len(prev.counts)
 	}
 	out := make([]RegionCount, 1, n) // one allocation, whatever the regions
-	out[0] = RegionCount{Region: local, Current: cur.get(local), Previous: prev.get(local)}
-	add := func(b *memBucket, isCur bool) {
-		if b == nil {
-			return
-		}
-		for _, c := range b.counts {
-			i := slices.IndexFunc(out, func(rc RegionCount) bool { return rc.Region == c.region })
-			if i < 0 {
-				out = append(out, RegionCount{Region: c.region})
-				i = len(out) - 1
-			}
-			if isCur {
-				out[i].Current = c.n
-			} else {
-				out[i].Previous = c.n
-			}
+	out[0] = RegionCount{Region: local}
+	if cur != nil {
+		for _, c := range cur.counts {
+			out = append(out, RegionCount{Region: c.region, Current: c.n})
 		}
 	}
-	add(cur, true)
-	add(prev, false)
+	if prev != nil {
+		for _, c := range prev.counts {
+			out = append(out, RegionCount{Region: c.region, Previous: c.n})
+		}
+	}
 	sortRegions(out)
-	return out
+	// A region is at most once in each bucket: merge its two entries (and
+	// the local region's placeholder) into one.
+	j := 0
+	for i := 1; i < len(out); i++ {
+		if out[i].Region == out[j].Region {
+			out[j].Current = max(out[j].Current, out[i].Current)
+			out[j].Previous = max(out[j].Previous, out[i].Previous)
+			continue
+		}
+		j++
+		out[j] = out[i]
+	}
+	return out[:j+1]
 }
 
 func sortRegions(rc []RegionCount) {
@@ -471,7 +519,9 @@ func sortRegions(rc []RegionCount) {
 
 // Merge max-merges remote totals; see [Store]. Totals for the local region,
 // for non-positive windows and for buckets older than the two a key holds
-// are ignored.
+// are ignored, and so are totals of a region new to a bucket that already
+// holds MaxRegionsPerBucket regions (counted in RegionsDropped): remote
+// input cannot make a bucket, and the decisions that read it, unbounded.
 func (m *Memory) Merge(ctx context.Context, totals []Total) error {
 	for _, t := range totals {
 		if t.Region == m.region || t.Region == "" || t.Window < time.Millisecond {
@@ -480,8 +530,8 @@ func (m *Memory) Merge(ctx context.Context, totals []Total) error {
 		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
 		s := m.shard(t.Key)
 		s.mu.Lock()
-		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil {
-			b.maxMerge(t.Region, t.Count)
+		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count) {
+			m.dropped.Add(1)
 		}
 		s.mu.Unlock()
 	}

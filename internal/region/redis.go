@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,11 @@ type RedisConfig struct {
 	// URL names the Redis deployment; see the package documentation for the
 	// forms accepted (standalone, TLS, Cluster, Sentinel). Required.
 	URL string
+	// Password, when set, is the AUTH password, in place of any the URL
+	// holds (in the Sentinel forms, the sentinels' too unless the URL's
+	// sentinel_password says otherwise), so that the URL need hold no
+	// secret.
+	Password string
 	// Region is the local region's name, the only hash field that Check
 	// increments. Default "local".
 	Region string
@@ -64,6 +68,14 @@ type RedisConfig struct {
 //	rl:{<key>}:<W_ms>:<b>   hash, one field per region: a counter bucket
 //	rl:{<key>}:g:<W_ms>     string, the GCRA theoretical arrival time (µs)
 //	rl:{<key>}:l:<W_ms>     sorted set, the sliding log
+//
+// Memory in Redis: a counter bucket is one small hash per key and window
+// (one field per region, at most MaxRegionsPerBucket); a sliding log holds
+// one sorted-set member per admitted request still in its window, about
+// 130 bytes each on Redis 7.0 (MEMORY USAGE rl:{k}:l:3600000 SAMPLES 0 is
+// 1,291,632 bytes after 10,000 admissions of limit 10,000 in an hour). A
+// log is bounded by its limit; the total is bounded by Redis's maxmemory,
+// not by the store.
 type Redis struct {
 	c        redis.UniversalClient
 	region   string
@@ -72,15 +84,30 @@ type Redis struct {
 	node     string
 	co       *coalescer
 
-	mismatches atomic.Uint64
-	pipelines  atomic.Uint64
+	mismatches     atomic.Uint64
+	pipelines      atomic.Uint64
+	regionsDropped atomic.Uint64
 }
 
 var _ Store = (*Redis)(nil)
 
 // NewRedis connects to the Redis named by cfg.URL, checks that it answers
-// and loads the scripts on every primary.
+// and loads the scripts on every primary. ([Open] also accepts a Redis
+// that does not answer yet.)
 func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+	r, err := newRedis(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.connect(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// newRedis makes the store for cfg without any I/O.
+func newRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Region == "" {
 		cfg.Region = defaultRegion
 	}
@@ -94,170 +121,18 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), node: hex.EncodeToString(id[:])}
-	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
-		return nil, r.wrap(ctx, "ping", err)
-	}
-	if err := r.load(ctx); err != nil {
-		_ = c.Close()
-		return nil, err
-	}
 	r.co = newCoalescer(cfg.Coalesce, r)
 	return r, nil
 }
 
-// newClient builds the go-redis client for cfg.URL.
-func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("region: redis: empty URL")
+// connect checks that Redis answers and loads the scripts on every
+// primary. (A store that has not connected loads them on its first
+// decision, which NOSCRIPT makes it do.)
+func (r *Redis) connect(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return r.wrap(ctx, "ping", err)
 	}
-	dial := orDefault(cfg.DialTimeout, 2*time.Second)
-	read := orDefault(cfg.ReadTimeout, time.Second)
-	write := orDefault(cfg.WriteTimeout, time.Second)
-	retries := cfg.MaxRetries
-	if retries == 0 {
-		retries = -1
-	}
-	kind, u, err := parseURL(cfg.URL)
-	if err != nil {
-		return nil, err
-	}
-	switch kind {
-	case "cluster":
-		o, err := redis.ParseClusterURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("region: parse cluster URL: %w", urlError(err))
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		return redis.NewClusterClient(o), nil
-	case "sentinel":
-		o, err := redis.ParseFailoverURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("region: parse sentinel URL: %w", urlError(err))
-		}
-		if o.Username == "" && o.Password == "" {
-			// The URL's user info authenticates to the sentinels and to the
-			// master alike.
-			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		return redis.NewFailoverClient(o), nil
-	default:
-		o, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("region: parse redis URL: %w", urlError(err))
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = dial, read, write, retries
-		if cfg.PoolSize > 0 {
-			o.PoolSize = cfg.PoolSize
-		}
-		if o.TLSConfig, err = withTLS(cfg, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		return redis.NewClient(o), nil
-	}
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
-// parseURL classifies a Redis URL as "standalone", "cluster" or "sentinel"
-// and rewrites it into the form go-redis's parser for that kind accepts.
-func parseURL(raw string) (kind, rewritten string, err error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return "", "", fmt.Errorf("region: redis URL %q: missing scheme", redactURL(raw))
-	}
-	switch scheme {
-	case "redis+sentinel", "rediss+sentinel":
-		return parseSentinelURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
-	case "redis", "rediss":
-	default:
-		return "", "", fmt.Errorf("region: redis URL %q: scheme must be redis, rediss, redis+sentinel or rediss+sentinel", redactURL(raw))
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", "", fmt.Errorf("region: redis URL: %w", urlError(err))
-	}
-	q := u.Query()
-	switch {
-	case q.Has("master_name"):
-		return "sentinel", raw, nil
-	case q.Has("cluster"):
-		v := q.Get("cluster")
-		q.Del("cluster")
-		u.RawQuery = q.Encode()
-		if b, err := strconv.ParseBool(v); err != nil {
-			return "", "", fmt.Errorf("region: redis URL: cluster=%q: %w", v, err)
-		} else if b {
-			return "cluster", u.String(), nil
-		}
-		if q.Has("addr") {
-			return "cluster", u.String(), nil
-		}
-		return "standalone", u.String(), nil
-	case q.Has("addr"):
-		return "cluster", raw, nil
-	}
-	return "standalone", raw, nil
-}
-
-// parseSentinelURL turns [user:pass@]h1:p1,h2:p2/master[/db][?query] into
-// go-redis's failover URL form.
-func parseSentinelURL(scheme, rest string) (string, string, error) {
-	query := ""
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		rest, query = rest[:i], rest[i+1:]
-	}
-	hostsPart, path, _ := strings.Cut(rest, "/")
-	userinfo := ""
-	if i := strings.LastIndexByte(hostsPart, '@'); i >= 0 {
-		userinfo, hostsPart = hostsPart[:i+1], hostsPart[i+1:]
-	}
-	hosts := strings.Split(hostsPart, ",")
-	if hostsPart == "" || slices.Contains(hosts, "") {
-		return "", "", fmt.Errorf("region: sentinel URL: no sentinel addresses")
-	}
-	parts := strings.Split(path, "/")
-	if parts[0] == "" {
-		return "", "", fmt.Errorf("region: sentinel URL: missing master name (%s+sentinel://host:port,.../mastername)", scheme)
-	}
-	if len(parts) > 2 {
-		return "", "", fmt.Errorf("region: sentinel URL: path %q: want /mastername or /mastername/db", path)
-	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
-	}
-	master, err := url.PathUnescape(parts[0])
-	if err != nil {
-		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
-	}
-	q.Set("master_name", master)
-	for _, h := range hosts[1:] {
-		q.Add("addr", h)
-	}
-	out := scheme + "://" + userinfo + hosts[0]
-	if len(parts) == 2 {
-		out += "/" + parts[1]
-	}
-	return "sentinel", out + "?" + q.Encode(), nil
+	return r.load(ctx)
 }
 
 // load loads every script on every primary.
@@ -299,6 +174,23 @@ func (r *Redis) Pipelines() uint64 { return r.pipelines.Load() }
 // Mismatches returns how many decisions of the scripts disagreed with the Go
 // computation from the same counts. It should stay 0.
 func (r *Redis) Mismatches() uint64 { return r.mismatches.Load() }
+
+// RedisStats are a [Redis] store's counters since it was made.
+type RedisStats struct {
+	// Pipelines counts Check's round trips (one EVALSHA or one pipeline).
+	Pipelines uint64
+	// Mismatches counts decisions of the scripts that disagreed with the
+	// Go computation from the same counts; it should stay 0.
+	Mismatches uint64
+	// RegionsDropped counts merged totals dropped because their bucket
+	// already held MaxRegionsPerBucket regions.
+	RegionsDropped uint64
+}
+
+// Stats returns the store's counters.
+func (r *Redis) Stats() RedisStats {
+	return RedisStats{Pipelines: r.pipelines.Load(), Mismatches: r.mismatches.Load(), RegionsDropped: r.regionsDropped.Load()}
+}
 
 // Close stops coalescing and closes the client.
 func (r *Redis) Close() error {
@@ -343,14 +235,6 @@ func logKey(key string, wMs int64) string {
 // Check decides each request; see [Store]. Concurrent calls are coalesced
 // into shared pipelines unless RedisConfig.Coalesce disables it.
 func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if len(res) != len(reqs) {
-		return fmt.Errorf("region: check: %d results for %d requests", len(res), len(reqs))
-	}
-	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
-			return err
-		}
-	}
 	if r.co != nil {
 		return r.co.check(ctx, reqs, res)
 	}
@@ -364,6 +248,30 @@ func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) e
 		return err
 	}
 	return r.finish(ctx, reqs, cmds, res)
+}
+
+// checkCalls runs the requests of calls as one pipeline and hands each
+// call its results and error; see [roundTripper].
+func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
+	n := 0
+	for _, cl := range calls {
+		n += len(cl.reqs)
+	}
+	reqs := make([]Request, 0, n)
+	for _, cl := range calls {
+		reqs = append(reqs, cl.reqs...)
+	}
+	cmds, err := r.exec(ctx, reqs)
+	off := 0
+	for _, cl := range calls {
+		n := len(cl.reqs)
+		e := err
+		if e == nil {
+			e = r.finish(ctx, cl.reqs, cmds[off:off+n], cl.res)
+		}
+		off += n
+		cl.done <- e
+	}
 }
 
 // exec sends reqs as one round trip (plus one to reload the scripts and
@@ -559,24 +467,26 @@ func parseVector(v any) (*memBucket, error) {
 	return b, nil
 }
 
-// Merge max-merges remote totals in one pipeline; see [Store].
+// Merge max-merges remote totals in one pipeline; see [Store]. A total of
+// a region new to a bucket that already holds MaxRegionsPerBucket regions
+// is dropped and counted in RedisStats.RegionsDropped.
 func (r *Redis) Merge(ctx context.Context, totals []Total) error {
-	queue := func() (redis.Pipeliner, int) {
+	var cmds []*redis.Cmd
+	queue := func() redis.Pipeliner {
 		pipe := r.c.Pipeline()
-		n := 0
+		cmds = cmds[:0]
 		for _, t := range totals {
 			if t.Region == r.region || t.Region == "" || t.Window < time.Millisecond {
 				continue
 			}
 			ttl := 2*t.Window.Milliseconds() + r.marginMs
-			mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
-				t.Region, strconv.FormatUint(t.Count, 10), ttl)
-			n++
+			cmds = append(cmds, mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
+				t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket))
 		}
-		return pipe, n
+		return pipe
 	}
-	pipe, n := queue()
-	if n == 0 {
+	pipe := queue()
+	if len(cmds) == 0 {
 		return nil
 	}
 	_, err := pipe.Exec(ctx)
@@ -585,11 +495,15 @@ func (r *Redis) Merge(ctx context.Context, totals []Total) error {
 		if err := r.load(ctx); err != nil {
 			return err
 		}
-		pipe, _ = queue()
-		_, err = pipe.Exec(ctx)
+		_, err = queue().Exec(ctx)
 	}
 	if err != nil {
 		return r.wrap(ctx, "merge", err)
+	}
+	for _, c := range cmds {
+		if n, _ := c.Int64(); n < 0 {
+			r.regionsDropped.Add(1)
+		}
 	}
 	return nil
 }

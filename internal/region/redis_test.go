@@ -142,19 +142,13 @@ func TestRedisUnavailable(t *testing.T) {
 	}
 	// A restarted server has lost the scripts: they are reloaded.
 	srv.Restart(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})
-		if err == nil {
-			if !r.Allowed {
-				t.Errorf("after restart: denied")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after restart: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var r region.Result
+	waitFor(t, 5*time.Second, "a decision after the restart", func() bool {
+		r, err = check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})
+		return err == nil
+	})
+	if !r.Allowed {
+		t.Errorf("after restart: denied")
 	}
 	port := redistest.FreePort(t)
 	_, err = region.NewRedis(context.Background(), region.RedisConfig{URL: "redis://127.0.0.1:" + strconv.Itoa(port), DialTimeout: time.Second})

@@ -3,8 +3,6 @@ package region
 import (
 	"crypto/tls"
 	"errors"
-	"net/url"
-	"strings"
 )
 
 // errTLSScheme is returned when RedisConfig.TLSConfig is set for a URL that
@@ -29,30 +27,4 @@ func withTLS(cfg RedisConfig, fromURL *tls.Config) (*tls.Config, error) {
 		tc.MinVersion = tls.VersionTLS12
 	}
 	return tc, nil
-}
-
-// redactURL returns raw with its password masked, for error messages; when
-// raw does not parse as a URL with user info, everything before its last
-// "@" (after any "scheme://") is masked.
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	i := strings.LastIndexByte(raw, '@')
-	if i < 0 {
-		return raw
-	}
-	if scheme, _, ok := strings.Cut(raw[:i], "://"); ok {
-		return scheme + "://xxxxx" + raw[i:]
-	}
-	return "xxxxx" + raw[i:]
-}
-
-// urlError strips the URL from a url.Parse error (it may hold a password).
-func urlError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }

@@ -46,7 +46,6 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"AwkwardKeys", testAwkwardKeys},
 		{"BigNumbers", testBigNumbers},
 		{"ConcurrentNeverOverAdmits", testConcurrent},
-		{"InvalidRequests", testInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -566,30 +565,5 @@ func testConcurrent(t *testing.T, s region.Store, key string) {
 		if got, want := allowed.Load(), int64(100); got != want {
 			t.Errorf("%v: 64 goroutines x 5 requests admitted %d, want exactly %d", a, got, want)
 		}
-	}
-}
-
-func testInvalid(t *testing.T, s region.Store, key string) {
-	good := window.Limit{Limit: 5, Window: time.Minute}
-	bad := []region.Request{
-		{Key: key, Limit: good, Hits: 0, Now: t0},
-		{Key: key, Limit: good, Hits: 6, Now: t0},
-		{Key: key, Limit: window.Limit{Limit: 0, Window: time.Minute}, Hits: 1, Now: t0},
-		{Key: key, Limit: window.Limit{Limit: 5, Window: time.Millisecond}, Hits: 1, Now: t0},
-		{Key: "", Limit: good, Hits: 1, Now: t0},
-	}
-	for i, q := range bad {
-		res := make([]region.Result, 2)
-		err := s.Check(context.Background(), []region.Request{{Key: key, Limit: good, Hits: 1, Now: t0}, q}, res)
-		if err == nil {
-			t.Errorf("bad request %d %+v: no error", i, q)
-		}
-	}
-	// Nothing of a rejected batch was counted.
-	if r := Check(t, s, region.Request{Key: key, Limit: good, Hits: 5, Now: t0}); !r.Allowed {
-		t.Errorf("a rejected batch consumed hits")
-	}
-	if err := s.Check(context.Background(), make([]region.Request, 2), make([]region.Result, 1)); err == nil {
-		t.Errorf("len(res) != len(reqs): no error")
 	}
 }

@@ -1,0 +1,147 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// fakeTrips is a roundTripper whose round trips take rtt of the bubble's
+// time; it records the keys of each round trip and answers every request
+// allowed with Local = its position in its trip.
+type fakeTrips struct {
+	rtt   time.Duration
+	mu    sync.Mutex
+	trips [][]string
+}
+
+func (f *fakeTrips) record(reqs []Request) {
+	keys := make([]string, len(reqs))
+	for i := range reqs {
+		keys[i] = reqs[i].Key
+	}
+	f.mu.Lock()
+	f.trips = append(f.trips, keys)
+	f.mu.Unlock()
+}
+
+func (f *fakeTrips) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
+	f.record(reqs)
+	time.Sleep(f.rtt)
+	for i := range res {
+		res[i] = Result{Decision: window.Decision{Allowed: true}, Local: uint64(i)}
+	}
+	return nil
+}
+
+func (f *fakeTrips) checkCalls(ctx context.Context, calls []*call) {
+	var all []Request
+	for _, cl := range calls {
+		all = append(all, cl.reqs...)
+	}
+	f.record(all)
+	time.Sleep(f.rtt)
+	off := 0
+	for _, cl := range calls {
+		for i := range cl.res {
+			cl.res[i] = Result{Decision: window.Decision{Allowed: true}, Local: uint64(off + i)}
+		}
+		off += len(cl.reqs)
+		cl.done <- nil
+	}
+}
+
+func (f *fakeTrips) got() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.trips...)
+}
+
+func reqsFor(keys ...string) []Request {
+	out := make([]Request, len(keys))
+	for i, k := range keys {
+		out[i] = Request{Key: k, Limit: window.Limit{Limit: 10, Window: time.Minute}, Hits: 1}
+	}
+	return out
+}
+
+// TestCoalescerTiming steps the coalescer through fake time: a lone call
+// goes at once; calls that arrive while a round trip is in flight gather
+// and go at MaxWait; a full batch goes at once; a call that leaves at its
+// deadline leaves the batch whole for the others.
+func TestCoalescerTiming(t *testing.T) {
+	const rtt, maxWait = time.Millisecond, 200 * time.Microsecond
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTrips{rtt: rtt}
+		c := newCoalescer(Coalesce{MaxWait: maxWait, MaxBatch: 4}, f)
+		start := time.Now()
+		ends := make(map[string]time.Duration)
+		errs := make(map[string]error)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		run := func(ctx context.Context, keys ...string) {
+			wg.Go(func() {
+				res := make([]Result, len(keys))
+				err := c.check(ctx, reqsFor(keys...), res)
+				mu.Lock()
+				ends[keys[0]], errs[keys[0]] = time.Since(start), err
+				mu.Unlock()
+			})
+			synctest.Wait() // each call gathers before the next starts
+		}
+
+		run(context.Background(), "lone")
+		run(context.Background(), "b1")
+		run(context.Background(), "b2")
+		short, cancel := context.WithTimeout(context.Background(), 50*time.Microsecond)
+		defer cancel()
+		run(short, "leaver")
+		wg.Wait()
+
+		if got, want := ends["lone"], rtt; got != want {
+			t.Errorf("lone call answered after %v, want %v (sent at once)", got, want)
+		}
+		for _, k := range []string{"b1", "b2"} {
+			if got, want := ends[k], maxWait+rtt; got != want {
+				t.Errorf("%s answered after %v, want %v (MaxWait, then one round trip)", k, got, want)
+			}
+			if errs[k] != nil {
+				t.Errorf("%s: %v", k, errs[k])
+			}
+		}
+		if got, want := ends["leaver"], 50*time.Microsecond; got != want || !errors.Is(errs["leaver"], context.DeadlineExceeded) {
+			t.Errorf("leaver = %v after %v, want DeadlineExceeded after %v", errs["leaver"], got, want)
+		}
+		trips := f.got()
+		if len(trips) != 2 || len(trips[0]) != 1 || len(trips[1]) != 3 {
+			t.Fatalf("round trips = %v, want [lone] then [b1 b2 leaver]", trips)
+		}
+
+		// A batch that reaches MaxBatch goes without waiting for MaxWait.
+		start = time.Now()
+		clear(ends)
+		run(context.Background(), "lone2")
+		run(context.Background(), "f1", "f2")
+		run(context.Background(), "f3", "f4")
+		wg.Wait()
+		if got, want := ends["f1"], rtt; got != want {
+			t.Errorf("full batch answered after %v, want %v (sent at once)", got, want)
+		}
+		if got := f.got(); len(got) != 4 || len(got[3]) != 4 {
+			t.Errorf("round trips = %v, want the full batch of 4 as the last", got)
+		}
+
+		// Close sends what is gathered and makes later calls go directly.
+		c.close()
+		run(context.Background(), "after")
+		wg.Wait()
+		if got := f.got(); len(got) != 5 || got[4][0] != "after" {
+			t.Errorf("round trips = %v, want a direct one after close", got)
+		}
+	})
+}

@@ -1,0 +1,167 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// Config configures the store that [Open] composes. Zero fields mean their
+// default.
+type Config struct {
+	// Region is the local region's name. Default "local".
+	Region string
+	// Redis, when Redis.URL is set, makes the region's Redis the primary
+	// store, wrapped in a [Failover] whose fallback is an in-memory store.
+	// Its Region is Config.Region. With no URL the store is in memory.
+	Redis RedisConfig
+	// Memory configures the in-memory store: the store itself without
+	// Redis, the failover's fallback with it. Its Region is Config.Region
+	// or, for the fallback, a [FallbackRegion] of it.
+	Memory MemoryConfig
+	// Failover configures the failover around Redis. Its Region and Logger
+	// are Config's.
+	Failover FailoverConfig
+	// DenyCache, when set, puts a [DenyCache] in front of Redis's failover
+	// (a remembered denial needs neither Redis nor the failure policy).
+	// Unused without Redis: the in-memory store answers as fast.
+	DenyCache *DenyCacheConfig
+	// Logger gets the store's lines: the failure policy at start, and
+	// the failover's transitions. Default discards.
+	Logger *slog.Logger
+}
+
+// Stack is a store composed by [Open], with a handle on each of its
+// layers. Its Store is the outermost layer, the one to decide with; the
+// layer fields are nil when the configuration has no such layer.
+//
+//	DenyCache -> Failover -> Redis
+//	                      -> Memory (the fallback)
+//	Memory                            (without Redis)
+//
+// Stack is itself a [Store] (its Store's methods) and is safe for
+// concurrent use. [Stack.Stats] reads every layer's counters at once, and
+// [Stack.Collectors] exports them to Prometheus.
+type Stack struct {
+	Store
+	// Memory is the in-memory store: the store itself without Redis, else
+	// the failover's fallback.
+	Memory *Memory
+	// Redis is the primary store, nil without Redis.
+	Redis *Redis
+	// Failover decides while Redis is unavailable, nil without Redis.
+	Failover *Failover
+	// DenyCache answers remembered denials, nil when not configured.
+	DenyCache *DenyCache
+
+	desc string
+}
+
+// ErrConfig is wrapped by the errors of [Open] that a configuration
+// causes (as opposed to a Redis that cannot be reached).
+var ErrConfig = errors.New("region: bad store configuration")
+
+// Open composes the store cfg describes: the in-memory store alone, or
+// Redis behind a [Failover] (with an in-memory fallback) behind an
+// optional [DenyCache].
+//
+// Redis need not be reachable: when it does not answer at start (an
+// error wrapping [ErrUnavailable], or no answer before ctx's deadline),
+// Open logs it once and returns a store
+// that decides under the failure policy from the start and connects in the
+// background, as after an outage; see [Failover.Ping] for readiness
+// meanwhile. A URL that does not parse, or a Redis that answers with an
+// error (a wrong password, for example), makes Open fail. Closing the
+// Stack closes every layer.
+func Open(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.Region == "" {
+		cfg.Region = defaultRegion
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Redis.URL == "" {
+		mc := cfg.Memory
+		mc.Region = cfg.Region
+		m := NewMemory(mc)
+		return &Stack{Store: m, Memory: m, desc: "memory"}, nil
+	}
+	rc := cfg.Redis
+	rc.Region = cfg.Region
+	r, err := newRedis(rc)
+	if err != nil {
+		return nil, fmt.Errorf("open redis: %w: %w", ErrConfig, err)
+	}
+	mc := cfg.Memory
+	mc.Region = FallbackRegion(cfg.Region)
+	fb := NewMemory(mc)
+	fc := cfg.Failover
+	fc.Region, fc.Logger = cfg.Region, cfg.Logger
+	f, err := NewFailover(r, fb, fc)
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := r.connect(ctx); err != nil {
+		// Unavailable, or silent until ctx's deadline: an outage. Canceled,
+		// or an error reply (a wrong password): Open fails.
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			_ = f.Close()
+			return nil, fmt.Errorf("open redis: %w", err)
+		}
+		f.startDown(err)
+	}
+	cfg.Logger.Info("redis outages decided under the failure policy", "on_store_failure", f.cfg.Policy.String(),
+		"store_timeout", f.cfg.Timeout, "fallback_region", fb.Region())
+	st := &Stack{Store: f, Memory: fb, Redis: r, Failover: f,
+		desc: fmt.Sprintf("redis %s (on failure: %s, fallback region %s)", RedactURL(rc.URL), f.cfg.Policy, fb.Region())}
+	if cfg.DenyCache != nil {
+		dc := *cfg.DenyCache
+		dc.Region = cfg.Region
+		st.DenyCache = NewDenyCache(f, dc)
+		st.Store = st.DenyCache
+		st.desc += fmt.Sprintf(", deny cache of %d keys", st.DenyCache.maxKeys)
+	}
+	return st, nil
+}
+
+// String describes the stack for logs, with the Redis URL redacted, for
+// example "redis redis://127.0.0.1:6379 (on failure: local, fallback
+// region eu~3fa9c1), deny cache of 100000 keys".
+func (s *Stack) String() string { return s.desc }
+
+// Unwrap returns the outermost layer, so that code that looks for a
+// layer's methods through Unwrap finds every layer of the stack.
+func (s *Stack) Unwrap() Store { return s.Store }
+
+// Stats is a snapshot of every layer's counters; a layer the stack does
+// not have leaves its field nil.
+type Stats struct {
+	// Memory is the in-memory store's (or the failover's fallback's).
+	Memory MemoryStats
+	// Redis is the Redis store's, nil without Redis.
+	Redis *RedisStats
+	// Failover is the failover's state and counters, nil without Redis.
+	Failover *FailoverStatus
+	// DenyCache is the deny cache's, nil without one.
+	DenyCache *DenyCacheStats
+}
+
+// Stats reads every layer's counters once. It does not block on I/O.
+func (s *Stack) Stats() Stats {
+	st := Stats{Memory: s.Memory.Stats()}
+	if s.Redis != nil {
+		rs := s.Redis.Stats()
+		st.Redis = &rs
+	}
+	if s.Failover != nil {
+		fs := s.Failover.Status()
+		st.Failover = &fs
+	}
+	if s.DenyCache != nil {
+		ds := s.DenyCache.DenyCacheStats()
+		st.DenyCache = &ds
+	}
+	return st
+}

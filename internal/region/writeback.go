@@ -1,0 +1,122 @@
+package region
+
+import (
+	"context"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// The Failover's write-back: the buckets the fallback counted while the
+// primary was unavailable, remembered and merged into the primary when it
+// answers again, and the mirror of the primary's counts into the fallback.
+
+// writeBackSoon starts a write-back when the breaker is closed and the
+// fallback holds counts the primary lacks: a failure too short to open the
+// breaker (or a write-back that failed) is written back once the primary
+// answers (the next successful call starts it), not at the end of an
+// outage that may never come.
+func (f *Failover) writeBackSoon() {
+	if !f.wbAny.Load() || f.open.Load() || !f.wbOn.CompareAndSwap(false, true) {
+		return
+	}
+	f.probes.Add(1)
+	go func() {
+		defer f.probes.Done()
+		defer f.wbOn.Store(false)
+		f.writeBack()
+	}()
+}
+
+// remember records a bucket the fallback admitted into or merged into while
+// the breaker was open, for the write-back.
+func (f *Failover) remember(r BucketRef) {
+	f.wbMu.Lock()
+	defer f.wbMu.Unlock()
+	if _, ok := f.wb[r]; ok {
+		return
+	}
+	if len(f.wb) >= f.cfg.MaxWriteBack {
+		f.wbDropped.Add(1)
+		return
+	}
+	f.wb[r] = struct{}{}
+	f.wbAny.Store(true)
+}
+
+// writeBack merges into the primary the fallback's totals of the buckets
+// still alive that it admitted into or merged while the breaker was open:
+// the fallback region's own and the other regions' (never the primary's
+// region, which only its decisions change).
+func (f *Failover) writeBack() {
+	f.wbMu.Lock()
+	refs := make([]BucketRef, 0, len(f.wb))
+	nowMs := window.Ms(f.cfg.Now())
+	for r := range f.wb {
+		// A bucket matters until its successor closes.
+		if (r.Bucket+2)*r.Window.Milliseconds() > nowMs {
+			refs = append(refs, r)
+		}
+	}
+	clear(f.wb)
+	f.wbAny.Store(false)
+	f.wbMu.Unlock()
+	if len(refs) == 0 {
+		return
+	}
+	vecs, _ := f.fallback.Vectors(context.Background(), refs)
+	var totals []Total
+	for _, v := range vecs {
+		for _, t := range v {
+			// The fallback region's own admissions, and what other regions
+			// reported during the outage; the primary's own region only
+			// ever changes by its decisions.
+			if t.Region != f.cfg.Region && t.Count > 0 {
+				totals = append(totals, t)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.primary.Merge(ctx, totals); err != nil {
+		// Keep the buckets for the next write-back (the next recovery,
+		// or the next fallback decision while the breaker is closed).
+		f.wbMu.Lock()
+		for _, r := range refs {
+			if len(f.wb) < f.cfg.MaxWriteBack {
+				f.wb[r] = struct{}{}
+				f.wbAny.Store(true)
+			} else {
+				f.wbDropped.Add(1)
+			}
+		}
+		f.wbMu.Unlock()
+		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
+		return
+	}
+	f.writeBacks.Add(uint64(len(totals)))
+	f.log.Info("store: wrote the fallback's counts back", "totals", len(totals), "fallback_region", f.fbRegion)
+}
+
+// mirror max-merges the per-region counts of the primary's counter
+// decisions into the fallback.
+func (f *Failover) mirror(reqs []Request, res []Result) {
+	var totals []Total
+	for i := range reqs {
+		q := &reqs[i]
+		if !q.Limit.Algorithm.Counted() {
+			continue
+		}
+		for _, rc := range res[i].Regions {
+			if rc.Current > 0 {
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current})
+			}
+			if rc.Previous > 0 {
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous})
+			}
+		}
+	}
+	if len(totals) > 0 {
+		_ = f.fallback.Merge(context.Background(), totals)
+	}
+}
