@@ -1,6 +1,7 @@
 package window
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -73,5 +74,24 @@ func BenchmarkDecideLog(b *testing.B) {
 	}
 	for i := 0; b.Loop(); i++ {
 		sink = l.DecideLog(now+int64(i&63), log, 1)
+	}
+}
+
+func benchSliding(b *testing.B, s Sliding) {
+	b.ReportAllocs()
+	c := make([]uint64, s.K+1)
+	for i := range c {
+		c[i] = 500 / uint64(s.K+1)
+	}
+	now := int64(1_700_000_000_000)
+	for i := 0; b.Loop(); i++ {
+		sink = s.Decide(now+int64(i&1023), c, 1)
+	}
+}
+
+func BenchmarkSliding(b *testing.B) {
+	l := Limit{Limit: 500, Window: time.Minute}
+	for _, k := range []int64{1, 10, 20, 50, 80, 100} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) { benchSliding(b, Sliding{Limit: l, K: k}) })
 	}
 }

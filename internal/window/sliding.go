@@ -12,7 +12,7 @@ const (
 	// window counter splits a window into (see [DefaultSliding]).
 	DefaultSubBuckets = 10
 	// MaxSubBuckets is the most sub-buckets a window may be split into.
-	MaxSubBuckets = 64
+	MaxSubBuckets = 100
 )
 
 // ErrSubBuckets is returned by [Sliding.Validate] for a sub-bucket count out
@@ -189,22 +189,21 @@ func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 	// ones are c[i+1..K]. Find the first i whose whole sum fits under m,
 	// scanning from the newest: acc = c[i+1] + ... + c[K] <= m.
 	cur := satAdd(c[k], added)
-	at := func(x int) uint64 {
-		if x == k {
-			return cur
-		}
-		return c[x]
-	}
 	i := k
 	var acc uint64
-	for i > 0 && at(i) <= m-acc {
-		acc += at(i)
-		i--
+	if cur <= m {
+		acc = cur
+		for i--; i > 0 && c[i] <= m-acc; i-- {
+			acc += c[i]
+		}
 	}
 	// Now acc = c[i+1..K] <= m, and for every earlier sub-bucket the whole
 	// counts alone exceed m. Walk forward from sub-bucket j+i.
 	for ; i <= k; i++ {
-		oldest := at(i)
+		oldest := cur
+		if i < k {
+			oldest = c[i]
+		}
 		at0 := int64(0) // elapsed time in sub-bucket j+i from which it fits
 		if s.Strict {
 			if oldest > m-acc {
@@ -219,8 +218,11 @@ func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 			}
 			return int64(i)*sm + at0
 		}
-		if i < k {
-			acc -= at(i + 1) // c[i+1] moves from the whole ones to the oldest
+		switch {
+		case i+1 < k:
+			acc -= c[i+1] // c[i+1] moves from the whole ones to the oldest
+		case i+1 == k:
+			acc -= cur
 		}
 	}
 	return int64(k+1) * sm
@@ -231,8 +233,14 @@ func sumCounts(c []uint64) (whole, oldest uint64) {
 	if len(c) == 0 {
 		return 0, 0
 	}
+	var carries uint64
 	for _, x := range c[1:] {
-		whole = satAdd(whole, x)
+		var carry uint64
+		whole, carry = bits.Add64(whole, x, 0)
+		carries |= carry
+	}
+	if carries != 0 {
+		whole = ^uint64(0)
 	}
 	return whole, c[0]
 }
