@@ -10,7 +10,7 @@ import (
 const (
 	// DefaultSubBuckets is the number of sub-buckets the default sliding
 	// window counter splits a window into (see [DefaultSliding]).
-	DefaultSubBuckets = 10
+	DefaultSubBuckets = 100
 	// MaxSubBuckets is the most sub-buckets a window may be split into.
 	MaxSubBuckets = 100
 )
@@ -62,7 +62,7 @@ type Sliding struct {
 
 // DefaultSliding returns the default sliding window counter for l: the
 // largest K from 1 to [DefaultSubBuckets] that splits l.Window into whole
-// milliseconds (10 for every window that is a multiple of 10 ms), weighted.
+// milliseconds (100 for every window that is a multiple of 100 ms), weighted.
 func DefaultSliding(l Limit) Sliding {
 	return Sliding{Limit: l, K: SubBucketsFor(l.Window, DefaultSubBuckets)}
 }
@@ -228,21 +228,39 @@ func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 	return int64(k+1) * sm
 }
 
-// sumCounts returns the saturating sum of c[1:] and c[0].
+// sumCounts returns the saturating sum of c[1:] and c[0]. It adds in four
+// independent lanes, so that a long window of sub-buckets costs little more
+// than a short one.
 func sumCounts(c []uint64) (whole, oldest uint64) {
 	if len(c) == 0 {
 		return 0, 0
 	}
-	var carries uint64
-	for _, x := range c[1:] {
-		var carry uint64
-		whole, carry = bits.Add64(whole, x, 0)
-		carries |= carry
+	oldest, c = c[0], c[1:]
+	var a0, a1, a2, a3, carries, x uint64
+	for len(c) >= 4 {
+		a0, x = bits.Add64(a0, c[0], 0)
+		carries |= x
+		a1, x = bits.Add64(a1, c[1], 0)
+		carries |= x
+		a2, x = bits.Add64(a2, c[2], 0)
+		carries |= x
+		a3, x = bits.Add64(a3, c[3], 0)
+		carries |= x
+		c = c[4:]
 	}
-	if carries != 0 {
-		whole = ^uint64(0)
+	for _, v := range c {
+		a0, x = bits.Add64(a0, v, 0)
+		carries |= x
 	}
-	return whole, c[0]
+	a0, x = bits.Add64(a0, a1, 0)
+	carries |= x
+	a2, x = bits.Add64(a2, a3, 0)
+	carries |= x
+	whole, x = bits.Add64(a0, a2, 0)
+	if carries|x != 0 {
+		return ^uint64(0), oldest
+	}
+	return whole, oldest
 }
 
 // fitCounts returns c as n counts, oldest first: the newest n of them, or

@@ -224,7 +224,7 @@ func TestSlidingValidate(t *testing.T) {
 	for _, tt := range []struct {
 		w    time.Duration
 		want int64
-	}{{time.Second, 10}, {time.Minute, 10}, {1500 * time.Millisecond, 10}, {1001 * time.Millisecond, 7}, {1009 * time.Millisecond, 1}, {1999 * time.Millisecond, 1}} {
+	}{{time.Second, 100}, {time.Minute, 100}, {1500 * time.Millisecond, 100}, {1001 * time.Millisecond, 91}, {1009 * time.Millisecond, 1}, {1999 * time.Millisecond, 1}} {
 		if got := DefaultSliding(Limit{Limit: 1, Window: tt.w}).K; got != tt.want {
 			t.Errorf("DefaultSliding(%v).K = %d, want %d", tt.w, got, tt.want)
 		}
