@@ -134,7 +134,10 @@ func (s Sliding) Estimate(nowMs int64, c []uint64) uint64 {
 // estimate: Estimate = SubWhole + floor(SubOldest * SubWeightNum /
 // SubWeightDen), before this request.
 func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
-	sm := s.SubMs()
+	sm := s.WindowMs()
+	if s.K != 1 {
+		sm /= s.K
+	}
 	j := nowMs / sm
 	e := nowMs - j*sm
 	if e < 0 {
@@ -229,36 +232,35 @@ func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 }
 
 // sumCounts returns the saturating sum of c[1:] and c[0]. It adds in four
-// independent lanes, so that a long window of sub-buckets costs little more
-// than a short one.
+// independent lanes, without carries while every count is below 2^56 (then
+// up to 128 counts cannot overflow), so that a long window of sub-buckets
+// costs little more than a short one.
 func sumCounts(c []uint64) (whole, oldest uint64) {
 	if len(c) == 0 {
 		return 0, 0
 	}
 	oldest, c = c[0], c[1:]
-	var a0, a1, a2, a3, carries, x uint64
-	for len(c) >= 4 {
-		a0, x = bits.Add64(a0, c[0], 0)
-		carries |= x
-		a1, x = bits.Add64(a1, c[1], 0)
-		carries |= x
-		a2, x = bits.Add64(a2, c[2], 0)
-		carries |= x
-		a3, x = bits.Add64(a3, c[3], 0)
-		carries |= x
-		c = c[4:]
+	if len(c) <= 128 {
+		var a0, a1, a2, a3, or uint64
+		r := c
+		for len(r) >= 4 {
+			a0 += r[0]
+			a1 += r[1]
+			a2 += r[2]
+			a3 += r[3]
+			or |= r[0] | r[1] | r[2] | r[3]
+			r = r[4:]
+		}
+		for _, v := range r {
+			a0 += v
+			or |= v
+		}
+		if or>>56 == 0 {
+			return a0 + a1 + a2 + a3, oldest
+		}
 	}
 	for _, v := range c {
-		a0, x = bits.Add64(a0, v, 0)
-		carries |= x
-	}
-	a0, x = bits.Add64(a0, a1, 0)
-	carries |= x
-	a2, x = bits.Add64(a2, a3, 0)
-	carries |= x
-	whole, x = bits.Add64(a0, a2, 0)
-	if carries|x != 0 {
-		return ^uint64(0), oldest
+		whole = satAdd(whole, v)
 	}
 	return whole, oldest
 }
