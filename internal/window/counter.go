@@ -24,8 +24,36 @@ type Decision struct {
 	// the counter estimate, the live hits of a sliding log, or the tokens in
 	// use in a token bucket.
 	Estimate uint64
-	// PrevWeight is (W - e) / W for SlidingWindow, 0 otherwise.
+	// PrevWeight is the oldest bucket's weight as a float, SubWeightNum /
+	// SubWeightDen: (W - e) / W for SlidingWindow, 0 for FixedWindow and the
+	// algorithms that keep no counts. It is for display; decisions use the
+	// exact fraction.
 	PrevWeight float64
+
+	// The terms of a counter's estimate, so that it can be recomputed from
+	// the decision alone with integer math (counter algorithms only; zero
+	// otherwise):
+	//
+	//	Estimate = SubWhole + floor(SubOldest * SubWeightNum / SubWeightDen)
+	//
+	// saturating at the maximum uint64. It is the estimate before this
+	// request: an allowed request adds its hits to the current (sub-)bucket
+	// after the decision.
+
+	// SubMs is the length of the (sub-)buckets counted, in ms: W for
+	// [Limit.DecideCounter], W/K for [Sliding.Decide].
+	SubMs int64
+	// SubWhole is the sum of the counts of the (sub-)buckets wholly inside
+	// the trailing window, the current one included: cur for the two-bucket
+	// counter.
+	SubWhole uint64
+	// SubOldest is the count of the oldest (sub-)bucket that overlaps the
+	// trailing window: prev for the two-bucket counter.
+	SubOldest uint64
+	// SubWeightNum / SubWeightDen is the oldest (sub-)bucket's weight: its
+	// overlap with the trailing window, S - e, over its length S (1 for a
+	// strict counter, 0 for FixedWindow).
+	SubWeightNum, SubWeightDen uint64
 }
 
 // Counts are a key's counts in the previous and current buckets, summed over
@@ -71,8 +99,10 @@ func (l Limit) DecideCounter(nowMs int64, c Counts, hits uint64) Decision {
 	}
 	start := b * w
 	est := l.estimate(e, w, c)
-	d := Decision{Limit: l.Limit, Bucket: b, Estimate: est}
+	d := Decision{Limit: l.Limit, Bucket: b, Estimate: est,
+		SubMs: w, SubWhole: c.Cur, SubOldest: c.Prev, SubWeightDen: uint64(w)}
 	if l.Algorithm != FixedWindow {
+		d.SubWeightNum = uint64(w - e)
 		d.PrevWeight = float64(w-e) / float64(w)
 	}
 	after := c

@@ -13,7 +13,9 @@ type Algorithm uint8
 
 // The algorithms. The zero value means SlidingWindow.
 const (
-	// SlidingWindow is the sliding window counter, the default:
+	// SlidingWindow is the two-bucket sliding window counter, the default
+	// the stores run today ([Sliding] with K = 1; see [DefaultSliding] for
+	// the sub-bucket counter that bounds bursts):
 	//
 	//	estimate = cur + floor(prev * (W - e) / W)
 	//	allow    = estimate + hits <= limit

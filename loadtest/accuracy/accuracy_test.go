@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A small instance of every mode on the virtual clock: the two-bucket
+// counter shows the cold-start error (1 + phase), the default stays within
+// 1.05 and keeps the steady state at 0.95 or more, strict never exceeds the
+// limit.
+func TestSimulatedBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		mode           string
+		maxLo, maxHi   float64
+		steadyAtLeast  float64 // constant arrivals at 2x and 10x
+		wantPhase09Max float64 // the 10x constant cold start at phase 0.9, within 0.01
+	}{
+		{"two-bucket", 1.85, 1.91, 0.85, 1.90},
+		{"default", 1, 1.05, 0.95, 1.00},
+		{"strict", 0.99, 1, 0, 1.00},
+		{"log", 1, 1, 0.99, 1.00},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
+			c := config{
+				mode: tt.mode, limit: 200, window: 2 * time.Second, windows: 4, onOff: 2,
+				rates: []float64{2, 10}, arrivals: []string{"constant", "poisson"},
+				phases: []float64{0.1, 0.5, 0.505, 0.9},
+			}
+			s, err := c.counter()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := measure(context.Background(), c, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := len(rows), 2*2*4+2; got != want {
+				t.Fatalf("%d scenarios, want %d", got, want)
+			}
+			for _, r := range rows {
+				if r.st.max > tt.maxHi {
+					t.Errorf("%s: max %.3f, want at most %.2f", r.sc.name, r.st.max, tt.maxHi)
+				}
+				if !r.sc.onOff && !r.sc.poisson && r.st.steadyMin < tt.steadyAtLeast {
+					t.Errorf("%s: steady min %.3f, want at least %.2f", r.sc.name, r.st.steadyMin, tt.steadyAtLeast)
+				}
+				if r.sc.name == "cold 10x constant @0.90" && (r.st.max < tt.wantPhase09Max-0.01 || r.st.max > tt.wantPhase09Max+0.01) {
+					t.Errorf("%s: max %.3f, want %.2f", r.sc.name, r.st.max, tt.wantPhase09Max)
+				}
+			}
+			var worst float64
+			for _, r := range rows {
+				worst = max(worst, r.st.max)
+			}
+			if worst < tt.maxLo {
+				t.Errorf("worst max %.3f, want at least %.2f", worst, tt.maxLo)
+			}
+			var out bytes.Buffer
+			report(&out, rows)
+			if !strings.Contains(out.String(), "| cold 10x constant @0.90 |") || !strings.Contains(out.String(), "worst max") {
+				t.Errorf("report lacks rows:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// The trailing-window count of a hand-made log: admissions at 0, 500, 999,
+// 1000 and 1999 ms in a 1 s window count 1, 2, 3, 3 (0 has left) and 2.
+func TestTrailing(t *testing.T) {
+	t.Parallel()
+	st := trailing([]int64{0, 500, 999, 1000, 1999}, time.Second, 3, 1000)
+	if st.max != 1 || st.p50 != 2.0/3 || st.steadyMin != 2.0/3 || st.admitted != 5 {
+		t.Errorf("trailing = %+v, want max 1 (3 of 3), p50 2/3, steady min 2/3 (from 1000 ms)", st)
+	}
+	st = trailing([]int64{0, 0, 0, 1, 1001}, time.Second, 2, 0)
+	if st.max != 2 || st.steadyMin != 0.5 {
+		t.Errorf("trailing = %+v, want max 2 (4 of 2), steady min 0.5", st)
+	}
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"-mode", "nope"}, {"-rates", "x"}, {"-arrivals", "bursty"}, {"-windows", "2"}, {"-mode", "default", "-window", "1001ms", "-k", "10"}} {
+		err := run(context.Background(), args, &bytes.Buffer{})
+		if err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-mode", "two-bucket", "-rates", "10", "-arrivals", "constant", "-phases", "0.9", "-onoff", "0", "-windows", "3"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| cold 10x constant @0.90 | 3900 | 1.000 | 1.897 | 1.900 | 1.000 |") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}

@@ -1,0 +1,245 @@
+// Command accuracy measures how closely a rate limit holds in every trailing
+// window: for each scenario it computes, from the log of decisions, the exact
+// count admitted in the window (t-W, t] that ends at every admission t, as a
+// share of the limit, and prints p50, p99.9, max and the steady-state minimum
+// (over the admissions from 2W after the load began) as a table.
+//
+// Scenarios: a fresh key offered 1x, 2x and 10x the limit's rate, evenly
+// spaced or Poisson, starting cold at phases 0.1 to 0.9 of a bucket; and
+// on/off bursts at 10x (bursts of W/10 to W/2, quiet gaps of 0 to 2W).
+//
+// By default it simulates on a virtual clock with the real decision code of
+// internal/window; -mode picks the counter: two-bucket (the seeds' formula),
+// default (sub-buckets, weighted), strict (sub-buckets, the oldest counted
+// whole) or log (an exact sliding log, the reference); -k sets the number of
+// sub-buckets. With -node it drives a running rlnode over its Connect JSON
+// API instead, at the scenarios' wall-clock instants (constant arrivals
+// only; the node decides with its own algorithm and -mode is ignored).
+//
+// Usage:
+//
+//	go run ./loadtest/accuracy [-mode default] [-k 0] [-limit 1000] [-window 4s] [-rates 1,2,10] [-arrivals constant,poisson] [-phases 0.1,...,0.9] [-onoff 5] [-windows 6]
+//	go run ./loadtest/accuracy -node http://127.0.0.1:8080 -rates 10 -phases 0.1,0.5,0.9 -windows 4
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "accuracy:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the command's flags.
+type config struct {
+	mode     string
+	k        int64
+	limit    uint64
+	window   time.Duration
+	rates    []float64
+	arrivals []string
+	phases   []float64
+	onOff    int
+	windows  int
+	node     string
+	workers  int
+}
+
+func parse(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.mode, "mode", "default", "counter to simulate: two-bucket, default, strict or log (exact sliding log)")
+	fs.Int64Var(&c.k, "k", 0, "sub-buckets per window for default and strict (0: the package default for the window)")
+	fs.Uint64Var(&c.limit, "limit", 1000, "the limit, per window")
+	fs.DurationVar(&c.window, "window", 4*time.Second, "the window")
+	rates := fs.String("rates", "1,2,10", "offered rates of the cold starts, times the limit's rate")
+	arrivals := fs.String("arrivals", "constant,poisson", "arrivals of the cold starts: constant, poisson or both")
+	phases := fs.String("phases", "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", "phases of the bucket at which the cold starts begin")
+	fs.IntVar(&c.onOff, "onoff", 5, "on/off burst runs (seeds), each 4x -windows long")
+	fs.IntVar(&c.windows, "windows", 6, "length of each cold start, in windows")
+	fs.StringVar(&c.node, "node", "", "base URL of a running rlnode to drive instead of simulating (e.g. http://127.0.0.1:8080)")
+	fs.IntVar(&c.workers, "workers", 64, "concurrent requests in flight against -node")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.rates, err = floats(*rates); err != nil {
+		return c, fmt.Errorf("parse -rates: %w", err)
+	}
+	if c.phases, err = floats(*phases); err != nil {
+		return c, fmt.Errorf("parse -phases: %w", err)
+	}
+	for _, a := range strings.Split(*arrivals, ",") {
+		if a != "constant" && a != "poisson" {
+			return c, fmt.Errorf("parse -arrivals: %q is neither constant nor poisson", a)
+		}
+		c.arrivals = append(c.arrivals, a)
+	}
+	if c.node != "" && (len(c.arrivals) != 1 || c.arrivals[0] != "constant") {
+		c.arrivals = []string{"constant"}
+	}
+	if c.windows < 3 {
+		return c, errors.New("parse -windows: at least 3, so that a steady state follows the cold start")
+	}
+	return c, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || x <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// counter returns the window.Sliding the mode simulates.
+func (c config) counter() (window.Sliding, error) {
+	l := window.Limit{Limit: c.limit, Window: c.window}
+	var s window.Sliding
+	switch c.mode {
+	case "two-bucket":
+		s = window.TwoBucket(l)
+	case "default", "log":
+		s = window.DefaultSliding(l)
+	case "strict":
+		s = window.DefaultSliding(l)
+		s.Strict = true
+	default:
+		return s, fmt.Errorf("unknown -mode %q (want two-bucket, default, strict or log)", c.mode)
+	}
+	if c.k != 0 && c.mode != "two-bucket" {
+		s.K = c.k
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("counter for -mode %s -k %d: %w", c.mode, c.k, err)
+	}
+	return s, nil
+}
+
+// row is one scenario's result.
+type row struct {
+	sc  scenario
+	st  stats
+	lag int64 // against a node: the latest request's delay, ms
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	c, err := parse(args, out)
+	if err != nil {
+		return err
+	}
+	s, err := c.counter()
+	if err != nil {
+		return err
+	}
+	rows, err := measure(ctx, c, s)
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("mode %s (K=%d, sub-buckets of %d ms)", c.mode, s.K, s.SubMs())
+	switch {
+	case c.node != "":
+		what = "node " + c.node
+	case c.mode == "log":
+		what = "exact sliding log"
+	}
+	fmt.Fprintf(out, "%s; limit %d per %v; trailing-window count at each admission / limit\n\n", what, c.limit, c.window)
+	report(out, rows)
+	return nil
+}
+
+// measure runs every scenario, simulated or against the node.
+func measure(ctx context.Context, c config, s window.Sliding) ([]row, error) {
+	onOff := c.onOff
+	if c.node != "" {
+		onOff = 0
+	}
+	var client *http.Client
+	if c.node != "" {
+		client = &http.Client{
+			Timeout:   5 * time.Second,
+			Transport: &http.Transport{MaxIdleConnsPerHost: c.workers, MaxConnsPerHost: c.workers},
+		}
+	}
+	var rows []row
+	runID := time.Now().UnixNano()
+	for i, sc := range scenarios(c.rates, c.phases, c.arrivals, onOff) {
+		var admitted []int64
+		var from, lag int64
+		if c.node != "" {
+			var err error
+			key := fmt.Sprintf("accuracy-%d-%d", runID, i)
+			admitted, from, lag, err = nodeRun(ctx, client, c.node, s.Limit, sc, c.windows, c.workers, key)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: %w", sc.name, err)
+			}
+		} else {
+			admitted, from = simulate(c.mode, s, sc, c.windows)
+		}
+		steadyFrom := from + 2*s.WindowMs()
+		if sc.onOff {
+			steadyFrom = 1 << 62 // bursts have no steady state
+		}
+		rows = append(rows, row{sc: sc, st: trailing(admitted, c.window, c.limit, steadyFrom), lag: lag})
+	}
+	return rows, nil
+}
+
+// report prints the rows as a Markdown table and the worst figures.
+func report(out io.Writer, rows []row) {
+	fmt.Fprintln(out, "| scenario | admitted | p50 | p99.9 | max | steady min |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	worst, constMin, poissonMin := 0.0, 2.0, 2.0
+	var lag int64
+	for _, r := range rows {
+		lag = max(lag, r.lag)
+		m := "-"
+		if r.st.steadyMin >= 0 {
+			m = fmt.Sprintf("%.3f", r.st.steadyMin)
+			if r.sc.rate > 1 && !r.sc.onOff {
+				if r.sc.poisson {
+					poissonMin = min(poissonMin, r.st.steadyMin)
+				} else {
+					constMin = min(constMin, r.st.steadyMin)
+				}
+			}
+		}
+		worst = max(worst, r.st.max)
+		fmt.Fprintf(out, "| %s | %d | %.3f | %.3f | %.3f | %s |\n", r.sc.name, r.st.admitted, r.st.p50, r.st.p999, r.st.max, m)
+	}
+	fmt.Fprintf(out, "\nworst max %.3f", worst)
+	if constMin <= 1 {
+		fmt.Fprintf(out, "; steady min at 2x and more: %.3f (constant)", constMin)
+	}
+	if poissonMin <= 1 {
+		fmt.Fprintf(out, ", %.3f (Poisson)", poissonMin)
+	}
+	if lag > 0 {
+		fmt.Fprintf(out, "; requests went out up to %d ms late", lag)
+	}
+	fmt.Fprintln(out)
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// nodeRun drives a running node: it offers sc's arrivals over the node's
+// Connect JSON API (Check with an inline limit) at their wall-clock instants,
+// from sc.phase of a bucket that starts at least a second from now, and
+// returns the instants at which the admitted requests were decided (the
+// midpoint of each request's round trip, in Unix ms) and the load's start.
+//
+// Requests go out late when the machine cannot keep up; lag is the latest
+// one's delay (ms). The trailing-window counts stay exact, since they use
+// the instants of the decisions, but a lag past W/10 changes the offered
+// pattern too much and is an error.
+func nodeRun(ctx context.Context, client *http.Client, base string, l window.Limit, sc scenario, windows, workers int, key string) (admitted []int64, loadStart, lag int64, err error) {
+	w := l.WindowMs()
+	now := time.Now().UnixMilli()
+	start := (now/w + 1) * w
+	if start-now < 1000 {
+		start += w
+	}
+	arr := sc.arrivals(l, start, windows)
+	if len(arr) == 0 {
+		return nil, start, 0, nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"key":   key,
+		"limit": map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())},
+	})
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("encode request: %w", err)
+	}
+	url := strings.TrimSuffix(base, "/") + "/ratelimit.v1.RateLimitService/Check"
+
+	jobs := make(chan int64, len(arr))
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range jobs {
+				late := time.Now().UnixMilli() - t
+				at, ok, err := check(ctx, client, url, body)
+				mu.Lock()
+				lag = max(lag, late)
+				switch {
+				case err != nil && firstErr == nil:
+					firstErr = err
+					cancel()
+				case ok:
+					admitted = append(admitted, at)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+dispatch:
+	for _, t := range arr {
+		d := time.Until(time.UnixMilli(t))
+		if d > 0 {
+			select {
+			case <-ctx.Done():
+				break dispatch
+			case <-time.After(d):
+			}
+		}
+		jobs <- t
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, 0, 0, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, 0, fmt.Errorf("drive node: %w", err)
+	}
+	if lag > w/10 {
+		return nil, 0, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule; lower the rate or add -workers", lag)
+	}
+	slices.Sort(admitted)
+	return admitted, arr[0], lag, nil
+}
+
+// check sends one Check and returns the midpoint of its round trip (Unix
+// ms) and whether it was allowed.
+func check(ctx context.Context, client *http.Client, url string, body []byte) (int64, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, false, fmt.Errorf("make request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	sent := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("check: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	got := time.Now()
+	if err != nil {
+		return 0, false, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("check: %s: %s", resp.Status, bytes.TrimSpace(raw))
+	}
+	var out struct {
+		Allowed bool `json:"allowed"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return 0, false, fmt.Errorf("decode response: %w", err)
+	}
+	mid := sent.Add(got.Sub(sent) / 2)
+	return mid.UnixMilli(), out.Allowed, nil
+}
