@@ -91,7 +91,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.RedisBench, "redis-benchmark", "redis-benchmark", "redis-benchmark binary (empty: skip)")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.BoolVar(&c.Pin, "pin", true, "pin measured processes to CPU 0 and the load generator to CPU 1 (needs taskset and 2 cores)")
-	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of rlnode under load (from its /debug/pprof, if served)")
+	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of the servers under the closed-loop JSON and Envoy rows: from rlnode's /debug/pprof if it serves one, else perf record of the server and its Redis with text reports beside (the ceilings' symbols need this binary built with go build, since go run strips it)")
 	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
 	if err := fs.Parse(args); err != nil {
