@@ -550,14 +550,19 @@ func TestSummarize(t *testing.T) {
 		{Workload: "ceiling", Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 20000},
 		{Workload: "uniform10k", Mode: modeClose, Protocol: protoEnvoy, Store: "redis", ReqPerSec: 24000},
 		{Workload: "uniform10k", Mode: modeOpen, Protocol: protoEnvoy, Store: "redis", Rate: 12000, P99Ms: 1.5},
+		{Workload: pairedCeiling, Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 99999, PairedWith: "x"},
 		{Workload: "hotkey", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 10000},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, PairedCeiling: ptr(10000.0)},
 		{Workload: "hotkey", Mode: modeOpen, Protocol: protoJSON, Store: "redis", Rate: 5000, P99Ms: 1, Unsent: 3},
 	}
 	gs := Summarize(rs)
-	if got, want := len(gs), 2; got != want {
+	if got, want := len(gs), 3; got != want {
 		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
 	}
-	env, js := gs[0], gs[1]
+	env, js, mem := gs[0], gs[1], gs[2]
+	if mem.Ratio == nil || *mem.Ratio != 0.9 || mem.CeilingReqPerSec != 10000 {
+		t.Errorf("paired memory goal = %+v (ratio %s), want ratio 0.9 against its paired ceiling", mem, fmtp(mem.Ratio))
+	}
 	if env.Protocol != protoEnvoy || env.Ratio == nil || *env.Ratio != 0.6 || !env.Met() {
 		t.Errorf("envoy goal = %+v (ratio %s), want ratio 0.6, met", env, fmtp(env.Ratio))
 	}

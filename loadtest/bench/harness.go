@@ -87,6 +87,24 @@ type harness struct {
 	noPprof bool
 	// redisPID is the running redis-server's, profiled with the node.
 	redisPID int
+	// ceil is the running ceiling, kept for paired rows; inPair is set
+	// while a paired ceiling row is measured.
+	ceil   *target
+	inPair bool
+}
+
+// paired reports whether the node row r against store gets a ceiling
+// measured right before it: the closed-loop rows of the Goals, with -pair.
+func (h *harness) paired(store string, r planRow) bool {
+	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" || r.Mode != modeClose {
+		return false
+	}
+	for _, g := range Goals {
+		if g.Workload == r.Workload && g.Protocol == r.Protocol && g.Store == store {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *harness) selected(store string) []planRow {
@@ -102,10 +120,12 @@ func (h *harness) selected(store string) []planRow {
 // all measures the ceiling, the node on Redis, redis-benchmark, and the node
 // on memory, in that order, each process stopped before the next starts.
 func (h *harness) all(ctx context.Context, redisBin string) error {
-	if rows := h.selected("ceiling"); len(rows) > 0 {
-		if err := h.ceiling(ctx, rows); err != nil {
+	if rows := h.selected("ceiling"); len(rows) > 0 || h.cfg.Pair {
+		stop, err := h.ceiling(ctx, rows)
+		if err != nil {
 			return err
 		}
+		defer stop()
 	}
 	redisRows := h.selected("redis")
 	wantBench := h.cfg.RedisBench != "" && (h.cfg.Only == "" || strings.Contains("redis-benchmark", h.cfg.Only))
@@ -143,28 +163,30 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 	return nil
 }
 
-func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
+// ceiling starts the ceilings, measures rows against them and returns
+// the function that stops them; they stay up for paired rows.
+func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
+		return nil, fmt.Errorf("find own binary: %w", err)
 	}
 	var pr *Proc
 	var tg target
 	for try := 0; try < 3; try++ {
 		port, err := rlbuild.FreePort()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		gport, err := rlbuild.FreePort()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tg.base = "http://127.0.0.1:" + strconv.Itoa(port)
 		tg.envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
 		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling",
 			"-listen", "127.0.0.1:"+strconv.Itoa(port), "-grpc-listen", "127.0.0.1:"+strconv.Itoa(gport))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tg.pid = []int{pr.Pid()}
 		if err = pr.WaitReady(ctx, 10*time.Second, func() error { return probeAll(ctx, tg) }); err == nil {
@@ -172,16 +194,17 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
 		}
 		pr.Stop()
 		if try == 2 {
-			return fmt.Errorf("start ceiling: %w", err)
+			return nil, fmt.Errorf("start ceiling: %w", err)
 		}
 	}
-	defer pr.Stop()
 	for _, r := range rows {
 		if err := h.row(ctx, tg, "ceiling", r, ""); err != nil {
-			return err
+			pr.Stop()
+			return nil, err
 		}
 	}
-	return nil
+	h.ceil = &tg
+	return func() { h.ceil = nil; pr.Stop() }, nil
 }
 
 // node starts rlnode on the given store, measures rows against it and
@@ -309,6 +332,18 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	var pairRate *float64
+	if h.paired(store, r) {
+		h.inPair = true
+		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", modeClose, r.Protocol}, "")
+		h.inPair = false
+		if err != nil {
+			return err
+		}
+		c := &h.results[len(h.results)-1]
+		c.Workload, c.PairedWith = pairedCeiling, rowName(r.Workload, r.Mode, r.Protocol, store)
+		pairRate = ptr(c.ReqPerSec)
+	}
 	w := h.workload(r.Workload, r.Protocol)
 	var c Client
 	switch r.Protocol {
@@ -349,6 +384,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
 		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
 		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
+		PairedCeiling: pairRate,
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs

@@ -64,6 +64,7 @@ type Config struct {
 	Conns       int
 	Rate        float64
 	MaxRequests int64
+	Pair        bool
 	Short       bool
 	Rlnode      string
 	RlnodeArgs  []string
@@ -84,6 +85,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.Conns, "conns", 64, "concurrent connections (closed loop) and workers (open loop)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open-loop arrival rate, requests per second; 0: half the closed-loop rate measured for the same row in this run (with -short: at most 2000)")
 	fs.Int64Var(&c.MaxRequests, "max-requests", 0, "most requests a row sends in its warm-up and again in its measured run (0: no bound); a bounded row ends early")
+	fs.BoolVar(&c.Pair, "pair", true, "measure the ceiling again right before each closed-loop row the summary reports, and take that row's ratio from the pair, so load from other work on the machine skews both alike")
 	fs.BoolVar(&c.Short, "short", false, "smoke mode: few workloads, about 1s each; for CI, not for figures")
 	fs.StringVar(&c.Rlnode, "rlnode", "", "rlnode binary (default: go build ./cmd/rlnode)")
 	rlnodeArgs := fs.String("rlnode-args", "", "extra space-separated arguments for rlnode")
@@ -185,7 +187,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if rep.Summary = Summarize(rep.Results); len(rep.Summary) > 0 {
-		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's; p99 offered open-loop at half the row's closed-loop rate\n", cfg.Conns, cfg.Conns, envoyConns)
+		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's (paired: %v); p99 offered open-loop at half the row's closed-loop rate\n", cfg.Conns, cfg.Conns, envoyConns, cfg.Pair)
 		if err := WriteSummary(stdout, rep.Summary); err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func profiled(store string, r planRow) bool {
 // pointer call graphs) on the server's process and its Redis. The channel
 // yields a message for the log.
 func (h *harness) startProfile(ctx context.Context, tg target, store string, r planRow) <-chan string {
-	if h.cfg.Profile == "" || !profiled(store, r) {
+	if h.cfg.Profile == "" || h.inPair || !profiled(store, r) {
 		return nil
 	}
 	if err := os.MkdirAll(h.cfg.Profile, 0o755); err != nil {

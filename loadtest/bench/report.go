@@ -53,7 +53,18 @@ type Result struct {
 	ScriptPerDenied *float64 `json:"script_calls_per_denied,omitempty"`
 
 	FirstError string `json:"first_error,omitempty"`
+
+	// PairedCeiling is the req/s of the ceiling measured right before
+	// this row (-pair); the ratios use it when set.
+	PairedCeiling *float64 `json:"paired_ceiling_req_per_sec,omitempty"`
+	// PairedWith names the node row a paired ceiling row (workload
+	// pairedCeiling) was measured for.
+	PairedWith string `json:"paired_with,omitempty"`
 }
+
+// pairedCeiling is the workload name of a ceiling row measured for one
+// node row (-pair).
+const pairedCeiling = "ceiling-paired"
 
 // Machine describes where the run happened.
 type Machine struct {
@@ -112,7 +123,7 @@ func applyRatios(rs []Result) {
 	var redisRate float64
 	for _, r := range rs {
 		switch {
-		case r.Store == "ceiling" && r.Mode == "closed":
+		case r.Workload == "ceiling" && r.Mode == "closed":
 			ceiling[r.Protocol] = r.ReqPerSec
 		case r.Workload == "redis-benchmark":
 			redisRate = r.ReqPerSec
@@ -123,7 +134,11 @@ func applyRatios(rs []Result) {
 		if r.Mode != "closed" || r.Store == "ceiling" || r.Workload == "redis-benchmark" {
 			continue
 		}
-		if c := ceiling[r.Protocol]; c > 0 {
+		c := ceiling[r.Protocol]
+		if r.PairedCeiling != nil {
+			c = *r.PairedCeiling
+		}
+		if c > 0 {
 			r.CeilingRatio = ptr(r.ReqPerSec / c)
 		}
 		if r.Store == "redis" && redisRate > 0 {
@@ -250,7 +265,7 @@ func (g GoalResult) Met() bool {
 func Summarize(rs []Result) []GoalResult {
 	ceiling := map[string]float64{}
 	for _, r := range rs {
-		if r.Store == "ceiling" && r.Mode == modeClose {
+		if r.Workload == "ceiling" && r.Mode == modeClose {
 			ceiling[r.Protocol] = r.ReqPerSec
 		}
 	}
@@ -266,6 +281,9 @@ func Summarize(rs []Result) []GoalResult {
 			case modeClose:
 				found = true
 				gr.ReqPerSec = r.ReqPerSec
+				if r.PairedCeiling != nil {
+					gr.CeilingReqPerSec = *r.PairedCeiling
+				}
 				if gr.CeilingReqPerSec > 0 {
 					gr.Ratio = ptr(r.ReqPerSec / gr.CeilingReqPerSec)
 				}
