@@ -404,8 +404,12 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		res.setScriptCalls(after - before)
 	}
 	h.results = append(h.results, res)
+	name := r.Workload
+	if h.inPair {
+		name = pairedCeiling
+	}
 	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d denied %d errors %d unsent %d\n",
-		rowName(r.Workload, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
+		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
 		res.Allowed, res.Denied, res.Errors, res.Unsent)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
