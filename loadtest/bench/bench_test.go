@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -339,15 +341,29 @@ func TestParseFlags(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	full := Plan(false)
-	if got, want := len(full["redis"]), 12; got != want {
-		t.Errorf("full plan has %d redis rows, want %d (3 workloads x 2 modes x 2 protocols)", got, want)
+	if got, want := len(full["redis"]), 16; got != want {
+		t.Errorf("full plan has %d redis rows, want %d (2 modes x (3 workloads x 2 Connect protocols + 2 on Envoy))", got, want)
 	}
-	if got, want := len(full["ceiling"]), 4; got != want {
+	if got, want := len(full["ceiling"]), 6; got != want {
 		t.Errorf("full plan has %d ceiling rows, want %d", got, want)
 	}
 	short := Plan(true)
-	if n := len(short["ceiling"]) + len(short["redis"]) + len(short["memory"]); n > 8 {
-		t.Errorf("short plan has %d rows, want at most 8", n)
+	if n := len(short["ceiling"]) + len(short["redis"]) + len(short["memory"]); n > 10 {
+		t.Errorf("short plan has %d rows, want at most 10", n)
+	}
+	// Every goal's rows are in the full plan, and each open-loop row
+	// comes after the closed-loop row it takes its rate from.
+	for _, g := range Goals {
+		closed := slices.Index(full[g.Store], planRow{g.Workload, modeClose, g.Protocol})
+		open := slices.Index(full[g.Store], planRow{g.Workload, modeOpen, g.Protocol})
+		if closed < 0 || open < closed {
+			t.Errorf("%s: closed row at %d, open row at %d in the full plan", g.Path, closed, open)
+		}
+	}
+	for _, proto := range []string{protoJSON, protoEnvoy} {
+		if !slices.Contains(full["ceiling"], planRow{"ceiling", modeClose, proto}) {
+			t.Errorf("full plan has no closed-loop %s ceiling", proto)
+		}
 	}
 }
 
@@ -438,6 +454,129 @@ func TestRunOpen(t *testing.T) {
 	}
 	if o.Requests == 0 || o.Errors != 0 {
 		t.Errorf("Run() = %+v (first error %v), want requests and no errors", o, o.FirstErr)
+	}
+}
+
+// envoyCeiling serves the grpc-go Envoy ceiling on loopback.
+func envoyCeiling(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewCeilingGRPC()
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return "http://" + l.Addr().String()
+}
+
+// TestEnvoyAgainstCeiling drives both Envoy workloads, bounded in time and
+// count, through go-control-plane's client on 4 connections against the
+// grpc-go ceiling, which answers OK to everything.
+func TestEnvoyAgainstCeiling(t *testing.T) {
+	base := envoyCeiling(t)
+	c, err := NewEnvoyClient(base, envoyConns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const maxReq = 400
+	for _, w := range []*Workload{NewEnvoyUniform("t"), NewEnvoyHotKey("t")} {
+		o := Run(context.Background(), c, w, Load{Conns: 8, Duration: 2 * time.Second, MaxRequests: maxReq})
+		if o.Requests == 0 || o.Errors != 0 || o.Allowed != o.Requests || o.Denied != 0 {
+			t.Errorf("%s: Run() = %+v (first error %v), want requests, all allowed, no errors", w.Name, o, o.FirstErr)
+		}
+		if o.Requests > maxReq {
+			t.Errorf("%s: %d requests, want at most %d", w.Name, o.Requests, maxReq)
+		}
+	}
+	if got, want := c.next.Load(), uint32(2*maxReq); got < want/2 || got > want {
+		t.Errorf("%d calls spread over the connections, want %d", got, want)
+	}
+	// The Connect clients refuse Envoy workloads rather than send nothing.
+	jc := NewJSONClient(base, 1)
+	t.Cleanup(jc.Close)
+	if _, _, err := jc.Do(context.Background(), NewEnvoyHotKey("t"), 0, new(bytes.Buffer)); !errors.Is(err, errEnvoyOnly) {
+		t.Errorf("JSONClient.Do(envoy workload) error = %v, want %v", err, errEnvoyOnly)
+	}
+}
+
+func TestEnvoyWorkloads(t *testing.T) {
+	u := NewEnvoyUniform("p")
+	if got, want := u.Len(), uniformKeys; got != want {
+		t.Errorf("uniform Len() = %d, want %d", got, want)
+	}
+	keys := map[string]bool{}
+	for _, r := range u.envoy {
+		if r.GetDomain() != envoyDomain || len(r.GetDescriptors()) != 1 {
+			t.Fatalf("request %v: want one descriptor in domain %q", r, envoyDomain)
+		}
+		e := r.GetDescriptors()[0].GetEntries()
+		if len(e) != 1 || e[0].GetKey() != "user" {
+			t.Fatalf("request %v: want one user entry", r)
+		}
+		keys[e[0].GetValue()] = true
+	}
+	if got, want := len(keys), uniformKeys; got != want {
+		t.Errorf("%d distinct values, want %d", got, want)
+	}
+	h := NewEnvoyHotKey("p")
+	if got, want := h.Len(), 1; got != want {
+		t.Errorf("hot key Len() = %d, want %d", got, want)
+	}
+	if !strings.Contains(envoyRules, "key: hot") || !strings.Contains(envoyRules, "key: user") {
+		t.Errorf("rules %q lack the workloads' descriptor keys", envoyRules)
+	}
+}
+
+func TestRunMaxRequests(t *testing.T) {
+	base := ceilingServer(t)
+	c := NewJSONClient(base, 4)
+	t.Cleanup(c.Close)
+	for _, rate := range []float64{0, 5000} {
+		o := Run(context.Background(), c, testUniform(), Load{Conns: 4, Rate: rate, Duration: 5 * time.Second, MaxRequests: 100})
+		if got := o.Requests + o.Errors; got == 0 || got > 100 {
+			t.Errorf("rate %v: %d requests, %d errors, want 1 to 100 in all", rate, o.Requests, o.Errors)
+		}
+		if o.Elapsed >= 5*time.Second {
+			t.Errorf("rate %v: elapsed %v, want the run to end when its 100 requests are sent", rate, o.Elapsed)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	rs := []Result{
+		{Workload: "ceiling", Mode: modeClose, Protocol: protoEnvoy, Store: "ceiling", ReqPerSec: 40000},
+		{Workload: "ceiling", Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 20000},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoEnvoy, Store: "redis", ReqPerSec: 24000},
+		{Workload: "uniform10k", Mode: modeOpen, Protocol: protoEnvoy, Store: "redis", Rate: 12000, P99Ms: 1.5},
+		{Workload: pairedCeiling, Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 99999, PairedWith: "x"},
+		{Workload: "hotkey", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 10000},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, PairedCeiling: ptr(10000.0)},
+		{Workload: "hotkey", Mode: modeOpen, Protocol: protoJSON, Store: "redis", Rate: 5000, P99Ms: 1, Unsent: 3},
+	}
+	gs := Summarize(rs)
+	if got, want := len(gs), 3; got != want {
+		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
+	}
+	env, js, mem := gs[0], gs[1], gs[2]
+	if mem.Ratio == nil || *mem.Ratio != 0.9 || mem.CeilingReqPerSec != 10000 {
+		t.Errorf("paired memory goal = %+v (ratio %s), want ratio 0.9 against its paired ceiling", mem, fmtp(mem.Ratio))
+	}
+	if env.Protocol != protoEnvoy || env.Ratio == nil || *env.Ratio != 0.6 || !env.Met() {
+		t.Errorf("envoy goal = %+v (ratio %s), want ratio 0.6, met", env, fmtp(env.Ratio))
+	}
+	if js.Ratio == nil || *js.Ratio != 0.5 || js.Met() {
+		t.Errorf("json hot key goal = %+v (ratio %s), want ratio 0.5, not met", js, fmtp(js.Ratio))
+	}
+	var b bytes.Buffer
+	if err := WriteSummary(&b, gs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"trivial grpc-go server", "0.60", "1.50 @ 12000", "(3 unsent)", ">= 0.75"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteSummary() = %q, want it to contain %q", b.String(), want)
+		}
 	}
 }
 

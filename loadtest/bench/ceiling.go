@@ -65,16 +65,28 @@ func (ceilingService) CheckBatch(_ context.Context, req *connect.Request[ratelim
 }
 
 // runCeiling is the `ceiling` subcommand: serve CeilingHandler on -listen
+// and, with -grpc-listen, the grpc-go Envoy ceiling (NewCeilingGRPC) there,
 // until ctx is done.
 func runCeiling(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ceiling", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (loopback)")
+	grpcListen := fs.String("grpc-listen", "", "address to serve the grpc-go Envoy RLS ceiling on (loopback); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("ceiling listen: %w", err)
+	}
+	if *grpcListen != "" {
+		gl, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("ceiling grpc listen: %w", err)
+		}
+		gs := NewCeilingGRPC()
+		go func() { _ = gs.Serve(gl) }()
+		defer gs.Stop()
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)

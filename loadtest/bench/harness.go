@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,8 +19,11 @@ import (
 const (
 	protoJSON = "connect-json"
 	protoGRPC = "grpc"
-	modeOpen  = "open"
-	modeClose = "closed"
+	// protoEnvoy is Envoy's RLS v3 ShouldRateLimit called with
+	// go-control-plane's grpc-go client; its ceiling is a grpc-go server.
+	protoEnvoy = "envoy-rls"
+	modeOpen   = "open"
+	modeClose  = "closed"
 )
 
 // planRow is one row to measure against a target.
@@ -30,33 +32,47 @@ type planRow struct {
 }
 
 // Plan returns the rows to measure against each store ("ceiling", "redis",
-// "memory"): every workload in both modes over both protocols, or a few
-// in short mode.
+// "memory"): every workload in both modes over every protocol (Envoy's
+// RLS has no batch), or a few in short mode. Open-loop rows follow the
+// closed-loop rows they take their rate from.
 func Plan(short bool) map[string][]planRow {
 	if short {
 		return map[string][]planRow{
-			"ceiling": {{"ceiling", modeClose, protoJSON}},
+			"ceiling": {{"ceiling", modeClose, protoJSON}, {"ceiling", modeClose, protoEnvoy}},
 			"redis": {
 				{"uniform10k", modeClose, protoJSON},
 				{"hotkey", modeClose, protoJSON},
 				{"batch10", modeClose, protoGRPC},
 				{"uniform10k", modeOpen, protoJSON},
+				{"uniform10k", modeClose, protoEnvoy},
+				{"hotkey", modeClose, protoEnvoy},
+				{"hotkey", modeOpen, protoEnvoy},
 			},
 			"memory": {{"uniform10k", modeClose, protoGRPC}},
 		}
 	}
 	p := map[string][]planRow{}
 	for _, mode := range []string{modeClose, modeOpen} {
-		for _, proto := range []string{protoJSON, protoGRPC} {
+		for _, proto := range []string{protoJSON, protoGRPC, protoEnvoy} {
 			p["ceiling"] = append(p["ceiling"], planRow{"ceiling", mode, proto})
 			for _, store := range []string{"redis", "memory"} {
 				for _, w := range []string{"uniform10k", "hotkey", "batch10"} {
+					if w == "batch10" && proto == protoEnvoy {
+						continue
+					}
 					p[store] = append(p[store], planRow{w, mode, proto})
 				}
 			}
 		}
 	}
 	return p
+}
+
+// target is where a row's requests go: the Connect API (JSON and gRPC)
+// and Envoy's RLS, the same address on a node.
+type target struct {
+	base, envoyBase string // http://host:port
+	pid             []int  // processes to profile with perf: the server, its Redis
 }
 
 // harness runs the plan and collects results.
@@ -69,6 +85,26 @@ type harness struct {
 	failed  []string // rows where no request succeeded
 	seq     int
 	noPprof bool
+	// redisPID is the running redis-server's, profiled with the node.
+	redisPID int
+	// ceil is the running ceiling, kept for paired rows; inPair is set
+	// while a paired ceiling row is measured.
+	ceil   *target
+	inPair bool
+}
+
+// paired reports whether the node row r against store gets a ceiling
+// measured right before it: the closed-loop rows of the Goals, with -pair.
+func (h *harness) paired(store string, r planRow) bool {
+	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" || r.Mode != modeClose {
+		return false
+	}
+	for _, g := range Goals {
+		if g.Workload == r.Workload && g.Protocol == r.Protocol && g.Store == store {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *harness) selected(store string) []planRow {
@@ -84,10 +120,12 @@ func (h *harness) selected(store string) []planRow {
 // all measures the ceiling, the node on Redis, redis-benchmark, and the node
 // on memory, in that order, each process stopped before the next starts.
 func (h *harness) all(ctx context.Context, redisBin string) error {
-	if rows := h.selected("ceiling"); len(rows) > 0 {
-		if err := h.ceiling(ctx, rows); err != nil {
+	if rows := h.selected("ceiling"); len(rows) > 0 || h.cfg.Pair {
+		stop, err := h.ceiling(ctx, rows)
+		if err != nil {
 			return err
 		}
+		defer stop()
 	}
 	redisRows := h.selected("redis")
 	wantBench := h.cfg.RedisBench != "" && (h.cfg.Only == "" || strings.Contains("redis-benchmark", h.cfg.Only))
@@ -97,6 +135,7 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 			return err
 		}
 		defer rp.Stop()
+		h.redisPID = rp.Pid()
 		if len(redisRows) > 0 {
 			if err := h.node(ctx, "redis", "redis://"+addr, addr, redisRows); err != nil {
 				return err
@@ -108,6 +147,7 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 			}
 		}
 		rp.Stop()
+		h.redisPID = 0
 	}
 	if rows := h.selected("memory"); len(rows) > 0 {
 		if err := h.node(ctx, "memory", "", "", rows); err != nil {
@@ -123,38 +163,48 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 	return nil
 }
 
-func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
+// ceiling starts the ceilings, measures rows against them and returns
+// the function that stops them; they stay up for paired rows.
+func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
+		return nil, fmt.Errorf("find own binary: %w", err)
 	}
 	var pr *Proc
-	var base string
+	var tg target
 	for try := 0; try < 3; try++ {
 		port, err := rlbuild.FreePort()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		base = "http://127.0.0.1:" + strconv.Itoa(port)
-		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling", "-listen", "127.0.0.1:"+strconv.Itoa(port))
+		gport, err := rlbuild.FreePort()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err = pr.WaitReady(ctx, 10*time.Second, func() error { return probe(ctx, base) }); err == nil {
+		tg.base = "http://127.0.0.1:" + strconv.Itoa(port)
+		tg.envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
+		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling",
+			"-listen", "127.0.0.1:"+strconv.Itoa(port), "-grpc-listen", "127.0.0.1:"+strconv.Itoa(gport))
+		if err != nil {
+			return nil, err
+		}
+		tg.pid = []int{pr.Pid()}
+		if err = pr.WaitReady(ctx, 10*time.Second, func() error { return probeAll(ctx, tg) }); err == nil {
 			break
 		}
 		pr.Stop()
 		if try == 2 {
-			return fmt.Errorf("start ceiling: %w", err)
+			return nil, fmt.Errorf("start ceiling: %w", err)
 		}
 	}
-	defer pr.Stop()
 	for _, r := range rows {
-		if err := h.row(ctx, base, "ceiling", r, ""); err != nil {
-			return err
+		if err := h.row(ctx, tg, "ceiling", r, ""); err != nil {
+			pr.Stop()
+			return nil, err
 		}
 	}
-	return nil
+	h.ceil = &tg
+	return func() { h.ceil = nil; pr.Stop() }, nil
 }
 
 // node starts rlnode on the given store, measures rows against it and
@@ -162,7 +212,11 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) error {
 func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, rows []planRow) error {
 	var pr *Proc
 	var base string
-	var err error
+	rules := filepath.Join(h.procs.Dir, "envoy-rules.yaml")
+	err := os.WriteFile(rules, []byte(envoyRules), 0o600)
+	if err != nil {
+		return fmt.Errorf("write envoy rules: %w", err)
+	}
 	for try := 0; try < 3; try++ {
 		var port int
 		if port, err = rlbuild.FreePort(); err != nil {
@@ -170,7 +224,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		}
 		listen := "127.0.0.1:" + strconv.Itoa(port)
 		base = "http://" + listen
-		args := []string{"--listen", listen, "--region", "bench"}
+		args := []string{"--listen", listen, "--region", "bench", "--rules", rules}
 		if redisURL != "" {
 			args = append(args, "--redis-url", redisURL)
 		}
@@ -178,7 +232,8 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		if pr, err = h.procs.Start("rlnode-"+store, h.cfg.Rlnode, nil, args...); err != nil {
 			return err
 		}
-		if err = pr.WaitReady(ctx, 20*time.Second, func() error { return probe(ctx, base) }); err == nil {
+		tg := target{base: base, envoyBase: base}
+		if err = pr.WaitReady(ctx, 20*time.Second, func() error { return probeAll(ctx, tg) }); err == nil {
 			break
 		}
 		pr.Stop()
@@ -187,8 +242,12 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		return fmt.Errorf("start rlnode (%s store): %w", store, err)
 	}
 	defer pr.Stop()
+	tg := target{base: base, envoyBase: base, pid: []int{pr.Pid()}}
+	if h.redisPID != 0 && redisAddr != "" {
+		tg.pid = append(tg.pid, h.redisPID)
+	}
 	for _, r := range rows {
-		if err := h.row(ctx, base, store, r, redisAddr); err != nil {
+		if err := h.row(ctx, tg, store, r, redisAddr); err != nil {
 			return err
 		}
 		if pr.Exited() {
@@ -220,9 +279,41 @@ func probe(ctx context.Context, base string) error {
 	return nil
 }
 
-func (h *harness) workload(name string) *Workload {
+// probeAll probes the Connect API at tg.base and Envoy's RLS at
+// tg.envoyBase.
+func probeAll(ctx context.Context, tg target) error {
+	if err := probe(ctx, tg.base); err != nil {
+		return err
+	}
+	return probeEnvoy(ctx, tg.envoyBase)
+}
+
+// probeEnvoy sends one ShouldRateLimit and wants an answer.
+func probeEnvoy(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := NewEnvoyClient(base, 1)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, _, err := c.Do(ctx, NewEnvoyHotKey("bench-probe"), 0, nil); err != nil {
+		return fmt.Errorf("probe envoy: %w", err)
+	}
+	return nil
+}
+
+func (h *harness) workload(name, protocol string) *Workload {
 	h.seq++
 	prefix := fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq)
+	if protocol == protoEnvoy {
+		if name == "hotkey" {
+			return NewEnvoyHotKey(prefix)
+		}
+		w := NewEnvoyUniform(prefix)
+		w.Name = name
+		return w
+	}
 	switch name {
 	case "hotkey":
 		return NewHotKey(prefix)
@@ -237,24 +328,43 @@ func (h *harness) workload(name string) *Workload {
 
 // row measures one row: warm-up, then the measured run, with Redis script
 // calls counted over the measured run only.
-func (h *harness) row(ctx context.Context, base, store string, r planRow, redisAddr string) error {
+func (h *harness) row(ctx context.Context, tg target, store string, r planRow, redisAddr string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w := h.workload(r.Workload)
+	var pairRate *float64
+	if h.paired(store, r) {
+		h.inPair = true
+		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", modeClose, r.Protocol}, "")
+		h.inPair = false
+		if err != nil {
+			return err
+		}
+		c := &h.results[len(h.results)-1]
+		c.Workload, c.PairedWith = pairedCeiling, rowName(r.Workload, r.Mode, r.Protocol, store)
+		pairRate = ptr(c.ReqPerSec)
+	}
+	w := h.workload(r.Workload, r.Protocol)
 	var c Client
-	if r.Protocol == protoGRPC {
-		c = NewGRPCClient(base)
-	} else {
-		c = NewJSONClient(base, h.cfg.Conns)
+	switch r.Protocol {
+	case protoGRPC:
+		c = NewGRPCClient(tg.base)
+	case protoEnvoy:
+		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
+		if err != nil {
+			return err
+		}
+		c = ec
+	default:
+		c = NewJSONClient(tg.base, h.cfg.Conns)
 	}
 	defer c.Close()
-	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration}
+	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration, MaxRequests: h.cfg.MaxRequests}
 	if r.Mode == modeOpen {
 		l.Rate = h.openRate(store, r)
 	}
 	if h.cfg.Warmup > 0 {
-		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup})
+		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup, MaxRequests: l.MaxRequests})
 	}
 	var before int64
 	if redisAddr != "" {
@@ -263,7 +373,7 @@ func (h *harness) row(ctx context.Context, base, store string, r planRow, redisA
 			return err
 		}
 	}
-	prof := h.startProfile(ctx, base, store, r)
+	prof := h.startProfile(ctx, tg, store, r)
 	o := Run(ctx, c, w, l)
 	if prof != nil {
 		if msg := <-prof; msg != "" {
@@ -274,6 +384,7 @@ func (h *harness) row(ctx context.Context, base, store string, r planRow, redisA
 		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
 		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
 		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
+		PairedCeiling: pairRate,
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
@@ -293,8 +404,12 @@ func (h *harness) row(ctx context.Context, base, store string, r planRow, redisA
 		res.setScriptCalls(after - before)
 	}
 	h.results = append(h.results, res)
+	name := r.Workload
+	if h.inPair {
+		name = pairedCeiling
+	}
 	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d denied %d errors %d unsent %d\n",
-		rowName(r.Workload, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
+		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
 		res.Allowed, res.Denied, res.Errors, res.Unsent)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
@@ -322,49 +437,6 @@ func (h *harness) openRate(store string, r planRow) float64 {
 		rate = min(rate, 2000)
 	}
 	return rate
-}
-
-// startProfile fetches a CPU profile of the node over the measured run of
-// the closed-loop JSON rows, when -profile is set. The channel yields a
-// message for the log.
-func (h *harness) startProfile(ctx context.Context, base, store string, r planRow) <-chan string {
-	if h.cfg.Profile == "" || h.noPprof || store == "ceiling" || r.Mode != modeClose || r.Protocol != protoJSON || r.Workload == "batch10" {
-		return nil
-	}
-	ch := make(chan string, 1)
-	secs := max(int(h.cfg.Duration.Seconds())-1, 1)
-	path := filepath.Join(h.cfg.Profile, fmt.Sprintf("rlnode-%s-%s.pprof", store, r.Workload))
-	if h.cfg.ProfileURL != "" {
-		base = strings.TrimRight(h.cfg.ProfileURL, "/")
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, time.Duration(secs+10)*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			ch <- "fetch: " + err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			h.noPprof = resp.StatusCode == http.StatusNotFound
-			ch <- fmt.Sprintf("rlnode serves no CPU profile at /debug/pprof/profile (status %d)", resp.StatusCode)
-			return
-		}
-		if err := os.MkdirAll(h.cfg.Profile, 0o755); err != nil {
-			ch <- err.Error()
-			return
-		}
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			ch <- err.Error()
-			return
-		}
-		ch <- "wrote " + path
-	}()
-	return ch
 }
 
 // redisBenchmark measures redis-benchmark's EVALSHA rate against addr,

@@ -15,6 +15,9 @@ type Load struct {
 	Rate     float64       // open loop: requests per second; 0 means closed loop
 	Warmup   time.Duration // unmeasured time before Duration
 	Duration time.Duration // measured time
+	// MaxRequests, when positive, bounds the requests sent over Warmup
+	// and Duration together; the run ends early when they are sent.
+	MaxRequests int64
 }
 
 // tally is what one worker measured.
@@ -90,6 +93,10 @@ func runClosed(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 	defer cancel()
 	ts := make([]*tally, l.Conns)
 	expect := int(float64(l.Duration/time.Second+1) * 2000)
+	if l.MaxRequests > 0 {
+		expect = min(expect, int(l.MaxRequests/int64(l.Conns))+16)
+	}
+	var sent atomic.Int64
 	var wg sync.WaitGroup
 	for k := range ts {
 		t := &tally{lat: make([]time.Duration, 0, expect)}
@@ -103,7 +110,7 @@ func runClosed(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 					i = rand.IntN(n)
 				}
 				t0 := time.Now()
-				if !t0.Before(end) {
+				if !t0.Before(end) || (l.MaxRequests > 0 && sent.Add(1) > l.MaxRequests) {
 					return
 				}
 				a, d, err := c.Do(rctx, w, i, &buf)
@@ -116,7 +123,7 @@ func runClosed(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 	}
 	wg.Wait()
 	elapsed := l.Duration
-	if now := time.Now(); now.Before(end) { // stopped early by ctx
+	if now := time.Now(); now.Before(end) { // stopped early by ctx or MaxRequests
 		elapsed = max(now.Sub(measureFrom), time.Millisecond)
 	}
 	return merge(ts, elapsed, nil)
@@ -133,6 +140,9 @@ func runOpen(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 	measureFrom := start.Add(l.Warmup)
 	end := measureFrom.Add(l.Duration)
 	total := sched.Total(l.Warmup + l.Duration)
+	if l.MaxRequests > 0 {
+		total = min(total, l.MaxRequests)
+	}
 	rctx, cancel := context.WithDeadline(ctx, end.Add(5*time.Second))
 	defer cancel()
 

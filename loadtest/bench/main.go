@@ -1,21 +1,29 @@
 // Command bench measures an rlnode's throughput and latency against the
-// ceiling of a trivial Go HTTP handler and against redis-benchmark's
-// EVALSHA rate on the same Redis, all in one run on loopback.
+// ceilings of trivial servers and against redis-benchmark's EVALSHA rate on
+// the same Redis, all in one run on loopback.
 //
 // It starts every process it measures itself: a redis-server without
-// persistence, rlnode on that Redis and rlnode on its in-memory store, and
-// the ceiling (this binary re-executed with the `ceiling` subcommand). With
-// taskset and at least two cores, the measured processes run on CPU 0 and
-// the load generator on CPU 1. It drives each workload closed-loop (N
-// connections, each sending when the last answer arrives) and open-loop (a
-// constant arrival rate, latency measured from each request's due time)
-// over the Connect JSON API on HTTP/1.1 and over gRPC on h2c, counts Redis
-// script calls per decision from INFO commandstats, and prints one table
-// (and, with -out, the same as JSON).
+// persistence, rlnode on that Redis and rlnode on its in-memory store (both
+// loading an envoyproxy/ratelimit rules file for Envoy's RLS), and the
+// ceilings (this binary re-executed with the `ceiling` subcommand): a
+// trivial net/http handler for the Connect API and a trivial grpc-go server
+// answering Envoy's ShouldRateLimit with OK. With taskset and at least two
+// cores, the measured processes run on CPU 0 and the load generator on
+// CPU 1. It drives each workload closed-loop (N connections, each sending
+// when the last answer arrives) and open-loop (a constant arrival rate,
+// latency measured from each request's due time) over the Connect JSON API
+// on HTTP/1.1, over Connect's gRPC on h2c, and over Envoy's RLS v3 with
+// go-control-plane's grpc-go client (N workers on 4 HTTP/2 connections, as
+// Envoy calls it), counts Redis script calls per decision from INFO
+// commandstats, and prints one table, then each path's ratio to its
+// ceiling and its open-loop p99 against the goals (and, with -out, the
+// same as JSON). With -profile it records a CPU profile of the server
+// under each closed-loop JSON and Envoy row: from /debug/pprof when the
+// node serves it, else with perf record.
 //
 // Usage:
 //
-//	go run ./loadtest/bench [-duration 10s] [-conns 64] [-rate 0] [-short] [-out bench.json]
+//	go run ./loadtest/bench [-duration 10s] [-conns 64] [-rate 0] [-short] [-out bench.json] [-profile dir]
 package main
 
 import (
@@ -55,6 +63,8 @@ type Config struct {
 	Warmup      time.Duration
 	Conns       int
 	Rate        float64
+	MaxRequests int64
+	Pair        bool
 	Short       bool
 	Rlnode      string
 	RlnodeArgs  []string
@@ -74,6 +84,8 @@ func parseFlags(args []string) (Config, error) {
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "unmeasured warm-up per workload (with -short: 200ms unless set)")
 	fs.IntVar(&c.Conns, "conns", 64, "concurrent connections (closed loop) and workers (open loop)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open-loop arrival rate, requests per second; 0: half the closed-loop rate measured for the same row in this run (with -short: at most 2000)")
+	fs.Int64Var(&c.MaxRequests, "max-requests", 0, "most requests a row sends in its warm-up and again in its measured run (0: no bound); a bounded row ends early")
+	fs.BoolVar(&c.Pair, "pair", true, "measure the ceiling again right before each closed-loop row the summary reports, and take that row's ratio from the pair, so load from other work on the machine skews both alike")
 	fs.BoolVar(&c.Short, "short", false, "smoke mode: few workloads, about 1s each; for CI, not for figures")
 	fs.StringVar(&c.Rlnode, "rlnode", "", "rlnode binary (default: go build ./cmd/rlnode)")
 	rlnodeArgs := fs.String("rlnode-args", "", "extra space-separated arguments for rlnode")
@@ -81,7 +93,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.RedisBench, "redis-benchmark", "redis-benchmark", "redis-benchmark binary (empty: skip)")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.BoolVar(&c.Pin, "pin", true, "pin measured processes to CPU 0 and the load generator to CPU 1 (needs taskset and 2 cores)")
-	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of rlnode under load (from its /debug/pprof, if served)")
+	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of the servers under the closed-loop JSON and Envoy rows: from rlnode's /debug/pprof if it serves one, else perf record of the server and its Redis with text reports beside (the ceilings' symbols need this binary built with go build, since go run strips it)")
 	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
 	if err := fs.Parse(args); err != nil {
@@ -110,6 +122,8 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-conns %d: want 1 to 10000", c.Conns)
 	case c.Rate < 0 || c.Rate > 10_000_000:
 		return c, fmt.Errorf("-rate %v: want [0, 1e7]", c.Rate)
+	case c.MaxRequests < 0:
+		return c, fmt.Errorf("-max-requests %d: want >= 0", c.MaxRequests)
 	}
 	return c, nil
 }
@@ -171,6 +185,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nload average at start %s, at end %s\n", rep.Machine.LoadAvg[0], rep.Machine.LoadAvg[1])
 	if err := WriteTable(stdout, rep.Results); err != nil {
 		return err
+	}
+	if rep.Summary = Summarize(rep.Results); len(rep.Summary) > 0 {
+		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's (paired: %v); p99 offered open-loop at half the row's closed-loop rate\n", cfg.Conns, cfg.Conns, envoyConns, cfg.Pair)
+		if err := WriteSummary(stdout, rep.Summary); err != nil {
+			return err
+		}
 	}
 	if cfg.Out != "" {
 		if err := WriteJSON(cfg.Out, rep); err != nil {

@@ -53,7 +53,18 @@ type Result struct {
 	ScriptPerDenied *float64 `json:"script_calls_per_denied,omitempty"`
 
 	FirstError string `json:"first_error,omitempty"`
+
+	// PairedCeiling is the req/s of the ceiling measured right before
+	// this row (-pair); the ratios use it when set.
+	PairedCeiling *float64 `json:"paired_ceiling_req_per_sec,omitempty"`
+	// PairedWith names the node row a paired ceiling row (workload
+	// pairedCeiling) was measured for.
+	PairedWith string `json:"paired_with,omitempty"`
 }
+
+// pairedCeiling is the workload name of a ceiling row measured for one
+// node row (-pair).
+const pairedCeiling = "ceiling-paired"
 
 // Machine describes where the run happened.
 type Machine struct {
@@ -73,6 +84,8 @@ type Report struct {
 	Started time.Time `json:"started"`
 	Machine Machine   `json:"machine"`
 	Results []Result  `json:"results"`
+	// Summary is every Goal measured in this run.
+	Summary []GoalResult `json:"summary"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -110,7 +123,7 @@ func applyRatios(rs []Result) {
 	var redisRate float64
 	for _, r := range rs {
 		switch {
-		case r.Store == "ceiling" && r.Mode == "closed":
+		case r.Workload == "ceiling" && r.Mode == "closed":
 			ceiling[r.Protocol] = r.ReqPerSec
 		case r.Workload == "redis-benchmark":
 			redisRate = r.ReqPerSec
@@ -121,7 +134,11 @@ func applyRatios(rs []Result) {
 		if r.Mode != "closed" || r.Store == "ceiling" || r.Workload == "redis-benchmark" {
 			continue
 		}
-		if c := ceiling[r.Protocol]; c > 0 {
+		c := ceiling[r.Protocol]
+		if r.PairedCeiling != nil {
+			c = *r.PairedCeiling
+		}
+		if c > 0 {
 			r.CeilingRatio = ptr(r.ReqPerSec / c)
 		}
 		if r.Store == "redis" && redisRate > 0 {
@@ -195,4 +212,118 @@ func loadAvg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// Goal is one ratio the bench summarises: a node row's closed-loop rate
+// over its protocol's ceiling, with the least ratio wanted (0: reported
+// only), and the same row's open-loop p99 at half its peak.
+type Goal struct {
+	Path     string // what is measured, for people
+	Workload string
+	Protocol string
+	Store    string
+	MinRatio float64
+}
+
+// MaxOpenP99Ms is the p99 wanted at half the measured peak rate, offered
+// open-loop.
+const MaxOpenP99Ms = 2.0
+
+// Goals are the summary's rows: Envoy's RLS against the grpc-go ceiling
+// and Connect JSON against the trivial HTTP handler.
+var Goals = []Goal{
+	{"Envoy RLS, Redis, 10k keys allowed", "uniform10k", protoEnvoy, "redis", 0.5},
+	{"Envoy RLS, Redis, hot key denied", "hotkey", protoEnvoy, "redis", 0.75},
+	{"Envoy RLS, memory, 10k keys allowed", "uniform10k", protoEnvoy, "memory", 0},
+	{"Envoy RLS, memory, hot key denied", "hotkey", protoEnvoy, "memory", 0},
+	{"Connect JSON, Redis, 10k keys allowed", "uniform10k", protoJSON, "redis", 0.5},
+	{"Connect JSON, Redis, hot key denied", "hotkey", protoJSON, "redis", 0.75},
+	{"Connect JSON, memory, 10k keys allowed", "uniform10k", protoJSON, "memory", 0.75},
+	{"Connect JSON, memory, hot key denied", "hotkey", protoJSON, "memory", 0.75},
+}
+
+// GoalResult is a Goal as measured.
+type GoalResult struct {
+	Goal
+	ReqPerSec        float64  `json:"req_per_sec"`
+	CeilingReqPerSec float64  `json:"ceiling_req_per_sec"`
+	Ratio            *float64 `json:"ratio,omitempty"`
+	OpenRate         float64  `json:"open_rate,omitempty"`
+	OpenP99Ms        *float64 `json:"open_p99_ms,omitempty"`
+	OpenUnsent       int64    `json:"open_unsent,omitempty"`
+}
+
+// Met reports whether the measured ratio and open-loop p99 meet the goal;
+// a figure not measured does not meet it.
+func (g GoalResult) Met() bool {
+	ratioOK := g.MinRatio == 0 || (g.Ratio != nil && *g.Ratio >= g.MinRatio)
+	return ratioOK && g.OpenP99Ms != nil && *g.OpenP99Ms <= MaxOpenP99Ms && g.OpenUnsent == 0
+}
+
+// Summarize measures every Goal from rs; goals with no closed-loop row in
+// rs are left out.
+func Summarize(rs []Result) []GoalResult {
+	ceiling := map[string]float64{}
+	for _, r := range rs {
+		if r.Workload == "ceiling" && r.Mode == modeClose {
+			ceiling[r.Protocol] = r.ReqPerSec
+		}
+	}
+	var out []GoalResult
+	for _, g := range Goals {
+		gr := GoalResult{Goal: g, CeilingReqPerSec: ceiling[g.Protocol]}
+		found := false
+		for _, r := range rs {
+			if r.Workload != g.Workload || r.Protocol != g.Protocol || r.Store != g.Store {
+				continue
+			}
+			switch r.Mode {
+			case modeClose:
+				found = true
+				gr.ReqPerSec = r.ReqPerSec
+				if r.PairedCeiling != nil {
+					gr.CeilingReqPerSec = *r.PairedCeiling
+				}
+				if gr.CeilingReqPerSec > 0 {
+					gr.Ratio = ptr(r.ReqPerSec / gr.CeilingReqPerSec)
+				}
+			case modeOpen:
+				gr.OpenRate, gr.OpenP99Ms, gr.OpenUnsent = r.Rate, ptr(r.P99Ms), r.Unsent
+			}
+		}
+		if found {
+			out = append(out, gr)
+		}
+	}
+	return out
+}
+
+// WriteSummary prints the goals as a table.
+func WriteSummary(w io.Writer, gs []GoalResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "path\tceiling\treq/s\tceiling req/s\tratio\tratio goal\topen p99 ms @ req/s\tp99 goal\tmet\t")
+	for _, g := range gs {
+		ceil := "trivial net/http handler"
+		if g.Protocol == protoEnvoy {
+			ceil = "trivial grpc-go server"
+		}
+		goal := "-"
+		if g.MinRatio > 0 {
+			goal = fmt.Sprintf(">= %.2f", g.MinRatio)
+		}
+		p99 := "-"
+		if g.OpenP99Ms != nil {
+			p99 = fmt.Sprintf("%.2f @ %.0f", *g.OpenP99Ms, g.OpenRate)
+			if g.OpenUnsent > 0 {
+				p99 += fmt.Sprintf(" (%d unsent)", g.OpenUnsent)
+			}
+		}
+		met := "no"
+		if g.Met() {
+			met = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t<= %.0f ms\t%s\t\n",
+			g.Path, ceil, g.ReqPerSec, g.CeilingReqPerSec, optf(g.Ratio, 2), goal, p99, MaxOpenP99Ms, met)
+	}
+	return tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,9 +16,12 @@ import (
 )
 
 // TestShortModeEndToEnd runs the harness's -short mode against a real
-// rlnode (built from ./cmd/rlnode) and a real redis-server: every row must
-// complete without errors and the Redis rows must have counted script calls.
-// No timing is asserted.
+// rlnode (built from ./cmd/rlnode) and a real redis-server, each row
+// bounded to about a second and maxRequests requests: every row must
+// complete without errors, the Redis rows must have counted script calls,
+// and the Envoy RLS rows (go-control-plane's client against the grpc-go
+// ceiling and the node) must decide as their workloads say. No timing is
+// asserted.
 func TestShortModeEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds rlnode and drives load for several seconds")
@@ -38,7 +42,8 @@ func TestShortModeEndToEnd(t *testing.T) {
 	out := filepath.Join(dir, "bench.json")
 	var log bytes.Buffer
 	start := time.Now()
-	err = run(ctx, []string{"-short", "-pin=false", "-conns", "16", "-rlnode", rlnode,
+	const maxRequests = 3000
+	err = run(ctx, []string{"-short", "-pin=false", "-conns", "16", "-max-requests", strconv.Itoa(maxRequests), "-rlnode", rlnode,
 		"-redis-server", redisServer, "-redis-benchmark", redisBench, "-out", out}, &log)
 	t.Logf("harness output (%v):\n%s", time.Since(start).Round(time.Millisecond), log.String())
 	if err != nil {
@@ -53,8 +58,16 @@ func TestShortModeEndToEnd(t *testing.T) {
 		t.Fatalf("decode -out: %v", err)
 	}
 	stores := map[string]int{}
+	envoy := map[string]bool{}
 	for _, r := range rep.Results {
 		stores[r.Store]++
+		if r.Protocol == protoEnvoy {
+			envoy[r.Workload+"/"+r.Mode+"/"+r.Store] = true
+		}
+		if r.Workload != "redis-benchmark" && r.Requests+r.Errors > maxRequests {
+			t.Errorf("%s/%s/%s/%s: %d requests, want at most -max-requests %d",
+				r.Workload, r.Mode, r.Protocol, r.Store, r.Requests+r.Errors, maxRequests)
+		}
 		if r.Requests == 0 || r.Errors != 0 {
 			t.Errorf("%s/%s/%s/%s: %d requests, %d errors (%s), want requests and no errors",
 				r.Workload, r.Mode, r.Protocol, r.Store, r.Requests, r.Errors, r.FirstError)
@@ -62,7 +75,7 @@ func TestShortModeEndToEnd(t *testing.T) {
 		if r.Store == "redis" && r.ScriptCalls == nil {
 			t.Errorf("%s/%s/%s/redis: no script call count", r.Workload, r.Mode, r.Protocol)
 		}
-		if r.Store == "redis" && r.Workload == "uniform10k" && r.Mode == "closed" && r.Denied != 0 {
+		if r.Store == "redis" && r.Workload == "uniform10k" && r.Mode == "closed" && (r.Denied != 0 || r.Allowed == 0) {
 			t.Errorf("uniform10k: %d denied, want 0", r.Denied)
 		}
 		if r.Workload == "hotkey" && r.Denied <= r.Allowed {
@@ -73,5 +86,13 @@ func TestShortModeEndToEnd(t *testing.T) {
 		if stores[s] == 0 {
 			t.Errorf("no %s row in %s", s, b)
 		}
+	}
+	for _, row := range []string{"ceiling/closed/ceiling", "uniform10k/closed/redis", "hotkey/closed/redis", "hotkey/open/redis"} {
+		if !envoy[row] {
+			t.Errorf("no Envoy RLS row %s in %s", row, b)
+		}
+	}
+	if len(rep.Summary) == 0 {
+		t.Errorf("no summary of the goals in %s", b)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -26,14 +28,15 @@ const (
 type Workload struct {
 	Name    string
 	PerCall int // decisions per request
-	// Exactly one of single and batch is set.
+	// Exactly one of single, batch and envoy is set.
 	single []*ratelimitv1.CheckRequest
 	batch  []*ratelimitv1.CheckBatchRequest
-	json   [][]byte // the same requests as Connect JSON
+	envoy  []*rlsv3.RateLimitRequest
+	json   [][]byte // single or batch as Connect JSON
 }
 
 // Len is the number of prepared requests.
-func (w *Workload) Len() int { return len(w.json) }
+func (w *Workload) Len() int { return max(len(w.json), len(w.envoy)) }
 
 // Workload parameters.
 const (
@@ -99,6 +102,8 @@ func (w *Workload) encode() {
 	}
 }
 
+var errEnvoyOnly = errors.New("workload has only Envoy requests")
+
 // Client sends one prepared request of a workload and reports the
 // decisions: how many were allowed and denied.
 type Client interface {
@@ -131,6 +136,9 @@ func NewJSONClient(base string, conns int) *JSONClient {
 
 // Do sends request i of w.
 func (c *JSONClient) Do(ctx context.Context, w *Workload, i int, buf *bytes.Buffer) (int, int, error) {
+	if w.envoy != nil {
+		return 0, 0, errEnvoyOnly
+	}
 	path := checkPath
 	if w.batch != nil {
 		path = batchPath
@@ -205,6 +213,9 @@ func NewGRPCClient(base string) *GRPCClient {
 
 // Do sends request i of w.
 func (c *GRPCClient) Do(ctx context.Context, w *Workload, i int, _ *bytes.Buffer) (int, int, error) {
+	if w.envoy != nil {
+		return 0, 0, errEnvoyOnly
+	}
 	if w.batch != nil {
 		resp, err := c.c.CheckBatch(ctx, connect.NewRequest(w.batch[i]))
 		if err != nil {
