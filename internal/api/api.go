@@ -222,11 +222,9 @@ func NewHandler(cfg Config) (*Server, error) {
 		}
 		cfg.Gatherer = g
 	}
-	// A store that can decide while its primary is down ([region.Failover]),
-	// here or under a wrapper: /readyz states its mode and the
-	// rlcluster_store_* metrics export it.
-	storeStatus, _ := storeAs[StoreStatuser](cfg.Store)
-	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, storeStatus); err != nil {
+	// The store's layers export their own metrics ([region.Stack.Collectors]),
+	// read once per scrape.
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{

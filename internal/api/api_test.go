@@ -27,6 +27,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -42,12 +43,13 @@ type testServer struct {
 	Reg   *prometheus.Registry
 }
 
-// newServer starts cfg's handler (with an in-memory store, a fixed clock at
-// t0 and a fresh registry unless cfg sets them) and stops it when t ends.
+// newServer starts cfg's handler (with the in-memory stack rlnode opens
+// without Redis, a fixed clock at t0 and a fresh registry unless cfg sets
+// them) and stops it when t ends.
 func newServer(t *testing.T, cfg api.Config) *testServer {
 	t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = region.NewMemory(region.MemoryConfig{Region: cfg.Region})
+		cfg.Store = openStack(t, region.Config{Region: cfg.Region})
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return t0 }
@@ -553,8 +555,26 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
+// openStack opens the store cfg describes, as rlnode does, and closes it
+// when t ends.
+func openStack(t *testing.T, cfg region.Config) *region.Stack {
+	t.Helper()
+	s, err := region.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("region.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestDenyCacheMetrics: /metrics exports the layers of the stack it is
+// given, here a deny cache in front of a failover whose Redis is down (the
+// stack's own metrics are tested in region's TestStackCollectors).
 func TestDenyCacheMetrics(t *testing.T) {
-	store := region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{})
+	srv := redistest.Start(t)
+	srv.Stop()
+	store := openStack(t, region.Config{Redis: region.RedisConfig{URL: srv.URL()},
+		Failover: region.FailoverConfig{ProbeMin: time.Hour}, DenyCache: &region.DenyCacheConfig{}})
 	s := newServer(t, api.Config{Store: store})
 	c := s.client(t, false)
 	ctx := context.Background()
@@ -571,6 +591,8 @@ func TestDenyCacheMetrics(t *testing.T) {
 		"rlcluster_deny_cache_misses_total 2",
 		"rlcluster_deny_cache_evictions_total 0",
 		"rlcluster_deny_cache_entries 1",
+		`rlcluster_store_mode{mode="local"} 1`,
+		"rlcluster_store_fallback_decisions_total 2",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
