@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,18 +19,6 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
-
-// waitFor polls cond every few milliseconds until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // reloads compares rlcluster_rules_reloads_total in reg with the counts
 // given.
@@ -65,15 +54,16 @@ func writeFile(t *testing.T, path, s string) {
 }
 
 // TestReloadEnvoyExample edits envoyproxy/ratelimit's README example under
-// a running server: the edit takes effect without a restart, an invalid
-// edit is rejected and counted while the old rules stay, and requests
-// sent all along never fail.
+// a running server and reloads it (as SIGHUP does; when Run's polling
+// reloads is tested in rules' TestReloaderRun): the edit takes effect
+// without a restart, an invalid edit is rejected and counted while the old
+// rules stay, and requests sent all along never fail.
 func TestReloadEnvoyExample(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "messaging.yaml")
 	copyFile(t, "testdata/envoyproxy/messaging.yaml", path)
 	reg := prometheus.NewRegistry()
-	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: 10 * time.Millisecond, Registerer: reg})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: -1, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +71,6 @@ func TestReloadEnvoyExample(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Go(func() { rl.Run(ctx, s.API.SetRules) })
 
 	// Requests all along: every one must get an answer.
 	var sent, failed atomic.Int64
@@ -104,29 +93,31 @@ func TestReloadEnvoyExample(t *testing.T) {
 
 	b, _ := os.ReadFile(path)
 	writeFile(t, path, strings.Replace(string(b), "requests_per_unit: 5", "requests_per_unit: 2", 1))
-	waitFor(t, "the edit to apply", func() bool {
-		r, err := c.ShouldRateLimit(ctx, marketing("2"))
-		return err == nil && r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 2
-	})
+	if err := rl.Reload(s.API.SetRules); err != nil {
+		t.Fatalf("Reload() = %v", err)
+	}
+	call(t, c, marketing("2"), ok, st{ok, 2, day, 1})
 	// Counts carry over: number 1 has spent 1 of the new 2.
 	call(t, c, marketing("1"), ok, st{ok, 2, day, 0})
 	call(t, c, marketing("1"), over, st{over, 2, day, 0})
 
 	// An invalid edit: rejected, counted, and the rules in use stay.
 	writeFile(t, path, strings.Replace(string(b), "unit: day", "unit: fortnight", 1))
-	waitFor(t, "the rejection to be counted", func() bool { return reloads(reg, 1, 1) == nil })
-	call(t, c, marketing("3"), ok, st{ok, 2, day, 1})
 	if got := rl.Reload(s.API.SetRules); got == nil || !strings.Contains(got.Error(), `"fortnight" is not second, minute, hour, day or week`) {
 		t.Errorf("Reload() = %v, want the unit error", got)
 	}
+	if err := reloads(reg, 1, 1); err != nil {
+		t.Error(err)
+	}
+	call(t, c, marketing("3"), ok, st{ok, 2, day, 1})
 
 	// Fixed again: applied.
 	writeFile(t, path, string(b))
-	waitFor(t, "the fixed file to apply", func() bool {
-		r, err := c.ShouldRateLimit(ctx, marketing("4"))
-		return err == nil && r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
-	})
-	if err := reloads(reg, 2, 2); err != nil {
+	if err := rl.Reload(s.API.SetRules); err != nil {
+		t.Fatalf("Reload() = %v", err)
+	}
+	call(t, c, marketing("4"), ok, st{ok, 5, day, 4})
+	if err := reloads(reg, 2, 1); err != nil {
 		t.Error(err)
 	}
 	cancel()
@@ -136,23 +127,29 @@ func TestReloadEnvoyExample(t *testing.T) {
 	}
 }
 
-// TestReloadNativeAddsFile: a file added to the directory is picked up.
+// TestReloadNativeAddsFile: a file added to the directory is picked up
+// by Run (on synctest's clock: two polls, the second seeing it unchanged).
 func TestReloadNativeAddsFile(t *testing.T) {
+	synctest.Test(t, testReloadNativeAddsFile)
+}
+
+func testReloadNativeAddsFile(t *testing.T) {
+	const interval = time.Second
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), "rules:\n  - name: a\n    limit: 1\n    window: 1m\n")
-	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: time.Millisecond})
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got atomic.Pointer[rules.Set]
 	got.Store(rl.Rules())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { rl.Run(ctx, got.Store); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go rl.Run(ctx, got.Store)
 	writeFile(t, filepath.Join(dir, "b.yml"), "rules:\n  - name: b\n    limit: 2\n    window: 1m\n    shadow_mode: true\n")
-	waitFor(t, "b to appear", func() bool { _, ok := got.Load().Lookup("b"); return ok })
-	if r, _ := got.Load().Lookup("b"); !r.Shadow || r.Limit.Limit != 2 {
+	time.Sleep(2*interval + time.Millisecond)
+	synctest.Wait()
+	if r, ok := got.Load().Lookup("b"); !ok || !r.Shadow || r.Limit.Limit != 2 {
 		t.Errorf("rule b = %+v, want limit 2 in shadow mode", r)
 	}
 	if _, ok := got.Load().Lookup("a"); !ok {
