@@ -67,36 +67,34 @@ rlcluster_rules_reloads_total{result="rejected"} %d
 		defer cancel()
 		go rl.Run(ctx, got.Store)
 
-		// Just after a tick, so that each step below sees exactly one poll.
-		time.Sleep(interval + time.Millisecond)
-		writeRules(t, path, ruleFile("2"))
-		time.Sleep(interval)
-		synctest.Wait()
-		if got, want := limit(), uint64(1); got != want {
-			t.Errorf("limit after the first poll that sees the change = %d, want %d (not yet still for an interval)", got, want)
+		// limitAfter lets d pass and returns the limit in use then.
+		limitAfter := func(d time.Duration) uint64 {
+			time.Sleep(d)
+			synctest.Wait()
+			return limit()
 		}
-		time.Sleep(interval)
-		synctest.Wait()
-		if got, want := limit(), uint64(2); got != want {
-			t.Errorf("limit after the change held still = %d, want %d", got, want)
+		for _, step := range []struct {
+			what                      string
+			limit                     string // written at the start of the step
+			after                     time.Duration
+			want                      uint64
+			wantApplied, wantRejected int
+		}{
+			// Just after a tick, so that each step below sees whole polls.
+			{what: "start", after: interval + time.Millisecond, want: 1},
+			{what: "the first poll that sees a change (not yet still)", limit: "2", after: interval, want: 1},
+			{what: "the change held still for an interval", after: interval, want: 2, wantApplied: 1},
+			{what: "five polls of an invalid change (the rules in use stay)", limit: "-1", after: 5 * interval, want: 2, wantApplied: 1, wantRejected: 1},
+			{what: "the fix held still", limit: "3", after: 2 * interval, want: 3, wantApplied: 2, wantRejected: 1},
+		} {
+			if step.limit != "" {
+				writeRules(t, path, ruleFile(step.limit))
+			}
+			if got := limitAfter(step.after); got != step.want {
+				t.Errorf("%s: limit = %d, want %d", step.what, got, step.want)
+			}
+			reloads(step.wantApplied, step.wantRejected)
 		}
-		reloads(1, 0)
-
-		writeRules(t, path, ruleFile("-1"))
-		time.Sleep(5 * interval)
-		synctest.Wait()
-		if got, want := limit(), uint64(2); got != want {
-			t.Errorf("limit after an invalid change = %d, want %d (the rules in use stay)", got, want)
-		}
-		reloads(1, 1)
-
-		writeRules(t, path, ruleFile("3"))
-		time.Sleep(2 * interval)
-		synctest.Wait()
-		if got, want := limit(), uint64(3); got != want {
-			t.Errorf("limit after the fix = %d, want %d", got, want)
-		}
-		reloads(2, 1)
 	})
 }
 
@@ -111,4 +109,51 @@ func TestReloaderRunOff(t *testing.T) {
 		}
 		rl.Run(t.Context(), func(*rules.Set) { t.Error("apply called with polling off") }) // returns at once
 	})
+}
+
+// TestReloadNativeAddsFile: a file added to the directory is picked up
+// by Run (on synctest's clock: two polls, the second seeing it unchanged).
+func TestReloadNativeAddsFile(t *testing.T) {
+	synctest.Test(t, testReloadNativeAddsFile)
+}
+
+func testReloadNativeAddsFile(t *testing.T) {
+	const interval = time.Second
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "a.yaml"), "rules:\n  - name: a\n    limit: 1\n    window: 1m\n")
+	rl, err := rules.NewReloader(rules.ReloaderConfig{Path: dir, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Pointer[rules.Set]
+	got.Store(rl.Rules())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go rl.Run(ctx, got.Store)
+	writeRules(t, filepath.Join(dir, "b.yml"), "rules:\n  - name: b\n    limit: 2\n    window: 1m\n    shadow_mode: true\n")
+	time.Sleep(2*interval + time.Millisecond)
+	synctest.Wait()
+	if r, ok := got.Load().Lookup("b"); !ok || !r.Shadow || r.Limit.Limit != 2 {
+		t.Errorf("rule b = %+v, want limit 2 in shadow mode", r)
+	}
+	if _, ok := got.Load().Lookup("a"); !ok {
+		t.Error("rule a is gone")
+	}
+	// A duplicate name across files is rejected; both stay.
+	writeRules(t, filepath.Join(dir, "c.yaml"), "rules:\n  - name: a\n    limit: 3\n    window: 1m\n")
+	err = rl.Reload(got.Store)
+	if err == nil || !strings.Contains(err.Error(), "c.yaml: rule 0 (a): name: duplicate of rule 0 in "+filepath.Join(dir, "a.yaml")) {
+		t.Errorf("Reload = %v, want the duplicate named", err)
+	}
+	if r, _ := got.Load().Lookup("a"); r.Limit.Limit != 1 {
+		t.Errorf("rule a = %+v after a rejected reload, want limit 1", r)
+	}
+}
+
+func TestNewReloaderRejectsInvalid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.yaml")
+	writeRules(t, path, "domain: d\ndescriptors:\n  - value: v\n")
+	if _, err := rules.NewReloader(rules.ReloaderConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "descriptors[0].key: required") {
+		t.Errorf("NewReloader = %v, want the missing key", err)
+	}
 }
