@@ -486,19 +486,27 @@ func TestStoreErrorIsUnavailable(t *testing.T) {
 			}
 		})
 	}
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		"rlcluster_store_errors_total 9",
 		`rlcluster_decisions_total{outcome="error",rule="inline"} 6`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+	)
 	if body := get(t, s.URL+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "connection refused") {
 		t.Errorf("/readyz = %q, want the store's error", body)
 	}
 	get(t, s.URL+"/healthz", http.StatusOK)
+}
+
+// wantMetrics fails t for each of want that s's /metrics lacks, and
+// returns the body.
+func wantMetrics(t *testing.T, s *testServer, want ...string) string {
+	t.Helper()
+	body := get(t, s.URL+"/metrics", http.StatusOK)
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %q:\n%s", w, grepLines(body, "rlcluster_"))
+		}
+	}
+	return body
 }
 
 func get(t *testing.T, u string, wantStatus int) string {
@@ -531,8 +539,7 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Rule: "nope"}))
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(5, time.Minute)}))
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		`rlcluster_decisions_total{outcome="allowed",rule="r"} 1`,
 		`rlcluster_decisions_total{outcome="denied",rule="r"} 2`,
 		`rlcluster_decisions_total{outcome="error",rule="unknown"} 1`,
@@ -542,11 +549,7 @@ func TestMetricsAndProbes(t *testing.T) {
 		"rlcluster_keys_held 2",
 		"rlcluster_keys_evicted_total 0",
 		"rlcluster_store_errors_total 0",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+	)
 	if got := get(t, s.URL+"/readyz", http.StatusOK); got != "ok\n" {
 		t.Errorf("/readyz = %q, want ok", got)
 	}
@@ -584,8 +587,7 @@ func TestDenyCacheMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		`rlcluster_decisions_total{outcome="denied",rule="inline"} 4`,
 		"rlcluster_deny_cache_hits_total 3",
 		"rlcluster_deny_cache_misses_total 2",
@@ -593,11 +595,7 @@ func TestDenyCacheMetrics(t *testing.T) {
 		"rlcluster_deny_cache_entries 1",
 		`rlcluster_store_mode{mode="local"} 1`,
 		"rlcluster_store_fallback_decisions_total 2",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+	)
 }
 
 func TestReadyChecks(t *testing.T) {
