@@ -509,21 +509,15 @@ func wantMetrics(t *testing.T, s *testServer, want ...string) string {
 	return body
 }
 
+// get GETs u and returns the body, failing t unless the status is
+// wantStatus.
 func get(t *testing.T, u string, wantStatus int) string {
 	t.Helper()
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
+	status, _, body := fwdAuth(t, u, nil)
+	if status != wantStatus {
+		t.Errorf("GET %s: status %d, want %d: %s", u, status, wantStatus, body)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	if resp.StatusCode != wantStatus {
-		t.Errorf("GET %s: status %d, want %d: %s", u, resp.StatusCode, wantStatus, b)
-	}
-	return string(b)
+	return body
 }
 
 func TestMetricsAndProbes(t *testing.T) {

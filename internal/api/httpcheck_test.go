@@ -34,7 +34,8 @@ func checkRules(t *testing.T) *rules.Set {
 }
 
 // fwdAuth sends one forward-auth request, as a proxy does: GET with the
-// client's headers, and returns the status, headers and body.
+// client's headers, and returns the status, headers and body. Every GET of
+// the tests goes through it.
 func fwdAuth(t *testing.T, url string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)

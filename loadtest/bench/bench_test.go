@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 )
 
 // TestMain lets the test binary serve as the harness's re-executed ceiling.
@@ -380,17 +380,11 @@ func TestOpenRate(t *testing.T) {
 	}
 }
 
-// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback.
+// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback, as
+// rlnode serves the API.
 func ceilingServer(t *testing.T) string {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(CeilingHandler())
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return apitest.Serve(t, CeilingHandler()).URL
 }
 
 func TestClientsAgainstCeiling(t *testing.T) {
