@@ -42,6 +42,25 @@ func wan(fn *FaultNetwork, regions []string, oneWay time.Duration) {
 	}
 }
 
+// lossyWAN starts two nodes in each of threeRegions over a fault network
+// (seeded with seed) with oneWay latency between regions and 5% loss.
+func lossyWAN(t *testing.T, seed uint64, oneWay time.Duration) *harness {
+	t.Helper()
+	fn := NewFaultNetwork(seed)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.05)
+	return newHarness(t, fn, threeRegions, 2)
+}
+
+// keyNames returns n keys named by format from 0 to n-1.
+func keyNames(format string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(format, i)
+	}
+	return keys
+}
+
 // transitAllowance is what a reconciliation needs on top of "one bucket
 // plus one flush" to travel: a TCP dial and a write through the fault
 // network (three one-way latencies) plus the merge, with slack for -race.
@@ -100,10 +119,7 @@ func TestConvergence(t *testing.T) {
 	h := newHarness(t, fn, threeRegions, 2)
 
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var keys []string
-	for i := range 20 {
-		keys = append(keys, fmt.Sprintf("tenant-%02d", i))
-	}
+	keys := keyNames("tenant-%02d", 20)
 	bytes0, wire0 := h.sentBytes(), h.wireBytes()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -189,10 +205,7 @@ func TestOverAdmission(t *testing.T) {
 			t.Fatalf("RLCLUSTER_OVERADMISSION=%q: %v", v, err)
 		}
 	}
-	fn := NewFaultNetwork(2)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 2, oneWay)
 	lim := window.Limit{Limit: L, Window: W}
 	key := "login:global"
 
@@ -264,15 +277,9 @@ func TestOverAdmission(t *testing.T) {
 // every bucket once traffic stops.
 func TestPartitionHeal(t *testing.T) {
 	const oneWay = 60 * time.Millisecond
-	fn := NewFaultNetwork(3)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 3, oneWay)
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var keys []string
-	for i := range 10 {
-		keys = append(keys, fmt.Sprintf("k%d", i))
-	}
+	keys := keyNames("k%d", 10)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	stats := map[string]*loadStats{}
@@ -287,8 +294,8 @@ func TestPartitionHeal(t *testing.T) {
 	for r, s := range stats {
 		before[r] = s.admitted.Load()
 	}
-	fn.Partition("us", "ap")
-	fn.Partition("us", "eu")
+	h.fn.Partition("us", "ap")
+	h.fn.Partition("us", "eu")
 	detect := waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
 		for _, tn := range h.nodes {
 			if tn.region == "us" {
@@ -306,7 +313,7 @@ func TestPartitionHeal(t *testing.T) {
 	for r, s := range stats {
 		during[r] = s.admitted.Load() - before[r]
 	}
-	fn.HealAll()
+	h.fn.HealAll()
 	healAt := time.Now()
 	bHeal := window.Bucket(healAt.UnixMilli(), lim.Window)
 	t.Logf("partition: us cut off for %v (ap/eu declared it dead after %v); decisions answered meanwhile: %v",
@@ -361,15 +368,9 @@ func TestPartitionHeal(t *testing.T) {
 // of them by touch notices), and every region converges on the truth.
 func TestKillNode(t *testing.T) {
 	const oneWay = 60 * time.Millisecond
-	fn := NewFaultNetwork(4)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 4, oneWay)
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var shared []string
-	for i := range 8 {
-		shared = append(shared, fmt.Sprintf("s%d", i))
-	}
+	shared := keyNames("s%d", 8)
 	victim := h.nodes[0] // ap-0
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
