@@ -78,7 +78,10 @@ type ReadyCheck struct {
 
 // Config configures a [Server]. Zero fields mean the documented default.
 type Config struct {
-	// Store decides requests. Required.
+	// Store decides requests. Required. A [region.Stack] (what
+	// [region.Open] returns) also gives /metrics its layers' metrics
+	// (Collectors) and /readyz its failover mode; a bare store gives
+	// neither.
 	Store region.Store
 	// Region is this node's region name; default "local".
 	Region string
