@@ -80,8 +80,9 @@ type ReadyCheck struct {
 type Config struct {
 	// Store decides requests. Required. A [region.Stack] (what
 	// [region.Open] returns) also gives /metrics its layers' metrics
-	// (Collectors) and /readyz its failover mode; a bare store gives
-	// neither.
+	// ([region.Stack.Collectors]); a store without Collectors, here or
+	// under an Unwrap, exports none. /readyz states the mode of a
+	// [region.Failover] found the same way.
 	Store region.Store
 	// Region is this node's region name; default "local".
 	Region string
