@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rlcluster/rlcluster/internal/api/apitest"
 )
 
 // TestMain lets the test binary serve as the harness's re-executed ceiling.
@@ -380,11 +380,17 @@ func TestOpenRate(t *testing.T) {
 	}
 }
 
-// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback, as
-// rlnode serves the API.
+// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback.
 func ceilingServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Serve(t, CeilingHandler()).URL
+	srv := httptest.NewUnstartedServer(CeilingHandler())
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func TestClientsAgainstCeiling(t *testing.T) {
