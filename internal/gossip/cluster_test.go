@@ -82,14 +82,7 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 				mine = append(mine, tn)
 			}
 		}
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
+		tick(stop, every, func(i int) bool {
 			tn := mine[i%len(mine)]
 			if tn.dead.Load() {
 				tn = mine[(i+1)%len(mine)]
@@ -101,8 +94,26 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 			} else if ok {
 				st.admitted.Add(1)
 			}
-		}
+			return true
+		})
 	}()
+}
+
+// tick calls f with 0, 1, 2, ... every d until stop is closed or f
+// returns false.
+func tick(stop <-chan struct{}, d time.Duration, f func(i int) bool) {
+	tk := time.NewTicker(d)
+	defer tk.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+		}
+		if !f(i) {
+			return
+		}
+	}
 }
 
 // TestConvergence: three regions of two nodes with 60 ms one-way latency, 5%
@@ -383,21 +394,15 @@ func TestKillNode(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tk := time.NewTicker(3 * time.Millisecond)
-		defer tk.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
+		tick(stop, 3*time.Millisecond, func(i int) bool {
 			if victim.dead.Load() {
-				return
+				return false
 			}
 			if _, err := h.hit(victim, fmt.Sprintf("solo%d", i%5), lim); err == nil {
 				solo.Add(1)
 			}
-		}
+			return true
+		})
 	}()
 	// Kill mid-bucket, after a bucket of traffic.
 	b0 := waitBucketStart(t, lim.Window)
