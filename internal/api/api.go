@@ -78,7 +78,11 @@ type ReadyCheck struct {
 
 // Config configures a [Server]. Zero fields mean the documented default.
 type Config struct {
-	// Store decides requests. Required.
+	// Store decides requests. Required. A [region.Stack] (what
+	// [region.Open] returns) also gives /metrics its layers' metrics
+	// ([region.Stack.Collectors]); a store without Collectors, here or
+	// under an Unwrap, exports none. /readyz states the mode of a
+	// [region.Failover] found the same way.
 	Store region.Store
 	// Region is this node's region name; default "local".
 	Region string
@@ -222,11 +226,9 @@ func NewHandler(cfg Config) (*Server, error) {
 		}
 		cfg.Gatherer = g
 	}
-	// A store that can decide while its primary is down ([region.Failover]),
-	// here or under a wrapper: /readyz states its mode and the
-	// rlcluster_store_* metrics export it.
-	storeStatus, _ := storeAs[StoreStatuser](cfg.Store)
-	if err := registerStoreMetrics(cfg.Registerer, cfg.Store, storeStatus); err != nil {
+	// The store's layers export their own metrics ([region.Stack.Collectors]),
+	// read once per scrape.
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{

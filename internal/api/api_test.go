@@ -27,6 +27,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -42,12 +43,13 @@ type testServer struct {
 	Reg   *prometheus.Registry
 }
 
-// newServer starts cfg's handler (with an in-memory store, a fixed clock at
-// t0 and a fresh registry unless cfg sets them) and stops it when t ends.
+// newServer starts cfg's handler (with the in-memory stack rlnode opens
+// without Redis, a fixed clock at t0 and a fresh registry unless cfg sets
+// them) and stops it when t ends.
 func newServer(t *testing.T, cfg api.Config) *testServer {
 	t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = region.NewMemory(region.MemoryConfig{Region: cfg.Region})
+		cfg.Store = openStack(t, region.Config{Region: cfg.Region})
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return t0 }
@@ -484,36 +486,38 @@ func TestStoreErrorIsUnavailable(t *testing.T) {
 			}
 		})
 	}
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		"rlcluster_store_errors_total 9",
 		`rlcluster_decisions_total{outcome="error",rule="inline"} 6`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+	)
 	if body := get(t, s.URL+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "connection refused") {
 		t.Errorf("/readyz = %q, want the store's error", body)
 	}
 	get(t, s.URL+"/healthz", http.StatusOK)
 }
 
+// wantMetrics fails t for each of want that s's /metrics lacks, and
+// returns the body.
+func wantMetrics(t *testing.T, s *testServer, want ...string) string {
+	t.Helper()
+	body := get(t, s.URL+"/metrics", http.StatusOK)
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %q:\n%s", w, grepLines(body, "rlcluster_"))
+		}
+	}
+	return body
+}
+
+// get GETs u and returns the body, failing t unless the status is
+// wantStatus.
 func get(t *testing.T, u string, wantStatus int) string {
 	t.Helper()
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
+	status, _, body := fwdAuth(t, u, nil)
+	if status != wantStatus {
+		t.Errorf("GET %s: status %d, want %d: %s", u, status, wantStatus, body)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	if resp.StatusCode != wantStatus {
-		t.Errorf("GET %s: status %d, want %d: %s", u, resp.StatusCode, wantStatus, b)
-	}
-	return string(b)
+	return body
 }
 
 func TestMetricsAndProbes(t *testing.T) {
@@ -529,8 +533,7 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Rule: "nope"}))
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(5, time.Minute)}))
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		`rlcluster_decisions_total{outcome="allowed",rule="r"} 1`,
 		`rlcluster_decisions_total{outcome="denied",rule="r"} 2`,
 		`rlcluster_decisions_total{outcome="error",rule="unknown"} 1`,
@@ -540,11 +543,7 @@ func TestMetricsAndProbes(t *testing.T) {
 		"rlcluster_keys_held 2",
 		"rlcluster_keys_evicted_total 0",
 		"rlcluster_store_errors_total 0",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+	)
 	if got := get(t, s.URL+"/readyz", http.StatusOK); got != "ok\n" {
 		t.Errorf("/readyz = %q, want ok", got)
 	}
@@ -553,8 +552,26 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
+// openStack opens the store cfg describes, as rlnode does, and closes it
+// when t ends.
+func openStack(t *testing.T, cfg region.Config) *region.Stack {
+	t.Helper()
+	s, err := region.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("region.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestDenyCacheMetrics: /metrics exports the layers of the stack it is
+// given, here a deny cache in front of a failover whose Redis is down (the
+// stack's own metrics are tested in region's TestStackCollectors).
 func TestDenyCacheMetrics(t *testing.T) {
-	store := region.NewDenyCache(region.NewMemory(region.MemoryConfig{}), region.DenyCacheConfig{})
+	srv := redistest.Start(t)
+	srv.Stop()
+	store := openStack(t, region.Config{Redis: region.RedisConfig{URL: srv.URL()},
+		Failover: region.FailoverConfig{ProbeMin: time.Hour}, DenyCache: &region.DenyCacheConfig{}})
 	s := newServer(t, api.Config{Store: store})
 	c := s.client(t, false)
 	ctx := context.Background()
@@ -564,18 +581,15 @@ func TestDenyCacheMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	body := get(t, s.URL+"/metrics", http.StatusOK)
-	for _, want := range []string{
+	wantMetrics(t, s,
 		`rlcluster_decisions_total{outcome="denied",rule="inline"} 4`,
 		"rlcluster_deny_cache_hits_total 3",
 		"rlcluster_deny_cache_misses_total 2",
 		"rlcluster_deny_cache_evictions_total 0",
 		"rlcluster_deny_cache_entries 1",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
+		`rlcluster_store_mode{mode="local"} 1`,
+		"rlcluster_store_fallback_decisions_total 2",
+	)
 }
 
 func TestReadyChecks(t *testing.T) {

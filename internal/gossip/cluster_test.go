@@ -42,6 +42,25 @@ func wan(fn *FaultNetwork, regions []string, oneWay time.Duration) {
 	}
 }
 
+// lossyWAN starts two nodes in each of threeRegions over a fault network
+// (seeded with seed) with oneWay latency between regions and 5% loss.
+func lossyWAN(t *testing.T, seed uint64, oneWay time.Duration) *harness {
+	t.Helper()
+	fn := NewFaultNetwork(seed)
+	wan(fn, threeRegions, oneWay)
+	fn.SetLoss(0.05)
+	return newHarness(t, fn, threeRegions, 2)
+}
+
+// keyNames returns n keys named by format from 0 to n-1.
+func keyNames(format string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(format, i)
+	}
+	return keys
+}
+
 // transitAllowance is what a reconciliation needs on top of "one bucket
 // plus one flush" to travel: a TCP dial and a write through the fault
 // network (three one-way latencies) plus the merge, with slack for -race.
@@ -63,14 +82,7 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 				mine = append(mine, tn)
 			}
 		}
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
+		tick(stop, every, func(i int) bool {
 			tn := mine[i%len(mine)]
 			if tn.dead.Load() {
 				tn = mine[(i+1)%len(mine)]
@@ -82,8 +94,26 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 			} else if ok {
 				st.admitted.Add(1)
 			}
-		}
+			return true
+		})
 	}()
+}
+
+// tick calls f with 0, 1, 2, ... every d until stop is closed or f
+// returns false.
+func tick(stop <-chan struct{}, d time.Duration, f func(i int) bool) {
+	tk := time.NewTicker(d)
+	defer tk.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+		}
+		if !f(i) {
+			return
+		}
+	}
 }
 
 // TestConvergence: three regions of two nodes with 60 ms one-way latency, 5%
@@ -100,10 +130,7 @@ func TestConvergence(t *testing.T) {
 	h := newHarness(t, fn, threeRegions, 2)
 
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var keys []string
-	for i := range 20 {
-		keys = append(keys, fmt.Sprintf("tenant-%02d", i))
-	}
+	keys := keyNames("tenant-%02d", 20)
 	bytes0, wire0 := h.sentBytes(), h.wireBytes()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -189,10 +216,7 @@ func TestOverAdmission(t *testing.T) {
 			t.Fatalf("RLCLUSTER_OVERADMISSION=%q: %v", v, err)
 		}
 	}
-	fn := NewFaultNetwork(2)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 2, oneWay)
 	lim := window.Limit{Limit: L, Window: W}
 	key := "login:global"
 
@@ -264,15 +288,9 @@ func TestOverAdmission(t *testing.T) {
 // every bucket once traffic stops.
 func TestPartitionHeal(t *testing.T) {
 	const oneWay = 60 * time.Millisecond
-	fn := NewFaultNetwork(3)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 3, oneWay)
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var keys []string
-	for i := range 10 {
-		keys = append(keys, fmt.Sprintf("k%d", i))
-	}
+	keys := keyNames("k%d", 10)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	stats := map[string]*loadStats{}
@@ -287,8 +305,8 @@ func TestPartitionHeal(t *testing.T) {
 	for r, s := range stats {
 		before[r] = s.admitted.Load()
 	}
-	fn.Partition("us", "ap")
-	fn.Partition("us", "eu")
+	h.fn.Partition("us", "ap")
+	h.fn.Partition("us", "eu")
 	detect := waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
 		for _, tn := range h.nodes {
 			if tn.region == "us" {
@@ -306,7 +324,7 @@ func TestPartitionHeal(t *testing.T) {
 	for r, s := range stats {
 		during[r] = s.admitted.Load() - before[r]
 	}
-	fn.HealAll()
+	h.fn.HealAll()
 	healAt := time.Now()
 	bHeal := window.Bucket(healAt.UnixMilli(), lim.Window)
 	t.Logf("partition: us cut off for %v (ap/eu declared it dead after %v); decisions answered meanwhile: %v",
@@ -361,15 +379,9 @@ func TestPartitionHeal(t *testing.T) {
 // of them by touch notices), and every region converges on the truth.
 func TestKillNode(t *testing.T) {
 	const oneWay = 60 * time.Millisecond
-	fn := NewFaultNetwork(4)
-	wan(fn, threeRegions, oneWay)
-	fn.SetLoss(0.05)
-	h := newHarness(t, fn, threeRegions, 2)
+	h := lossyWAN(t, 4, oneWay)
 	lim := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var shared []string
-	for i := range 8 {
-		shared = append(shared, fmt.Sprintf("s%d", i))
-	}
+	shared := keyNames("s%d", 8)
 	victim := h.nodes[0] // ap-0
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -382,21 +394,15 @@ func TestKillNode(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tk := time.NewTicker(3 * time.Millisecond)
-		defer tk.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
+		tick(stop, 3*time.Millisecond, func(i int) bool {
 			if victim.dead.Load() {
-				return
+				return false
 			}
 			if _, err := h.hit(victim, fmt.Sprintf("solo%d", i%5), lim); err == nil {
 				solo.Add(1)
 			}
-		}
+			return true
+		})
 	}()
 	// Kill mid-bucket, after a bucket of traffic.
 	b0 := waitBucketStart(t, lim.Window)

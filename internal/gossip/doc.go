@@ -81,6 +81,22 @@
 // unreachable seed) is not ready. A region that was joined and is cut off
 // later stays ready: it keeps deciding from what it knows.
 //
-// See wire.go for the wire format and fault.go for the fault-injecting
-// transport used by tests and demos.
+// # Files
+//
+//	node.go        Node: New, Listen, Close, broadcasting to a region
+//	config.go      Config and its defaults
+//	membership.go  the join and reconnect loops, members, readiness, clocks
+//	delegate.go    memberlist's callbacks: metadata, messages, events
+//	flush.go       Dirty, and sending the dirty totals every FlushInterval
+//	receive.go     the merge loop: validating and max-merging received totals
+//	reconcile.go   exchanging a closed bucket's full vector
+//	route.go       which node of a region owns a key (rendezvous hashing)
+//	wire.go        the wire format
+//	keyring.go     encryption keys and their rotation
+//	metrics.go     the Node's Prometheus metrics
+//	log.go         memberlist's log lines into slog
+//	fault.go       FaultNetwork, the fault-injecting transport for tests and demos
+//
+// The design, with the invariants above, is in the repository's
+// docs/design.md.
 package gossip

@@ -303,12 +303,6 @@ func (f *Failover) FallbackRegion() string { return f.fbRegion }
 // Fallback returns the in-memory fallback store.
 func (f *Failover) Fallback() *Memory { return f.fallback }
 
-// Keys returns the number of keys the fallback holds.
-func (f *Failover) Keys() int { return f.fallback.Keys() }
-
-// Evictions returns how many keys the fallback evicted.
-func (f *Failover) Evictions() uint64 { return f.fallback.Evictions() }
-
 // Status returns a snapshot of the mode and counters.
 func (f *Failover) Status() FailoverStatus {
 	f.mu.Lock()

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The seeds' worked examples, exactly as DESIGN.md states them.
+// The worked examples of docs/design.md's sliding window counter section,
+// with the figures it states, and a few more of the same kind.
 func TestDecideCounterSeeds(t *testing.T) {
 	t.Parallel()
 	const minute = 60_000

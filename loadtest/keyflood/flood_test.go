@@ -9,7 +9,7 @@ import (
 // TestFloodBounded is the CI-sized flood: 100,000 distinct keys against a
 // node with --max-keys 10000. The store must hold at most 10,000 keys and
 // count every other key as evicted; no call may fail. The node's memory is
-// logged, not asserted (the README has the 1M-key figure).
+// logged, not asserted (docs/operations.md has the 1M-key figure).
 func TestFloodBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and floods an rlnode")
