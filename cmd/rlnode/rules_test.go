@@ -236,3 +236,17 @@ func TestParseConfigRulesFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRunInvalidRules: invalid rules stop the node at start with every
+// problem, each by file, line, rule and field.
+func TestRunInvalidRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeAtomic(t, path, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algorithm: leaky\n  - name: api\n    limit: 0\n    window: 1m\n")
+	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
+	want := "rules " + path + ": 2 problems:\n" +
+		path + `:5: rule 1 (login): algorithm: "leaky" is not sliding_window, fixed_window, token_bucket or sliding_log` + "\n" +
+		path + ":7: rule 2 (api): limit: must be from 1 to 2^53, got 0"
+	if err == nil || err.Error() != want {
+		t.Errorf("run = %v, want:\n%s", err, want)
+	}
+}
