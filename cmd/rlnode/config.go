@@ -40,6 +40,7 @@ type config struct {
 	MaxKeys             int
 	MaxKeyBytes         int
 	DenyCacheKeys       int
+	MaxConnections      int
 	ShutdownTimeout     time.Duration
 
 	// Bounds on input (see api.Config).
@@ -103,6 +104,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
+	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most API connections open at once (`count`); more clients wait in the listen backlog until one closes; 0: no cap")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
@@ -255,6 +257,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		if m.max != 0 && m.got > m.max {
 			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
 		}
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
 	}
 	if c.DenyCacheKeys < 0 {
 		errs = append(errs, fmt.Errorf("--deny-cache-keys: %d, want 0 (off) or more", c.DenyCacheKeys))

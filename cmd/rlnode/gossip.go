@@ -74,7 +74,8 @@ func loopbackHost(h string) bool {
 func gossipReady(n *gossip.Node) api.ReadyCheck {
 	return api.ReadyCheck{Name: "gossip", Check: func(context.Context) error {
 		if err := n.Ready(); err != nil {
-			return fmt.Errorf("%w: check --join and --gossip-key", err)
+			// The check's name already says "gossip: ": no second one.
+			return fmt.Errorf("%s: check --join and --gossip-key", strings.TrimPrefix(err.Error(), "gossip: "))
 		}
 		return nil
 	}}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
@@ -86,6 +87,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	if c.MaxConnections > 0 {
+		ln = netutil.LimitListener(ln, c.MaxConnections)
+	}
 
 	// Gossip starts before the API serves, so that the first admitted
 	// decision already has somewhere to go; joining happens in the

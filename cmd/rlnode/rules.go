@@ -30,7 +30,8 @@ func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*rules.Re
 		Registerer: reg,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rules %s:\n%w", c.Rules, err)
+		n := strings.Count(err.Error(), "\n") + 1
+		return nil, fmt.Errorf("rules %s: %d %s:\n%w", c.Rules, n, plural(n, "problem", "problems"), err)
 	}
 	log.Info("rules loaded", "path", c.Rules, "rules", rl.Rules().Summary())
 	return rl, nil

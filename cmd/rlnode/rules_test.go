@@ -191,10 +191,21 @@ func TestValidate(t *testing.T) {
 	if !errors.Is(err, errInvalidRules) || !strings.Contains(err.Error(), bad+": 3 problems") {
 		t.Errorf("validate bad = %v, want 3 problems", err)
 	}
-	for _, want := range []string{`"fortnight" is not second`, "descriptors[1].key: required", `"year" is not supported`} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("validate's output lacks %q:\n%s", want, errOut.String())
-		}
+	if got, want := errOut.String(), bad+`:4: domain "edge": descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day or week
+`+bad+`:5: domain "edge": descriptors[1].key: required
+`+bad+`:7: domain "edge": descriptors[2].rate_limit.unit: "year" is not supported: windows are at most a week (use second, minute, hour, day or week)
+`; got != want {
+		t.Errorf("validate printed:\n%s\nwant:\n%s", got, want)
+	}
+	// Native rules: the rule's number and name, the field as spelled.
+	native := filepath.Join(dir, "native.yaml")
+	writeAtomic(t, native, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n  - name: api\n    limit: 5\n    window: 1m\n    algorithm: leaky\n")
+	errOut.Reset()
+	err = run(context.Background(), []string{"validate", "--rules", native}, env(nil), io.Discard, &errOut)
+	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm or shadow_mode)
+`+native+`:9: rule 2 (api): algorithm: "leaky" is not sliding_window, fixed_window, token_bucket or sliding_log
+`; !errors.Is(err, errInvalidRules) || got != want {
+		t.Errorf("validate = %v, printed:\n%s\nwant:\n%s", err, got, want)
 	}
 	if err := run(context.Background(), []string{"validate"}, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--rules is required") {
 		t.Errorf("validate without --rules = %v", err)
@@ -223,5 +234,19 @@ func TestParseConfigRulesFlags(t *testing.T) {
 		if _, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestRunInvalidRules: invalid rules stop the node at start with every
+// problem, each by file, line, rule and field.
+func TestRunInvalidRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeAtomic(t, path, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algorithm: leaky\n  - name: api\n    limit: 0\n    window: 1m\n")
+	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
+	want := "rules " + path + ": 2 problems:\n" +
+		path + `:5: rule 1 (login): algorithm: "leaky" is not sliding_window, fixed_window, token_bucket or sliding_log` + "\n" +
+		path + ":7: rule 2 (api): limit: must be from 1 to 2^53, got 0"
+	if err == nil || err.Error() != want {
+		t.Errorf("run = %v, want:\n%s", err, want)
 	}
 }

@@ -114,6 +114,9 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 	load := func() ([]string, error) {
 		var toks []string
 		if c.AuthToken != "" {
+			if err := auth.CheckEntry(c.AuthToken); err != nil {
+				return nil, fmt.Errorf("%s: %w", authTokenEnv, err)
+			}
 			toks = append(toks, c.AuthToken)
 		}
 		if c.AuthTokenFile != "" {
@@ -121,14 +124,19 @@ func authTokens(c config, sec *secrets, rl *reloaders, reg prometheus.Registerer
 			if err != nil {
 				return nil, fmt.Errorf("read --auth-token-file: %w", err)
 			}
-			fromFile := auth.ParseTokens(b)
-			for _, e := range fromFile {
-				sec.add(auth.Token(e))
+			fromFile := auth.ParseTokenLines(b)
+			for _, l := range fromFile {
+				sec.add(auth.Token(l.Entry))
 			}
 			if len(fromFile) == 0 {
 				return nil, fmt.Errorf("--auth-token-file %s: no token in it", c.AuthTokenFile)
 			}
-			toks = append(toks, fromFile...)
+			for _, l := range fromFile {
+				if err := auth.CheckEntry(l.Entry); err != nil {
+					return nil, fmt.Errorf("--auth-token-file %s:%d: %w", c.AuthTokenFile, l.Line, err)
+				}
+				toks = append(toks, l.Entry)
+			}
 		}
 		return toks, nil
 	}

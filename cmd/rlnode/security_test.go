@@ -426,3 +426,38 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestAuthTokenProblemsNamed: a token that will not do is told by where
+// it came from, the environment variable or the file's line, never by its
+// value.
+func TestAuthTokenProblemsNamed(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("# callers\n\nfile-token-0123456789\nsecret-but-short\tx\nabc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{authTokenEnv: "abc"}, "RLNODE_AUTH_TOKEN: 3 bytes, want at least 16"},
+		{nil, map[string]string{authTokenEnv: "env-token-0123456789 rules="}, "RLNODE_AUTH_TOKEN: rules=: an empty entry"},
+		{[]string{"--auth-token-file", file}, nil, "--auth-token-file " + file + ":4: word 2 is not rules=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)"},
+	} {
+		err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, tc.args...), env(tc.env), io.Discard, io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("run(%q, %v) = %v, want %q", tc.args, tc.env, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "abc") {
+			t.Errorf("the error repeats the token: %v", err)
+		}
+	}
+	if err := os.WriteFile(file, []byte("file-token-0123456789\n# short:\nabc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--auth-token-file", file}, env(nil), io.Discard, io.Discard)
+	if want := "--auth-token-file " + file + ":3: 3 bytes, want at least 16"; err == nil || err.Error() != want {
+		t.Errorf("run = %v, want %q", err, want)
+	}
+}

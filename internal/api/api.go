@@ -280,7 +280,7 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Replicator != nil {
 		ages = cfg.Replicator.Ages
 	}
-	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages})
+	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready})
 	s.mux.HandleFunc("GET /{$}", sp.ServePage)
 	s.mux.HandleFunc("GET /status.json", sp.ServeJSON)
 	return s, nil

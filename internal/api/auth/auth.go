@@ -66,21 +66,43 @@ func (t *Tokens) Set(entries []string) error {
 	ts := &tokenSet{}
 	for i, e := range entries {
 		tok, sc, err := parseEntry(e)
+		if err == nil {
+			err = CheckToken(tok)
+		}
 		if err != nil {
 			return fmt.Errorf("auth: token %d: %w", i+1, err)
-		}
-		if len(tok) < MinTokenBytes {
-			return fmt.Errorf("auth: token %d: %d bytes, want at least %d", i+1, len(tok), MinTokenBytes)
-		}
-		for _, c := range []byte(tok) {
-			if c <= ' ' || c > '~' {
-				return fmt.Errorf("auth: token %d: must be visible ASCII without spaces", i+1)
-			}
 		}
 		ts.digests = append(ts.digests, sha256.Sum256([]byte(tok)))
 		ts.scopes = append(ts.scopes, sc)
 	}
 	t.set.Store(ts)
+	return nil
+}
+
+// CheckEntry explains why entry (a token, optionally followed by its
+// [Scope]) is not acceptable, or returns nil. The error names neither the
+// token nor where it came from: callers add that ("RLNODE_AUTH_TOKEN: ",
+// "tokens.txt:3: ").
+func CheckEntry(entry string) error {
+	tok, _, err := parseEntry(entry)
+	if err != nil {
+		return err
+	}
+	return CheckToken(tok)
+}
+
+// CheckToken explains why tok is not acceptable as a bearer token (fewer
+// than MinTokenBytes bytes, or not visible ASCII), or returns nil. Like
+// CheckEntry, it never repeats the token.
+func CheckToken(tok string) error {
+	if len(tok) < MinTokenBytes {
+		return fmt.Errorf("%d bytes, want at least %d", len(tok), MinTokenBytes)
+	}
+	for _, c := range []byte(tok) {
+		if c <= ' ' || c > '~' {
+			return errors.New("must be visible ASCII without spaces")
+		}
+	}
 	return nil
 }
 
@@ -128,13 +150,29 @@ func (t *Tokens) Lookup(tok string) (*Scope, bool) {
 // starting with # are skipped; surrounding spaces are trimmed.
 func ParseTokens(b []byte) []string {
 	var out []string
+	for _, l := range ParseTokenLines(b) {
+		out = append(out, l.Entry)
+	}
+	return out
+}
+
+// TokenLine is one entry of a token file and the line (from 1) it is on.
+type TokenLine struct {
+	Line  int
+	Entry string
+}
+
+// ParseTokenLines is [ParseTokens], keeping each entry's line so that a
+// problem can be told by where it is in the file.
+func ParseTokenLines(b []byte) []TokenLine {
+	var out []TokenLine
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		out = append(out, line)
+		out = append(out, TokenLine{Line: n, Entry: line})
 	}
 	return out
 }

@@ -258,3 +258,21 @@ func BenchmarkTokensValid(b *testing.B) {
 		})
 	}
 }
+
+func TestCheckEntry(t *testing.T) {
+	for _, tc := range []struct{ entry, want string }{
+		{"abc", "3 bytes, want at least 16"},
+		{"0123456789abcdef", ""},
+		{"0123456789abcdef rules=a", ""},
+		{"0123456789abcde\x7f", "must be visible ASCII without spaces"},
+		{"0123456789abcdef rules=", "rules=: an empty entry"},
+	} {
+		err := auth.CheckEntry(tc.entry)
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("CheckEntry(%q) = %v, want %q", tc.entry, err, tc.want)
+		}
+	}
+	if got, want := auth.ParseTokenLines([]byte("# c\n\n  tok-a  \ntok-b rules=x\n")), []auth.TokenLine{{3, "tok-a"}, {4, "tok-b rules=x"}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ParseTokenLines = %v, want %v", got, want)
+	}
+}

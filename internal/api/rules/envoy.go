@@ -134,115 +134,108 @@ func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 
 // envoyDescriptorYAML is one entry of a descriptors list.
 type envoyDescriptorYAML struct {
-	Key            string                `yaml:"key"`
-	Value          string                `yaml:"value"`
-	RateLimit      *envoyRateLimitYAML   `yaml:"rate_limit"`
-	ShadowMode     bool                  `yaml:"shadow_mode"`
-	DetailedMetric bool                  `yaml:"detailed_metric"` // accepted; metrics only
-	ValueToMetric  bool                  `yaml:"value_to_metric"` // accepted; metrics only
-	Descriptors    []envoyDescriptorYAML `yaml:"descriptors"`
+	Key            string
+	Value          string
+	RateLimit      *envoyRateLimitYAML
+	ShadowMode     bool
+	DetailedMetric bool // accepted; metrics only
+	ValueToMetric  bool // accepted; metrics only
+	Descriptors    []envoyDescriptorYAML
 
-	line    int
-	unknown []string
+	line  int
+	probs []fieldProblem
 }
 
 type envoyRateLimitYAML struct {
-	Unit            string             `yaml:"unit"`
-	RequestsPerUnit uint64             `yaml:"requests_per_unit"`
-	Unlimited       bool               `yaml:"unlimited"`
-	Name            string             `yaml:"name"`
-	Replaces        []envoyReplaceYAML `yaml:"replaces"`
-	Algorithm       string             `yaml:"algorithm"`
+	Unit            string
+	RequestsPerUnit uint64
+	Unlimited       bool
+	Name            string
+	Replaces        []envoyReplaceYAML
+	Algorithm       string
 
-	line    int
-	unknown []string
+	line  int
+	lines map[string]int // line of each field present
+	probs []fieldProblem
+}
+
+// lineOf returns the line of field f, or of the rate_limit when f is
+// absent.
+func (r *envoyRateLimitYAML) lineOf(f string) int {
+	if l, ok := r.lines[f]; ok {
+		return l
+	}
+	return r.line
 }
 
 type envoyReplaceYAML struct {
-	Name string `yaml:"name"`
+	Name string
 
-	line    int
-	unknown []string
+	line  int
+	probs []fieldProblem
 }
 
-// unknownKeys lists the keys of mapping n that are not in allowed, with
-// their lines. yaml.v3 does not pass KnownFields to custom unmarshalers,
-// so the envoy types check their keys themselves.
-func unknownKeys(n *yaml.Node, allowed ...string) []string {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	var out []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		ok := false
-		for _, a := range allowed {
-			if k.Value == a {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			out = append(out, fmt.Sprintf("line %d: unknown field %q (want one of %s)", k.Line, k.Value, strings.Join(allowed, ", ")))
-		}
-	}
-	return out
-}
+// The envoy types decode their fields one by one (see decodeFields), so
+// that every problem names its field and line; they never fail.
 
 func (d *envoyDescriptorYAML) UnmarshalYAML(n *yaml.Node) error {
-	type plain envoyDescriptorYAML
-	if err := n.Decode((*plain)(d)); err != nil {
-		return err
-	}
 	d.line = n.Line
-	d.unknown = unknownKeys(n, "key", "value", "rate_limit", "shadow_mode", "detailed_metric", "value_to_metric", "descriptors")
+	d.probs = decodeFields(n, nil,
+		field{"key", &d.Key}, field{"value", &d.Value}, field{"rate_limit", &d.RateLimit},
+		field{"shadow_mode", &d.ShadowMode}, field{"detailed_metric", &d.DetailedMetric},
+		field{"value_to_metric", &d.ValueToMetric}, field{"descriptors", &d.Descriptors})
 	return nil
 }
 
 func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
-	type plain envoyRateLimitYAML
-	if err := n.Decode((*plain)(r)); err != nil {
-		return err
-	}
 	r.line = n.Line
-	r.unknown = unknownKeys(n, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm")
+	r.lines = map[string]int{}
+	r.probs = decodeFields(n, r.lines,
+		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
+		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm})
 	return nil
 }
 
 func (r *envoyReplaceYAML) UnmarshalYAML(n *yaml.Node) error {
-	type plain envoyReplaceYAML
-	if err := n.Decode((*plain)(r)); err != nil {
-		return err
-	}
 	r.line = n.Line
-	r.unknown = unknownKeys(n, "name")
+	r.probs = decodeFields(n, nil, field{"name", &r.Name})
 	return nil
+}
+
+// problem is one problem found in a domain: its line and what is wrong,
+// the field named by its path ("descriptors[0].rate_limit.unit: ...").
+type problem struct {
+	line int
+	msg  string
 }
 
 // buildDomain checks an envoy-format domain and builds its tree. It
 // returns every problem found, each naming the field and its line.
-func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*Domain, []string) {
+func buildDomain(name string, line int, descs []envoyDescriptorYAML) (*Domain, []problem) {
 	d := &Domain{name: name}
-	var bad []string
+	var bad []problem
 	if name == "" {
-		bad = append(bad, fmt.Sprintf("line %d: domain: required", line))
+		bad = append(bad, problem{line, "domain: required"})
 	}
 	d.root.children = make(map[descKey]*descNode)
 	d.buildLevel(&d.root, descs, "descriptors", name, &bad)
+	sort.SliceStable(bad, func(i, j int) bool { return bad[i].line < bad[j].line })
 	return d, bad
 }
 
-func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path, stat string, bad *[]string) {
+func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path, stat string, bad *[]problem) {
 	for i, y := range descs {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		at := func(line int, field, format string, args ...any) {
-			*bad = append(*bad, fmt.Sprintf("line %d: %s%s: %s", line, p, field, fmt.Sprintf(format, args...)))
+			*bad = append(*bad, problem{line, fmt.Sprintf("%s%s: %s", p, field, fmt.Sprintf(format, args...))})
 		}
-		for _, u := range y.unknown {
-			*bad = append(*bad, u+" in "+p)
+		for _, u := range y.probs {
+			*bad = append(*bad, problem{u.line, u.text(p)})
 		}
 		if y.Key == "" {
-			at(y.line, ".key", "required")
+			if !hasProblem(y.probs, "key") {
+				at(y.line, ".key", "required")
+			}
 			continue
 		}
 		s := stat + "." + y.Key
@@ -265,16 +258,20 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			parent.children[k] = n
 		}
 		if rl := y.RateLimit; rl != nil {
-			for _, u := range rl.unknown {
-				*bad = append(*bad, u+" in "+p+".rate_limit")
+			rp := p + ".rate_limit"
+			ok := len(rl.probs) == 0
+			for _, u := range rl.probs {
+				*bad = append(*bad, problem{u.line, u.text(rp)})
 			}
 			lim := &EnvoyLimit{Stat: s, Name: rl.Name, Unlimited: rl.Unlimited, Shadow: y.ShadowMode}
-			ok := true
 			for j, r := range rl.Replaces {
-				for _, u := range r.unknown {
-					*bad = append(*bad, u+fmt.Sprintf(" in %s.rate_limit.replaces[%d]", p, j))
+				rep := fmt.Sprintf("%s.replaces[%d]", rp, j)
+				for _, u := range r.probs {
+					*bad = append(*bad, problem{u.line, u.text(rep)})
+					ok = false
 				}
 				switch {
+				case hasProblem(r.probs, "name"):
 				case r.Name == "":
 					at(r.line, fmt.Sprintf(".rate_limit.replaces[%d].name", j), "required")
 					ok = false
@@ -286,27 +283,29 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				}
 			}
 			algo, err := window.ParseAlgorithm(rl.Algorithm)
-			if err != nil {
-				at(rl.line, ".rate_limit.algorithm", "%v", err)
+			if err != nil && !hasProblem(rl.probs, "algorithm") {
+				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
 			}
 			u, known := envoyUnits[strings.ToUpper(rl.Unit)]
 			switch {
+			case hasProblem(rl.probs, "unit") || hasProblem(rl.probs, "requests_per_unit"):
+				ok = false
 			case rl.Unlimited && rl.Unit != "":
-				at(rl.line, ".rate_limit.unit", "must not be set when unlimited is true")
+				at(rl.lineOf("unit"), ".rate_limit.unit", "must not be set when unlimited is true")
 				ok = false
 			case rl.Unlimited:
 			case rl.Unit == "":
-				at(rl.line, ".rate_limit.unit", "required (second, minute, hour, day or week)")
+				at(rl.lineOf("unit"), ".rate_limit.unit", "required (second, minute, hour, day or week)")
 				ok = false
 			case strings.EqualFold(rl.Unit, "month") || strings.EqualFold(rl.Unit, "year"):
-				at(rl.line, ".rate_limit.unit", "%q is not supported: windows are at most a week (use second, minute, hour, day or week)", rl.Unit)
+				at(rl.lineOf("unit"), ".rate_limit.unit", "%q is not supported: windows are at most a week (use second, minute, hour, day or week)", rl.Unit)
 				ok = false
 			case !known:
-				at(rl.line, ".rate_limit.unit", "%q is not second, minute, hour, day or week", rl.Unit)
+				at(rl.lineOf("unit"), ".rate_limit.unit", "%q is not second, minute, hour, day or week", rl.Unit)
 				ok = false
 			case rl.RequestsPerUnit > window.MaxLimit:
-				at(rl.line, ".rate_limit.requests_per_unit", "must be at most 2^53, got %d", rl.RequestsPerUnit)
+				at(rl.lineOf("requests_per_unit"), ".rate_limit.requests_per_unit", "must be at most 2^53, got %d", rl.RequestsPerUnit)
 				ok = false
 			default:
 				lim.Unit = u.unit

@@ -142,7 +142,7 @@ func testReloadNativeAddsFile(t *testing.T) {
 	// A duplicate name across files is rejected; both stay.
 	writeRules(t, filepath.Join(dir, "c.yaml"), "rules:\n  - name: a\n    limit: 3\n    window: 1m\n")
 	err = rl.Reload(got.Store)
-	if err == nil || !strings.Contains(err.Error(), "c.yaml: rule 0 (a): name: duplicate of rule 0 in "+filepath.Join(dir, "a.yaml")) {
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:2: rule 1 (a): name: \"a\" is already the name of rule 1 at "+filepath.Join(dir, "a.yaml")+":2") {
 		t.Errorf("Reload = %v, want the duplicate named", err)
 	}
 	if r, _ := got.Load().Lookup("a"); r.Limit.Limit != 1 {

@@ -5,14 +5,13 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,8 +128,7 @@ func CheckName(name string) error {
 	return nil
 }
 
-// ruleFile is a rules file: native rules, or one envoyproxy/ratelimit
-// domain (see envoy.go), not both.
+// ruleYAML is one native rule of a rules file:
 //
 //	rules:
 //	  - name: api-per-user
@@ -138,18 +136,15 @@ func CheckName(name string) error {
 //	    window: 1m
 //	    algorithm: sliding_window   # optional
 //	    shadow_mode: false          # optional
-type ruleFile struct {
-	Rules       []ruleYAML            `yaml:"rules"`
-	Domain      string                `yaml:"domain"`
-	Descriptors []envoyDescriptorYAML `yaml:"descriptors"`
-}
-
+//
+// A file holds native rules or one envoyproxy/ratelimit domain (see
+// envoy.go), not both.
 type ruleYAML struct {
-	Name       string `yaml:"name"`
-	Limit      uint64 `yaml:"limit"`
-	Window     string `yaml:"window"`
-	Algorithm  string `yaml:"algorithm"`
-	ShadowMode bool   `yaml:"shadow_mode"`
+	Name       string
+	Limit      uint64
+	Window     string
+	Algorithm  string
+	ShadowMode bool
 }
 
 // Load reads rules from path: a YAML file, or a directory whose
@@ -249,105 +244,299 @@ func newRulesBuilder() *rulesBuilder {
 	}
 }
 
-// add parses one file's bytes; file prefixes its problems ("" for none).
+// add parses one file's bytes; file names it in problems ("" for none).
+// Each problem starts with where it is (file:line, or "line N" without a
+// file) and names the rule or descriptor and the field as the file spells
+// them.
 func (rb *rulesBuilder) add(file string, b []byte) {
-	prefix := ""
-	if file != "" {
-		prefix = file + ": "
+	at := func(line int, format string, args ...any) {
+		rb.errs = append(rb.errs, fmt.Errorf("%s: %s", location(file, line), fmt.Sprintf(format, args...)))
 	}
-	fail := func(format string, args ...any) {
-		rb.errs = append(rb.errs, fmt.Errorf("%s%s", prefix, fmt.Sprintf(format, args...)))
-	}
-	var f ruleFile
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
-		fail("parse rules: %v", err)
-		return
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			fail("parse rules: %v", err)
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		var line int
+		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
+			at(line, "not valid YAML: %s", strings.TrimSpace(msg[strings.Index(msg, ":")+1:]))
 			return
 		}
-		for _, e := range te.Errors {
-			fail("%s", e)
+		if file == "" {
+			file = "rules"
 		}
-	}
-	envoy := f.Domain != "" || f.Descriptors != nil
-	if envoy && f.Rules != nil {
-		fail("a file holds native rules or one envoy domain, not both (put them in separate files)")
+		rb.errs = append(rb.errs, fmt.Errorf("%s: not valid YAML: %s", file, msg))
 		return
 	}
-	if envoy {
-		line := 1
-		if len(root.Content) > 0 {
-			line = root.Content[0].Line
-			if m := root.Content[0]; m.Kind == yaml.MappingNode {
-				for i := 0; i+1 < len(m.Content); i += 2 {
-					if m.Content[i].Value == "domain" {
-						line = m.Content[i].Line
-					}
-				}
-			}
-		}
-		d, bad := buildDomain(f.Domain, line, f.Descriptors)
-		for _, p := range bad {
-			fail("domain %q: %s", f.Domain, p)
-		}
-		if f.Domain != "" {
-			if src, dup := rb.domSrc[f.Domain]; dup {
-				fail("domain %q: duplicate of the domain in %s", f.Domain, src)
-			} else if len(bad) == 0 {
-				rb.domains[f.Domain] = d
-				rb.domSrc[f.Domain] = orStdin(file)
-			}
-		}
+	if len(root.Content) == 0 {
+		return // an empty file: no rules
+	}
+	top := root.Content[0]
+	const topWant = "rules, or domain and descriptors"
+	if top.Kind != yaml.MappingNode {
+		at(top.Line, "want a mapping with %s", topWant)
 		return
 	}
-	for i, y := range f.Rules {
-		label := fmt.Sprintf("rule %d", i)
-		if y.Name != "" {
-			label = fmt.Sprintf("rule %d (%s)", i, y.Name)
+	var rulesNode, domainKey, domainNode, descsNode *yaml.Node
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		switch k.Value {
+		case "rules":
+			rulesNode = v
+		case "domain":
+			domainKey, domainNode = k, v
+		case "descriptors":
+			descsNode = v
+		default:
+			at(k.Line, "unknown field %q (want %s)", k.Value, topWant)
 		}
-		var bad []string
-		if y.Name == "" {
-			bad = append(bad, "name: required")
-		} else if err := CheckName(y.Name); err != nil {
-			bad = append(bad, "name: "+err.Error())
-		} else if src, dup := rb.ruleSrc[y.Name]; dup {
-			bad = append(bad, "name: duplicate of "+src)
+	}
+	if rulesNode != nil && (domainNode != nil || descsNode != nil) {
+		at(rulesNode.Line, "a file holds native rules or one envoy domain, not both (put them in separate files)")
+		return
+	}
+	if domainNode != nil || descsNode != nil {
+		rb.addDomain(file, top, domainKey, domainNode, descsNode, at)
+		return
+	}
+	if rulesNode == nil || rulesNode.Tag == "!!null" {
+		return
+	}
+	if rulesNode.Kind != yaml.SequenceNode {
+		at(rulesNode.Line, "rules: must be a list of rules")
+		return
+	}
+	for i, item := range rulesNode.Content {
+		rb.addRule(file, i+1, item, at)
+	}
+}
+
+// addRule checks the n-th (from 1) rule of a native rules file.
+func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int, string, ...any)) {
+	var y ruleYAML
+	lines := map[string]int{}
+	probs := decodeFields(item, lines,
+		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
+		field{"algorithm", &y.Algorithm}, field{"shadow_mode", &y.ShadowMode})
+	label := fmt.Sprintf("rule %d", n)
+	if y.Name != "" {
+		label = fmt.Sprintf("rule %d (%s)", n, y.Name)
+	}
+	lineOf := func(f string) int {
+		if l, ok := lines[f]; ok {
+			return l
+		}
+		return item.Line
+	}
+	bad := len(probs) > 0
+	for _, p := range probs {
+		at(p.line, "%s: %s", label, p.text(""))
+	}
+	fail := func(f, format string, args ...any) {
+		at(lineOf(f), "%s: %s: %s", label, f, fmt.Sprintf(format, args...))
+		bad = true
+	}
+	_, nameSet := lines["name"]
+	_, limitSet := lines["limit"]
+	switch {
+	case !nameSet:
+		fail("name", "required")
+	case hasProblem(probs, "name"):
+	case CheckName(y.Name) != nil:
+		fail("name", "%v", CheckName(y.Name))
+	default:
+		if src, dup := rb.ruleSrc[y.Name]; dup {
+			fail("name", "%q is already the name of %s", y.Name, src)
 		} else {
-			rb.ruleSrc[y.Name] = fmt.Sprintf("rule %d", i)
-			if file != "" {
-				rb.ruleSrc[y.Name] = fmt.Sprintf("rule %d in %s", i, file)
-			}
+			rb.ruleSrc[y.Name] = fmt.Sprintf("rule %d at %s", n, location(file, lineOf("name")))
 		}
-		if y.Limit < 1 || y.Limit > window.MaxLimit {
-			bad = append(bad, fmt.Sprintf("limit: must be from 1 to 2^53, got %d", y.Limit))
-		}
-		var w time.Duration
-		if y.Window == "" {
-			bad = append(bad, "window: required (a Go duration such as 1s, 1m, 1h)")
-		} else if d, err := time.ParseDuration(y.Window); err != nil {
-			bad = append(bad, fmt.Sprintf("window: %q is not a Go duration such as 1s, 1m, 1h", y.Window))
-		} else if err := CheckWindow(d); err != nil {
-			bad = append(bad, "window: "+err.Error())
-		} else {
+	}
+	switch {
+	case !limitSet:
+		fail("limit", "required (1 to 2^53)")
+	case hasProblem(probs, "limit"):
+	case y.Limit < 1 || y.Limit > window.MaxLimit:
+		fail("limit", "must be from 1 to 2^53, got %d", y.Limit)
+	}
+	var w time.Duration
+	if _, set := lines["window"]; !set {
+		fail("window", "required (a Go duration such as 1s, 1m, 1h)")
+	} else if !hasProblem(probs, "window") {
+		d, err := time.ParseDuration(y.Window)
+		switch {
+		case err != nil:
+			fail("window", "%q is not a Go duration such as 1s, 1m, 1h", y.Window)
+		case d < window.MinWindow || d > window.MaxWindow:
+			fail("window", "must be from %s to %s, got %s", shortDuration(window.MinWindow), shortDuration(window.MaxWindow), y.Window)
+		case d%time.Millisecond != 0:
+			fail("window", "must be a whole number of milliseconds, got %s", y.Window)
+		default:
 			w = d
 		}
-		algo, err := window.ParseAlgorithm(y.Algorithm)
-		if err != nil {
-			bad = append(bad, "algorithm: "+err.Error())
+	}
+	algo, err := window.ParseAlgorithm(y.Algorithm)
+	if err != nil && !hasProblem(probs, "algorithm") {
+		fail("algorithm", "%s", algorithmProblem(y.Algorithm))
+	}
+	if bad {
+		return
+	}
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode})
+}
+
+// addDomain checks an envoyproxy/ratelimit domain file.
+func (rb *rulesBuilder) addDomain(file string, top, domainKey, domainNode, descsNode *yaml.Node, at func(int, string, ...any)) {
+	var name string
+	line := top.Line
+	if domainNode != nil {
+		line = domainKey.Line
+		if err := domainNode.Decode(&name); err != nil || domainNode.Kind != yaml.ScalarNode {
+			at(domainNode.Line, "domain: must be a name")
+			return
 		}
-		if len(bad) > 0 {
-			fail("%s: %s", label, strings.Join(bad, "; "))
+	}
+	var descs []envoyDescriptorYAML
+	if descsNode != nil && descsNode.Tag != "!!null" {
+		if descsNode.Kind != yaml.SequenceNode {
+			at(descsNode.Line, "descriptors: must be a list of descriptors")
+			return
+		}
+		if err := descsNode.Decode(&descs); err != nil {
+			at(descsNode.Line, "descriptors: %v", err) // the envoy types never fail; kept for safety
+			return
+		}
+	}
+	d, bad := buildDomain(name, line, descs)
+	for _, p := range bad {
+		if name == "" {
+			at(p.line, "%s", p.msg)
+		} else {
+			at(p.line, "domain %q: %s", name, p.msg)
+		}
+	}
+	if name == "" {
+		return
+	}
+	if src, dup := rb.domSrc[name]; dup {
+		at(line, "domain %q: duplicate of the domain in %s", name, src)
+	} else if len(bad) == 0 {
+		rb.domains[name] = d
+		rb.domSrc[name] = orStdin(file)
+	}
+}
+
+// location says where a problem is: "file:line", or "line N" without a
+// file.
+func location(file string, line int) string {
+	if file == "" {
+		return fmt.Sprintf("line %d", line)
+	}
+	return fmt.Sprintf("%s:%d", file, line)
+}
+
+// algorithmProblem explains an unknown algorithm name in the file's words.
+func algorithmProblem(name string) string {
+	return fmt.Sprintf("%q is not sliding_window, fixed_window, token_bucket or sliding_log", name)
+}
+
+// field is one key of a YAML mapping and where its value goes.
+type field struct {
+	name string
+	ptr  any
+}
+
+// fieldProblem is a problem with one field of a mapping: field is "" for
+// a problem with the mapping itself (an unknown key, not a mapping).
+type fieldProblem struct {
+	line  int
+	field string
+	msg   string
+}
+
+// text says the problem, its field named after path (path "" for a
+// native rule's fields, "descriptors[0].rate_limit" for an envoy one).
+func (p fieldProblem) text(path string) string {
+	switch {
+	case p.field == "" && path == "":
+		return p.msg
+	case p.field == "":
+		return path + ": " + p.msg
+	case path == "":
+		return p.field + ": " + p.msg
+	}
+	return path + "." + p.field + ": " + p.msg
+}
+
+func hasProblem(ps []fieldProblem, f string) bool {
+	for _, p := range ps {
+		if p.field == f {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeFields decodes mapping n's values into fields one by one, so that
+// a value of the wrong type is told by its field's name and line rather
+// than as a Go type, and a key that is not a field is an unknown field.
+// lines, when not nil, receives the line of each field present.
+func decodeFields(n *yaml.Node, lines map[string]int, fields ...field) []fieldProblem {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	if len(names) == 1 {
+		want = names[0]
+	}
+	if n.Kind != yaml.MappingNode {
+		return []fieldProblem{{line: n.Line, msg: "must be a mapping of " + want}}
+	}
+	var out []fieldProblem
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var f *field
+		for j := range fields {
+			if fields[j].name == k.Value {
+				f = &fields[j]
+			}
+		}
+		if f == nil {
+			out = append(out, fieldProblem{line: k.Line, msg: fmt.Sprintf("unknown field %q (want %s)", k.Value, want)})
 			continue
 		}
-		rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode})
+		if lines != nil {
+			lines[f.name] = v.Line
+		}
+		if err := v.Decode(f.ptr); err != nil {
+			out = append(out, fieldProblem{line: v.Line, field: f.name, msg: wantType(f.ptr, v)})
+		}
 	}
+	return out
+}
+
+// wantType says what a field of ptr's type wants, given value v.
+func wantType(ptr any, v *yaml.Node) string {
+	got := "a list"
+	switch {
+	case v.Kind == yaml.MappingNode:
+		got = "a mapping"
+	case v.Kind == yaml.ScalarNode:
+		got = strconv.Quote(v.Value)
+	}
+	switch ptr.(type) {
+	case *uint64:
+		return "must be a whole number, got " + got
+	case *bool:
+		return "must be true or false, got " + got
+	case *string:
+		return "must be a single value, got " + got
+	case *[]envoyDescriptorYAML:
+		return "must be a list of descriptors, got " + got
+	case *[]envoyReplaceYAML:
+		return "must be a list of {name: ...}, got " + got
+	case **envoyRateLimitYAML:
+		return "must be a mapping (unit, requests_per_unit, ...), got " + got
+	}
+	return "has the wrong type: " + got
 }
 
 func orStdin(file string) string {
@@ -391,6 +580,18 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// shortDuration spells d as a rules file would: 168h, not 168h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // CheckWindow explains why d is not a valid window, or returns nil.

@@ -4,6 +4,7 @@
 package status
 
 import (
+	"context"
 	_ "embed"
 	"encoding/json"
 	"net/http"
@@ -51,6 +52,11 @@ type Status struct {
 	Time time.Time `json:"time"`
 	// Gossip is false when the node runs alone (no Cluster).
 	Gossip bool `json:"gossip"`
+	// Ready is what /readyz answers; NotReady says why not, in /readyz's
+	// words (for example "gossip: no other region reachable: check --join
+	// and --gossip-key").
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"not_ready,omitempty"`
 	// Regions lists every region known, this node's first, then by name.
 	Regions []RegionStatus `json:"regions"`
 }
@@ -94,6 +100,9 @@ type Config struct {
 	Ages func() map[string]time.Duration
 	// Now returns the current time. Required.
 	Now func() time.Time
+	// Ready is what /readyz checks (the store, gossip with --join): nil
+	// when the node is ready, else why not. Nil means always ready.
+	Ready func(ctx context.Context) error
 }
 
 // Page serves the status page and its data. It is safe for concurrent use.
@@ -111,8 +120,13 @@ func (s *Page) ServePage(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Status returns this node's view of the pool, as /status.json serves it.
-func (s *Page) Status() Status {
-	st := Status{Region: s.cfg.Region, Time: s.cfg.Now().UTC(), Gossip: s.cfg.Cluster != nil}
+func (s *Page) Status(ctx context.Context) Status {
+	st := Status{Region: s.cfg.Region, Time: s.cfg.Now().UTC(), Gossip: s.cfg.Cluster != nil, Ready: true}
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(ctx); err != nil {
+			st.Ready, st.NotReady = false, err.Error()
+		}
+	}
 	byRegion := map[string]*RegionStatus{}
 	get := func(r string) *RegionStatus {
 		rs, ok := byRegion[r]
@@ -170,10 +184,10 @@ func (s *Page) Status() Status {
 }
 
 // ServeJSON serves [Page.Status] as JSON.
-func (s *Page) ServeJSON(w http.ResponseWriter, _ *http.Request) {
+func (s *Page) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.Status())
+	_ = enc.Encode(s.Status(r.Context()))
 }
