@@ -57,8 +57,10 @@ const (
 // For the counter algorithms it keeps, per key and window, the two newest
 // buckets it has seen, each a vector of per-region counts, exactly as the
 // Redis store keeps one hash per bucket; Merge max-merges remote totals into
-// them. A bucket older than the previous one of the newest request is
-// dropped, lazily on access and by a periodic sweep driven by Request.Now
+// them. A counter over K > 1 sub-buckets (Request.K) keeps a ring of the
+// K+1 newest sub-buckets, each such a vector, as the Redis store keeps the
+// fields of one hash. A bucket older than the previous one of the newest
+// request is dropped, lazily on access and by a periodic sweep driven by Request.Now
 // (the store never reads the clock).
 type Memory struct {
 	region      string
