@@ -41,15 +41,6 @@
 //   - memberlist's push-pull carries the recently reconciled totals
 //     (anti-entropy, at most MaxStateBytes).
 //
-// A counter over K > 1 sub-buckets (region.Total.K, window.Sliding) is
-// identified by (key, window, K) and its buckets are sub-buckets of W/K:
-// Dirty and the flush are the same (a decision changes only the current
-// sub-bucket, so one total per key per flush); reconciliation is batched
-// per window: at each window boundary (plus Grace) a node sends the final
-// totals of every sub-bucket it touched that closed since the previous
-// boundary, and a sub-bucket expires one window after it closes. Frames
-// carrying such totals are wire version 3 (see Encode).
-//
 // # Who may speak
 //
 // Only members: every frame names its sender and carries the random token

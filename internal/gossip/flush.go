@@ -36,13 +36,9 @@ func (n *Node) Dirty(t region.Total) {
 		n.met.drop("bad_total")
 		return
 	}
-	if !validSub(t.Window, t.K) {
-		n.met.drop("bad_total")
-		return
-	}
-	k := refOf(t.Key, t.Window, t.K, t.Bucket)
+	k := ref{t.Key, t.Window, t.Bucket}
 	dk := dref{k, t.Region}
-	due := k.due()
+	due := (t.Bucket + 1) * t.Window.Milliseconds()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
@@ -112,11 +108,11 @@ func (n *Node) flush(final bool) {
 	// (totals only grow, so the dirty one is the newer).
 	totals := make([]region.Total, 0, len(dirty)+len(echo))
 	for k, c := range dirty {
-		totals = append(totals, region.Total{Key: k.key, Window: k.window, K: k.k, Bucket: k.bucket, Region: k.region, Count: c})
+		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
 	}
 	for k, c := range echo {
 		if _, newer := dirty[k]; !newer {
-			totals = append(totals, region.Total{Key: k.key, Window: k.window, K: k.k, Bucket: k.bucket, Region: k.region, Count: c})
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
 		}
 	}
 	if len(totals) == 0 && len(notice) == 0 {
@@ -153,7 +149,7 @@ func (n *Node) send(reliable bool, kind Kind, dest *member, totals []region.Tota
 func (n *Node) totals(m map[ref]uint64) []region.Total {
 	out := make([]region.Total, 0, len(m))
 	for k, c := range m {
-		out = append(out, region.Total{Key: k.key, Window: k.window, K: k.k, Bucket: k.bucket, Region: n.cfg.Region, Count: c})
+		out = append(out, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: n.cfg.Region, Count: c})
 	}
 	return out
 }

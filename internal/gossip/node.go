@@ -31,7 +31,6 @@ var _ Store = region.Store(nil)
 type ref struct {
 	key    string
 	window time.Duration
-	k      int64 // sub-buckets of a counter over K > 1 of them, else 0
 	bucket int64
 }
 
@@ -215,7 +214,7 @@ func (n *Node) Close(ctx context.Context) error {
 		var touched []region.Total
 		for _, set := range n.touched {
 			for k := range set {
-				touched = append(touched, region.Total{Key: k.key, Window: k.window, K: k.k, Bucket: k.bucket, Region: n.cfg.Region, Count: 1})
+				touched = append(touched, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: n.cfg.Region, Count: 1})
 			}
 		}
 		n.mu.Unlock()

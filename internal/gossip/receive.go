@@ -75,7 +75,7 @@ func (n *Node) handle(b []byte) {
 	expired, full := 0, 0
 	for _, t := range m.Totals {
 		switch {
-		case !now.Before(n.expiry(t.Window, t.K, t.Bucket)):
+		case !now.Before(n.expiry(t.Window, t.Bucket)):
 			expired++ // late: the bucket is gone from every estimate
 		case !n.admitReplica(now, m.From, t):
 			full++
@@ -139,15 +139,8 @@ func (n *Node) check(now time.Time, m Message) string {
 		if !replicaOf(t.Region, m.From) {
 			return "foreign_region"
 		}
-		// Start no later than now + one window: b <= floor(now/W) + 1,
-		// and for a sub-bucket of S = W/K: j <= floor(now/S) + K.
+		// Start no later than now + one window: b <= floor(now/W) + 1.
 		wm := t.Window.Milliseconds()
-		if t.K > 1 {
-			if t.Bucket > floorDiv(nowMs, wm/t.K)+t.K {
-				return "future_bucket"
-			}
-			continue
-		}
 		if t.Bucket > floorDiv(nowMs, wm)+1 {
 			return "future_bucket"
 		}
@@ -199,7 +192,7 @@ func (n *Node) admitReplica(now time.Time, reg string, t region.Total) bool {
 	if t.Region == reg {
 		return true
 	}
-	exp := n.expiry(t.Window, t.K, t.Bucket)
+	exp := n.expiry(t.Window, t.Bucket)
 	set := n.replicas[reg]
 	if set == nil {
 		set = map[string]time.Time{}
@@ -231,8 +224,8 @@ func (n *Node) remember(ts []region.Total) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, t := range ts {
-		k := refOf(t.Key, t.Window, t.K, t.Bucket)
-		due := k.due()
+		k := ref{t.Key, t.Window, t.Bucket}
+		due := (t.Bucket + 1) * t.Window.Milliseconds()
 		set := n.touched[due]
 		if set == nil {
 			set = map[ref]struct{}{}

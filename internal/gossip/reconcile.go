@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
-	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // pending is a reconciliation batch for one remote region that could not be
@@ -49,7 +48,7 @@ func (n *Node) reconcileDue() {
 			continue
 		}
 		for k := range set {
-			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, K: k.k, Bucket: k.bucket})
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
 		}
 		n.nTouched -= len(set)
 		delete(n.touched, due)
@@ -72,7 +71,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 		// Try again next tick while the buckets can still matter.
 		n.mu.Lock()
 		for _, r := range refs {
-			if now.Before(n.expiry(r.Window, r.K, r.Bucket)) {
+			if now.Before(n.expiry(r.Window, r.Bucket)) {
 				n.requeueLocked(r)
 			}
 		}
@@ -90,7 +89,7 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 			}
 		}
 		if i < len(refs) {
-			if d := n.expiry(refs[i].Window, refs[i].K, refs[i].Bucket); d.After(deadline) {
+			if d := n.expiry(refs[i].Window, refs[i].Bucket); d.After(deadline) {
 				deadline = d
 			}
 		}
@@ -205,8 +204,8 @@ func (n *Node) retryPending() {
 }
 
 func (n *Node) requeueLocked(r region.BucketRef) {
-	k := refOf(r.Key, r.Window, r.K, r.Bucket)
-	due := k.due()
+	k := ref{r.Key, r.Window, r.Bucket}
+	due := (r.Bucket + 1) * r.Window.Milliseconds()
 	set := n.touched[due]
 	if set == nil {
 		set = map[ref]struct{}{}
@@ -218,59 +217,18 @@ func (n *Node) requeueLocked(r region.BucketRef) {
 	}
 }
 
-// refOf returns the ref of bucket b of the counter (key, w, k), k <= 1
-// naming the two-bucket counter.
-func refOf(key string, w time.Duration, k, b int64) ref {
-	if k <= 1 {
-		k = 0
-	}
-	return ref{key: key, window: w, k: k, bucket: b}
+func bucketEnd(w time.Duration, b int64) time.Time {
+	return time.UnixMilli((b + 1) * w.Milliseconds())
 }
 
-// validSub reports whether k (from Total.K) names a counter of window w:
-// 0 or 1 the two-bucket counter, else 2 to window.MaxSubBuckets dividing w
-// into whole milliseconds.
-func validSub(w time.Duration, k int64) bool {
-	if k == 0 || k == 1 {
-		return true
-	}
-	return k > 1 && k <= window.MaxSubBuckets && w.Milliseconds()%k == 0
-}
-
-// subMs returns the length of the buckets of a counter (w, k) in ms: W for
-// the two-bucket counter, W/K for K > 1 sub-buckets.
-func subMs(w time.Duration, k int64) int64 {
-	if k > 1 {
-		return w.Milliseconds() / k
-	}
-	return w.Milliseconds()
-}
-
-// due returns when r is reconciled (before Grace), in Unix ms: when its
-// bucket closes for the two-bucket counter; for a sub-bucket, at the first
-// window boundary at or after it closes, so that a counter's sub-buckets
-// are reconciled in one batch per window, not one per sub-bucket.
-func (r ref) due() int64 {
-	end := (r.bucket + 1) * subMs(r.window, r.k)
-	if r.k <= 1 {
-		return end
-	}
-	wm := r.window.Milliseconds()
-	return -floorDiv(-end, wm) * wm
-}
-
-func bucketEnd(w time.Duration, k, b int64) time.Time {
-	return time.UnixMilli((b + 1) * subMs(w, k))
-}
-
-// expiry is when a closed (sub-)bucket stops mattering: one window after it
-// closes (it is out of every estimate) plus RetryMargin. A store keeps a
-// bucket at least that long (the Redis store: two windows plus its TTL
-// margin after the bucket's last increment, which is after the bucket
-// began), so totals merged before expiry never re-create a bucket the store
-// has dropped.
-func (n *Node) expiry(w time.Duration, k, b int64) time.Time {
-	return bucketEnd(w, k, b).Add(w + n.cfg.RetryMargin)
+// expiry is when a closed bucket stops mattering: one window after it
+// closes (its successor has closed; it is out of every estimate) plus
+// RetryMargin. A store keeps a bucket at least that long (the Redis store:
+// two windows plus its TTL margin after the bucket's last increment, which
+// is after the bucket began), so totals merged before expiry never
+// re-create a bucket the store has dropped.
+func (n *Node) expiry(w time.Duration, b int64) time.Time {
+	return bucketEnd(w, b).Add(w + n.cfg.RetryMargin)
 }
 
 // keepRecent adds reconciled totals to the bounded ring that push-pull
@@ -299,7 +257,7 @@ func (n *Node) localState() []byte {
 		// Walk newest first: the slot before next is the newest.
 		j := (n.next - 1 - i + 2*len(n.recent)) % len(n.recent)
 		t := n.recent[j]
-		if now.Before(n.expiry(t.Window, t.K, t.Bucket)) {
+		if now.Before(n.expiry(t.Window, t.Bucket)) {
 			ts = append(ts, t)
 		}
 	}

@@ -168,7 +168,7 @@ func TestSimReconcile(t *testing.T) {
 		}
 		b := res[0].Bucket
 		eu.remember([]region.Total{{Key: "bob", Window: w, Bucket: b, Region: "eu", Count: 1}})
-		end := bucketEnd(w, 0, b)
+		end := bucketEnd(w, b)
 		time.Sleep(time.Until(end) - time.Millisecond)
 		if got := s.count("us", "eu", "bob", w, b); got != 0 {
 			t.Fatalf("us holds %d before the bucket closed: something other than reconciliation sent it", got)
@@ -218,8 +218,8 @@ func TestSimPartitionHeal(t *testing.T) {
 		// Nothing is flushed again after the heal (the echo went into the
 		// cut): the count comes by the bucket's reconciliation, at its end
 		// plus Grace, once the reconnect loop has rejoined the regions.
-		limit := bucketEnd(w, 0, b).Sub(healed) + testConfig().FlushInterval*3 + 4*oneWay + 10*time.Millisecond
-		t.Logf("partition heal: us exact %v after the heal (bound %v: the bucket closes %v after it)", took, limit, bucketEnd(w, 0, b).Sub(healed))
+		limit := bucketEnd(w, b).Sub(healed) + testConfig().FlushInterval*3 + 4*oneWay + 10*time.Millisecond
+		t.Logf("partition heal: us exact %v after the heal (bound %v: the bucket closes %v after it)", took, limit, bucketEnd(w, b).Sub(healed))
 		if took > limit {
 			t.Errorf("us agreed %v after the heal, want <= %v", took, limit)
 		}
@@ -329,90 +329,4 @@ func closeAllAtOnce(t *testing.T, round int) {
 		}
 		s.close()
 	}
-}
-
-// countSub is region from's count of sub-bucket j of key's counter over k
-// sub-buckets as region at holds it.
-func (s *sim) countSub(at, from, key string, w time.Duration, k, j int64) uint64 {
-	s.t.Helper()
-	v, err := s.stores[at].Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, K: k, Bucket: j}})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	for _, tt := range v[0] {
-		if tt.Region == from {
-			return tt.Count
-		}
-	}
-	return 0
-}
-
-// TestSimSubBuckets: totals of a counter over K sub-buckets replicate by
-// flush with their K, and reconciliation sends the sub-buckets closed in a
-// window in one batch at the window's end (not at each sub-bucket's), after
-// which every region holds the exact counts.
-func TestSimSubBuckets(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const oneWay = 30 * time.Millisecond
-		const k = 10
-		s := newSim(t, threeRegions, 1, oneWay)
-		defer s.close()
-		w := 2 * time.Second
-		lim := window.Limit{Limit: 1000, Window: w}
-		sl := window.Sliding{Limit: lim, K: k}
-		eu := s.nodes["eu-0"]
-		// Begin just after a window boundary.
-		wm := w.Milliseconds()
-		time.Sleep(time.Until(time.UnixMilli((time.Now().UnixMilli()/wm+1)*wm + 1)))
-		check := func(key string) region.Result {
-			res := make([]region.Result, 1)
-			if err := s.stores["eu"].Check(context.Background(), []region.Request{{Key: key, Limit: lim, K: k, Hits: 1, Now: time.Now()}}, res); err != nil {
-				t.Fatal(err)
-			}
-			if !res[0].Allowed {
-				t.Fatalf("hit on %s denied", key)
-			}
-			return res[0]
-		}
-		// Flushed: "carol" in the first sub-bucket reaches us with its K.
-		r := check("carol")
-		j := r.Bucket
-		if want := sl.SubBucket(time.Now().UnixMilli()); j != want {
-			t.Fatalf("Bucket = %d, want the sub-bucket %d", j, want)
-		}
-		eu.Dirty(region.Total{Key: "carol", Window: w, K: k, Bucket: j, Count: r.Local})
-		waitFor(t, 5*time.Second, "us holds eu's sub-bucket total", func() bool {
-			return s.countSub("us", "eu", "carol", w, k, j) == 1
-		})
-		// Reconciled only: "dave" in the same first sub-bucket, 5 hits,
-		// never flushed.
-		for range 5 {
-			r = check("dave")
-		}
-		if r.Bucket != j {
-			t.Fatalf("dave's sub-bucket %d, want %d (the test ran past a sub-bucket)", r.Bucket, j)
-		}
-		eu.remember([]region.Total{{Key: "dave", Window: w, K: k, Bucket: j, Region: "eu", Count: 1}})
-		subEnd := bucketEnd(w, k, j)
-		winEnd := time.UnixMilli((j*sl.SubMs()/wm + 1) * wm)
-		// Well after the sub-bucket closed (plus Grace and a tick), before
-		// the window does: nothing sent yet.
-		time.Sleep(time.Until(subEnd.Add(2*testConfig().FlushInterval + testConfig().Grace + 100*time.Millisecond)))
-		if !time.Now().Before(winEnd) {
-			t.Fatalf("the test's window ended early: now %v, window end %v", time.Now(), winEnd)
-		}
-		if got := s.countSub("us", "eu", "dave", w, k, j); got != 0 {
-			t.Fatalf("us holds %d of a sub-bucket before its window closed: reconciliation is not batched per window", got)
-		}
-		waitFor(t, 10*time.Second, "us and ap hold eu's final sub-bucket count", func() bool {
-			return s.countSub("us", "eu", "dave", w, k, j) == 5 && s.countSub("ap", "eu", "dave", w, k, j) == 5
-		})
-		if took, bound := time.Since(winEnd), testConfig().Grace+2*testConfig().FlushInterval+4*oneWay+10*time.Millisecond; took > bound {
-			t.Errorf("reconciliation landed %v after the window closed, want <= %v", took, bound)
-		}
-		// The two-bucket counter of the same key and window holds nothing.
-		if got := s.count("us", "eu", "dave", w, window.Bucket(j*sl.SubMs(), w)); got != 0 {
-			t.Errorf("us holds %d in dave's two-bucket counter, want 0", got)
-		}
-	})
 }

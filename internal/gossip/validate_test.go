@@ -20,11 +20,6 @@ func TestHandleValidates(t *testing.T) {
 	tot := func(r string, b int64) region.Total {
 		return region.Total{Key: "k", Window: time.Second, Bucket: b, Region: r, Count: 5}
 	}
-	// A sub-bucket of a counter over 10 sub-buckets of 100 ms: at most one
-	// window (10 sub-buckets) ahead of now.
-	subTot := func(j int64) region.Total {
-		return region.Total{Key: "k", Window: time.Second, K: 10, Bucket: j, Region: "a", Count: 5}
-	}
 	cases := []struct {
 		name   string
 		from   Sender
@@ -44,8 +39,6 @@ func TestHandleValidates(t *testing.T) {
 		{"far-future bucket", testSender("a"), KindFlush, []region.Total{tot("a", sec+2)}, "future_bucket"},
 		{"touch from another region", testSender("a"), KindTouch, []region.Total{tot("a", sec)}, "foreign_region"},
 		{"flush from own region", testSender("b"), KindFlush, []region.Total{tot("b", sec)}, "foreign_kind"},
-		{"sub-bucket", testSender("a"), KindFlush, []region.Total{subTot(t0.UnixMilli()/100 + 10)}, ""},
-		{"far-future sub-bucket", testSender("a"), KindFlush, []region.Total{subTot(t0.UnixMilli()/100 + 11)}, "future_bucket"},
 		{"cut fallback name", Sender{Node: "node-long", Region: long, Token: 9}, KindFlush, []region.Total{tot(fb, sec)}, ""},
 	}
 	for _, c := range cases {

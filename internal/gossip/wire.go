@@ -11,11 +11,11 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, versions 2 and 3. Every replication message is one
-// frame, all integers big-endian or (u)varint as noted:
+// The wire format, version 2. Every replication message is one frame, all
+// integers big-endian or (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (2 or 3); a frame of another version is dropped
+//	0    1        version (2); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
 //	10   8        token: the random token the sender announced in its
@@ -28,17 +28,9 @@ import (
 //	     ...      nentries times:
 //	                uvarint key length (1..MaxKeyLen), key bytes
 //	                uvarint window in ms (1..7d)
-//	                uvarint K, version 3 only: 1 for the two-bucket
-//	                        counter, 2..window.MaxSubBuckets dividing the
-//	                        window for a counter over K sub-buckets
-//	                varint  bucket (zig-zag): floor(t/W), or the
-//	                        sub-bucket index floor(t/(W/K)) when K > 1
+//	                varint  bucket (zig-zag)
 //	                1 byte  region index (< nregions)
 //	                uvarint count (at most MaxCount)
-//
-// A sender writes version 2 when every total of the frame is of a
-// two-bucket counter, so that nodes that know only version 2 keep reading
-// them, and version 3 otherwise.
 //
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key and a small count takes about 30 bytes, so one
@@ -47,12 +39,8 @@ import (
 // frame says on its own; whether its sender may say it (a live member,
 // reporting only its own region) is the receiver's check (see receive.go).
 const (
-	// Version is the newest wire format version this package writes and
-	// reads; it also reads and writes VersionTwoBucket.
-	Version = 3
-	// VersionTwoBucket is the version of frames whose totals are all of
-	// two-bucket counters (no K on the wire).
-	VersionTwoBucket = 2
+	// Version is the wire format version this package writes and reads.
+	Version = 2
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -142,15 +130,12 @@ type Sender struct {
 	Token uint64
 }
 
-// entrySize returns the encoded size of t's entry in a frame of version v,
-// excluding the region table.
-func entrySize(v byte, t region.Total) int {
+// entrySize returns the encoded size of t's entry, excluding the region
+// table.
+func entrySize(t region.Total) int {
 	var b [binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(b[:], uint64(len(t.Key))) + len(t.Key)
 	n += binary.PutUvarint(b[:], uint64(t.Window.Milliseconds()))
-	if v != VersionTwoBucket {
-		n += binary.PutUvarint(b[:], uint64(max(t.K, 1)))
-	}
 	n += binary.PutVarint(b[:], t.Bucket)
 	n++
 	n += binary.PutUvarint(b[:], t.Count)
@@ -159,7 +144,6 @@ func entrySize(v byte, t region.Total) int {
 
 // encoder packs totals into frames of at most budget bytes each.
 type encoder struct {
-	version byte
 	kind    Kind
 	sent    int64
 	from    Sender
@@ -172,13 +156,7 @@ func newEncoder(kind Kind, sent time.Time, from Sender, totals []region.Total) (
 	if len(from.Node) == 0 || len(from.Node) > maxNodeName {
 		return nil, fmt.Errorf("encode sender %q: %w", from.Node, ErrMalformed)
 	}
-	e := &encoder{version: VersionTwoBucket, kind: kind, sent: sent.UnixMilli(), from: from, index: map[string]int{}}
-	for _, t := range totals {
-		if t.K > 1 {
-			e.version = Version
-			break
-		}
-	}
+	e := &encoder{kind: kind, sent: sent.UnixMilli(), from: from, index: map[string]int{}}
 	add := func(r string) error {
 		if _, ok := e.index[r]; ok {
 			return nil
@@ -226,12 +204,11 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 	}
 	for _, t := range totals {
 		wm := t.Window.Milliseconds()
-		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs || t.Count > MaxCount ||
-			!validSub(t.Window, t.K) {
+		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs || t.Count > MaxCount {
 			skipped++
 			continue
 		}
-		size := entrySize(e.version, t)
+		size := entrySize(t)
 		if cur != nil && (len(cur)+size > budget || n == maxEntries) {
 			finish()
 		}
@@ -241,9 +218,6 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		cur = binary.AppendUvarint(cur, uint64(len(t.Key)))
 		cur = append(cur, t.Key...)
 		cur = binary.AppendUvarint(cur, uint64(wm))
-		if e.version != VersionTwoBucket {
-			cur = binary.AppendUvarint(cur, uint64(max(t.K, 1)))
-		}
 		cur = binary.AppendVarint(cur, t.Bucket)
 		cur = append(cur, byte(e.index[t.Region]))
 		cur = binary.AppendUvarint(cur, t.Count)
@@ -255,7 +229,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 
 func (e *encoder) header(budget int) []byte {
 	b := make([]byte, 0, min(budget, 64<<10))
-	b = append(b, e.version, byte(e.kind))
+	b = append(b, Version, byte(e.kind))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.sent))
 	b = binary.BigEndian.AppendUint64(b, e.from.Token)
 	b = append(b, byte(len(e.from.Node)))
@@ -271,8 +245,7 @@ func (e *encoder) header(budget int) []byte {
 // Encode packs totals into frames of at most budget bytes (a single entry
 // larger than budget gets a frame of its own). from is the sending node;
 // totals with an empty or too long key or an out-of-range window are left
-// out, and so are counts above MaxCount and sub-bucket counts K that do not
-// split the window (see region.Total).
+// out, and so are counts above MaxCount.
 func Encode(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int) ([][]byte, error) {
 	e, err := newEncoder(kind, sent, from, totals)
 	if err != nil {
@@ -292,8 +265,7 @@ func Decode(b []byte) (Message, error) {
 	if len(b) < 1 {
 		return m, fmt.Errorf("empty frame: %w", ErrMalformed)
 	}
-	version := b[0]
-	if version != Version && version != VersionTwoBucket {
+	if b[0] != Version {
 		return m, ErrVersion
 	}
 	if len(b) < headerFixed {
@@ -360,17 +332,6 @@ func Decode(b []byte) (Message, error) {
 			return m, fmt.Errorf("entry %d: bad window: %w", i, ErrMalformed)
 		}
 		p += k
-		var sub int64
-		if version != VersionTwoBucket {
-			kk, k := binary.Uvarint(b[p:])
-			if k <= 0 || kk == 0 || kk > window.MaxSubBuckets || wm%kk != 0 {
-				return m, fmt.Errorf("entry %d: bad sub-bucket count: %w", i, ErrMalformed)
-			}
-			p += k
-			if kk > 1 {
-				sub = int64(kk)
-			}
-		}
 		bucket, k := binary.Varint(b[p:])
 		if k <= 0 {
 			return m, fmt.Errorf("entry %d: bad bucket: %w", i, ErrMalformed)
@@ -386,7 +347,7 @@ func Decode(b []byte) (Message, error) {
 			return m, fmt.Errorf("entry %d: bad count: %w", i, ErrMalformed)
 		}
 		p += k
-		m.Totals[i] = region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, K: sub, Bucket: bucket, Region: reg, Count: count}
+		m.Totals[i] = region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
 	}
 	if p != len(b) {
 		return m, fmt.Errorf("%d trailing bytes: %w", len(b)-p, ErrMalformed)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
-	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 var t0 = time.UnixMilli(1_700_000_000_123)
@@ -59,7 +58,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // that packing respects the budget.
 func TestFrameSize(t *testing.T) {
 	one := region.Total{Key: "tenant-0001:api/login", Window: time.Minute, Bucket: 29_000_000, Region: "us-east", Count: 12345}
-	if got := entrySize(VersionTwoBucket, one); got > 32 {
+	if got := entrySize(one); got > 32 {
 		t.Errorf("entrySize(20-byte key) = %d, want <= 32", got)
 	}
 	var totals []region.Total
@@ -165,10 +164,6 @@ func FuzzDecode(f *testing.F) {
 		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "us", Count: 1 << 40},
 	}, 1360)
 	f.Add(frames[0])
-	sub, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{
-		{Key: "k", Window: time.Second, K: 100, Bucket: 500, Region: "eu", Count: 3},
-	}, 1360)
-	f.Add(sub[0])
 	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'n', 1, 1, 'x', 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -192,62 +187,4 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded totals differ: %v vs %v", got, m.Totals)
 		}
 	})
-}
-
-// TestWireSubBuckets checks that totals of counters over K sub-buckets
-// carry K (version 3), that frames of two-bucket totals stay version 2, and
-// that Decode refuses a K out of range or not splitting the window.
-func TestWireSubBuckets(t *testing.T) {
-	two := region.Total{Key: "k", Window: time.Second, Bucket: 1_700_000_000, Region: "eu", Count: 7}
-	sub := region.Total{Key: "k", Window: time.Second, K: 100, Bucket: 170_000_000_012, Region: "eu", Count: 3}
-	for _, c := range []struct {
-		name        string
-		totals      []region.Total
-		wantVersion byte
-	}{
-		{"two-bucket", []region.Total{two}, VersionTwoBucket},
-		{"sub-buckets", []region.Total{sub}, Version},
-		{"mixed", []region.Total{two, sub, {Key: "x", Window: 4 * time.Second, K: 8, Bucket: -2, Region: "eu", Count: MaxCount}}, Version},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			frames, err := Encode(KindFlush, t0, testSender("eu"), c.totals, 1360)
-			if err != nil || len(frames) != 1 {
-				t.Fatalf("Encode() = %d frames, %v; want 1, nil", len(frames), err)
-			}
-			if got := frames[0][0]; got != c.wantVersion {
-				t.Errorf("version = %d, want %d", got, c.wantVersion)
-			}
-			m, err := Decode(frames[0])
-			if err != nil {
-				t.Fatalf("Decode() error = %v", err)
-			}
-			if !reflect.DeepEqual(m.Totals, c.totals) {
-				t.Errorf("round trip = %+v, want %+v", m.Totals, c.totals)
-			}
-		})
-	}
-	// K = 1 is the two-bucket counter: written as version 2, read as 0.
-	frames, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, K: 1, Bucket: 5, Region: "eu", Count: 1}}, 1360)
-	if m, err := Decode(frames[0]); err != nil || frames[0][0] != VersionTwoBucket || m.Totals[0].K != 0 {
-		t.Errorf("K = 1: version %d, decoded %+v, %v; want version 2, K 0", frames[0][0], m.Totals, err)
-	}
-	// Encode leaves out a K that does not split the window.
-	frames, _ = Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, K: 7, Bucket: 5, Region: "eu", Count: 1}}, 1360)
-	if len(frames) != 0 {
-		t.Errorf("Encode(K = 7 of 1000 ms) made %d frames, want none", len(frames))
-	}
-	// Decode refuses a bad K: the byte after the window's uvarint (1000 ms
-	// is two bytes) in a frame with one region and a 1-byte key.
-	good, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{sub}, 1360)
-	kAt := headerFixed + len(testSender("eu").Node) + 1 + 1 + len("eu") + 2 + 1 + 1 + 2
-	if got := good[0][kAt]; got != 100 {
-		t.Fatalf("byte at K's offset = %d, want 100 (the test's offset is wrong)", got)
-	}
-	for _, k := range []byte{0, 3, window.MaxSubBuckets + 1} {
-		b := append([]byte(nil), good[0]...)
-		b[kAt] = k
-		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
-			t.Errorf("Decode(K = %d) error = %v, want %v", k, err, ErrMalformed)
-		}
-	}
 }

@@ -3,7 +3,6 @@ package region_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,84 +152,4 @@ func BenchmarkPeekFullBucket(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-// BenchmarkRedisScript measures a counter decision's cost in Redis, for
-// the two-bucket counter and for counters over K = 100 sub-buckets, on 100
-// keys whose clock advances 1 ms per request, so that every key's K+1
-// live sub-buckets each hold a count (as under steady traffic). script-µs/op
-// is the Lua script's time per call as Redis counts it (INFO commandstats,
-// evalsha), the figure to compare; ns/op adds the round trip.
-func BenchmarkRedisScript(b *testing.B) {
-	srv := redistest.Start(b)
-	for _, tc := range []struct {
-		name   string
-		k      int64
-		strict bool
-	}{
-		{"K1", 1, false},
-		{"K100", 100, false},
-		{"K100strict", 100, true},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			ctx := context.Background()
-			s, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Coalesce: region.Coalesce{Disabled: true}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			l := window.Limit{Limit: 1 << 40, Window: 10 * time.Second}
-			t0 := time.UnixMilli(1_760_000_000_000)
-			reqs := make([]region.Request, 1)
-			res := make([]region.Result, 1)
-			check := func(i int) {
-				reqs[0] = region.Request{Key: tc.name + strconv.Itoa(i%100), Limit: l, K: tc.k, Strict: tc.strict,
-					Hits: 1, Now: t0.Add(time.Duration(i) * time.Millisecond)}
-				if err := s.Check(ctx, reqs, res); err != nil {
-					b.Fatal(err)
-				}
-			}
-			// Fill every key's live sub-buckets first (one window).
-			for i := range 10_000 {
-				check(i)
-			}
-			if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := range b.N {
-				check(10_000 + i)
-			}
-			b.StopTimer()
-			info, err := s.Client().Info(ctx, "commandstats").Result()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(evalshaUsecPerCall(b, info), "script-µs/op")
-			if m := s.Mismatches(); m != 0 {
-				b.Fatalf("%d decisions of the script disagreed with Go's", m)
-			}
-		})
-	}
-}
-
-// evalshaUsecPerCall returns evalsha's usec_per_call from INFO
-// commandstats.
-func evalshaUsecPerCall(b *testing.B, info string) float64 {
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return x
-			}
-		}
-	}
-	b.Fatalf("no evalsha in INFO commandstats:\n%s", info)
-	return 0
 }

@@ -211,9 +211,7 @@ func entryKey(q *Request) memKey {
 // reports whether there was one (hit) and whether an entry for q's key was
 // held at all.
 func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
-	if _, sub := q.sliding(); sub || q.Limit.Algorithm == window.SlidingLog {
-		// Sub-bucket and strict counters are not remembered (yet): a
-		// denial is only cached for the two-bucket counter.
+	if q.Limit.Algorithm == window.SlidingLog {
 		return false, false
 	}
 	nowMs := window.Ms(q.Now)
@@ -288,9 +286,6 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 		if held {
 			c.forget(q.Key, entryKey(q))
 		}
-		return
-	}
-	if _, sub := q.sliding(); sub {
 		return
 	}
 	nowMs := window.Ms(q.Now)

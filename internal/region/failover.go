@@ -367,9 +367,6 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			}}
 			if q.Limit.Algorithm.Counted() {
 				res[i].Bucket = window.Bucket(window.Ms(q.Now), q.Limit.Window)
-				if sl, _ := q.sliding(); sl.K > 1 {
-					res[i].Bucket = sl.SubBucket(window.Ms(q.Now))
-				}
 			}
 		}
 	default:
@@ -382,7 +379,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			}
 			res[i].LocalRegion = f.fbRegion
 			if res[i].Allowed && !q.Peek {
-				f.remember(BucketRef{Key: q.Key, Window: q.Limit.Window, K: q.K, Bucket: res[i].Bucket})
+				f.remember(BucketRef{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket})
 			}
 		}
 	}
@@ -414,7 +411,7 @@ func (f *Failover) Merge(ctx context.Context, totals []Total) error {
 			// that the primary does not miss what other regions reported
 			// meanwhile (their reconciliation is not sent twice).
 			for _, t := range totals {
-				f.remember(BucketRef{Key: t.Key, Window: t.Window, K: t.K, Bucket: t.Bucket})
+				f.remember(BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket})
 			}
 			return nil
 		}

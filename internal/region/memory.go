@@ -57,10 +57,8 @@ const (
 // For the counter algorithms it keeps, per key and window, the two newest
 // buckets it has seen, each a vector of per-region counts, exactly as the
 // Redis store keeps one hash per bucket; Merge max-merges remote totals into
-// them. A counter over K > 1 sub-buckets (Request.K) keeps a ring of the
-// K+1 newest sub-buckets, each such a vector, as the Redis store keeps the
-// fields of one hash. A bucket older than the previous one of the newest
-// request is dropped, lazily on access and by a periodic sweep driven by Request.Now
+// them. A bucket older than the previous one of the newest request is
+// dropped, lazily on access and by a periodic sweep driven by Request.Now
 // (the store never reads the clock).
 type Memory struct {
 	region      string
@@ -89,7 +87,6 @@ type memKey struct {
 	key  string
 	wMs  int64
 	kind uint8
-	k    int64 // sub-buckets of a counter over K > 1 of them, else 0
 }
 
 // memEntry is one key's state. Which fields are used depends on kind.
@@ -97,10 +94,6 @@ type memEntry struct {
 	k memKey
 	// counter algorithms: the two newest buckets seen.
 	b [2]memBucket
-	// counters over K > 1 sub-buckets: a ring of K+1, sub-bucket j in
-	// slot j mod K+1, and the newest index seen.
-	subs []memBucket
-	top  int64
 	// GCRA: theoretical arrival time, Unix µs.
 	tatUs int64
 	// sliding log: admitted requests, oldest first; logCap is the
@@ -199,9 +192,6 @@ func kindOf(a window.Algorithm) uint8 {
 func (m *Memory) check(r *Request) Result {
 	nowMs := window.Ms(r.Now)
 	k := memKey{key: r.Key, wMs: r.Limit.WindowMs(), kind: kindOf(r.Limit.Algorithm)}
-	if sk := r.subBuckets(); sk > 1 && k.kind == kindCounter {
-		k.k = sk
-	}
 	s := m.shard(r.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,20 +226,13 @@ func (m *Memory) check(r *Request) Result {
 		}
 		res.Decision = d
 	default:
-		if k.k > 1 {
-			return m.checkSub(r, nowMs, e)
-		}
 		b := window.Bucket(nowMs, r.Limit.Window)
 		var cur, prev *memBucket
 		if e != nil {
 			cur, prev = e.bucket(b), e.bucket(b-1)
 		}
-		var d window.Decision
-		if _, ok := r.sliding(); ok {
-			d = decideSliding(r, nowMs, []*memBucket{prev, cur})
-		} else {
-			d = r.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, r.Hits)
-		}
+		c := window.Counts{Cur: cur.sum(), Prev: prev.sum()}
+		d := r.Limit.DecideCounter(nowMs, c, r.Hits)
 		if d.Allowed && !r.Peek {
 			cur = e.ensure(b)
 			if cur != nil {
@@ -261,25 +244,6 @@ func (m *Memory) check(r *Request) Result {
 		res.Local = cur.get(m.region)
 	}
 	return res
-}
-
-// checkSub decides r on a counter over K > 1 sub-buckets (e may be nil
-// when r peeks at a key not held).
-func (m *Memory) checkSub(r *Request, nowMs int64, e *memEntry) Result {
-	s, _ := r.sliding()
-	j := s.SubBucket(nowMs)
-	bs := make([]*memBucket, s.K+1)
-	for i := range bs {
-		bs[i] = e.sub(j - s.K + int64(i))
-	}
-	d := decideSliding(r, nowMs, bs)
-	if d.Allowed && !r.Peek {
-		if b := e.ensureSub(j, s.K); b != nil {
-			b.add(m.region, r.Hits)
-			bs[s.K] = b
-		}
-	}
-	return Result{Decision: d, Regions: slidingRegions(m.region, bs), Local: bs[s.K].get(m.region)}
 }
 
 // lookup returns k's entry, moving it to the front, or creates it when
@@ -386,9 +350,6 @@ func (e *memEntry) expired(nowMs int64) bool {
 		return e.tatUs <= nowMs*1000
 	case kindLog:
 		return len(e.log) == 0 || e.log[len(e.log)-1].AtMs <= nowMs-e.k.wMs
-	}
-	if e.k.k > 1 {
-		return e.subExpired(nowMs)
 	}
 	// Both buckets older than the previous bucket of nowMs.
 	b := floorDiv(nowMs, e.k.wMs)
@@ -566,21 +527,10 @@ func (m *Memory) Merge(ctx context.Context, totals []Total) error {
 		if t.Region == m.region || t.Region == "" || t.Window < time.Millisecond {
 			continue
 		}
-		valid, sub := subCounter(t.Window, t.K)
-		if !valid {
-			continue
-		}
 		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
 		s := m.shard(t.Key)
 		s.mu.Lock()
-		var b *memBucket
-		if sub {
-			k.k = t.K
-			b = m.lookup(s, k, true).ensureSub(t.Bucket, t.K)
-		} else {
-			b = m.lookup(s, k, true).ensure(t.Bucket)
-		}
-		if b != nil && !b.maxMerge(t.Region, t.Count) {
+		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count) {
 			m.dropped.Add(1)
 		}
 		s.mu.Unlock()
@@ -595,26 +545,14 @@ func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, erro
 		if r.Window < time.Millisecond {
 			continue
 		}
-		valid, sub := subCounter(r.Window, r.K)
-		if !valid {
-			continue
-		}
 		k := memKey{key: r.Key, wMs: r.Window.Milliseconds(), kind: kindCounter}
-		if sub {
-			k.k = r.K
-		}
 		s := m.shard(r.Key)
 		s.mu.Lock()
 		if el, ok := s.m[k]; ok {
-			e := el.Value.(*memEntry)
-			b := e.bucket(r.Bucket)
-			if sub {
-				b = e.sub(r.Bucket)
-			}
-			if b != nil && len(b.counts) > 0 {
+			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
 				v := make([]Total, 0, len(b.counts))
 				for _, c := range b.counts {
-					v = append(v, Total{Key: r.Key, Window: r.Window, K: k.k, Bucket: r.Bucket, Region: c.region, Count: c.n})
+					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n})
 				}
 				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 				out[i] = v

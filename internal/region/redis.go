@@ -66,8 +66,6 @@ type RedisConfig struct {
 // whole and distinct keys distinct):
 //
 //	rl:{<key>}:<W_ms>:<b>   hash, one field per region: a counter bucket
-//	rl:{<key>}:<W_ms>:s<K>  hash, one field "<j>:<region>" per region and
-//	                        sub-bucket j: a counter over K > 1 sub-buckets
 //	rl:{<key>}:g:<W_ms>     string, the GCRA theoretical arrival time (µs)
 //	rl:{<key>}:l:<W_ms>     sorted set, the sliding log
 //
@@ -226,12 +224,6 @@ func CounterKey(key string, w time.Duration, bucket int64) string {
 	return "rl:{" + escapeKey(key) + "}:" + strconv.FormatInt(w.Milliseconds(), 10) + ":" + strconv.FormatInt(bucket, 10)
 }
 
-// SubCounterKey returns the Redis key of a counter over k > 1 sub-buckets:
-// one hash for all its sub-buckets.
-func SubCounterKey(key string, w time.Duration, k int64) string {
-	return "rl:{" + escapeKey(key) + "}:" + strconv.FormatInt(w.Milliseconds(), 10) + ":s" + strconv.FormatInt(k, 10)
-}
-
 func gcraKey(key string, wMs int64) string {
 	return "rl:{" + escapeKey(key) + "}:g:" + strconv.FormatInt(wMs, 10)
 }
@@ -384,46 +376,11 @@ func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.C
 		return logScript.EvalSha(ctx, c, []string{logKey(q.Key, wMs)},
 			nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs+r.marginMs)
 	}
-	if s, _ := q.sliding(); s.K > 1 {
-		sm := s.SubMs()
-		j := s.SubBucket(nowMs)
-		return slidingScript.EvalSha(ctx, c, []string{SubCounterKey(q.Key, q.Limit.Window, s.K)},
-			j, nowMs-j*sm, sm, s.K, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-			boolArg(q.Strict), 2*wMs+r.marginMs)
-	}
 	b := window.Bucket(nowMs, q.Limit.Window)
 	return counterScript.EvalSha(ctx, c,
 		[]string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)},
 		nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs, boolArg(q.Strict))
-}
-
-// subBuckets parses a sub-bucket counter's HGETALL reply into its
-// sub-buckets j-K..j at nowMs, oldest first (nil where none is held).
-func subBuckets(s window.Sliding, nowMs int64, v any) ([]*memBucket, error) {
-	raw, _ := v.([]any)
-	j := s.SubBucket(nowMs)
-	bs := make([]*memBucket, s.K+1)
-	for i := 0; i+1 < len(raw); i += 2 {
-		f, _ := raw[i].(string)
-		js, reg, ok := strings.Cut(f, ":")
-		jj, err := strconv.ParseInt(js, 10, 64)
-		if !ok || err != nil || jj < j-s.K || jj > j {
-			continue
-		}
-		str, _ := raw[i+1].(string)
-		n, err := strconv.ParseUint(str, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad count %q for field %q: %w", str, f, err)
-		}
-		b := bs[jj-(j-s.K)]
-		if b == nil {
-			b = &memBucket{idx: jj, used: true}
-			bs[jj-(j-s.K)] = b
-		}
-		b.counts = append(b.counts, regionN{reg, n})
-	}
-	return bs, nil
+		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs)
 }
 
 // result turns a script's reply into a Result, deciding in Go from the
@@ -466,22 +423,6 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		slices.SortStableFunc(log, func(a, b window.LogEntry) int { return int(a.AtMs - b.AtMs) })
 		out.Decision = q.Limit.DecideLog(nowMs, log, q.Hits)
 	default:
-		if s, _ := q.sliding(); s.K > 1 {
-			bs, err := subBuckets(s, nowMs, arr[1])
-			if err != nil {
-				return fmt.Errorf("region: redis check %q: %w", q.Key, err)
-			}
-			out.Decision = decideSliding(q, nowMs, bs)
-			if allowed == 1 && !q.Peek {
-				if bs[s.K] == nil {
-					bs[s.K] = &memBucket{idx: out.Bucket, used: true}
-				}
-				bs[s.K].add(r.region, q.Hits)
-			}
-			out.Regions = slidingRegions(r.region, bs)
-			out.Local = bs[s.K].get(r.region)
-			break
-		}
 		if len(arr) < 3 {
 			return fmt.Errorf("region: redis check %q: unexpected reply length %d", q.Key, len(arr))
 		}
@@ -493,11 +434,7 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		if _, ok := q.sliding(); ok {
-			out.Decision = decideSliding(q, nowMs, []*memBucket{prev, cur})
-		} else {
-			out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
-		}
+		out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
 		if allowed == 1 && !q.Peek {
 			cur.add(r.region, q.Hits)
 		}
@@ -543,14 +480,6 @@ func (r *Redis) Merge(ctx context.Context, totals []Total) error {
 				continue
 			}
 			ttl := 2*t.Window.Milliseconds() + r.marginMs
-			if valid, sub := subCounter(t.Window, t.K); !valid {
-				continue
-			} else if sub {
-				pre := strconv.FormatInt(t.Bucket, 10) + ":"
-				cmds = append(cmds, slidingMergeScript.EvalSha(ctx, pipe, []string{SubCounterKey(t.Key, t.Window, t.K)},
-					pre+t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket, pre, (t.K+2)*MaxRegionsPerBucket))
-				continue
-			}
 			cmds = append(cmds, mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
 				t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket))
 		}
@@ -589,10 +518,6 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 	pipe := r.c.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(refs))
 	for i, ref := range refs {
-		if valid, sub := subCounter(ref.Window, ref.K); valid && sub {
-			cmds[i] = pipe.HGetAll(ctx, SubCounterKey(ref.Key, ref.Window, ref.K))
-			continue
-		}
 		cmds[i] = pipe.HGetAll(ctx, CounterKey(ref.Key, ref.Window, ref.Bucket))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -603,29 +528,13 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 		if len(m) == 0 {
 			continue
 		}
-		ref := refs[i]
-		_, sub := subCounter(ref.Window, ref.K)
-		var k int64
-		if sub {
-			k = ref.K
-		}
-		pre := strconv.FormatInt(ref.Bucket, 10) + ":"
 		v := make([]Total, 0, len(m))
 		for reg, s := range m {
-			if sub {
-				var ok bool
-				if reg, ok = strings.CutPrefix(reg, pre); !ok {
-					continue
-				}
-			}
 			n, err := strconv.ParseUint(s, 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", ref.Key, s, err)
+				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", refs[i].Key, s, err)
 			}
-			v = append(v, Total{Key: ref.Key, Window: ref.Window, K: k, Bucket: ref.Bucket, Region: reg, Count: n})
-		}
-		if len(v) == 0 {
-			continue
+			v = append(v, Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n})
 		}
 		slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 		out[i] = v

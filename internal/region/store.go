@@ -60,34 +60,7 @@ type Request struct {
 	Now time.Time
 	// Peek decides without consuming anything.
 	Peek bool
-	// K is the number of sub-buckets a SlidingWindow counter splits its
-	// window into (see [window.Sliding]): 0 or 1 is the two-bucket
-	// counter, identified by (Key, W) and decided as
-	// [window.Limit.DecideCounter]; from 2 to [window.MaxSubBuckets] (W
-	// a whole number of milliseconds times K) a counter of its own,
-	// identified by (Key, W, K). Other algorithms must leave it 0.
-	K int64
-	// Strict counts the oldest overlapping (sub-)bucket whole instead of
-	// weighting it (SlidingWindow only): [window.Sliding]'s Strict. It
-	// reads the same counts as the weighted counter of the same K.
-	Strict bool
 }
-
-// ErrSubBuckets is returned by [Request.Validate] for a sub-bucket count or
-// a strict flag the request's algorithm cannot take.
-var ErrSubBuckets = errors.New("region: sub-buckets and strict are for sliding window counters only")
-
-// sliding returns the sliding window counter that decides r and whether r
-// is decided by one other than the two-bucket [window.Limit.DecideCounter]
-// (K > 1 or strict).
-func (r *Request) sliding() (window.Sliding, bool) {
-	k := max(r.K, 1)
-	return window.Sliding{Limit: r.Limit, K: k, Strict: r.Strict}, r.K > 1 || r.Strict
-}
-
-// subBuckets returns the K that identifies r's counter: 1 for the
-// two-bucket layout, K for a counter over K > 1 sub-buckets.
-func (r *Request) subBuckets() int64 { return max(r.K, 1) }
 
 // ErrEmptyKey is returned by [Request.Validate] for a request without a key.
 var ErrEmptyKey = errors.New("region: empty key")
@@ -111,22 +84,11 @@ func (r *Request) Validate() error {
 	if err := r.Limit.ValidateHits(r.Hits); err != nil {
 		return fmt.Errorf("region: request %q: %w", r.Key, err)
 	}
-	if r.K != 0 || r.Strict {
-		if r.Limit.Algorithm != window.SlidingWindow || r.K < 0 {
-			return fmt.Errorf("region: request %q: %w", r.Key, ErrSubBuckets)
-		}
-		if s, _ := r.sliding(); s.Validate() != nil {
-			return fmt.Errorf("region: request %q: %w", r.Key, s.Validate())
-		}
-	}
 	return nil
 }
 
 // RegionCount is one region's counts for a key's current and previous
-// buckets. For a counter over K > 1 sub-buckets (Request.K), Current is the
-// region's sum over the sub-buckets wholly inside the trailing window (j-K+1
-// to j, the decision's SubWhole summed over regions) and Previous its count
-// in the oldest overlapping one (j-K, SubOldest summed over regions).
+// buckets.
 type RegionCount struct {
 	Region   string
 	Current  uint64
@@ -140,8 +102,7 @@ type Result struct {
 	// algorithms; the local region is always present.
 	Regions []RegionCount
 	// Local is the local region's total in the current bucket after the
-	// decision (counter algorithms; for K > 1 the current sub-bucket,
-	// Decision.Bucket); replication sends it to other regions.
+	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
 	// LocalRegion, when set, is the region whose count Local is, if not the
 	// store's local region: a [Failover] deciding from its fallback counts
@@ -154,37 +115,19 @@ type Result struct {
 
 // Total is one region's total count for a key's bucket, the unit of
 // replication. Totals only grow, so merging keeps the maximum.
-//
-// K names the counter as Request.K does: 0 or 1 the two-bucket counter of
-// (Key, Window), whose Bucket is floor(t/W); from 2 the counter of (Key,
-// Window, K), whose Bucket is the sub-bucket index floor(t/(W/K)). A K that
-// does not split Window into whole milliseconds is ignored by Merge.
 type Total struct {
 	Key    string
 	Window time.Duration
-	K      int64
 	Bucket int64
 	Region string
 	Count  uint64
 }
 
-// BucketRef names one bucket of a key's counter; K as in [Total].
+// BucketRef names one bucket of a key's counter.
 type BucketRef struct {
 	Key    string
 	Window time.Duration
-	K      int64
 	Bucket int64
-}
-
-// subCounter reports whether (w, k) names a counter over k > 1 sub-buckets
-// that the stores can hold: k at most window.MaxSubBuckets and dividing w
-// in whole milliseconds. ok is false for the two-bucket counter (k <= 1).
-func subCounter(w time.Duration, k int64) (valid, ok bool) {
-	if k <= 1 {
-		return true, false
-	}
-	wm := w.Milliseconds()
-	return k <= window.MaxSubBuckets && wm > 0 && wm%k == 0, true
 }
 
 // Store is a region's store of counts. Implementations are safe for

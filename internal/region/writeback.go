@@ -104,9 +104,7 @@ func (f *Failover) mirror(reqs []Request, res []Result) {
 	var totals []Total
 	for i := range reqs {
 		q := &reqs[i]
-		if !q.Limit.Algorithm.Counted() || q.subBuckets() > 1 {
-			// A sub-bucket counter's Regions sum its sub-buckets: not
-			// mirrored (the fallback learns them from replication).
+		if !q.Limit.Algorithm.Counted() {
 			continue
 		}
 		for _, rc := range res[i].Regions {

@@ -443,7 +443,6 @@ func (d *Decider) record(r *Request, res region.Result) Outcome {
 			d.cfg.Replicator.Dirty(region.Total{
 				Key:    r.Store.Key,
 				Window: r.Store.Limit.Window,
-				K:      r.Store.K,
 				Bucket: res.Bucket,
 				Region: reg,
 				Count:  res.Local,

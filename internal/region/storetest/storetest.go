@@ -46,8 +46,6 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"AwkwardKeys", testAwkwardKeys},
 		{"BigNumbers", testBigNumbers},
 		{"ConcurrentNeverOverAdmits", testConcurrent},
-		{"SubBuckets", testSubBuckets},
-		{"SubBucketMerge", testSubBucketMerge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,9 +81,9 @@ func merge(t *testing.T, s region.Store, totals ...region.Total) {
 	}
 }
 
-func vector(t *testing.T, s region.Store, key string, w time.Duration, k, b int64) []region.Total {
+func vector(t *testing.T, s region.Store, key string, w time.Duration, b int64) []region.Total {
 	t.Helper()
-	v, err := s.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, K: k, Bucket: b}})
+	v, err := s.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
 	if err != nil {
 		t.Fatalf("Vectors: %v", err)
 	}
@@ -263,7 +261,7 @@ func testPeek(t *testing.T, s region.Store, key string) {
 			t.Errorf("%v: peek allowed past the limit", a)
 		}
 	}
-	if v := vector(t, s, key+"/"+window.SlidingWindow.String(), time.Minute, 0, window.Bucket(window.Ms(t0), time.Minute)); len(v) != 1 || v[0].Count != 3 {
+	if v := vector(t, s, key+"/"+window.SlidingWindow.String(), time.Minute, window.Bucket(window.Ms(t0), time.Minute)); len(v) != 1 || v[0].Count != 3 {
 		t.Errorf("vector after peeks and one check of 3 = %+v, want one total of 3", v)
 	}
 }
@@ -322,7 +320,7 @@ func testMerge(t *testing.T, s region.Store, key string) {
 		{Key: key, Window: w, Bucket: b, Region: "far", Count: 5},
 		{Key: key, Window: w, Bucket: b, Region: "here", Count: 2},
 	}
-	if got := vector(t, s, key, w, 0, b); !slices.Equal(got, want) {
+	if got := vector(t, s, key, w, b); !slices.Equal(got, want) {
 		t.Errorf("vector = %+v, want %+v", got, want)
 	}
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 9})
@@ -374,7 +372,7 @@ func testMergeOrderFree(t *testing.T, s region.Store, key string) {
 			merge(t, s, region.Total{Key: k, Window: w, Bucket: b, Region: reg, Count: n},
 				region.Total{Key: k, Window: w, Bucket: b - 1, Region: reg, Count: n})
 		}
-		v := vector(t, s, k, w, 0, b)
+		v := vector(t, s, k, w, b)
 		for i := range v {
 			v[i].Key = key
 			if got, want := v[i].Count, final[v[i].Region]; got != want {
@@ -464,7 +462,7 @@ func testAwkwardKeys(t *testing.T, s region.Store, key string) {
 		}
 		b := window.Bucket(window.Ms(t0), time.Minute)
 		merge(t, s, region.Total{Key: k, Window: time.Minute, Bucket: b, Region: "far", Count: 1})
-		if v := vector(t, s, k, time.Minute, 0, b); len(v) != 2 || v[0].Key != k {
+		if v := vector(t, s, k, time.Minute, b); len(v) != 2 || v[0].Key != k {
 			t.Errorf("key %d %q: vector %+v, want far and here", i, k, v)
 		}
 		if r := Check(t, s, region.Request{Key: k, Limit: l, Hits: 1, Now: t0}); r.Allowed {
@@ -567,148 +565,5 @@ func testConcurrent(t *testing.T, s region.Store, key string) {
 		if got, want := allowed.Load(), int64(100); got != want {
 			t.Errorf("%v: 64 goroutines x 5 requests admitted %d, want exactly %d", a, got, want)
 		}
-	}
-}
-
-// testSubBuckets drives counters over K > 1 sub-buckets (and the strict
-// two-bucket counter) with a fixed pseudo-random sequence of requests and
-// remote merges, and checks every decision against window.Sliding's on a
-// model of the summed per-region counts.
-func testSubBuckets(t *testing.T, s region.Store, key string) {
-	for _, tc := range []struct {
-		name   string
-		k      int64
-		strict bool
-	}{
-		{"K10", 10, false},
-		{"K10Strict", 10, true},
-		{"K100", 100, false},
-		{"K1Strict", 1, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			key := key + "/" + tc.name
-			l := window.Limit{Limit: 20, Window: time.Second}
-			sl := window.Sliding{Limit: l, K: tc.k, Strict: tc.strict}
-			sm := sl.SubMs()
-			total := func(j int64) int64 { // the Total.K/BucketRef.K of this counter
-				if tc.k > 1 {
-					return tc.k
-				}
-				return 0
-			}(0)
-			bucketOf := func(ms int64) int64 {
-				if tc.k > 1 {
-					return sl.SubBucket(ms)
-				}
-				return window.Bucket(ms, l.Window)
-			}
-			local := map[int64]uint64{}  // sub-bucket -> local count
-			remote := map[int64]uint64{} // sub-bucket -> region "there"
-			rng := rand.New(rand.NewPCG(7, uint64(tc.k)))
-			now := t0.UnixMilli()
-			for step := range 400 {
-				now += rng.Int64N(sm/2 + 1)
-				j := bucketOf(now)
-				if rng.IntN(8) == 0 {
-					// A remote region reports a total for a live sub-bucket.
-					b := j - rng.Int64N(2)
-					n := remote[b] + uint64(rng.IntN(4))
-					merge(t, s, region.Total{Key: key, Window: l.Window, K: total, Bucket: b, Region: "there", Count: n})
-					remote[b] = n
-					continue
-				}
-				bs := sl.K + 1
-				c := make([]uint64, bs)
-				for i := range c {
-					b := j - int64(bs-1) + int64(i)
-					c[i] = local[b] + remote[b]
-				}
-				hits := 1 + uint64(rng.IntN(3))
-				peek := rng.IntN(10) == 0
-				want := sl.Decide(now, c, hits)
-				r := Check(t, s, region.Request{Key: key, Limit: l, K: tc.k, Strict: tc.strict, Hits: hits, Now: time.UnixMilli(now), Peek: peek})
-				sameDecision(t, fmt.Sprintf("step %d at +%d ms", step, now-t0.UnixMilli()), r.Decision, want)
-				if want.Allowed && !peek {
-					local[j] += hits
-				}
-				if got, want := r.Local, local[j]; got != want {
-					t.Errorf("step %d: Local = %d, want %d", step, got, want)
-				}
-				var whole, oldest uint64
-				for _, rc := range r.Regions {
-					whole += rc.Current
-					oldest += rc.Previous
-				}
-				wantWhole := want.SubWhole
-				if want.Allowed && !peek {
-					wantWhole += hits
-				}
-				if whole != wantWhole || oldest != want.SubOldest {
-					t.Errorf("step %d: Regions sum to whole %d, oldest %d; want %d, %d", step, whole, oldest, wantWhole, want.SubOldest)
-				}
-				if t.Failed() {
-					return
-				}
-			}
-			// The newest sub-bucket's vector: both regions' counts, sorted.
-			j := bucketOf(now)
-			var want []region.Total
-			for _, reg := range []struct {
-				name string
-				n    uint64
-			}{{"here", local[j]}, {"there", remote[j]}} {
-				if reg.n > 0 {
-					want = append(want, region.Total{Key: key, Window: l.Window, K: total, Bucket: j, Region: reg.name, Count: reg.n})
-				}
-			}
-			if got := vector(t, s, key, l.Window, total, j); !slices.Equal(got, want) {
-				t.Errorf("Vectors(sub-bucket %d) = %+v, want %+v", j, got, want)
-			}
-		})
-	}
-}
-
-// testSubBucketMerge checks that merges of sub-bucket totals max-merge,
-// are idempotent and order-free, and that a counter over K sub-buckets is
-// distinct from the two-bucket counter and from other K of the same key
-// and window.
-func testSubBucketMerge(t *testing.T, s region.Store, key string) {
-	l := window.Limit{Limit: 100, Window: time.Second}
-	sl := window.Sliding{Limit: l, K: 10}
-	now := t0.Add(550 * time.Millisecond)
-	j := sl.SubBucket(now.UnixMilli())
-	tot := func(b int64, reg string, n uint64) region.Total {
-		return region.Total{Key: key, Window: l.Window, K: 10, Bucket: b, Region: reg, Count: n}
-	}
-	merge(t, s, tot(j, "a", 5), tot(j-3, "a", 4), tot(j, "b", 7))
-	merge(t, s, tot(j, "a", 2), tot(j-3, "a", 4), tot(j, "b", 9)) // lower, same, higher
-	if got, want := vector(t, s, key, l.Window, 10, j), []region.Total{tot(j, "a", 5), tot(j, "b", 9)}; !slices.Equal(got, want) {
-		t.Errorf("Vectors(j) = %+v, want %+v", got, want)
-	}
-	if got, want := vector(t, s, key, l.Window, 10, j-3), []region.Total{tot(j-3, "a", 4)}; !slices.Equal(got, want) {
-		t.Errorf("Vectors(j-3) = %+v, want %+v", got, want)
-	}
-	// A total for the local region is ignored.
-	merge(t, s, tot(j, "here", 50))
-	r := Check(t, s, region.Request{Key: key, Limit: l, K: 10, Hits: 1, Now: now, Peek: true})
-	if got, want := r.Estimate, uint64(5+9+4); got != want {
-		t.Errorf("Estimate = %d, want %d", got, want)
-	}
-	// The two-bucket counter and K = 5 of the same key and window hold
-	// nothing.
-	for _, k := range []int64{0, 5} {
-		r := Check(t, s, region.Request{Key: key, Limit: l, K: k, Hits: 1, Now: now, Peek: true})
-		if r.Estimate != 0 {
-			t.Errorf("K = %d: Estimate = %d, want 0", k, r.Estimate)
-		}
-	}
-	if v := vector(t, s, key, l.Window, 0, window.Bucket(now.UnixMilli(), l.Window)); len(v) != 0 {
-		t.Errorf("two-bucket Vectors = %+v, want none", v)
-	}
-	// Sub-buckets leave the window: K+1 sub-buckets later nothing counts.
-	later := now.Add(11 * time.Duration(sl.SubMs()) * time.Millisecond)
-	r = Check(t, s, region.Request{Key: key, Limit: l, K: 10, Hits: 1, Now: later})
-	if r.Estimate != 0 || !r.Allowed {
-		t.Errorf("%d sub-buckets later: Estimate %d, Allowed %v; want 0, true", 11, r.Estimate, r.Allowed)
 	}
 }
