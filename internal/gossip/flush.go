@@ -71,18 +71,8 @@ func (n *Node) Dirty(t region.Total) {
 	}
 }
 
-func (n *Node) flushLoop() {
-	tk := time.NewTicker(n.cfg.FlushInterval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-tk.C:
-			n.flush(false)
-		}
-	}
-}
+// flushLoop flushes the dirty totals every FlushInterval.
+func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false) }) }
 
 // flush sends the dirty totals to every other region and the first touches
 // to the local buddy. A final flush (from Close) sends everything over TCP

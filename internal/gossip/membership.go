@@ -43,34 +43,29 @@ func (n *Node) joinLoop() {
 
 // reconnectLoop rejoins members seen dead within the last hour: after a
 // partition heals, each side would otherwise keep the other for dead.
-func (n *Node) reconnectLoop() {
-	tk := time.NewTicker(n.cfg.ReconnectInterval)
-	defer tk.Stop()
-	for {
+func (n *Node) reconnectLoop() { n.every(n.cfg.ReconnectInterval, n.reconnect) }
+
+// reconnect tries once to rejoin every member seen dead within the last
+// hour.
+func (n *Node) reconnect() {
+	var addrs []string
+	now := time.Now()
+	n.pruneMembers(now)
+	n.memMu.RLock()
+	for _, m := range n.members {
+		if m.state == "dead" && now.Sub(m.since) < forgetAfterDead {
+			addrs = append(addrs, m.node.Address())
+		}
+	}
+	n.memMu.RUnlock()
+	for _, a := range addrs {
 		select {
 		case <-n.stop:
 			return
-		case <-tk.C:
+		default:
 		}
-		var addrs []string
-		now := time.Now()
-		n.pruneMembers(now)
-		n.memMu.RLock()
-		for _, m := range n.members {
-			if m.state == "dead" && now.Sub(m.since) < forgetAfterDead {
-				addrs = append(addrs, m.node.Address())
-			}
-		}
-		n.memMu.RUnlock()
-		for _, a := range addrs {
-			select {
-			case <-n.stop:
-				return
-			default:
-			}
-			if _, err := n.ml.Join([]string{a}); err == nil {
-				n.log.Info("rejoined member", "addr", a)
-			}
+		if _, err := n.ml.Join([]string{a}); err == nil {
+			n.log.Info("rejoined member", "addr", a)
 		}
 	}
 }

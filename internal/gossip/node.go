@@ -169,6 +169,20 @@ func New(cfg Config, store Store) (*Node, error) {
 	return n, nil
 }
 
+// every calls f every interval until the node stops.
+func (n *Node) every(interval time.Duration, f func()) {
+	tk := time.NewTicker(interval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tk.C:
+			f()
+		}
+	}
+}
+
 func (n *Node) goLoop(f func()) {
 	n.loops.Add(1)
 	go func() {

@@ -21,18 +21,13 @@ type pending struct {
 // vectorChunk bounds the buckets read from the store in one Vectors call.
 const vectorChunk = 1000
 
+// reconcileLoop sends the due reconciliations and retries the failed ones
+// every FlushInterval.
 func (n *Node) reconcileLoop() {
-	tk := time.NewTicker(n.cfg.FlushInterval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-tk.C:
-			n.reconcileDue()
-			n.retryPending()
-		}
-	}
+	n.every(n.cfg.FlushInterval, func() {
+		n.reconcileDue()
+		n.retryPending()
+	})
 }
 
 // reconcileDue reconciles every touched bucket that closed at least Grace
