@@ -28,7 +28,7 @@ test: ## Run every test (the README's test command)
 
 .PHONY: test-race
 test-race: ## Run every test with the race detector (as CI does)
-	$(GO) test -race ./...
+	$(GO) test -race -p 1 ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
