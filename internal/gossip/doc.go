@@ -64,7 +64,13 @@
 // authenticated only by the gossip key. Without a key anyone who reaches
 // the port can join, read every replicated key and report counts for a
 // region of its own, so New refuses a keyless node on an address other
-// than loopback unless Config.Insecure is set.
+// than loopback unless Config.Insecure is set. The token is not a
+// signature: it travels in member metadata, which every member sees, and a
+// node announces its own region when it joins. So every holder of the key
+// is trusted for every region: it can join under any region name, or copy
+// another member's name and token, and report counts up to MaxCount. The
+// checks above bound what such a member can cost (names, buckets, replica
+// names) but do not stop it; guard the key as you would the counts.
 //
 // # Encryption
 //

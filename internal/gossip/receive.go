@@ -51,21 +51,19 @@ func (n *Node) handle(b []byte) {
 		n.met.drop(dropReason(err))
 		return
 	}
-	n.met.received(m.Kind, len(b))
 	if _, ok := n.frameSender(m); !ok {
 		n.met.drop("not_member")
 		return
 	}
+	n.met.received(m.Kind, len(b))
 	now := n.cfg.Now()
 	if reason := n.check(now, m); reason != "" {
 		n.met.drop(reason)
 		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
 		return
 	}
-	if m.Kind == KindTouch {
-		if m.From == n.cfg.Region {
-			n.remember(m.Totals)
-		}
+	if m.Kind == KindTouch { // check let through touches of this region only
+		n.remember(now, m.Totals)
 		return
 	}
 	if m.From == n.cfg.Region {
@@ -144,6 +142,11 @@ func (n *Node) check(now time.Time, m Message) string {
 		if t.Bucket > floorDiv(nowMs, wm)+1 {
 			return "future_bucket"
 		}
+		// No bucket starts before the epoch; with both bounds, (b+1)*W
+		// (a bucket's end, its expiry) cannot overflow.
+		if t.Bucket < 0 {
+			return "malformed"
+		}
 	}
 	return ""
 }
@@ -220,10 +223,15 @@ func (n *Node) admitReplica(now time.Time, reg string, t region.Total) bool {
 
 // remember adds buckets another node of this region touched to the
 // reconciliation set, so that they are reconciled even if that node dies.
-func (n *Node) remember(ts []region.Total) {
+// Buckets that have already expired are skipped: there is nothing left to
+// reconcile.
+func (n *Node) remember(now time.Time, ts []region.Total) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, t := range ts {
+		if !now.Before(n.expiry(t.Window, t.Bucket)) {
+			continue
+		}
 		k := ref{t.Key, t.Window, t.Bucket}
 		due := (t.Bucket + 1) * t.Window.Milliseconds()
 		set := n.touched[due]

@@ -167,7 +167,7 @@ func TestSimReconcile(t *testing.T) {
 			}
 		}
 		b := res[0].Bucket
-		eu.remember([]region.Total{{Key: "bob", Window: w, Bucket: b, Region: "eu", Count: 1}})
+		eu.remember(time.Now(), []region.Total{{Key: "bob", Window: w, Bucket: b, Region: "eu", Count: 1}})
 		end := bucketEnd(w, b)
 		time.Sleep(time.Until(end) - time.Millisecond)
 		if got := s.count("us", "eu", "bob", w, b); got != 0 {

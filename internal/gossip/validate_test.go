@@ -37,6 +37,8 @@ func TestHandleValidates(t *testing.T) {
 		{"another member's region", testSender("a"), KindReconcile, []region.Total{tot("c", sec)}, "foreign_region"},
 		{"prefix is not a replica", testSender("a"), KindFlush, []region.Total{tot("ab", sec)}, "foreign_region"},
 		{"far-future bucket", testSender("a"), KindFlush, []region.Total{tot("a", sec+2)}, "future_bucket"},
+		{"bucket before the epoch", testSender("a"), KindFlush, []region.Total{tot("a", -1<<60)}, "malformed"},
+		{"touch before the epoch", testSender("b"), KindTouch, []region.Total{tot("b", -1<<60)}, "malformed"},
 		{"touch from another region", testSender("a"), KindTouch, []region.Total{tot("a", sec)}, "foreign_region"},
 		{"flush from own region", testSender("b"), KindFlush, []region.Total{tot("b", sec)}, "foreign_kind"},
 		{"cut fallback name", Sender{Node: "node-long", Region: long, Token: 9}, KindFlush, []region.Total{tot(fb, sec)}, ""},
