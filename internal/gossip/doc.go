@@ -56,7 +56,7 @@
 // (older than its expiry it is skipped); a count is at most MaxCount
 // (2^53). A frame that fails is dropped whole and counted in
 // rlcluster_gossip_dropped_total by reason (not_member, foreign_region,
-// future_bucket, foreign_kind, replicas_full, malformed). The member,
+// old_bucket, future_bucket, foreign_kind, replicas_full, malformed). The member,
 // clock-offset and freshness maps forget a member that left after
 // GossipToTheDeadTime, one that failed after an hour.
 //

@@ -115,6 +115,7 @@ func (n *Node) handle(b []byte) {
 //   - foreign_region: a total names a region other than the sender's own
 //     (the one it joined with) or a replica of it (region~id, see
 //     replicaOf); a touch comes from another region.
+//   - old_bucket: a bucket starts before the Unix epoch.
 //   - future_bucket: a bucket starts later than now plus one window. A
 //     bucket that has expired is not a reason to drop the frame (a late
 //     total is normal); handle skips such totals.
@@ -145,7 +146,7 @@ func (n *Node) check(now time.Time, m Message) string {
 		// No bucket starts before the epoch; with both bounds, (b+1)*W
 		// (a bucket's end, its expiry) cannot overflow.
 		if t.Bucket < 0 {
-			return "malformed"
+			return "old_bucket"
 		}
 	}
 	return ""
