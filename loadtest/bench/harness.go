@@ -211,7 +211,7 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err
 // stops it. redisAddr, when set, is watched for script calls.
 func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, rows []planRow) error {
 	var pr *Proc
-	var base string
+	var base, envoyBase string
 	rules := filepath.Join(h.procs.Dir, "envoy-rules.yaml")
 	err := os.WriteFile(rules, []byte(envoyRules), 0o600)
 	if err != nil {
@@ -223,8 +223,16 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 			return err
 		}
 		listen := "127.0.0.1:" + strconv.Itoa(port)
-		base = "http://" + listen
+		base, envoyBase = "http://"+listen, "http://"+listen
 		args := []string{"--listen", listen, "--region", "bench", "--rules", rules}
+		if h.cfg.EnvoyPort == envoyPortGRPC {
+			gport, err := rlbuild.FreePort()
+			if err != nil {
+				return err
+			}
+			envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
+			args = append(args, "--grpc-listen", strings.TrimPrefix(envoyBase, "http://"))
+		}
 		if redisURL != "" {
 			args = append(args, "--redis-url", redisURL)
 		}
@@ -232,7 +240,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		if pr, err = h.procs.Start("rlnode-"+store, h.cfg.Rlnode, nil, args...); err != nil {
 			return err
 		}
-		tg := target{base: base, envoyBase: base}
+		tg := target{base: base, envoyBase: envoyBase}
 		if err = pr.WaitReady(ctx, 20*time.Second, func() error { return probeAll(ctx, tg) }); err == nil {
 			break
 		}
@@ -242,7 +250,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		return fmt.Errorf("start rlnode (%s store): %w", store, err)
 	}
 	defer pr.Stop()
-	tg := target{base: base, envoyBase: base, pid: []int{pr.Pid()}}
+	tg := target{base: base, envoyBase: envoyBase, pid: []int{pr.Pid()}}
 	if h.redisPID != 0 && redisAddr != "" {
 		tg.pid = append(tg.pid, h.redisPID)
 	}

@@ -106,8 +106,18 @@ type envoyDescriptor struct {
 // namespace, and its outcome through the same outcome step as the Connect
 // API's.
 func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+	resp, err := s.Decide(ctx, r.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Decide answers one ShouldRateLimit request m, for every transport that
+// carries it (Connect's handler and grpc-go's server); see
+// [Service.ShouldRateLimit]. Errors are Connect errors.
+func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	defer s.cfg.Decider.Observe("ShouldRateLimit", time.Now())
-	m := r.Msg
 	if m.GetDomain() == "" {
 		return nil, decision.Invalid("domain: required")
 	}
@@ -202,7 +212,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.cfg.Decider.ShadowMode() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // envoyDescriptor checks the Envoy-specific parts of request descriptor
