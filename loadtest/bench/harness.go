@@ -381,8 +381,18 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			return err
 		}
 	}
+	var cpu0 time.Duration
+	cpuErr := errors.New("no server process")
+	if len(tg.pid) > 0 {
+		cpu0, cpuErr = procCPU(tg.pid[0])
+	}
 	prof := h.startProfile(ctx, tg, store, r)
 	o := Run(ctx, c, w, l)
+	if cpuErr == nil {
+		cpu1, err := procCPU(tg.pid[0])
+		cpuErr = err
+		cpu0 = cpu1 - cpu0
+	}
 	if prof != nil {
 		if msg := <-prof; msg != "" {
 			fmt.Fprintln(h.out, "  profile:", msg)
@@ -400,6 +410,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if store == "ceiling" {
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
 	}
+	if cpuErr == nil && o.Requests > 0 {
+		res.CPUPerReqUs = float64(cpu0.Microseconds()) / float64(o.Requests)
+	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
 		res.FirstError = o.FirstErr.Error()
@@ -416,8 +429,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d denied %d errors %d unsent %d\n",
-		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req  allowed %d denied %d errors %d unsent %d\n",
+		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.CPUPerReqUs,
 		res.Allowed, res.Denied, res.Errors, res.Unsent)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
