@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,7 +27,9 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
+	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
@@ -149,8 +152,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := serveTLS(c, srv, reload); err != nil {
 		return err
 	}
+	gs, gln, err := newGRPCServer(c, h, tokens, srv.TLSConfig)
+	if err != nil {
+		return err
+	}
+	if gln != nil {
+		defer gln.Close()
+	}
 	attrs := []any{"addr", ln.Addr().String(), "region", c.Region, "store", storeName,
 		"tls", srv.TLSConfig != nil, "mtls", c.TLSClientCA != "", "auth", tokens != nil}
+	if gln != nil {
+		attrs = append(attrs, "grpc", gln.Addr().String())
+	}
 	if node != nil {
 		attrs = append(attrs, "gossip", node.Addr(), "node", node.Name(), "join", gcfg.Join, "encrypted", node.Encrypted())
 	} else {
@@ -166,9 +179,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		serveErr <- srv.Serve(ln)
 	}()
+	grpcErr := make(chan error, 1)
+	if gs != nil {
+		go func() { grpcErr <- gs.Serve(gln) }()
+	}
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-grpcErr:
+		return err
 	case <-ctx.Done():
 	}
 
@@ -176,6 +195,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	h.SetServing(false)
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
+	grpcDrained := make(chan bool, 1)
+	if gs != nil {
+		gs.SetServing(false)
+		go func() { grpcDrained <- gs.Stop(sctx) }()
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		// Requests still running at the deadline (or clients that opened a
 		// connection and sent nothing) are cut off; leaving the pool below
@@ -185,6 +209,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if gs != nil {
+		if !<-grpcDrained {
+			log.Warn("gRPC drain timed out, closed the remaining connections", "timeout", c.ShutdownTimeout)
+		}
+		if err := <-grpcErr; err != nil {
+			return err
+		}
 	}
 	if node != nil {
 		// The drain may have used up sctx: leaving gets its own bound.
@@ -245,6 +277,31 @@ const (
 	httpIdleTimeout       = 2 * time.Minute
 	httpMaxHeaderBytes    = 64 << 10
 )
+
+// newGRPCServer returns the grpc-go server of --grpc-listen and its
+// listener (nil, nil without the flag), with the API's tokens, open paths,
+// TLS config (nil: plaintext) and bounds.
+func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config) (*grpcserve.Server, net.Listener, error) {
+	if c.GRPCListen == "" {
+		return nil, nil, nil
+	}
+	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout}
+	if tokens != nil {
+		gcfg.Tokens, gcfg.OpenPaths = tokens, openPaths(c)
+	}
+	gs, err := grpcserve.New(gcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", c.GRPCListen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen --grpc-listen: %w", err)
+	}
+	if c.MaxConnections > 0 {
+		ln = netutil.LimitListener(ln, c.MaxConnections)
+	}
+	return gs, ln, nil
+}
 
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which
 // gRPC clients need without TLS.

@@ -171,13 +171,18 @@ func protect(c config, tokens *auth.Tokens, h http.Handler) http.Handler {
 	if tokens == nil {
 		return h
 	}
+	return auth.RequireBearer(tokens, openPaths(c), h)
+}
+
+// openPaths returns --auth-open-paths as a list.
+func openPaths(c config) []string {
 	var open []string
 	for _, p := range strings.Split(c.AuthOpenPaths, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			open = append(open, p)
 		}
 	}
-	return auth.RequireBearer(tokens, open, h)
+	return open
 }
 
 // secrets returns the secrets c holds, for the logger to mask.

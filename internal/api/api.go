@@ -156,6 +156,7 @@ type Server struct {
 	dec    *decision.Decider
 	mux    *http.ServeMux
 	health *grpchealth.StaticChecker
+	envoy  *envoyrls.Service
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
 	errWriter *connect.ErrorWriter
@@ -261,7 +262,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	opts = append(opts, cfg.HandlerOptions...)
 	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
-	s.mux.Handle(envoyrls.Procedure, envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders}).Handler(opts...))
+	s.envoy = envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders})
+	s.mux.Handle(envoyrls.Procedure, s.envoy.Handler(opts...))
 	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, grpchealth.HealthV1ServiceName)
@@ -312,6 +314,10 @@ func isStream(path string) bool {
 // other packages add (for example Envoy's rate-limit service). It panics,
 // as http.ServeMux.Handle does, when pattern is already taken.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Envoy returns the server's Envoy rate-limit service, for other
+// transports (a grpc-go server) to serve through the same decision path.
+func (s *Server) Envoy() *envoyrls.Service { return s.envoy }
 
 // Rules returns the rules in use (nil when none).
 func (s *Server) Rules() *rules.Set { return s.dec.Rules() }

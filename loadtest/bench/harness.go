@@ -211,7 +211,7 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err
 // stops it. redisAddr, when set, is watched for script calls.
 func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, rows []planRow) error {
 	var pr *Proc
-	var base string
+	var base, envoyBase string
 	rules := filepath.Join(h.procs.Dir, "envoy-rules.yaml")
 	err := os.WriteFile(rules, []byte(envoyRules), 0o600)
 	if err != nil {
@@ -223,8 +223,16 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 			return err
 		}
 		listen := "127.0.0.1:" + strconv.Itoa(port)
-		base = "http://" + listen
+		base, envoyBase = "http://"+listen, "http://"+listen
 		args := []string{"--listen", listen, "--region", "bench", "--rules", rules}
+		if h.cfg.EnvoyPort == envoyPortGRPC {
+			gport, err := rlbuild.FreePort()
+			if err != nil {
+				return err
+			}
+			envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
+			args = append(args, "--grpc-listen", strings.TrimPrefix(envoyBase, "http://"))
+		}
 		if redisURL != "" {
 			args = append(args, "--redis-url", redisURL)
 		}
@@ -232,7 +240,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		if pr, err = h.procs.Start("rlnode-"+store, h.cfg.Rlnode, nil, args...); err != nil {
 			return err
 		}
-		tg := target{base: base, envoyBase: base}
+		tg := target{base: base, envoyBase: envoyBase}
 		if err = pr.WaitReady(ctx, 20*time.Second, func() error { return probeAll(ctx, tg) }); err == nil {
 			break
 		}
@@ -242,7 +250,7 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 		return fmt.Errorf("start rlnode (%s store): %w", store, err)
 	}
 	defer pr.Stop()
-	tg := target{base: base, envoyBase: base, pid: []int{pr.Pid()}}
+	tg := target{base: base, envoyBase: envoyBase, pid: []int{pr.Pid()}}
 	if h.redisPID != 0 && redisAddr != "" {
 		tg.pid = append(tg.pid, h.redisPID)
 	}
@@ -373,8 +381,18 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			return err
 		}
 	}
+	var cpu0 time.Duration
+	cpuErr := errors.New("no server process")
+	if len(tg.pid) > 0 {
+		cpu0, cpuErr = procCPU(tg.pid[0])
+	}
 	prof := h.startProfile(ctx, tg, store, r)
 	o := Run(ctx, c, w, l)
+	if cpuErr == nil {
+		cpu1, err := procCPU(tg.pid[0])
+		cpuErr = err
+		cpu0 = cpu1 - cpu0
+	}
 	if prof != nil {
 		if msg := <-prof; msg != "" {
 			fmt.Fprintln(h.out, "  profile:", msg)
@@ -392,6 +410,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if store == "ceiling" {
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
 	}
+	if cpuErr == nil && o.Requests > 0 {
+		res.CPUPerReqUs = float64(cpu0.Microseconds()) / float64(o.Requests)
+	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
 		res.FirstError = o.FirstErr.Error()
@@ -408,8 +429,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d denied %d errors %d unsent %d\n",
-		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms,
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req  allowed %d denied %d errors %d unsent %d\n",
+		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.CPUPerReqUs,
 		res.Allowed, res.Denied, res.Errors, res.Unsent)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)

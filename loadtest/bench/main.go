@@ -21,9 +21,12 @@
 // under each closed-loop JSON and Envoy row: from /debug/pprof when the
 // node serves it, else with perf record.
 //
+// The Envoy rows call the node's --grpc-listen port (grpc-go's transport),
+// or with -envoy-port main its --listen port (Connect on net/http's HTTP/2).
+//
 // Usage:
 //
-//	go run ./loadtest/bench [-duration 10s] [-conns 64] [-rate 0] [-short] [-out bench.json] [-profile dir]
+//	go run ./loadtest/bench [-duration 10s] [-conns 64] [-rate 0] [-short] [-out bench.json] [-profile dir] [-envoy-port grpc|main]
 package main
 
 import (
@@ -75,7 +78,14 @@ type Config struct {
 	Profile     string
 	ProfileURL  string
 	Only        string
+	EnvoyPort   string
 }
+
+// Values of -envoy-port.
+const (
+	envoyPortGRPC = "grpc" // the node's --grpc-listen: grpc-go's transport
+	envoyPortMain = "main" // the node's --listen: Connect on net/http's HTTP/2
+)
 
 func parseFlags(args []string) (Config, error) {
 	var c Config
@@ -96,6 +106,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Profile, "profile", "", "directory for CPU profiles of the servers under the closed-loop JSON and Envoy rows: from rlnode's /debug/pprof if it serves one, else perf record of the server and its Redis with text reports beside (the ceilings' symbols need this binary built with go build, since go run strips it)")
 	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
+	fs.StringVar(&c.EnvoyPort, "envoy-port", envoyPortGRPC, "where the Envoy RLS rows call the node: grpc (its --grpc-listen port, grpc-go's transport) or main (its --listen port, Connect over net/http's HTTP/2)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -124,6 +135,8 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-rate %v: want [0, 1e7]", c.Rate)
 	case c.MaxRequests < 0:
 		return c, fmt.Errorf("-max-requests %d: want >= 0", c.MaxRequests)
+	case c.EnvoyPort != envoyPortGRPC && c.EnvoyPort != envoyPortMain:
+		return c, fmt.Errorf("-envoy-port %q: want grpc or main", c.EnvoyPort)
 	}
 	return c, nil
 }

@@ -35,6 +35,12 @@ type Result struct {
 	P99Ms     float64 `json:"p99_ms"`
 	MaxMs     float64 `json:"max_ms"`
 
+	// CPUPerReqUs is the server process's CPU time (user plus system,
+	// from /proc) per request over the measured run, in microseconds: a
+	// cost that load from other work on the machine skews less than
+	// req/s. Its Redis's is not included.
+	CPUPerReqUs float64 `json:"server_cpu_us_per_request,omitempty"`
+
 	// CeilingRatio is req/s over the ceiling's req/s for the same protocol
 	// and mode (closed loop only).
 	CeilingRatio *float64 `json:"node_over_ceiling,omitempty"`

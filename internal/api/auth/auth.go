@@ -190,6 +190,34 @@ func ParseTokenLines(b []byte) []TokenLine {
 // "WWW-Authenticate: Bearer". The token is never logged or echoed.
 func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
+	isOpen := OpenPaths(open)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isOpen(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if sc, ok := tokens.Authorize(r.Header.Get("Authorization")); ok {
+			if sc != nil {
+				r = r.WithContext(NewContext(r.Context(), sc))
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="rlcluster"`)
+		err := connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid bearer token"))
+		if ew.IsSupported(r) {
+			_ = ew.Write(w, r, err)
+			return
+		}
+		http.Error(w, "unauthenticated: missing or invalid bearer token", http.StatusUnauthorized)
+	})
+}
+
+// OpenPaths returns the test of whether a path is in open (an entry
+// ending in "/" covers every path under it), for [RequireBearer] and other
+// transports that authenticate the same way (a gRPC method's full name is
+// its path).
+func OpenPaths(open []string) func(path string) bool {
 	exact := map[string]bool{}
 	var prefixes []string
 	for _, p := range open {
@@ -199,7 +227,7 @@ func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handle
 			exact[p] = true
 		}
 	}
-	isOpen := func(p string) bool {
+	return func(p string) bool {
 		if exact[p] {
 			return true
 		}
@@ -210,28 +238,19 @@ func RequireBearer(tokens *Tokens, open []string, next http.Handler) http.Handle
 		}
 		return false
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isOpen(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
+}
+
+// Authorize checks an Authorization header's value, "Bearer <token>",
+// against the tokens: it returns the token's scope (nil when bound to
+// nothing) and true, or counts a rejection ([Tokens.Rejected]) and
+// returns false.
+func (t *Tokens) Authorize(authorization string) (*Scope, bool) {
+	scheme, tok, found := strings.Cut(authorization, " ")
+	if found && strings.EqualFold(scheme, "Bearer") {
+		if sc, ok := t.Lookup(strings.TrimSpace(tok)); ok {
+			return sc, true
 		}
-		scheme, tok, found := strings.Cut(r.Header.Get("Authorization"), " ")
-		if found && strings.EqualFold(scheme, "Bearer") {
-			if sc, ok := tokens.Lookup(strings.TrimSpace(tok)); ok {
-				if sc != nil {
-					r = r.WithContext(NewContext(r.Context(), sc))
-				}
-				next.ServeHTTP(w, r)
-				return
-			}
-		}
-		tokens.rejected.Add(1)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="rlcluster"`)
-		err := connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid bearer token"))
-		if ew.IsSupported(r) {
-			_ = ew.Write(w, r, err)
-			return
-		}
-		http.Error(w, "unauthenticated: missing or invalid bearer token", http.StatusUnauthorized)
-	})
+	}
+	t.rejected.Add(1)
+	return nil, false
 }

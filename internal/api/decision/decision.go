@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,37 @@ type Decider struct {
 	decisions *prometheus.CounterVec   // rule, outcome
 	latency   *prometheus.HistogramVec // method
 	storeErrs prometheus.Counter
+	// observers and counters cache the metrics' children by method and
+	// by label (counters: *outcomeCounters), so that a decision does not
+	// hash its labels again; both hold configured names only.
+	observers sync.Map
+	counters  sync.Map
+}
+
+// outcomeCounters are one label's decision counters by outcome (allowed,
+// denied, shadow_denied, error), each made on first use so that only
+// outcomes that happened are exported.
+type outcomeCounters [4]atomic.Value // of prometheus.Counter
+
+var outcomes = [4]string{OutcomeAllowed, OutcomeDenied, OutcomeShadowDenied, OutcomeError}
+
+// count returns label's counter of outcome.
+func (d *Decider) count(label, outcome string) prometheus.Counter {
+	c, ok := d.counters.Load(label)
+	if !ok {
+		c, _ = d.counters.LoadOrStore(label, new(outcomeCounters))
+	}
+	oc := c.(*outcomeCounters)
+	i := 0
+	for i < len(outcomes)-1 && outcomes[i] != outcome {
+		i++
+	}
+	if v := oc[i].Load(); v != nil {
+		return v.(prometheus.Counter)
+	}
+	ctr := d.decisions.WithLabelValues(label, outcomes[i])
+	oc[i].Store(ctr)
+	return ctr
 }
 
 // latencyBuckets go from 50 µs to 1 s in 24 steps of about x1.54.
@@ -131,7 +163,11 @@ func (d *Decider) ShadowMode() bool { return d.cfg.ShadowMode }
 
 // Observe records how long one call of method took since start.
 func (d *Decider) Observe(method string, start time.Time) {
-	d.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	o, ok := d.observers.Load(method)
+	if !ok {
+		o, _ = d.observers.LoadOrStore(method, d.latency.WithLabelValues(method))
+	}
+	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
 }
 
 // Input is an entry point's request, before validation.
@@ -145,6 +181,10 @@ type Input struct {
 	// Key is the caller's key; for Envoy, the encoded descriptor
 	// ([EnvoyDescriptor]).
 	Key string
+	// StoreKey, when set, is the namespaced store key of Key, already
+	// built by the adapter ([EnvoyStoreKey]), so that it is not built
+	// twice.
+	StoreKey string
 	// Hits are the hits to spend; 0 means 1.
 	Hits uint64
 	// Peek decides without consuming anything.
@@ -212,7 +252,7 @@ func (d *Decider) Label(rule string) string {
 
 // RecordError counts an invalid request under label.
 func (d *Decider) RecordError(label string) {
-	d.decisions.WithLabelValues(label, OutcomeError).Inc()
+	d.count(label, OutcomeError).Inc()
 }
 
 // Validate checks in and returns the store request it asks for, or an
@@ -291,7 +331,11 @@ func (d *Decider) validate(in Input) (Request, error) {
 	if ns != Envoy && hits > l.Limit {
 		return r, Invalid("%s%s: %d is more than the limit of %d", f, hitsField, hits, l.Limit)
 	}
-	r.Store = region.Request{Key: counterKey(ns, in.Rule, in.Key), Limit: l, Hits: hits, Now: in.Now, Peek: in.Peek}
+	key := in.StoreKey
+	if key == "" {
+		key = counterKey(ns, in.Rule, in.Key)
+	}
+	r.Store = region.Request{Key: key, Limit: l, Hits: hits, Now: in.Now, Peek: in.Peek}
 	r.Shadow = r.Shadow || (d.cfg.ShadowMode && ns != Envoy)
 	return r, nil
 }
@@ -394,7 +438,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 		d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
 		for i := range reqs {
 			if !reqs[i].Store.Peek {
-				d.decisions.WithLabelValues(reqs[i].Label, OutcomeError).Inc()
+				d.count(reqs[i].Label, OutcomeError).Inc()
 			}
 		}
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
@@ -426,15 +470,15 @@ func (d *Decider) record(r *Request, res region.Result) Outcome {
 	case !res.Allowed && r.Shadow:
 		o.Allowed, o.Shadowed = true, true
 		if !peek {
-			d.decisions.WithLabelValues(r.Label, OutcomeShadowDenied).Inc()
+			d.count(r.Label, OutcomeShadowDenied).Inc()
 		}
 	case peek:
 	case !res.Allowed && d.cfg.ShadowMode:
-		d.decisions.WithLabelValues(r.Label, OutcomeShadowDenied).Inc()
+		d.count(r.Label, OutcomeShadowDenied).Inc()
 	case !res.Allowed:
-		d.decisions.WithLabelValues(r.Label, OutcomeDenied).Inc()
+		d.count(r.Label, OutcomeDenied).Inc()
 	default:
-		d.decisions.WithLabelValues(r.Label, OutcomeAllowed).Inc()
+		d.count(r.Label, OutcomeAllowed).Inc()
 		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() {
 			reg := d.cfg.Region
 			if res.LocalRegion != "" {

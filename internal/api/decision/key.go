@@ -63,7 +63,21 @@ func ForwardAuthKey(rule, key string) string { return tagForwardAuth + rule + ":
 // '/' as %2F, '=' as %3D) so that different descriptors never share a
 // string. Config.MaxKeyBytes bounds the result; [EnvoyKey] tags it.
 func EnvoyDescriptor(domain string, entries []rules.Entry) string {
+	_, d := EnvoyStoreKey(domain, entries)
+	return d
+}
+
+// EnvoyStoreKey returns the store key [EnvoyKey]([EnvoyDescriptor](domain,
+// entries)) and the descriptor, a substring of it, built in one allocation
+// when nothing needs escaping (see Input.StoreKey).
+func EnvoyStoreKey(domain string, entries []rules.Entry) (storeKey, descriptor string) {
+	n := len(tagEnvoy) + len(domain)
+	for _, e := range entries {
+		n += 2 + len(e.Key) + len(e.Value)
+	}
 	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(tagEnvoy)
 	b.WriteString(escapeKeyPart(domain))
 	for _, e := range entries {
 		b.WriteByte('/')
@@ -71,7 +85,8 @@ func EnvoyDescriptor(domain string, entries []rules.Entry) string {
 		b.WriteByte('=')
 		b.WriteString(escapeKeyPart(e.Value))
 	}
-	return b.String()
+	k := b.String()
+	return k, k[len(tagEnvoy):]
 }
 
 // EnvoyKey returns the store key of an encoded descriptor

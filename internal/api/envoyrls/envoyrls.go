@@ -106,8 +106,18 @@ type envoyDescriptor struct {
 // namespace, and its outcome through the same outcome step as the Connect
 // API's.
 func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+	resp, err := s.Decide(ctx, r.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Decide answers one ShouldRateLimit request m, for every transport that
+// carries it (Connect's handler and grpc-go's server); see
+// [Service.ShouldRateLimit]. Errors are Connect errors.
+func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	defer s.cfg.Decider.Observe("ShouldRateLimit", time.Now())
-	m := r.Msg
 	if m.GetDomain() == "" {
 		return nil, decision.Invalid("domain: required")
 	}
@@ -123,7 +133,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 	dom := s.cfg.Decider.Rules().Domain(m.GetDomain())
 	now := s.cfg.Now()
 
-	descs := make([]envoyDescriptor, len(m.GetDescriptors()))
+	// Requests of up to smallBatch descriptors (Envoy's usual one or two)
+	// keep their working slices on the stack.
+	var descBuf [smallBatch]envoyDescriptor
+	var descs []envoyDescriptor
+	if n := len(m.GetDescriptors()); n > smallBatch {
+		descs = make([]envoyDescriptor, n)
+	} else {
+		descs = descBuf[:n]
+	}
 	var replaced map[string]bool // made only when a limit replaces others
 	for i, d := range m.GetDescriptors() {
 		ed, err := s.envoyDescriptor(i, m, dom, d, now)
@@ -142,8 +160,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 	}
 
 	statuses := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))
-	var reqs []decision.Request
-	var index []int
+	var reqBuf [smallBatch]decision.Request
+	var indexBuf [smallBatch]int
+	reqs, index := reqBuf[:0], indexBuf[:0]
 	for i, d := range descs {
 		lim := d.lim
 		switch {
@@ -169,7 +188,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 		}
 	}
 	if len(reqs) > 0 {
-		outs := make([]decision.Outcome, len(reqs))
+		var outBuf [smallBatch]decision.Outcome
+		var outs []decision.Outcome
+		if len(reqs) > smallBatch {
+			outs = make([]decision.Outcome, len(reqs))
+		} else {
+			outs = outBuf[:len(reqs)]
+		}
 		if err := s.cfg.Decider.Decide(ctx, reqs, outs); err != nil {
 			return nil, err
 		}
@@ -202,7 +227,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, r *connect.Request[rlsv3.
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.cfg.Decider.ShadowMode() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // envoyDescriptor checks the Envoy-specific parts of request descriptor
@@ -215,7 +240,7 @@ func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.D
 	if d.GetIsNegativeHits() {
 		return ed, decision.Invalid("descriptors[%d].is_negative_hits: not supported", i)
 	}
-	in := decision.Input{NS: decision.Envoy, Field: fmt.Sprintf("descriptors[%d].", i), HitsField: "hits_addend", Hits: uint64(m.GetHitsAddend()), Now: now}
+	in := decision.Input{NS: decision.Envoy, Field: descField(i), HitsField: "hits_addend", Hits: uint64(m.GetHitsAddend()), Now: now}
 	if h := d.GetHitsAddend(); h != nil {
 		in.Hits = h.GetValue()
 		in.Peek = in.Hits == 0 // an explicit 0 only looks
@@ -239,7 +264,7 @@ func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.D
 		ed.lim = dom.Match(entries)
 	}
 	// The key the store gets, escapes included, is what MaxKeyBytes bounds.
-	in.Key = decision.EnvoyDescriptor(m.GetDomain(), entries)
+	in.StoreKey, in.Key = decision.EnvoyStoreKey(m.GetDomain(), entries)
 	in.Envoy = ed.lim
 	req, err := s.cfg.Decider.Validate(in)
 	if err != nil {
@@ -247,6 +272,28 @@ func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.D
 	}
 	ed.req = req
 	return ed, nil
+}
+
+// smallBatch is the most descriptors whose working slices Decide keeps on
+// the stack.
+const smallBatch = 4
+
+// descFields are the field prefixes of the first descriptors, built once:
+// every request names its descriptors' fields, though only an error shows
+// them.
+var descFields = func() (f [16]string) {
+	for i := range f {
+		f[i] = fmt.Sprintf("descriptors[%d].", i)
+	}
+	return f
+}()
+
+// descField returns the field prefix of descriptor i, "descriptors[i].".
+func descField(i int) string {
+	if i < len(descFields) {
+		return descFields[i]
+	}
+	return fmt.Sprintf("descriptors[%d].", i)
 }
 
 // overrideLimit turns a descriptor's limit override into a limit, as

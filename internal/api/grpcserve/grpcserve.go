@@ -1,0 +1,231 @@
+// Package grpcserve serves the API's gRPC services with grpc-go's own
+// HTTP/2 transport on a listener of their own: Envoy's rate-limit service
+// (RLS v3 ShouldRateLimit), ratelimit.v1 RateLimitService (Check,
+// CheckBatch, Peek), gRPC health checking and server reflection.
+//
+// Every call goes through the same methods as the Connect handler on the
+// main port ([api.Server] and [envoyrls.Service]), hence the one decision
+// path; only the transport differs. grpc-go's transport is the reason for
+// the separate listener: net/http's HTTP/2 server, which Connect (and
+// grpc.Server.ServeHTTP) ride on, costs more per call than the decision
+// itself (see docs/performance.md).
+//
+// Bearer tokens, TLS and mutual TLS work as on the main port: the same
+// tokens and open paths (a method's full name is its path, so
+// /grpc.health.v1.Health/Check is open by default) and the same
+// certificates, reloaded with them.
+package grpcserve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"connectrpc.com/connect"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/auth"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+)
+
+// Config configures a [Server]. API is required; other zero fields mean
+// their documented default.
+type Config struct {
+	// API serves the calls: its ratelimit.v1 methods and its Envoy
+	// service ([api.Server.Envoy]).
+	API *api.Server
+	// Tokens, when set, requires "authorization: Bearer <token>" metadata
+	// on every call except the methods in OpenPaths, as
+	// [auth.RequireBearer] does on the main port; a token's scope binds
+	// the call the same way.
+	Tokens *auth.Tokens
+	// OpenPaths are served without a token (see [auth.OpenPaths]).
+	OpenPaths []string
+	// TLS, when set, serves gRPC over TLS with it (mutual TLS when it
+	// requires client certificates); nil serves plaintext HTTP/2.
+	TLS *tls.Config
+	// MaxRequestBytes bounds a request message; default
+	// [api.DefaultMaxRequestBytes].
+	MaxRequestBytes int
+	// IdleTimeout closes connections idle this long; default 2m.
+	IdleTimeout time.Duration
+}
+
+// Server is the grpc-go server. It is safe for concurrent use.
+type Server struct {
+	grpc   *grpc.Server
+	health *health.Server
+}
+
+// New checks cfg and returns the server, not yet serving.
+func New(cfg Config) (*Server, error) {
+	if cfg.API == nil {
+		return nil, errors.New("grpcserve: Config.API is required")
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = api.DefaultMaxRequestBytes
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 2 * time.Minute
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+		grpc.UnaryInterceptor(unaryErrors),
+	}
+	if cfg.Tokens != nil {
+		a := authenticator{tokens: cfg.Tokens, open: auth.OpenPaths(cfg.OpenPaths)}
+		opts = []grpc.ServerOption{
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+			grpc.ChainUnaryInterceptor(a.unary, unaryErrors),
+			grpc.StreamInterceptor(a.stream),
+		}
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s := &Server{grpc: grpc.NewServer(opts...), health: health.NewServer()}
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, envoyServer{svc: cfg.API.Envoy()})
+	s.grpc.RegisterService(&rateLimitServiceDesc, cfg.API)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.SetServing(true)
+	return s, nil
+}
+
+// Serve accepts connections on ln until [Server.Stop]; it returns nil
+// after a stop.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("grpc serve: %w", err)
+	}
+	return nil
+}
+
+// SetServing sets what health checking reports for every service and the
+// server as a whole, for example NotServing while shutting down.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !serving {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, name := range []string{"", ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName} {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// Stop stops accepting connections and waits for the calls in flight to
+// finish until ctx is done, then closes every connection. It reports
+// whether every call finished.
+func (s *Server) Stop(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		return false
+	}
+}
+
+// unaryErrors turns the API's Connect errors into gRPC statuses with the
+// same code and message.
+func unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+func grpcError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	// Connect's codes are gRPC's, number for number.
+	return status.Error(codes.Code(connect.CodeOf(err)), decision.Message(err))
+}
+
+// authenticator requires a bearer token on every method outside open.
+type authenticator struct {
+	tokens *auth.Tokens
+	open   func(string) bool
+}
+
+var errUnauthenticated = status.Error(codes.Unauthenticated, "missing or invalid bearer token")
+
+// check returns ctx with the token's scope, or the refusal.
+func (a authenticator) check(ctx context.Context, method string) (context.Context, error) {
+	if a.open(method) {
+		return ctx, nil
+	}
+	var hdr string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) == 1 {
+			hdr = v[0]
+		}
+	}
+	sc, ok := a.tokens.Authorize(hdr)
+	if !ok {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("www-authenticate", `Bearer realm="rlcluster"`))
+		return nil, errUnauthenticated
+	}
+	if sc != nil {
+		ctx = auth.NewContext(ctx, sc)
+	}
+	return ctx, nil
+}
+
+func (a authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	ctx, err := a.check(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (a authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, err := a.check(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return h(srv, ctxStream{ServerStream: ss, ctx: ctx})
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+// envoyServer adapts [envoyrls.Service] to grpc-go's generated server.
+type envoyServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	svc *envoyrls.Service
+}
+
+func (e envoyServer) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return e.svc.Decide(ctx, r)
+}
