@@ -181,28 +181,35 @@ func NewAccuracy(n *Node, cfg AccuracyConfig) (*Accuracy, error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &Accuracy{
-		n:   n,
-		cfg: cfg,
-		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "rlcluster_accuracy_admitted_ratio",
-			Help:    "Hits admitted in a closed bucket, summed over every region once reconciled, over the limit, by rule (a rule name, \"inline\", an Envoy domain or \"other\"); one observation per bucket of each key this node decided.",
-			Buckets: AccuracyBuckets,
-		}, []string{"rule"}),
-		unobserved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rlcluster_accuracy_unobserved_total",
-			Help: "Decided buckets not observed in rlcluster_accuracy_admitted_ratio, by reason (full: too many buckets pending; store_error; gone: the store no longer held the bucket).",
-		}, []string{"reason"}),
+		n:       n,
+		cfg:     cfg,
 		pending: map[ref]accEntry{},
 		byDue:   map[int64][]ref{},
 		labels:  map[string]bool{},
 		watched: map[string]*watch{},
 		samples: make([]StalenessSample, 0, stalenessSamples),
 	}
-	for _, r := range []string{"full", "store_error", "gone"} {
-		a.unobserved.WithLabelValues(r)
-	}
+	a.ratio, a.unobserved = newAccuracyMetrics()
 	n.goLoop(func() { n.every(cfg.Tick, a.tick) })
 	return a, nil
+}
+
+// newAccuracyMetrics returns the accuracy histogram and the counter of
+// buckets it skipped.
+func newAccuracyMetrics() (*prometheus.HistogramVec, *prometheus.CounterVec) {
+	ratio := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rlcluster_accuracy_admitted_ratio",
+		Help:    "Hits admitted in a closed bucket, summed over every region once reconciled, over the limit, by rule (a rule name, \"inline\", an Envoy domain or \"other\"); one observation per bucket of each key this node decided.",
+		Buckets: AccuracyBuckets,
+	}, []string{"rule"})
+	unobserved := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlcluster_accuracy_unobserved_total",
+		Help: "Decided buckets not observed in rlcluster_accuracy_admitted_ratio, by reason (full: too many buckets pending; store_error; gone: the store no longer held the bucket).",
+	}, []string{"reason"})
+	for _, r := range []string{"full", "store_error", "gone"} {
+		unobserved.WithLabelValues(r)
+	}
+	return ratio, unobserved
 }
 
 // Collectors returns the observer's Prometheus collectors, for the caller
