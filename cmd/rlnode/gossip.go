@@ -149,3 +149,31 @@ func (c cluster) Members() []status.Member {
 }
 
 func (c cluster) ClockOffsets() map[string]time.Duration { return c.n.ClockOffsets() }
+
+// watcher adapts a gossip.Accuracy to status.Watcher, for the status
+// page's watched key.
+type watcher struct{ a *gossip.Accuracy }
+
+var _ status.Watcher = watcher{}
+
+func (w watcher) Watch(ctx context.Context, key string) (status.Watch, error) {
+	kw, err := w.a.Watch(ctx, key)
+	out := status.Watch{Rule: kw.Label, Window: kw.Window, Limit: kw.Limit}
+	for _, wc := range kw.Windows {
+		sw := status.Window{Bucket: wc.Bucket, Start: wc.Start, Closed: wc.Closed, Total: wc.Total}
+		for _, t := range wc.Regions {
+			sw.Regions = append(sw.Regions, status.RegionCount{Region: t.Region, Count: t.Count})
+		}
+		out.Windows = append(out.Windows, sw)
+	}
+	return out, err
+}
+
+func (w watcher) Staleness() []status.StalenessSample {
+	ss := w.a.Staleness()
+	out := make([]status.StalenessSample, len(ss))
+	for i, s := range ss {
+		out[i] = status.StalenessSample{Time: s.Time, Ages: s.Ages}
+	}
+	return out
+}

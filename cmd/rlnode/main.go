@@ -98,6 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// decision already has somewhere to go; joining happens in the
 	// background and never blocks the start.
 	var node *gossip.Node
+	var acc *gossip.Accuracy // admitted/limit of closed buckets, with gossip
 	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log, sec)
 	if err != nil {
 		return err
@@ -111,6 +112,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer func() { _ = node.Close(context.Background()) }()
 		reg.MustRegister(node.Collectors()...)
 		watchGossipKeys(c, sec, node, reload)
+		if acc, err = gossip.NewAccuracy(node, gossip.AccuracyConfig{}); err != nil {
+			return fmt.Errorf("start gossip: %w", err)
+		}
+		reg.MustRegister(acc.Collectors()...)
 	}
 
 	acfg := api.Config{
@@ -140,6 +145,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if node != nil {
 		acfg.Replicator = replicator{node}
 		acfg.Cluster = cluster{node}
+		acfg.Store = acc.Store(store) // Unwrap still reaches the Stack's layers
+		acfg.Watcher = watcher{acc}
 		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
 	}
 	h, err := api.NewHandler(acfg)

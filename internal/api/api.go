@@ -95,6 +95,10 @@ type Config struct {
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
 	Cluster status.Cluster
+	// Watcher, when set, draws a watched key's recent windows and the
+	// remote regions' staleness on the status page (/?watch=<key>,
+	// /watch.svg and /status.json?watch=<key>). Nil: no key is watched.
+	Watcher status.Watcher
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
 	// MaxKeyBytes bounds a request's key (for Envoy, the escaped domain
@@ -282,9 +286,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Replicator != nil {
 		ages = cfg.Replicator.Ages
 	}
-	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready})
+	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready, Watcher: cfg.Watcher})
 	s.mux.HandleFunc("GET /{$}", sp.ServePage)
 	s.mux.HandleFunc("GET /status.json", sp.ServeJSON)
+	s.mux.HandleFunc("GET /watch.svg", sp.ServeWatchSVG)
 	return s, nil
 }
 

@@ -100,6 +100,7 @@
 //	wire.go        the wire format
 //	keyring.go     encryption keys and their rotation
 //	metrics.go     the Node's Prometheus metrics
+//	accuracy.go    Accuracy: admitted/limit of closed buckets, watched keys' windows
 //	log.go         memberlist's log lines into slog
 //	fault.go       FaultNetwork, the fault-injecting transport for tests and demos
 //

@@ -59,6 +59,8 @@ type Status struct {
 	NotReady string `json:"not_ready,omitempty"`
 	// Regions lists every region known, this node's first, then by name.
 	Regions []RegionStatus `json:"regions"`
+	// Watch is the watched key's windows, for /status.json?watch=<key>.
+	Watch *WatchStatus `json:"watch,omitempty"`
 }
 
 // RegionStatus is one region in [Status].
@@ -103,6 +105,9 @@ type Config struct {
 	// Ready is what /readyz checks (the store, gossip with --join): nil
 	// when the node is ready, else why not. Nil means always ready.
 	Ready func(ctx context.Context) error
+	// Watcher follows the windows of watched keys (?watch=<key>); nil
+	// means the page watches no key.
+	Watcher Watcher
 }
 
 // Page serves the status page and its data. It is safe for concurrent use.
@@ -183,11 +188,21 @@ func (s *Page) Status(ctx context.Context) Status {
 	return st
 }
 
-// ServeJSON serves [Page.Status] as JSON.
+// ServeJSON serves [Page.Status] as JSON; with ?watch=<key>, also the
+// key's windows and the remote regions' staleness (see [Page.Watch]).
 func (s *Page) ServeJSON(w http.ResponseWriter, r *http.Request) {
+	st := s.Status(r.Context())
+	if key := r.URL.Query().Get("watch"); key != "" {
+		ws, code := s.Watch(r, key)
+		if code != http.StatusOK {
+			http.Error(w, ws.Error, code)
+			return
+		}
+		st.Watch = &ws
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.Status(r.Context()))
+	_ = enc.Encode(st)
 }
