@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // TestScope: in a cluster of three regions, a token bucket with global
@@ -111,5 +114,41 @@ func TestJSONScope(t *testing.T) {
 				t.Errorf("%s: POST Check %s = %d %s, want 200 ending in %s", srv.name, body, code, got, want)
 			}
 		}
+	}
+}
+
+// TestEnvoyScope: through Envoy's gRPC client, a sliding_log rate_limit with
+// global scope is refused (InvalidArgument naming its scope and path) while
+// the cluster has three regions and decided when it has one; with scope
+// region it is decided either way.
+func TestEnvoyScope(t *testing.T) {
+	rs, err := rules.Parse([]byte(`domain: shop
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log, scope: region}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regions atomic.Int64
+	regions.Store(3)
+	s := newServer(t, api.Config{Rules: rs, Regions: func() int { return int(regions.Load()) }})
+	c := s.rlsClient(t)
+	ctx := context.Background()
+	_, err = c.ShouldRateLimit(ctx, rlsReq("shop", desc("user", "bob"), desc("ip", "1.2.3.4")))
+	if want := "descriptors[1].rate_limit.scope: limit shop.ip: sliding_log is region-local and its scope is global, and this cluster has 3 regions"; status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(status.Convert(err).Message(), want) {
+		t.Errorf("ShouldRateLimit(ip), 3 regions = %v, want InvalidArgument containing %q", err, want)
+	}
+	resp, err := c.ShouldRateLimit(ctx, rlsReq("shop", desc("user", "bob")))
+	if err != nil || resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Errorf("ShouldRateLimit(user), 3 regions = %v, %v; want OK with 4 remaining", resp, err)
+	}
+	regions.Store(1)
+	resp, err = c.ShouldRateLimit(ctx, rlsReq("shop", desc("ip", "1.2.3.4")))
+	if err != nil || resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Errorf("ShouldRateLimit(ip), 1 region = %v, %v; want OK with 4 remaining", resp, err)
 	}
 }
