@@ -64,6 +64,22 @@ const (
 	SlidingLog                     // exact, one timestamp per hit; region-local
 )
 
+// Scope says whose hits an inline [Limit] counts.
+type Scope int
+
+// Scopes, as in ratelimit.v1.Scope.
+const (
+	// ScopeGlobal, the default, is one limit for the whole cluster: every
+	// region's hits count. Only SlidingWindow and FixedWindow replicate, so
+	// in a cluster of more than one region the node refuses TokenBucket
+	// and SlidingLog with ScopeGlobal (invalid_argument naming
+	// limit.scope).
+	ScopeGlobal Scope = iota
+	// ScopeRegion is one limit per region: only the deciding region's hits
+	// count, and nothing is replicated. Any algorithm may be region-scoped.
+	ScopeRegion
+)
+
 // Policy is what a check counts against: a named [Rule] from the node's
 // rules file, or an inline [Limit].
 type Policy interface {
@@ -89,6 +105,7 @@ type Limit struct {
 	Limit     uint64
 	Window    time.Duration
 	Algorithm Algorithm
+	Scope     Scope
 }
 
 func (l Limit) policy() (string, *ratelimitv1.Limit) {
@@ -96,6 +113,7 @@ func (l Limit) policy() (string, *ratelimitv1.Limit) {
 		Limit:     l.Limit,
 		Window:    durationpb.New(l.Window),
 		Algorithm: ratelimitv1.Algorithm(l.Algorithm + 1),
+		Scope:     ratelimitv1.Scope(l.Scope + 1),
 	}
 }
 func (l Limit) name() string          { return "default" }
@@ -120,6 +138,9 @@ type Decision struct {
 	// mode answered allowed; nothing was consumed and RetryAfter says when
 	// it would have been allowed.
 	Shadow bool
+	// Scope is the scope that applied: ScopeRegion when only this region's
+	// hits counted (ScopeGlobal for a fallback decision).
+	Scope Scope
 	// Stats are the numbers behind the decision, as the node reported
 	// them; zero for a fallback decision.
 	Stats Stats
@@ -183,6 +204,9 @@ func decision(resp *ratelimitv1.CheckResponse) Decision {
 		ResetAfter: resp.GetResetAfter().AsDuration(),
 		RetryAfter: resp.GetRetryAfter().AsDuration(),
 		Shadow:     resp.GetShadow(),
+	}
+	if resp.GetScope() == ratelimitv1.Scope_SCOPE_REGION {
+		d.Scope = ScopeRegion
 	}
 	if st := resp.GetStats(); st != nil {
 		d.Stats = Stats{

@@ -31,6 +31,7 @@ func TestDecisionCarriesStats(t *testing.T) {
 			},
 		},
 		Shadow: true,
+		Scope:  ratelimitv1.Scope_SCOPE_REGION,
 	}
 	want := Decision{
 		Allowed:    true,
@@ -38,6 +39,7 @@ func TestDecisionCarriesStats(t *testing.T) {
 		Remaining:  4,
 		ResetAfter: 54 * time.Second,
 		Shadow:     true,
+		Scope:      ScopeRegion,
 		Stats: Stats{
 			Bucket:         29923489,
 			Current:        5,

@@ -144,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if node != nil {
 		acfg.Replicator = replicator{node}
+		acfg.Regions = node.Regions // refuses region-local algorithms with global scope while other regions are members
 		acfg.Cluster = cluster{node}
 		acfg.Store = acc.Store(store) // Unwrap still reaches the Stack's layers
 		acfg.Watcher = watcher{acc}

@@ -34,6 +34,9 @@ func loadRules(c config, log *slog.Logger, reg prometheus.Registerer) (*rules.Re
 		return nil, fmt.Errorf("rules %s: %d %s:\n%w", c.Rules, n, plural(n, "problem", "problems"), err)
 	}
 	log.Info("rules loaded", "path", c.Rules, "rules", rl.Rules().Summary())
+	for _, w := range rl.Rules().Warnings() {
+		log.Warn("rules: limit refused in a cluster of several regions", "path", c.Rules, "warning", w)
+	}
 	return rl, nil
 }
 
@@ -54,7 +57,10 @@ var errInvalidRules = errors.New("rules are invalid")
 
 // validate implements `rlnode validate --rules PATH`: it loads the rules
 // as the node would and prints a summary to stdout, or every problem to
-// stderr and returns an error.
+// stderr and returns an error. Valid rules that a cluster of several
+// regions refuses (a region-local algorithm with global scope) are
+// warnings on stderr, one per line starting "warning: ", and do not fail
+// it: the file does not know how many regions will load it.
 func validate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode validate", flag.ContinueOnError)
 	var help bytes.Buffer
@@ -67,7 +73,7 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 	}
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) as the node would load it and lists every problem; exits 0\nwhen it is valid. Each flag can also be set by its environment variable.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage: rlnode validate --rules PATH\n\nChecks a rules file or directory (native rules or envoyproxy/ratelimit\ndomains) as the node would load it and lists every problem; exits 0\nwhen it is valid. A limit that a cluster of several regions refuses (a\nregion-local algorithm with global scope) is a warning, not a problem. Each flag can also be set by its environment variable.\n\nFlags:\n")
 		printFlags(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +97,9 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 			fmt.Fprintln(stderr, p)
 		}
 		return fmt.Errorf("%s: %d %s: %w", *path, len(problems), plural(len(problems), "problem", "problems"), errInvalidRules)
+	}
+	for _, w := range rs.Warnings() {
+		fmt.Fprintln(stderr, "warning: "+w)
 	}
 	fmt.Fprintf(stdout, "%s: valid: %s\n", *path, rs.Summary())
 	return nil

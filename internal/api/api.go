@@ -92,6 +92,12 @@ type Config struct {
 	// Replicator, when set, is told of every admitted counter decision and
 	// asked for the remote regions' ages. Nil means a single region.
 	Replicator Replicator
+	// Regions, when set, returns how many regions the cluster has now,
+	// this one included (from the gossip membership); nil means one. While
+	// it says more than one, a region-local algorithm (token bucket,
+	// sliding log) with global scope is refused as invalid_argument. It is
+	// called only for such requests and must not block.
+	Regions func() int
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
 	Cluster status.Cluster
@@ -239,6 +245,7 @@ func NewHandler(cfg Config) (*Server, error) {
 	dcfg := decision.Config{
 		Store:       cfg.Store,
 		Region:      cfg.Region,
+		Regions:     cfg.Regions,
 		MaxKeyBytes: cfg.MaxKeyBytes,
 		MaxHits:     cfg.MaxHits,
 		MaxWindow:   cfg.MaxWindow,

@@ -139,7 +139,14 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 	}
 	dst = append(dst, `,"shadow":`...)
 	dst = strconv.AppendBool(dst, m.Shadow)
-	return append(dst, '}'), true
+	dst = append(dst, `,"scope":`...)
+	name, known := ratelimitv1.Scope_name[int32(m.Scope)]
+	if !known {
+		return dst, false // protojson writes the number
+	}
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	return append(dst, `"}`...), true
 }
 
 func appendUint(dst []byte, n uint64) []byte {

@@ -88,6 +88,9 @@ func randResponse(rng *rand.Rand) *ratelimitv1.CheckResponse {
 		Allowed: rng.IntN(2) == 0, Limit: randUint(rng), Remaining: randUint(rng),
 		ResetAfter: randDuration(rng), RetryAfter: randDuration(rng),
 		Shadow: rng.IntN(2) == 0,
+		// 3 is no Scope: protojson writes its number, the fast path
+		// declines.
+		Scope: ratelimitv1.Scope(rng.IntN(4)),
 	}
 	if rng.IntN(6) == 0 {
 		return r
@@ -163,9 +166,10 @@ func TestFastJSONMatchesProtojson(t *testing.T) {
 	}
 	// The codec's typical answer takes the fast path.
 	typical := &ratelimitv1.CheckResponse{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: durationpb.New(20284 * time.Millisecond), RetryAfter: durationpb.New(0),
-		Stats: &ratelimitv1.WindowStats{Bucket: 29922113, Current: 1, PreviousWeight: 0.33805, Regions: []*ratelimitv1.RegionCount{{Region: "local", Current: 1}}}}
+		Stats: &ratelimitv1.WindowStats{Bucket: 29922113, Current: 1, PreviousWeight: 0.33805, Regions: []*ratelimitv1.RegionCount{{Region: "local", Current: 1}}},
+		Scope: ratelimitv1.Scope_SCOPE_GLOBAL}
 	got, ok := appendFast(nil, typical)
-	if want := `{"allowed":true,"limit":"100","remaining":"99","resetAfter":"20.284s","retryAfter":"0s","stats":{"bucket":"29922113","current":"1","previous":"0","previousWeight":0.33805,"estimate":"0","regions":[{"region":"local","current":"1","previous":"0"}]},"shadow":false}`; !ok || string(got) != want {
+	if want := `{"allowed":true,"limit":"100","remaining":"99","resetAfter":"20.284s","retryAfter":"0s","stats":{"bucket":"29922113","current":"1","previous":"0","previousWeight":0.33805,"estimate":"0","regions":[{"region":"local","current":"1","previous":"0"}]},"shadow":false,"scope":"SCOPE_GLOBAL"}`; !ok || string(got) != want {
 		t.Errorf("appendFast(typical) = %s, %v; want %s, true", got, ok, want)
 	}
 }

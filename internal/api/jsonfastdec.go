@@ -78,6 +78,7 @@ type checkFields struct {
 	limitN          uint64
 	window          *durationpb.Duration
 	algo            ratelimitv1.Algorithm
+	scope           ratelimitv1.Scope
 	seenLimitFields uint8
 }
 
@@ -85,7 +86,7 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -157,6 +158,16 @@ func (f *checkFields) parseLimit(p *parser) bool {
 			var v int32
 			v, ok = ratelimitv1.Algorithm_value[s]
 			f.algo = ratelimitv1.Algorithm(v)
+		}
+	case "scope":
+		if !once(&f.seenLimitFields, 8) {
+			return false
+		}
+		var s string
+		if s, ok = p.str(); ok {
+			var v int32
+			v, ok = ratelimitv1.Scope_value[s]
+			f.scope = ratelimitv1.Scope(v)
 		}
 	}
 	return ok

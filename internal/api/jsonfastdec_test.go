@@ -39,6 +39,11 @@ var decodeSeeds = []struct {
 	{"unknown algorithm", `{"limit":{"algorithm":"NOPE"}}`, false},
 	{"not an object", `[]`, false},
 	{"huge window", `{"limit":{"window":"315576000000s"}}`, false},
+	{"scope", `{"key":"k","limit":{"limit":1,"window":"1s","scope":"SCOPE_REGION"}}`, true},
+	{"scope and algorithm", `{"limit":{"scope":"SCOPE_GLOBAL","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`, true},
+	{"scope number", `{"limit":{"scope":2}}`, false},
+	{"unknown scope", `{"limit":{"scope":"SCOPE_PLANET"}}`, false},
+	{"repeated scope", `{"limit":{"scope":"SCOPE_REGION","scope":"SCOPE_GLOBAL"}}`, false},
 }
 
 // TestFastJSONDecode checks the seeds: the fast path takes the plain ones

@@ -11,6 +11,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // The Connect service is a thin adapter over [decision.Decider]: each
@@ -140,5 +141,14 @@ func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ra
 		RetryAfter: durationpb.New(o.RetryAfter),
 		Stats:      st,
 		Shadow:     o.Shadowed,
+		Scope:      wireScope(o.Scope),
 	}
+}
+
+// wireScope returns the wire name of the scope that applied.
+func wireScope(s rules.Scope) ratelimitv1.Scope {
+	if s == rules.ScopeRegion {
+		return ratelimitv1.Scope_SCOPE_REGION
+	}
+	return ratelimitv1.Scope_SCOPE_GLOBAL
 }

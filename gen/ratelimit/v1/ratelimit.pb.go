@@ -38,10 +38,12 @@ const (
 	Algorithm_ALGORITHM_FIXED_WINDOW Algorithm = 2
 	// ALGORITHM_TOKEN_BUCKET is a token bucket computed as GCRA: limit tokens
 	// per window, burst of limit. Also serves as a leaky bucket meter.
-	// Region-local: not replicated.
+	// Region-local: not replicated, so it needs SCOPE_REGION in a cluster of
+	// more than one region.
 	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 3
 	// ALGORITHM_SLIDING_LOG keeps one timestamp per hit: exact, memory-heavy,
-	// for small limits. Region-local: not replicated.
+	// for small limits. Region-local: not replicated, so it needs
+	// SCOPE_REGION in a cluster of more than one region.
 	Algorithm_ALGORITHM_SLIDING_LOG Algorithm = 4
 )
 
@@ -90,6 +92,70 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
 }
 
+// Scope says whose hits a limit counts: every region's or only the
+// deciding region's.
+type Scope int32
+
+const (
+	// SCOPE_UNSPECIFIED means SCOPE_GLOBAL in a request; a response always
+	// names the scope that applied.
+	Scope_SCOPE_UNSPECIFIED Scope = 0
+	// SCOPE_GLOBAL is one limit for the whole cluster: each region decides
+	// on the sum of every region's counts, replicated by gossip. Only the
+	// replicated algorithms (sliding and fixed window) can be global: a
+	// region-local algorithm asked for with SCOPE_GLOBAL while the cluster
+	// has more than one region is invalid_argument (naming limit.scope),
+	// never run per region in silence. With one region every algorithm is
+	// accepted.
+	Scope_SCOPE_GLOBAL Scope = 1
+	// SCOPE_REGION is one limit per region: each region counts only its own
+	// hits, under a counter apart from the same key's global one, and
+	// replicates nothing. Every algorithm can be region-scoped; R regions
+	// together admit up to R times the limit.
+	Scope_SCOPE_REGION Scope = 2
+)
+
+// Enum value maps for Scope.
+var (
+	Scope_name = map[int32]string{
+		0: "SCOPE_UNSPECIFIED",
+		1: "SCOPE_GLOBAL",
+		2: "SCOPE_REGION",
+	}
+	Scope_value = map[string]int32{
+		"SCOPE_UNSPECIFIED": 0,
+		"SCOPE_GLOBAL":      1,
+		"SCOPE_REGION":      2,
+	}
+)
+
+func (x Scope) Enum() *Scope {
+	p := new(Scope)
+	*p = x
+	return p
+}
+
+func (x Scope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Scope) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+}
+
+func (Scope) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
+}
+
+func (x Scope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Scope.Descriptor instead.
+func (Scope) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
 // Limit is an inline limit: at most limit hits per window.
 type Limit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -99,7 +165,10 @@ type Limit struct {
 	// milliseconds.
 	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	// algorithm selects how hits are counted; unspecified means sliding window.
-	Algorithm     Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	Algorithm Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	// scope says whose hits count: unspecified means SCOPE_GLOBAL. An
+	// unknown value is invalid_argument.
+	Scope         Scope `protobuf:"varint,5,opt,name=scope,proto3,enum=ratelimit.v1.Scope" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -153,6 +222,13 @@ func (x *Limit) GetAlgorithm() Algorithm {
 		return x.Algorithm
 	}
 	return Algorithm_ALGORITHM_UNSPECIFIED
+}
+
+func (x *Limit) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
 }
 
 // CheckRequest asks whether key may spend hits now.
@@ -418,7 +494,10 @@ type CheckResponse struct {
 	// shadow is true when the request would have been denied but shadow mode
 	// (the rule's shadow_mode or the node's --shadow-mode) answered allowed.
 	// Nothing was consumed; retry_after says when it would have been allowed.
-	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// scope is the scope that applied: SCOPE_GLOBAL (every region's hits
+	// counted) or SCOPE_REGION (only this region's); never unspecified.
+	Scope         Scope `protobuf:"varint,8,opt,name=scope,proto3,enum=ratelimit.v1.Scope" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +579,13 @@ func (x *CheckResponse) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *CheckResponse) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
 }
 
 // CheckBatchRequest carries independent checks.
@@ -857,11 +943,12 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\x87\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xb2\x01\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
-	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"s\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12)\n" +
+	"\x05scope\x18\x05 \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\"s\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
@@ -878,7 +965,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bprevious\x18\x03 \x01(\x04R\bprevious\x12'\n" +
 	"\x0fprevious_weight\x18\x04 \x01(\x01R\x0epreviousWeight\x12\x1a\n" +
 	"\bestimate\x18\x05 \x01(\x04R\bestimate\x123\n" +
-	"\aregions\x18\x06 \x03(\v2\x19.ratelimit.v1.RegionCountR\aregions\"\x9e\x02\n" +
+	"\aregions\x18\x06 \x03(\v2\x19.ratelimit.v1.RegionCountR\aregions\"\xc9\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x04R\x05limit\x12\x1c\n" +
@@ -888,7 +975,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12/\n" +
 	"\x05stats\x18\x06 \x01(\v2\x19.ratelimit.v1.WindowStatsR\x05stats\x12\x16\n" +
-	"\x06shadow\x18\a \x01(\bR\x06shadow\"G\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\x12)\n" +
+	"\x05scope\x18\b \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\"G\n" +
 	"\x11CheckBatchRequest\x122\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1a.ratelimit.v1.CheckRequestR\x06checks\"\x7f\n" +
 	"\vCheckResult\x129\n" +
@@ -912,7 +1000,11 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x01\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x02\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x03\x12\x19\n" +
-	"\x15ALGORITHM_SLIDING_LOG\x10\x042\xe9\x01\n" +
+	"\x15ALGORITHM_SLIDING_LOG\x10\x04*B\n" +
+	"\x05Scope\x12\x15\n" +
+	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fSCOPE_GLOBAL\x10\x01\x12\x10\n" +
+	"\fSCOPE_REGION\x10\x022\xe9\x01\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
@@ -931,49 +1023,52 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: ratelimit.v1.Algorithm
-	(*Limit)(nil),               // 1: ratelimit.v1.Limit
-	(*CheckRequest)(nil),        // 2: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),         // 3: ratelimit.v1.RegionCount
-	(*WindowStats)(nil),         // 4: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),       // 5: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 6: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),         // 7: ratelimit.v1.CheckResult
-	(*Error)(nil),               // 8: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),  // 9: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),         // 10: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),        // 11: ratelimit.v1.PeekResponse
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(Scope)(0),                  // 1: ratelimit.v1.Scope
+	(*Limit)(nil),               // 2: ratelimit.v1.Limit
+	(*CheckRequest)(nil),        // 3: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),         // 4: ratelimit.v1.RegionCount
+	(*WindowStats)(nil),         // 5: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),       // 6: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 7: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),         // 8: ratelimit.v1.CheckResult
+	(*Error)(nil),               // 9: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),  // 10: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),         // 11: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),        // 12: ratelimit.v1.PeekResponse
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	12, // 0: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	13, // 0: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
 	0,  // 1: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	1,  // 2: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	12, // 3: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	3,  // 4: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	12, // 5: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	12, // 6: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	4,  // 7: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	2,  // 8: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	5,  // 9: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	8,  // 10: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	7,  // 11: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	1,  // 12: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	5,  // 13: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	2,  // 14: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	6,  // 15: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	10, // 16: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	5,  // 17: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	9,  // 18: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	11, // 19: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	17, // [17:20] is the sub-list for method output_type
-	14, // [14:17] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 2: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
+	2,  // 3: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	13, // 4: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	4,  // 5: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	13, // 6: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	13, // 7: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	5,  // 8: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 9: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	3,  // 10: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	6,  // 11: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	9,  // 12: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	8,  // 13: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	2,  // 14: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	6,  // 15: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	3,  // 16: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	7,  // 17: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	11, // 18: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	6,  // 19: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	10, // 20: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	12, // 21: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -990,7 +1085,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -10,6 +10,14 @@
 // Validation happens here and only here: the stores trust the requests
 // they get (a valid limit, 1 <= Hits <= Limit.Limit, a key of at most
 // [region.MaxKeyBytes]).
+//
+// Every limit has a scope ([rules.Scope]). A global limit counts under the
+// namespaced key, which the Replicator carries to the other regions; a
+// region-scoped one counts under a key of its own ([RegionKey]) that is
+// never replicated. A region-local algorithm (token bucket, sliding log:
+// not [window.Algorithm.Counted]) asked for with global scope is refused
+// as invalid_argument while Config.Regions says the cluster has more than
+// one region, never run per region in silence.
 package decision
 
 import (
@@ -59,10 +67,15 @@ type Replicator interface {
 // Config configures a [Decider]. Every field is required unless it says
 // otherwise; the API's Config documents the defaults it fills in.
 type Config struct {
-	Store       region.Store
-	Region      string     // this node's region, for replicated totals
-	Replicator  Replicator // nil: a single region
-	MaxKeyBytes int        // at most [MaxKeyBytes]
+	Store      region.Store
+	Region     string     // this node's region, for replicated totals
+	Replicator Replicator // nil: a single region
+	// Regions returns how many regions the cluster has, this one
+	// included, as membership sees them now; nil means one. It is called
+	// only to judge a region-local algorithm with global scope, and must
+	// not block.
+	Regions     func() int
+	MaxKeyBytes int // at most [MaxKeyBytes]
 	MaxHits     uint64
 	MaxWindow   time.Duration
 	MaxLogLimit uint64
@@ -217,6 +230,9 @@ type Request struct {
 	Label string
 	// Shadow answers a denial as allowed.
 	Shadow bool
+	// Scope is the limit's scope: a region-scoped decision is never
+	// replicated.
+	Scope rules.Scope
 }
 
 // Outcome is a decided request.
@@ -225,6 +241,8 @@ type Outcome struct {
 	// Shadowed is true when the store denied the request and shadow mode
 	// answered it allowed (Result.Allowed is then true).
 	Shadowed bool
+	// Scope is the scope that applied.
+	Scope rules.Scope
 }
 
 // Invalid returns an invalid_argument error whose message is the formatted
@@ -307,7 +325,12 @@ func (d *Decider) validate(in Input) (Request, error) {
 		return r, nil // no limit applies: valid, with nothing to decide
 	case ns == Envoy:
 		l = in.Envoy.Limit
-		r.Shadow = in.Envoy.Shadow
+		r.Shadow, r.Scope = in.Envoy.Shadow, in.Envoy.Scope
+		if n := d.regions(); !in.Envoy.Unlimited && rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
+			return r, Invalid("%srate_limit.scope: limit %s: %s is region-local and its scope is global, and this cluster has %d regions: "+
+				"set scope: region on its rate_limit for one limit per region, or use sliding_window or fixed_window for one global limit",
+				f, in.Envoy.Stat, l.Algorithm, n)
+		}
 	case in.Rule != "" && in.Limit != nil:
 		return r, Invalid("%srule: set exactly one of rule and limit, not both", f)
 	case in.Rule == "" && in.Limit == nil:
@@ -320,10 +343,15 @@ func (d *Decider) validate(in Input) (Request, error) {
 		if ns == Inline {
 			ns = Rule
 		}
-		r.Label, r.Shadow, l = rule.Name, rule.Shadow, rule.Limit
+		r.Label, r.Shadow, r.Scope, l = rule.Name, rule.Shadow, rule.Scope, rule.Limit
+		if n := d.regions(); rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
+			return r, Invalid("%srule: rule %q: scope: %s is region-local and the rule's scope is global, and this cluster has %d regions: "+
+				"set scope: region in its rules file for one limit per region, or use sliding_window or fixed_window for one global limit",
+				f, rule.Name, l.Algorithm, n)
+		}
 	default:
 		var err error
-		if l, err = d.inlineLimit(f, in.Limit); err != nil {
+		if l, r.Scope, err = d.inlineLimit(f, in.Limit); err != nil {
 			return r, err
 		}
 	}
@@ -332,8 +360,11 @@ func (d *Decider) validate(in Input) (Request, error) {
 		return r, Invalid("%s%s: %d is more than the limit of %d", f, hitsField, hits, l.Limit)
 	}
 	key := in.StoreKey
-	if key == "" {
-		key = counterKey(ns, in.Rule, in.Key)
+	switch {
+	case key == "":
+		key = counterKey(ns, in.Rule, in.Key, r.Scope)
+	case r.Scope == rules.ScopeRegion:
+		key = tagRegion + key // StoreKey is the global-scope key
 	}
 	r.Store = region.Request{Key: key, Limit: l, Hits: hits, Now: in.Now, Peek: in.Peek}
 	r.Shadow = r.Shadow || (d.cfg.ShadowMode && ns != Envoy)
@@ -360,9 +391,41 @@ func checkScope(in Input) error {
 	return nil
 }
 
+// regions returns how many regions Config.Regions sees (at least one).
+func (d *Decider) regions() int {
+	if d.cfg.Regions == nil {
+		return 1
+	}
+	return max(d.cfg.Regions(), 1)
+}
+
 // inlineLimit converts and checks an inline limit, within MaxWindow and
-// MaxLogLimit.
-func (d *Decider) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
+// MaxLogLimit, and its scope.
+func (d *Decider) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limit, rules.Scope, error) {
+	l, err := d.inlineWindow(field, lim)
+	if err != nil {
+		return l, 0, err
+	}
+	var sc rules.Scope
+	switch s := lim.GetScope(); s {
+	case ratelimitv1.Scope_SCOPE_UNSPECIFIED, ratelimitv1.Scope_SCOPE_GLOBAL:
+		sc = rules.ScopeGlobal
+	case ratelimitv1.Scope_SCOPE_REGION:
+		sc = rules.ScopeRegion
+	default:
+		return l, 0, Invalid("%slimit.scope: unknown scope %d (want SCOPE_GLOBAL or SCOPE_REGION)", field, int32(s))
+	}
+	if n := d.regions(); rules.RegionLocal(l.Algorithm, sc) && n > 1 {
+		return l, 0, Invalid("%slimit.scope: %s is region-local and the scope is global, and this cluster has %d regions: "+
+			"set scope to SCOPE_REGION for one limit per region, or use ALGORITHM_SLIDING_WINDOW or ALGORITHM_FIXED_WINDOW for one global limit",
+			field, "ALGORITHM_"+strings.ToUpper(l.Algorithm.String()), n)
+	}
+	return l, sc, nil
+}
+
+// inlineWindow converts and checks an inline limit's limit, window and
+// algorithm.
+func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Limit, error) {
 	var l window.Limit
 	if n := lim.GetLimit(); n < 1 || n > window.MaxLimit {
 		return l, Invalid("%slimit.limit: must be from 1 to 2^53 (%d), got %d", field, uint64(window.MaxLimit), n)
@@ -464,7 +527,7 @@ func (d *Decider) Refuse(r Request, res region.Result) Outcome {
 // outside shadow mode counts as shadow_denied when the whole node is in
 // shadow mode (Envoy's, whose statuses stay as decided).
 func (d *Decider) record(r *Request, res region.Result) Outcome {
-	o := Outcome{Result: res}
+	o := Outcome{Result: res, Scope: r.Scope}
 	peek := r.Store.Peek
 	switch {
 	case !res.Allowed && r.Shadow:
@@ -479,7 +542,7 @@ func (d *Decider) record(r *Request, res region.Result) Outcome {
 		d.count(r.Label, OutcomeDenied).Inc()
 	default:
 		d.count(r.Label, OutcomeAllowed).Inc()
-		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() {
+		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal {
 			reg := d.cfg.Region
 			if res.LocalRegion != "" {
 				reg = res.LocalRegion // a failover store's fallback region

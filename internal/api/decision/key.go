@@ -31,16 +31,22 @@ const (
 // The tags that start each namespace's keys. None is a prefix of another,
 // and rule names hold no ':' (see [rules.CheckName]), so each store key
 // has exactly one (namespace, rule, key) that makes it.
+//
+// A region-scoped limit's keys ([rules.ScopeRegion]) start with tagRegion
+// before the namespace's tag ("li:alice"): no namespace's tag starts with
+// it, so a region-scoped counter is never the same key's global counter,
+// which other regions' totals merge into.
 const (
 	tagInline      = "i:"
 	tagRule        = "r:"
 	tagForwardAuth = "f:"
 	tagEnvoy       = "e:"
+	tagRegion      = "l"
 )
 
 // MaxPrefixBytes is the longest prefix a namespace adds to a caller's key:
-// a tag, the longest rule name and its ':'.
-const MaxPrefixBytes = len(tagRule) + rules.MaxNameBytes + 1
+// the region tag, a namespace's tag, the longest rule name and its ':'.
+const MaxPrefixBytes = len(tagRegion) + len(tagRule) + rules.MaxNameBytes + 1
 
 // MaxKeyBytes is the largest bound on a caller's key (Config.MaxKeyBytes)
 // that keeps every store key within [region.MaxKeyBytes], the longest key
@@ -93,20 +99,29 @@ func EnvoyStoreKey(domain string, entries []rules.Entry) (storeKey, descriptor s
 // ([EnvoyDescriptor]).
 func EnvoyKey(descriptor string) string { return tagEnvoy + descriptor }
 
+// RegionKey returns the store key of a region-scoped limit's counter,
+// given the store key the same limit has with global scope.
+func RegionKey(storeKey string) string { return tagRegion + storeKey }
+
 var keyPartEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
 
 func escapeKeyPart(s string) string { return keyPartEscaper.Replace(s) }
 
-// counterKey returns the store key of key in namespace ns under rule.
-func counterKey(ns Namespace, rule, key string) string {
+// counterKey returns the store key of key in namespace ns under rule,
+// with scope sc; it makes the string in one allocation.
+func counterKey(ns Namespace, rule, key string, sc rules.Scope) string {
+	var p string
+	if sc == rules.ScopeRegion {
+		p = tagRegion
+	}
 	switch ns {
 	case Rule:
-		return RuleKey(rule, key)
+		return p + tagRule + rule + ":" + key
 	case ForwardAuth:
-		return ForwardAuthKey(rule, key)
+		return p + tagForwardAuth + rule + ":" + key
 	case Envoy:
-		return EnvoyKey(key)
+		return p + tagEnvoy + key
 	default:
-		return InlineKey(key)
+		return p + tagInline + key
 	}
 }

@@ -13,18 +13,22 @@ func TestCounterKeysAreDistinct(t *testing.T) {
 	type id struct {
 		ns        Namespace
 		rule, key string
+		scope     rules.Scope
 	}
-	keys := []string{"alice", "api:alice", "r:api:alice", "f:api:alice", "i:alice", "e:d/k=v", "d/k=v", "rls/d/k=v", ":", "", "a:b:c"}
+	keys := []string{"alice", "api:alice", "r:api:alice", "f:api:alice", "i:alice", "e:d/k=v", "d/k=v", "rls/d/k=v", ":", "", "a:b:c",
+		"li:alice", "lr:api:alice", "l", "lalice"}
 	var ids []id
 	for _, k := range keys {
-		ids = append(ids, id{Inline, "", k}, id{Envoy, "", k})
-		for _, r := range []string{"api", "r", "a"} {
-			ids = append(ids, id{Rule, r, k}, id{ForwardAuth, r, k})
+		for _, sc := range []rules.Scope{rules.ScopeGlobal, rules.ScopeRegion} {
+			ids = append(ids, id{Inline, "", k, sc}, id{Envoy, "", k, sc})
+			for _, r := range []string{"api", "r", "a", "l"} {
+				ids = append(ids, id{Rule, r, k, sc}, id{ForwardAuth, r, k, sc})
+			}
 		}
 	}
 	seen := map[string]id{}
 	for _, x := range ids {
-		k := counterKey(x.ns, x.rule, x.key)
+		k := counterKey(x.ns, x.rule, x.key, x.scope)
 		if prev, dup := seen[k]; dup {
 			t.Errorf("%+v and %+v both make the store key %q", prev, x, k)
 		}
@@ -50,11 +54,11 @@ func TestMaxKeyBytesLeavesRoomForPrefix(t *testing.T) {
 	long := string(make([]byte, MaxKeyBytes))
 	name := string(make([]byte, rules.MaxNameBytes))
 	for _, k := range []string{RuleKey(name, long), ForwardAuthKey(name, long), InlineKey(long), EnvoyKey(long)} {
-		if len(k) > 4096 {
-			t.Errorf("store key of %d bytes, more than region.MaxKeyBytes", len(k))
+		if len(k) > 4096 || len(RegionKey(k)) > 4096 {
+			t.Errorf("store key of %d bytes, more than region.MaxKeyBytes", len(RegionKey(k)))
 		}
 	}
-	if got, want := len(RuleKey(name, long)), 4096; got != want {
+	if got, want := len(counterKey(Rule, name, long, rules.ScopeRegion)), 4096; got != want {
 		t.Errorf("longest rule key = %d bytes, want exactly %d (MaxKeyBytes is as large as it can be)", got, want)
 	}
 }

@@ -26,6 +26,7 @@ import (
 //	          unit: day             # second, minute, hour, day or week
 //	          requests_per_unit: 5
 //	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
+//	          scope: region            # rlcluster's addition; default global
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //	    shadow_mode: true
@@ -65,6 +66,8 @@ type EnvoyLimit struct {
 	// Limit is the limit to decide against; Limit.Limit is
 	// requests_per_unit and may be 0, which denies every request.
 	Limit window.Limit
+	// Scope says whose hits count (rate_limit.scope; default global).
+	Scope Scope
 }
 
 // descKey is a descriptor's key and value ("" for a value-less key).
@@ -96,6 +99,7 @@ type Domain struct {
 	name   string
 	root   descNode
 	limits int
+	warns  []problem // valid limits that some clusters refuse (see Set.Warnings)
 }
 
 // Entry is one key/value pair of a request's descriptor.
@@ -153,6 +157,7 @@ type envoyRateLimitYAML struct {
 	Name            string
 	Replaces        []envoyReplaceYAML
 	Algorithm       string
+	Scope           string
 
 	line  int
 	lines map[string]int // line of each field present
@@ -192,7 +197,8 @@ func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
 	r.lines = map[string]int{}
 	r.probs = decodeFields(n, r.lines,
 		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
-		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm})
+		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm},
+		field{"scope", &r.Scope})
 	return nil
 }
 
@@ -287,6 +293,12 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
 			}
+			scope, err := ParseScope(rl.Scope)
+			if err != nil && !hasProblem(rl.probs, "scope") {
+				at(rl.lineOf("scope"), ".rate_limit.scope", "%v", err)
+				ok = false
+			}
+			lim.Scope = scope
 			u, known := envoyUnits[strings.ToUpper(rl.Unit)]
 			switch {
 			case hasProblem(rl.probs, "unit") || hasProblem(rl.probs, "requests_per_unit"):
@@ -314,6 +326,13 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			if ok {
 				n.limit = lim
 				d.limits++
+				if !lim.Unlimited && RegionLocal(algo, scope) {
+					f := "algorithm"
+					if _, set := rl.lines["scope"]; set {
+						f = "scope"
+					}
+					d.warns = append(d.warns, problem{rl.lineOf(f), fmt.Sprintf("%s.rate_limit.%s: %s", p, f, regionLocalWarning(algo))})
+				}
 			}
 		}
 		d.buildLevel(n, y.Descriptors, p+".descriptors", s, bad)

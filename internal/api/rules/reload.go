@@ -130,6 +130,9 @@ func (r *Reloader) load(fp [sha256.Size]byte, apply func(*Set), why string) erro
 	r.reloads.WithLabelValues("applied").Inc()
 	r.lastOK.SetToCurrentTime()
 	r.cfg.Logger.Info("rules reloaded", "path", r.cfg.Path, "trigger", why, "rules", rs.Summary())
+	for _, w := range rs.Warnings() {
+		r.cfg.Logger.Warn("rules: limit refused in a cluster of several regions", "path", r.cfg.Path, "warning", w)
+	}
 	return nil
 }
 

@@ -32,6 +32,9 @@ type Rule struct {
 	// would have been denied shows in metrics (outcome "shadow_denied")
 	// and in the answer's retry_after, which is then above zero.
 	Shadow bool
+	// Scope says whose hits count: every region's (the zero value,
+	// ScopeGlobal) or only the deciding region's.
+	Scope Scope
 }
 
 // Set is an immutable set of rules: native rules looked up by name, and
@@ -42,6 +45,7 @@ type Rule struct {
 type Set struct {
 	byName  map[string]Rule
 	domains map[string]*Domain
+	warns   []string
 }
 
 // New builds a rule set, checking every rule. The error lists every
@@ -136,6 +140,7 @@ func CheckName(name string) error {
 //	    window: 1m
 //	    algorithm: sliding_window   # optional
 //	    shadow_mode: false          # optional
+//	    scope: global               # optional: global or region
 //
 // A file holds native rules or one envoyproxy/ratelimit domain (see
 // envoy.go), not both.
@@ -145,6 +150,7 @@ type ruleYAML struct {
 	Window     string
 	Algorithm  string
 	ShadowMode bool
+	Scope      string
 }
 
 // Load reads rules from path: a YAML file, or a directory whose
@@ -212,11 +218,17 @@ func rulesFiles(path string) ([]string, error) {
 //	    algorithm: sliding_window  # optional: sliding_window (default),
 //	                               # fixed_window, token_bucket, sliding_log
 //	    shadow_mode: true       # optional: count, but always allow
+//	    scope: region           # optional: global (default) or region
 //
 // or one envoyproxy/ratelimit domain, unchanged (domain, descriptors with
 // key, value, rate_limit {unit, requests_per_unit, unlimited, name,
 // replaces}, shadow_mode, detailed_metric, nested descriptors), plus an
-// optional rate_limit.algorithm. Envoy's rate-limit service uses domains;
+// optional rate_limit.algorithm and rate_limit.scope.
+//
+// A limit with a region-local algorithm (token_bucket, sliding_log) and
+// global scope is valid: the file does not know how many regions the
+// cluster will have. It is listed in [Set.Warnings], and a request under
+// it is refused while the cluster has more than one region. Envoy's rate-limit service uses domains;
 // the Connect API uses native rules by name.
 //
 // Unknown fields are errors. The error lists every problem found.
@@ -234,6 +246,7 @@ type rulesBuilder struct {
 	domains map[string]*Domain
 	domSrc  map[string]string
 	errs    []error
+	warns   []string
 }
 
 func newRulesBuilder() *rulesBuilder {
@@ -315,7 +328,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	lines := map[string]int{}
 	probs := decodeFields(item, lines,
 		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
-		field{"algorithm", &y.Algorithm}, field{"shadow_mode", &y.ShadowMode})
+		field{"algorithm", &y.Algorithm}, field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
 	label := fmt.Sprintf("rule %d", n)
 	if y.Name != "" {
 		label = fmt.Sprintf("rule %d (%s)", n, y.Name)
@@ -376,10 +389,21 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	if err != nil && !hasProblem(probs, "algorithm") {
 		fail("algorithm", "%s", algorithmProblem(y.Algorithm))
 	}
+	scope, err := ParseScope(y.Scope)
+	if err != nil && !hasProblem(probs, "scope") {
+		fail("scope", "%v", err)
+	}
 	if bad {
 		return
 	}
-	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode})
+	if RegionLocal(algo, scope) {
+		f := "algorithm"
+		if _, set := lines["scope"]; set {
+			f = "scope"
+		}
+		rb.warns = append(rb.warns, fmt.Sprintf("%s: %s: %s: %s", location(file, lineOf(f)), label, f, regionLocalWarning(algo)))
+	}
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode, Scope: scope})
 }
 
 // addDomain checks an envoyproxy/ratelimit domain file.
@@ -420,6 +444,9 @@ func (rb *rulesBuilder) addDomain(file string, top, domainKey, domainNode, descs
 	} else if len(bad) == 0 {
 		rb.domains[name] = d
 		rb.domSrc[name] = orStdin(file)
+		for _, w := range d.warns {
+			rb.warns = append(rb.warns, fmt.Sprintf("%s: domain %q: %s", location(file, w.line), name, w.msg))
+		}
 	}
 }
 
@@ -556,7 +583,19 @@ func (rb *rulesBuilder) build() (*Set, error) {
 		return nil, errors.Join(rb.errs...)
 	}
 	rs.domains = rb.domains
+	rs.warns = rb.warns
 	return rs, nil
+}
+
+// Warnings lists, one line each and in file order, the limits of the rules
+// files that are valid but will be refused in some clusters: a
+// region-local algorithm with global scope, refused while the cluster has
+// more than one region. Rules built by [New] have none.
+func (rs *Set) Warnings() []string {
+	if rs == nil {
+		return nil
+	}
+	return rs.warns
 }
 
 // Summary describes the rules in one line, for logs and `rlnode validate`:

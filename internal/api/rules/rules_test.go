@@ -184,7 +184,7 @@ descriptors:
 		`line 14: domain "shop": descriptors[3].rate_limit.unit: must not be set when unlimited is true`,
 		`line 18: domain "shop": descriptors[3].descriptors[0].rate_limit.unit: "month" is not supported: windows are at most a week (use second, minute, hour, day or week)`,
 		`line 20: domain "shop": descriptors[3].descriptors[0].rate_limit.algorithm: "magic" is not sliding_window, fixed_window, token_bucket or sliding_log`,
-		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "burst" (want unit, requests_per_unit, unlimited, name, replaces or algorithm)`,
+		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "burst" (want unit, requests_per_unit, unlimited, name, replaces, algorithm or scope)`,
 		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`,
 		`line 27: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[0].name: "a" is this limit's own name`,
 		`line 28: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[1].name: required`,
