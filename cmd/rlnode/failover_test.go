@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -92,7 +93,7 @@ rlcluster_store_transitions_total 1
 			}
 
 			srv.Restart(t)
-			waitUntil(t, 20*time.Second, "/readyz to say the node is back on Redis", func() bool {
+			polltest.Until(t, 20*time.Second, "/readyz to say the node is back on Redis", func() bool {
 				code, body := get(t, base+"/readyz")
 				return code == http.StatusOK && body == "ok (store: primary)\n"
 			})
@@ -222,7 +223,7 @@ func TestRunRedisDownAtStart(t *testing.T) {
 	}
 
 	srv.Restart(t)
-	waitUntil(t, 20*time.Second, "/readyz to say the node decides with Redis", func() bool {
+	polltest.Until(t, 20*time.Second, "/readyz to say the node decides with Redis", func() bool {
 		code, body := get(t, base+"/readyz")
 		return code == http.StatusOK && body == "ok (store: primary)\n"
 	})

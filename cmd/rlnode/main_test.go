@@ -10,33 +10,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -46,9 +28,9 @@ var listenRE = regexp.MustCompile(`msg="rlnode listening" addr=(\S+)`)
 
 // start runs run() in the background and returns the node's base URL and
 // a channel that receives run's result.
-func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *syncBuffer) {
+func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *logtest.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, getenv, io.Discard, logs) }()
 	deadline := time.Now().Add(20 * time.Second)
@@ -66,7 +48,7 @@ func start(t *testing.T, ctx context.Context, args []string, getenv func(string)
 	return "", nil, nil
 }
 
-func wait(t *testing.T, done <-chan error, logs *syncBuffer) {
+func wait(t *testing.T, done <-chan error, logs *logtest.Buffer) {
 	t.Helper()
 	select {
 	case err := <-done:
@@ -251,18 +233,5 @@ func TestParseConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseConfig(%q, %v) = %v, want an error containing %q", tc.args, tc.env, err, tc.want)
 		}
-	}
-}
-
-// waitUntil polls cond every 10 ms until it holds, failing the test after
-// timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/polltest"
 )
 
 // closedAddr returns a loopback address nothing listens on.
@@ -39,7 +41,7 @@ func TestStatusSaysWhyNotReady(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			base, done, logs := start(t, ctx, append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil))
 			var ready string
-			waitUntil(t, 15*time.Second, "/readyz 503", func() bool {
+			polltest.Until(t, 15*time.Second, "/readyz 503", func() bool {
 				code, body := get(t, base+"/readyz")
 				ready = body
 				return code == http.StatusServiceUnavailable

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
@@ -153,7 +154,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		{[]string{"--gossip-addr=127.0.0.1:0"}, map[string]string{"RLNODE_GOSSIP_KEY": gossipKeyA + "," + gossipKeyC}},
 		{nil, map[string]string{authTokenEnv: brokenToken}},
 	} {
-		logs := &syncBuffer{}
+		logs := &logtest.Buffer{}
 		err := run(context.Background(), append([]string{"--listen=127.0.0.1:0", "--log-level=debug"}, tc.args...), env(tc.env), io.Discard, logs)
 		if err == nil {
 			t.Errorf("run(%q, %v) = nil, want an error", tc.args, tc.env)
@@ -170,7 +171,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	for _, s := range []string{redisDefaultPass, redisACLPass, url.QueryEscape(redisACLPass), envToken, fileToken, brokenToken,
 		gossipKeyA, gossipKeyB, gossipKeyC} {
 		if strings.Contains(all, s) {
-			t.Errorf("secret %q appears in the logs or errors:\n%s", s, grepLines(all, s))
+			t.Errorf("secret %q appears in the logs or errors:\n%s", s, logtest.Lines(all, s))
 		}
 	}
 	// The checks above did log: the test would see a leak.

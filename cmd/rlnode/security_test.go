@@ -25,6 +25,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
 
@@ -131,7 +132,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("serial after a failed reload = %v (%v), want the old %v", got, err, first.Serial())
 	}
 	if body := getBody(t, h2, base+"/metrics"); !strings.Contains(body, `rlcluster_reloads_total{result="error",what="tls certificates"} 1`) {
-		t.Errorf("/metrics does not count the failed reload:\n%s", grepLines(body, "reloads"))
+		t.Errorf("/metrics does not count the failed reload:\n%s", logtest.Lines(body, "reloads"))
 	}
 
 	// SIGHUP with good files: new connections see the new certificate.
@@ -276,7 +277,7 @@ func TestAuthToken(t *testing.T) {
 	}
 
 	if body := getBody(t, http.DefaultClient, base+"/metrics"); !strings.Contains(body, "rlcluster_auth_rejected_total 2") {
-		t.Errorf("/metrics does not count the 2 refused requests:\n%s", grepLines(body, "auth"))
+		t.Errorf("/metrics does not count the 2 refused requests:\n%s", logtest.Lines(body, "auth"))
 	}
 
 	// Rotate the file: the new token works, the old one no longer.
@@ -388,7 +389,7 @@ func sighup(t *testing.T) {
 
 // hupAndWait sends SIGHUP and waits until each node's logs contain want
 // once more than before.
-func hupAndWait(t *testing.T, want string, logs ...*syncBuffer) {
+func hupAndWait(t *testing.T, want string, logs ...*logtest.Buffer) {
 	t.Helper()
 	before := make([]int, len(logs))
 	for i, l := range logs {
@@ -415,16 +416,6 @@ func getBody(t *testing.T, hc *http.Client, u string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestAuthTokenProblemsNamed: a token that will not do is told by where

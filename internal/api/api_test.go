@@ -26,6 +26,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -503,7 +504,7 @@ func wantMetrics(t *testing.T, s *testServer, want ...string) string {
 	body := get(t, s.URL+"/metrics", http.StatusOK)
 	for _, w := range want {
 		if !strings.Contains(body, w) {
-			t.Errorf("/metrics lacks %q:\n%s", w, grepLines(body, "rlcluster_"))
+			t.Errorf("/metrics lacks %q:\n%s", w, logtest.Lines(body, "rlcluster_"))
 		}
 	}
 	return body

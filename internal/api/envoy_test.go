@@ -29,6 +29,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -236,16 +237,6 @@ func TestEnvoyExamples(t *testing.T) {
 	}
 }
 
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestEnvoyOneStoreCall checks that all of a request's descriptors are
 // decided in one store call, and that the replaced limit's name shows.
 func TestEnvoyOneStoreCall(t *testing.T) {
@@ -320,7 +311,7 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 		`rlcluster_decisions_total{outcome="shadow_denied",rule="rl.foo.bar_banned"} 1`,
 	)
 	if strings.Contains(body, `outcome="denied"`) {
-		t.Errorf("/metrics counts a denial in shadow mode:\n%s", grepLines(body, "rlcluster_decisions_total"))
+		t.Errorf("/metrics counts a denial in shadow mode:\n%s", logtest.Lines(body, "rlcluster_decisions_total"))
 	}
 }
 

@@ -90,17 +90,6 @@ func newFailover(t *testing.T, primary region.Store, cfg region.FailoverConfig) 
 	return f
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestFailoverContract: with a healthy primary, a Failover is a Store like
 // any other.
 func TestFailoverContract(t *testing.T) {

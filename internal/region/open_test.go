@@ -3,17 +3,17 @@ package region_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/region/storetest"
@@ -68,10 +68,10 @@ func TestOpenRedisDownAtStart(t *testing.T) {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			srv.Stop()
-			var logs lockedBuilder
+			var logs logtest.Buffer
 			s := openStack(t, region.Config{Region: "here", Redis: region.RedisConfig{URL: srv.URL()},
 				Failover: region.FailoverConfig{Policy: c.policy, ProbeMin: 10 * time.Millisecond, ProbeMax: 50 * time.Millisecond},
-				Logger:   newTestLogger(&logs)})
+				Logger:   logtest.Logger(&logs, slog.LevelDebug)})
 			if st := s.Failover.Status(); st.Mode != region.ModeFallback || st.Transitions != 1 {
 				t.Fatalf("Status() with Redis down at start = %+v, want fallback", st)
 			}
@@ -88,7 +88,7 @@ func TestOpenRedisDownAtStart(t *testing.T) {
 			}
 
 			srv.Restart(t)
-			waitFor(t, 10*time.Second, "the stack to move to Redis", func() bool { return s.Failover.Status().Mode == region.ModePrimary })
+			polltest.Until(t, 10*time.Second, "the stack to move to Redis", func() bool { return s.Failover.Status().Mode == region.ModePrimary })
 			if err := s.Failover.Ping(context.Background()); err != nil {
 				t.Errorf("Ping() once Redis answers = %v", err)
 			}
@@ -171,29 +171,6 @@ rlcluster_store_transitions_total 1
 	if got := testutil.CollectAndCount(m.Collectors()[0]); got != 3 {
 		t.Errorf("memory stack metrics = %d, want 3", got)
 	}
-}
-
-// lockedBuilder is a strings.Builder safe for the concurrent writes of a
-// logger.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newTestLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // TestOpenRedisSilentAtStart: a Redis that accepts connections but never
