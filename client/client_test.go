@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -20,7 +19,9 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -58,18 +59,6 @@ func startTestNode(t *testing.T, store region.Store) *node {
 		h.ServeHTTP(w, r)
 	})).URL
 	return n
-}
-
-// deadURL is a loopback address nothing listens on.
-func deadURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
 }
 
 // countingClient counts the HTTP requests the client attempts.
@@ -170,7 +159,7 @@ func TestBadInputIsAnErrorEvenFailingOpen(t *testing.T) {
 }
 
 func TestFailureModesDeadNode(t *testing.T) {
-	url := deadURL(t)
+	url := "http://" + porttest.ClosedAddr(t)
 	for _, tt := range []struct {
 		mode        client.FailureMode
 		wantErr     bool
@@ -209,22 +198,8 @@ func TestFailureModesDeadNode(t *testing.T) {
 	}
 }
 
-// downStore fails every call, as a Redis that went away does.
-type downStore struct{}
-
-var errDown = errors.New("store down")
-
-func (downStore) Check(context.Context, []region.Request, []region.Result) error { return errDown }
-func (downStore) Merge(context.Context, []region.Total) error                    { return errDown }
-func (downStore) Vectors(context.Context, []region.BucketRef) ([][]region.Total, error) {
-	return nil, errDown
-}
-func (downStore) Close() error { return nil }
-
-var _ region.Store = downStore{}
-
 func TestUnavailableNodeRetriesOnlyPeek(t *testing.T) {
-	n := startTestNode(t, downStore{})
+	n := startTestNode(t, storetest.Down{Err: errors.New("store down")})
 	c := newClient(t, n.URL, client.WithRetries(2, time.Millisecond), client.WithFailureMode(client.FailClosed))
 
 	before := n.hits.Load()
@@ -414,7 +389,7 @@ func TestMiddlewareDeniedHandlerAndInlineLimit(t *testing.T) {
 }
 
 func TestMiddlewareFailureModes(t *testing.T) {
-	url := deadURL(t)
+	url := "http://" + porttest.ClosedAddr(t)
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") })
 	for _, tt := range []struct {
 		mode   client.FailureMode

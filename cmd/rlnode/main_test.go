@@ -63,7 +63,21 @@ func wait(t *testing.T, done <-chan error, logs *logtest.Buffer) {
 // post sends body as the README's curl does and returns the answer.
 func post(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	return postAs(t, url, "", body)
+}
+
+// postAs is post with tok as the bearer token, when tok is not empty.
+func postAs(t *testing.T, url, tok, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}

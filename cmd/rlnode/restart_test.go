@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -50,8 +51,8 @@ func TestRollingRestart(t *testing.T) {
 		n.cancel, n.done, n.logs = ncancel, done, logs
 	}
 	nodes := []*euNode{
-		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
-		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
+		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
+		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
 	}
 	for _, n := range nodes {
 		startEU(n)

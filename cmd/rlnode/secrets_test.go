@@ -77,18 +77,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	}
 
 	check := func(base, tok, key string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/ratelimit.v1.RateLimitService/Check", strings.NewReader(`{"key":"`+key+`","limit":{"limit":100,"window":"3600s"}}`))
-		req.Header.Set("Content-Type", "application/json")
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postAs(t, base+"/ratelimit.v1.RateLimitService/Check", tok, `{"key":"`+key+`","limit":{"limit":100,"window":"3600s"}}`)
 	}
 	// replicated checks that hits on eu reach us.
 	replicated := func(step, key string, hits int) {

@@ -227,18 +227,7 @@ func TestAuthToken(t *testing.T) {
 		env(map[string]string{authTokenEnv: envTok}))
 
 	do := func(tok string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/ratelimit.v1.RateLimitService/Check", strings.NewReader(`{"key":"k","limit":{"limit":9,"window":"60s"}}`))
-		req.Header.Set("Content-Type", "application/json")
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postAs(t, base+"/ratelimit.v1.RateLimitService/Check", tok, `{"key":"k","limit":{"limit":9,"window":"60s"}}`)
 	}
 	for _, tc := range []struct {
 		name, tok string

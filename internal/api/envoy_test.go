@@ -31,6 +31,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 )
 
 // rlsClient is go-control-plane's generated gRPC client for Envoy's
@@ -514,7 +515,7 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 // TestEnvoyStoreDown: a store failure is Unavailable, which Envoy's
 // failure_mode_deny decides on.
 func TestEnvoyStoreDown(t *testing.T) {
-	s := newServer(t, api.Config{Store: failingStore{}, Rules: loadExamples(t)})
+	s := newServer(t, api.Config{Store: storetest.Down{Err: errDown}, Rules: loadExamples(t)})
 	_, err := s.rlsClient(t).ShouldRateLimit(context.Background(), rlsReq("internal", desc("azure", "a")))
 	if got, want := status.Code(err), codes.Unavailable; got != want {
 		t.Errorf("ShouldRateLimit code = %v, want %v (err %v)", got, want, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -259,7 +260,7 @@ func TestHTTPCheckBadInput(t *testing.T) {
 }
 
 func TestHTTPCheckStoreDown(t *testing.T) {
-	s := newServer(t, api.Config{Store: failingStore{}, Rules: checkRules(t)})
+	s := newServer(t, api.Config{Store: storetest.Down{Err: errDown}, Rules: checkRules(t)})
 	status, h, body := fwdAuth(t, s.URL+"/check/fw", map[string]string{"X-Forwarded-For": "203.0.113.7"})
 	if status != http.StatusServiceUnavailable {
 		t.Errorf("status %d, want 503", status)

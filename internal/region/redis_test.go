@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -151,7 +152,7 @@ func TestRedisUnavailable(t *testing.T) {
 	if !r.Allowed {
 		t.Errorf("after restart: denied")
 	}
-	port := redistest.FreePort(t)
+	port := porttest.Free(t)
 	_, err = region.NewRedis(context.Background(), region.RedisConfig{URL: "redis://127.0.0.1:" + strconv.Itoa(port), DialTimeout: time.Second})
 	if !errors.Is(err, region.ErrUnavailable) {
 		t.Errorf("NewRedis on a closed port: error %v, want ErrUnavailable", err)

@@ -1,6 +1,7 @@
 // Package storetest is the contract test suite of [region.Store]: every
 // implementation (in memory, Redis, Redis Cluster, and any wrapper such as
-// a replicating store) must pass RunStoreTests.
+// a replicating store) must pass RunStoreTests. It also opens stacks for
+// tests (Open) and gives a store that is down (Down).
 package storetest
 
 import (
