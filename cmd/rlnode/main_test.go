@@ -60,6 +60,14 @@ func wait(t *testing.T, done <-chan error, logs *logtest.Buffer) {
 	}
 }
 
+// writeFile writes s to path (mode 0600), failing t on error.
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // post sends body as the README's curl does and returns the answer.
 func post(t *testing.T, url, body string) (int, string) {
 	t.Helper()
@@ -178,9 +186,7 @@ rlcluster_deny_cache_hits_total 1
 
 func TestRunRules(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte("rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, "rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0"}, env(map[string]string{"RLNODE_RULES": path}))
@@ -194,9 +200,7 @@ func TestRunRules(t *testing.T) {
 	wait(t, done, logs)
 
 	// A bad rules file stops the node before it listens, saying why.
-	if err := os.WriteFile(path, []byte("rules:\n  - name: x\n    limit: 0\n    window: 1m\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, "rules:\n  - name: x\n    limit: 0\n    window: 1m\n")
 	err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "limit: must be from 1 to 2^53, got 0") {
 		t.Errorf("run with bad rules = %v", err)

@@ -25,9 +25,7 @@ import (
 // ConfigMap updates do.
 func writeAtomic(t *testing.T, path, s string) {
 	t.Helper()
-	if err := os.WriteFile(path+".tmp", []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path+".tmp", s)
 	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,14 +49,8 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	dir := t.TempDir()
 	tokFile, keyFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "gossip-keys")
-	write := func(p, s string) {
-		t.Helper()
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(tokFile, fileToken+"\n")
-	write(keyFile, gossipKeyA+"\n")
+	writeFile(t, tokFile, fileToken+"\n")
+	writeFile(t, keyFile, gossipKeyA+"\n")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -114,16 +107,16 @@ func TestNoSecretsInLogs(t *testing.T) {
 		{"keys [B,A]", gossipKeyB + "\n" + gossipKeyA + "\n", "k-ba"},
 		{"keys [B]", gossipKeyB + "\n", "k-b"},
 	} {
-		write(keyFile, step.keys)
+		writeFile(t, keyFile, step.keys)
 		hupAndWait(t, `msg=reloaded what="gossip keys"`, euLogs, usLogs)
 		replicated(step.name, step.key, 3)
 	}
 
 	// Failed reloads: a broken key, a too short token. Both keep the old
 	// contents and say so without the values.
-	write(keyFile, gossipKeyC+"\n")
+	writeFile(t, keyFile, gossipKeyC+"\n")
 	hupAndWait(t, `reload failed: keeping the previous gossip keys`, euLogs, usLogs)
-	write(tokFile, brokenToken+"\n")
+	writeFile(t, tokFile, brokenToken+"\n")
 	hupAndWait(t, `reload failed: keeping the previous auth tokens`, euLogs)
 	if code, _ := check(eu, fileToken, "k-y"); code != http.StatusOK {
 		t.Errorf("Check with the old file token after a failed reload = %d, want 200", code)

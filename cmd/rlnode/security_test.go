@@ -124,9 +124,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	// SIGHUP with a broken key keeps the old certificate and counts it.
-	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, keyFile, "not a key")
 	hupAndWait(t, `reload failed: keeping the previous tls certificates`, logs)
 	if got, err := serialOf(t, addr, ca.Pool()); err != nil || got.Cmp(first.Serial()) != 0 {
 		t.Errorf("serial after a failed reload = %v (%v), want the old %v", got, err, first.Serial())
@@ -218,9 +216,7 @@ func TestMTLS(t *testing.T) {
 func TestAuthToken(t *testing.T) {
 	const envTok, fileTok, newTok = "env-token-0123456789", "file-token-0123456789", "new-file-token-0123456789"
 	tokFile := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokFile, []byte("# callers\n"+fileTok+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, "# callers\n"+fileTok+"\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--auth-token-file", tokFile},
@@ -270,9 +266,7 @@ func TestAuthToken(t *testing.T) {
 	}
 
 	// Rotate the file: the new token works, the old one no longer.
-	if err := os.WriteFile(tokFile, []byte(newTok+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, newTok+"\n")
 	hupAndWait(t, `msg=reloaded what="auth tokens"`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("new token after reload: %d, want 200", code)
@@ -284,9 +278,7 @@ func TestAuthToken(t *testing.T) {
 		t.Errorf("env token after reload: %d, want 200", code)
 	}
 	// An empty file is refused; the tokens stay.
-	if err := os.WriteFile(tokFile, []byte("# nobody\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, "# nobody\n")
 	hupAndWait(t, `reload failed: keeping the previous auth tokens`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("token after a failed reload: %d, want 200", code)
@@ -349,9 +341,7 @@ func TestSecurityFlags(t *testing.T) {
 	// Files that do not load stop the node before it listens.
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
-	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, bad, "junk")
 	ca := tlstest.NewCA(t, "x")
 	pair := ca.Server(t, "n")
 	for _, tc := range []struct {
@@ -413,9 +403,7 @@ func getBody(t *testing.T, hc *http.Client, u string) string {
 func TestAuthTokenProblemsNamed(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("# callers\n\nfile-token-0123456789\nsecret-but-short\tx\nabc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, "# callers\n\nfile-token-0123456789\nsecret-but-short\tx\nabc\n")
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
@@ -433,9 +421,7 @@ func TestAuthTokenProblemsNamed(t *testing.T) {
 			t.Errorf("the error repeats the token: %v", err)
 		}
 	}
-	if err := os.WriteFile(file, []byte("file-token-0123456789\n# short:\nabc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, "file-token-0123456789\n# short:\nabc\n")
 	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--auth-token-file", file}, env(nil), io.Discard, io.Discard)
 	if want := "--auth-token-file " + file + ":3: 3 bytes, want at least 16"; err == nil || err.Error() != want {
 		t.Errorf("run = %v, want %q", err, want)

@@ -1,9 +1,12 @@
 // Package apitest serves handlers for tests the way rlnode serves the API:
 // HTTP/1.1 and unencrypted HTTP/2 (h2c, which gRPC needs) on a loopback
-// listener, and gives the HTTP/2 client that reaches them.
+// listener, and gives the HTTP/2 client that reaches them and a plain GET
+// with headers, as a proxy doing forward-auth sends.
 package apitest
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -31,4 +34,27 @@ func H2CClient(tb testing.TB) *http.Client {
 	tr := &http.Transport{Protocols: &p}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// Get sends a GET to url with the headers hdr and returns the response,
+// whose body it has read (the string) and closed.
+func Get(tb testing.TB, url string, hdr map[string]string) (*http.Response, string) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	return resp, string(b)
 }
