@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
@@ -77,24 +78,12 @@ func post(t *testing.T, url, body string) (int, string) {
 // postAs is post with tok as the bearer token, when tok is not empty.
 func postAs(t *testing.T, url, tok, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	var hdr map[string]string
 	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		hdr = map[string]string{"Authorization": "Bearer " + tok}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := apitest.Post(t, url, body, hdr)
+	return resp.StatusCode, b
 }
 
 // exercise sends the README's requests: a 3-per-week inline limit admits 3

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -474,16 +474,8 @@ func runExamplesOn(t *testing.T, baseFor func(port string) string, settle time.D
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatalf("%s: %v", ex.line, err)
-			}
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatalf("%s: %v", ex.line, err)
-			}
-			answers = append(answers, string(bytes.TrimSpace(b)))
+			_, b := apitest.Do(t, req)
+			answers = append(answers, strings.TrimSpace(b))
 		}
 		answers = answers[len(answers)-ex.keep:]
 		if len(ex.answers) == 0 {

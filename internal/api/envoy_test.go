@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -535,16 +534,8 @@ func TestEnvoyConnectJSON(t *testing.T) {
 
 func postJSON(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := apitest.Post(t, url, body, nil)
+	return resp.StatusCode, b
 }
 
 // TestEnvoyReflection: grpcurl can describe the Envoy service, and gRPC

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -201,16 +201,8 @@ func TestNginxAuthRequest(t *testing.T) {
 		if st.xff != "" {
 			req.Header.Set("X-Forwarded-For", st.xff)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != st.status || string(b) != st.body {
+		resp, b := apitest.Do(t, req)
+		if resp.StatusCode != st.status || b != st.body {
 			t.Errorf("%s: %d %q, want %d %q", st.name, resp.StatusCode, b, st.status, st.body)
 		}
 		wantHeaders(t, st.name, resp.Header, map[string]string{
