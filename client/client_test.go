@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -20,7 +19,9 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -58,18 +59,6 @@ func startTestNode(t *testing.T, store region.Store) *node {
 		h.ServeHTTP(w, r)
 	})).URL
 	return n
-}
-
-// deadURL is a loopback address nothing listens on.
-func deadURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
 }
 
 // countingClient counts the HTTP requests the client attempts.
@@ -170,7 +159,7 @@ func TestBadInputIsAnErrorEvenFailingOpen(t *testing.T) {
 }
 
 func TestFailureModesDeadNode(t *testing.T) {
-	url := deadURL(t)
+	url := "http://" + porttest.ClosedAddr(t)
 	for _, tt := range []struct {
 		mode        client.FailureMode
 		wantErr     bool
@@ -209,22 +198,8 @@ func TestFailureModesDeadNode(t *testing.T) {
 	}
 }
 
-// downStore fails every call, as a Redis that went away does.
-type downStore struct{}
-
-var errDown = errors.New("store down")
-
-func (downStore) Check(context.Context, []region.Request, []region.Result) error { return errDown }
-func (downStore) Merge(context.Context, []region.Total) error                    { return errDown }
-func (downStore) Vectors(context.Context, []region.BucketRef) ([][]region.Total, error) {
-	return nil, errDown
-}
-func (downStore) Close() error { return nil }
-
-var _ region.Store = downStore{}
-
 func TestUnavailableNodeRetriesOnlyPeek(t *testing.T) {
-	n := startTestNode(t, downStore{})
+	n := startTestNode(t, storetest.Down{Err: errors.New("store down")})
 	c := newClient(t, n.URL, client.WithRetries(2, time.Millisecond), client.WithFailureMode(client.FailClosed))
 
 	before := n.hits.Load()
@@ -294,28 +269,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// get sends a GET through h's server with hdr and returns the response.
-func get(t *testing.T, url string, hdr map[string]string) (*http.Response, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
-
 // TestMiddlewareMatchesCheckEndpoint drives the middleware and rlnode's
 // /check endpoint (a plain HTTP client doing forward-auth) through the same
 // steps against one node, and wants the same decisions and headers.
@@ -346,8 +299,8 @@ func TestMiddlewareMatchesCheckEndpoint(t *testing.T) {
 		{429, `"sw";r=0;t=31`, "31", "0", "61"},
 	}
 	for i, st := range steps {
-		mresp, mbody := get(t, mw.URL, map[string]string{"X-Forwarded-For": "203.0.113.1"})
-		cresp, cbody := get(t, n.URL+"/check/sw", map[string]string{"X-Forwarded-For": "203.0.113.2"})
+		mresp, mbody := apitest.Get(t, mw.URL, map[string]string{"X-Forwarded-For": "203.0.113.1"})
+		cresp, cbody := apitest.Get(t, n.URL+"/check/sw", map[string]string{"X-Forwarded-For": "203.0.113.2"})
 		for _, r := range []struct {
 			who    string
 			resp   *http.Response
@@ -383,7 +336,7 @@ func TestMiddlewareMatchesCheckEndpoint(t *testing.T) {
 	// An empty key is exempt: the app answers, no hit is spent, no headers.
 	exempt := httptest.NewServer(client.Middleware(c, func(*http.Request) string { return "" }, client.Rule("sw"))(app))
 	t.Cleanup(exempt.Close)
-	resp, _ := get(t, exempt.URL, nil)
+	resp, _ := apitest.Get(t, exempt.URL, nil)
 	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
 		t.Errorf("exempt request: %d RateLimit %q, want 200 and no headers", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
@@ -401,8 +354,8 @@ func TestMiddlewareDeniedHandlerAndInlineLimit(t *testing.T) {
 		client.WithDeniedHandler(denied))(http.NotFoundHandler())
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	get(t, srv.URL, nil)
-	resp, body := get(t, srv.URL, nil)
+	apitest.Get(t, srv.URL, nil)
+	resp, body := apitest.Get(t, srv.URL, nil)
 	if resp.StatusCode != 429 || body != `{"error":"slow down"}` {
 		t.Errorf("denied: %d %q, want the custom 429", resp.StatusCode, body)
 	}
@@ -414,7 +367,7 @@ func TestMiddlewareDeniedHandlerAndInlineLimit(t *testing.T) {
 }
 
 func TestMiddlewareFailureModes(t *testing.T) {
-	url := deadURL(t)
+	url := "http://" + porttest.ClosedAddr(t)
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") })
 	for _, tt := range []struct {
 		mode   client.FailureMode
@@ -427,7 +380,7 @@ func TestMiddlewareFailureModes(t *testing.T) {
 	} {
 		c := newClient(t, url, client.WithFailureMode(tt.mode))
 		srv := httptest.NewServer(client.Middleware(c, func(*http.Request) string { return "k" }, client.Rule("fw"))(app))
-		resp, body := get(t, srv.URL, nil)
+		resp, body := apitest.Get(t, srv.URL, nil)
 		srv.Close()
 		if resp.StatusCode != tt.status || body != tt.body {
 			t.Errorf("mode %d: %d %q, want %d %q", tt.mode, resp.StatusCode, body, tt.status, tt.body)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,9 +13,7 @@ import (
 // it as a proxy's forward-auth would.
 func TestRunCheckFlags(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte("rules:\n  - name: per-key\n    limit: 1\n    window: 168h\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, "rules:\n  - name: per-key\n    limit: 1\n    window: 168h\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{

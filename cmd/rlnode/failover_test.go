@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,18 +13,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
+// get GETs url and returns the status and body.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, b := apitest.Get(t, url, nil)
+	return resp.StatusCode, b
 }
 
 // TestRunRedisOutage runs a node on Redis, kills Redis and restarts it: the
@@ -92,10 +89,7 @@ rlcluster_store_transitions_total 1
 			}
 
 			srv.Restart(t)
-			waitUntil(t, 20*time.Second, "/readyz to say the node is back on Redis", func() bool {
-				code, body := get(t, base+"/readyz")
-				return code == http.StatusOK && body == "ok (store: primary)\n"
-			})
+			waitPrimary(t, base)
 			if code, body := post(t, check, req); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
 				t.Errorf("Check after recovery: %d %s", code, body)
 			}
@@ -222,10 +216,7 @@ func TestRunRedisDownAtStart(t *testing.T) {
 	}
 
 	srv.Restart(t)
-	waitUntil(t, 20*time.Second, "/readyz to say the node decides with Redis", func() bool {
-		code, body := get(t, base+"/readyz")
-		return code == http.StatusOK && body == "ok (store: primary)\n"
-	})
+	waitPrimary(t, base)
 	if code, body := post(t, check, req); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
 		t.Fatalf("Check once Redis answers: %d %s", code, body)
 	}
@@ -244,9 +235,7 @@ func TestRunRedisPasswordFile(t *testing.T) {
 	const pass = "file-pass-Secr3t"
 	srv := redistest.Start(t, "--requirepass", pass)
 	file := filepath.Join(t.TempDir(), "redis-pass")
-	if err := os.WriteFile(file, []byte(pass+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, pass+"\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL()},
 		env(map[string]string{"RLNODE_REDIS_PASSWORD_FILE": file}))
@@ -273,4 +262,13 @@ func TestRunRedisPasswordFile(t *testing.T) {
 			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// waitPrimary waits until base's /readyz says the node decides with Redis.
+func waitPrimary(t *testing.T, base string) {
+	t.Helper()
+	polltest.Until(t, 20*time.Second, "/readyz to say the node decides with Redis", func() bool {
+		code, body := get(t, base+"/readyz")
+		return code == http.StatusOK && body == "ok (store: primary)\n"
+	})
 }

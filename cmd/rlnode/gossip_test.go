@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api/status"
+	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -85,7 +87,7 @@ func TestRunTwoRegions(t *testing.T) {
 	}
 	start := time.Now()
 	var last peekResponse
-	waitUntil(t, 15*time.Second, "us sees eu's 6 hits", func() bool {
+	polltest.Until(t, 15*time.Second, "us sees eu's 6 hits", func() bool {
 		last = peek(t, us, body)
 		return last.Response.Stats.Current == "6"
 	})
@@ -217,7 +219,7 @@ func TestGossipFlags(t *testing.T) {
 func TestGossipClosedByDefault(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	err := run(ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0"}, env(nil), io.Discard, &logs)
 	if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") || !strings.Contains(err.Error(), "--gossip-insecure") {
 		t.Fatalf("run(--gossip-addr=0.0.0.0:0, no key) = %v, want an error that says how to make a key", err)
@@ -246,7 +248,7 @@ func TestWrongGossipKeyNotReady(t *testing.T) {
 	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", keyB, "--gossip-join-timeout=1s"}, env(nil))
 	var body string
-	waitUntil(t, 15*time.Second, "us not ready", func() bool {
+	polltest.Until(t, 15*time.Second, "us not ready", func() bool {
 		var code int
 		code, body = get(t, us+"/readyz")
 		return code == http.StatusServiceUnavailable

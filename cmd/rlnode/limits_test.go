@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,9 +47,7 @@ func TestLimitFlags(t *testing.T) {
 	// Too many rules stop the node.
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n  - name: b\n    limit: 1\n    window: 1s\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, rules, "rules:\n  - name: a\n    limit: 1\n    window: 1s\n  - name: b\n    limit: 1\n    window: 1s\n")
 	err = run(context.Background(), []string{"--listen", "127.0.0.1:0", "--rules", rules, "--max-rules", "1"}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "2 limits (rules and envoy descriptors), more than the maximum of 1 (--max-rules)") {
 		t.Errorf("run with 2 rules and --max-rules 1 = %v, want the rules refused", err)

@@ -10,33 +10,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -46,9 +29,9 @@ var listenRE = regexp.MustCompile(`msg="rlnode listening" addr=(\S+)`)
 
 // start runs run() in the background and returns the node's base URL and
 // a channel that receives run's result.
-func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *syncBuffer) {
+func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *logtest.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, getenv, io.Discard, logs) }()
 	deadline := time.Now().Add(20 * time.Second)
@@ -66,7 +49,7 @@ func start(t *testing.T, ctx context.Context, args []string, getenv func(string)
 	return "", nil, nil
 }
 
-func wait(t *testing.T, done <-chan error, logs *syncBuffer) {
+func wait(t *testing.T, done <-chan error, logs *logtest.Buffer) {
 	t.Helper()
 	select {
 	case err := <-done:
@@ -78,19 +61,29 @@ func wait(t *testing.T, done <-chan error, logs *syncBuffer) {
 	}
 }
 
+// writeFile writes s to path (mode 0600), failing t on error.
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // post sends body as the README's curl does and returns the answer.
 func post(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
+	return postAs(t, url, "", body)
+}
+
+// postAs is post with tok as the bearer token, when tok is not empty.
+func postAs(t *testing.T, url, tok, body string) (int, string) {
+	t.Helper()
+	var hdr map[string]string
+	if tok != "" {
+		hdr = map[string]string{"Authorization": "Bearer " + tok}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := apitest.Post(t, url, body, hdr)
+	return resp.StatusCode, b
 }
 
 // exercise sends the README's requests: a 3-per-week inline limit admits 3
@@ -182,9 +175,7 @@ rlcluster_deny_cache_hits_total 1
 
 func TestRunRules(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte("rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, "rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0"}, env(map[string]string{"RLNODE_RULES": path}))
@@ -198,9 +189,7 @@ func TestRunRules(t *testing.T) {
 	wait(t, done, logs)
 
 	// A bad rules file stops the node before it listens, saying why.
-	if err := os.WriteFile(path, []byte("rules:\n  - name: x\n    limit: 0\n    window: 1m\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, "rules:\n  - name: x\n    limit: 0\n    window: 1m\n")
 	err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "limit: must be from 1 to 2^53, got 0") {
 		t.Errorf("run with bad rules = %v", err)
@@ -251,18 +240,5 @@ func TestParseConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseConfig(%q, %v) = %v, want an error containing %q", tc.args, tc.env, err, tc.want)
 		}
-	}
-}
-
-// waitUntil polls cond every 10 ms until it holds, failing the test after
-// timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

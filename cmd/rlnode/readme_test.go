@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -209,20 +209,18 @@ type readmeExample struct {
 }
 
 var (
-	curlRE       = regexp.MustCompile(`(?m)(^|\s)curl `)
-	curlURLRE    = regexp.MustCompile(`http://127\.0\.0\.1:(\d+)(/[^\s;'"]+)`)
-	curlBodyRE   = regexp.MustCompile(`-d '([^']*)'`)
-	curlParamRE  = regexp.MustCompile(`--data-urlencode '([^=']+)=([^']*)'`)
-	seqRE        = regexp.MustCompile(`for i in \$\(seq (\d+)\)`)
-	forListRE    = regexp.MustCompile(`for i in ((?:\d+ )+)?\d+; do`)
-	tailRE       = regexp.MustCompile(`\| tail -n (\d+)`)
-	readmeAPIEnd = "\n## "
+	curlRE      = regexp.MustCompile(`(?m)(^|\s)curl `)
+	curlURLRE   = regexp.MustCompile(`http://127\.0\.0\.1:(\d+)(/[^\s;'"]+)`)
+	curlBodyRE  = regexp.MustCompile(`-d '([^']*)'`)
+	curlParamRE = regexp.MustCompile(`--data-urlencode '([^=']+)=([^']*)'`)
+	seqRE       = regexp.MustCompile(`for i in \$\(seq (\d+)\)`)
+	forListRE   = regexp.MustCompile(`for i in ((?:\d+ )+)?\d+; do`)
+	tailRE      = regexp.MustCompile(`\| tail -n (\d+)`)
 )
 
-// readmeExamples parses the curl commands of the README's section under
-// heading (a level-2 heading, "## The API") and the JSON answers shown
-// after each.
-func readmeExamples(t *testing.T, heading string) []readmeExample {
+// readmeSection returns the README's section under heading (a level-2
+// heading, "## The API"), from that line to the next level-2 heading.
+func readmeSection(t *testing.T, heading string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
@@ -234,9 +232,18 @@ func readmeExamples(t *testing.T, heading string) []readmeExample {
 		t.Fatalf("README.md has no %q section", heading)
 	}
 	section := readme[start+1:]
-	if end := strings.Index(section[1:], readmeAPIEnd); end >= 0 {
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
 		section = section[:end+1]
 	}
+	return section
+}
+
+// readmeExamples parses the curl commands of the README's section under
+// heading (a level-2 heading, "## The API") and the JSON answers shown
+// after each.
+func readmeExamples(t *testing.T, heading string) []readmeExample {
+	t.Helper()
+	section := readmeSection(t, heading)
 	var out []readmeExample
 	blocks := fenceRE.FindAllStringSubmatch(section, -1)
 	for i, blk := range blocks {
@@ -467,16 +474,8 @@ func runExamplesOn(t *testing.T, baseFor func(port string) string, settle time.D
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatalf("%s: %v", ex.line, err)
-			}
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatalf("%s: %v", ex.line, err)
-			}
-			answers = append(answers, string(bytes.TrimSpace(b)))
+			_, b := apitest.Do(t, req)
+			answers = append(answers, strings.TrimSpace(b))
 		}
 		answers = answers[len(answers)-ex.keep:]
 		if len(ex.answers) == 0 {
@@ -573,20 +572,8 @@ func TestDocsLinksResolve(t *testing.T) {
 // Peek in us, whose answer must be the README's once eu's hits arrive.
 func TestREADMETwoRegions(t *testing.T) {
 	const heading = "## Multi-region: two regions on one machine"
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	at := strings.Index(readme, "\n"+heading+"\n")
-	if at < 0 {
-		t.Fatalf("README.md has no %q section", heading)
-	}
 	var nodes [][]string
-	for _, line := range strings.Split(readme[at:], "\n") {
-		if strings.HasPrefix(line, "## ") && !strings.Contains(line, heading[3:]) {
-			break
-		}
+	for _, line := range strings.Split(readmeSection(t, heading), "\n") {
 		if rest, ok := strings.CutPrefix(line, "go run ./cmd/rlnode "); ok {
 			nodes = append(nodes, strings.Fields(rest))
 		}

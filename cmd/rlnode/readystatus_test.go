@@ -3,24 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-)
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
+)
 
 // TestStatusSaysWhyNotReady: when /readyz answers 503, /status.json (and
 // the page drawn from it) says why, in /readyz's words: a region cut off
@@ -31,15 +21,15 @@ func TestStatusSaysWhyNotReady(t *testing.T) {
 		args            []string
 	}{
 		{"no other region", "gossip: no other region reachable (none seen in 1s; seeds ", "): check --join and --gossip-key",
-			[]string{"--region=us", "--gossip-addr=127.0.0.1:0", "--join", closedAddr(t), "--gossip-join-timeout=1s"}},
+			[]string{"--region=us", "--gossip-addr=127.0.0.1:0", "--join", porttest.ClosedAddr(t), "--gossip-join-timeout=1s"}},
 		{"redis down, closed", "store: ", "connection refused",
-			[]string{"--redis-url", "redis://" + closedAddr(t), "--on-store-failure=closed"}},
+			[]string{"--redis-url", "redis://" + porttest.ClosedAddr(t), "--on-store-failure=closed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			base, done, logs := start(t, ctx, append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil))
 			var ready string
-			waitUntil(t, 15*time.Second, "/readyz 503", func() bool {
+			polltest.Until(t, 15*time.Second, "/readyz 503", func() bool {
 				code, body := get(t, base+"/readyz")
 				ready = body
 				return code == http.StatusServiceUnavailable

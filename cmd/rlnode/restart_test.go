@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -32,7 +35,7 @@ func TestRollingRestart(t *testing.T) {
 		name, listen string
 		cancel       context.CancelFunc
 		done         <-chan error
-		logs         *syncBuffer
+		logs         *logtest.Buffer
 	}
 	startEU := func(n *euNode) {
 		t.Helper()
@@ -48,8 +51,8 @@ func TestRollingRestart(t *testing.T) {
 		n.cancel, n.done, n.logs = ncancel, done, logs
 	}
 	nodes := []*euNode{
-		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
-		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))},
+		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
+		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
 	}
 	for _, n := range nodes {
 		startEU(n)
@@ -124,7 +127,7 @@ func TestRollingRestart(t *testing.T) {
 	}
 
 	// Let the load run, then restart each eu node in turn.
-	waitUntil(t, 10*time.Second, "load to start", func() bool { return requests.Load() > 100 })
+	polltest.Until(t, 10*time.Second, "load to start", func() bool { return requests.Load() > 100 })
 	for _, n := range nodes {
 		n.cancel()
 		wait(t, n.done, n.logs)
@@ -133,7 +136,7 @@ func TestRollingRestart(t *testing.T) {
 		}
 		before := requests.Load()
 		startEU(n)
-		waitUntil(t, 10*time.Second, n.name+" to serve again", func() bool { return requests.Load() > before+100 })
+		polltest.Until(t, 10*time.Second, n.name+" to serve again", func() bool { return requests.Load() > before+100 })
 	}
 	close(stop)
 	wg.Wait()
@@ -149,7 +152,7 @@ func TestRollingRestart(t *testing.T) {
 		total += want
 		for _, base := range []string{"http://" + nodes[0].listen, us} {
 			var got uint64
-			waitUntil(t, 10*time.Second, fmt.Sprintf("%s to hold eu's %d hits on key %d", base, want, k), func() bool {
+			polltest.Until(t, 10*time.Second, fmt.Sprintf("%s to hold eu's %d hits on key %d", base, want, k), func() bool {
 				got = 0
 				for _, r := range peek(t, base, body(k)).Response.Stats.Regions {
 					// eu's hits: counted by Redis, or, for a decision whose

@@ -17,15 +17,15 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlcluster/rlcluster/internal/polltest"
 )
 
 // writeAtomic replaces path's contents in one rename, as editors and
 // ConfigMap updates do.
 func writeAtomic(t *testing.T, path, s string) {
 	t.Helper()
-	if err := os.WriteFile(path+".tmp", []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path+".tmp", s)
 	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestRunRulesHotReload(t *testing.T) {
 		t.Fatalf("limit = %d, want 10", got)
 	}
 	writeAtomic(t, path, strings.Replace(envoyRules, "10", "1", 1))
-	waitUntil(t, 10*time.Second, "the edit to apply", func() bool {
+	polltest.Until(t, 10*time.Second, "the edit to apply", func() bool {
 		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.2")
 		return got == 1
 	})
@@ -92,7 +92,7 @@ func TestRunRulesHotReload(t *testing.T) {
 	}
 
 	writeAtomic(t, path, strings.Replace(envoyRules, "minute", "fortnight", 1))
-	waitUntil(t, 10*time.Second, "the rejection", func() bool {
+	polltest.Until(t, 10*time.Second, "the rejection", func() bool {
 		return strings.Contains(logs.String(), "rules rejected: keeping the rules in use")
 	})
 	if !strings.Contains(logs.String(), `\"fortnight\" is not second, minute, hour, day or week`) {
@@ -120,7 +120,7 @@ func TestRunRulesSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the SIGHUP reload", func() bool {
+	polltest.Until(t, 10*time.Second, "the SIGHUP reload", func() bool {
 		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.9")
 		return got == 1
 	})

@@ -6,12 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
@@ -49,14 +49,8 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	dir := t.TempDir()
 	tokFile, keyFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "gossip-keys")
-	write := func(p, s string) {
-		t.Helper()
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(tokFile, fileToken+"\n")
-	write(keyFile, gossipKeyA+"\n")
+	writeFile(t, tokFile, fileToken+"\n")
+	writeFile(t, keyFile, gossipKeyA+"\n")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -76,18 +70,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	}
 
 	check := func(base, tok, key string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/ratelimit.v1.RateLimitService/Check", strings.NewReader(`{"key":"`+key+`","limit":{"limit":100,"window":"3600s"}}`))
-		req.Header.Set("Content-Type", "application/json")
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postAs(t, base+"/ratelimit.v1.RateLimitService/Check", tok, `{"key":"`+key+`","limit":{"limit":100,"window":"3600s"}}`)
 	}
 	// replicated checks that hits on eu reach us.
 	replicated := func(step, key string, hits int) {
@@ -124,16 +107,16 @@ func TestNoSecretsInLogs(t *testing.T) {
 		{"keys [B,A]", gossipKeyB + "\n" + gossipKeyA + "\n", "k-ba"},
 		{"keys [B]", gossipKeyB + "\n", "k-b"},
 	} {
-		write(keyFile, step.keys)
+		writeFile(t, keyFile, step.keys)
 		hupAndWait(t, `msg=reloaded what="gossip keys"`, euLogs, usLogs)
 		replicated(step.name, step.key, 3)
 	}
 
 	// Failed reloads: a broken key, a too short token. Both keep the old
 	// contents and say so without the values.
-	write(keyFile, gossipKeyC+"\n")
+	writeFile(t, keyFile, gossipKeyC+"\n")
 	hupAndWait(t, `reload failed: keeping the previous gossip keys`, euLogs, usLogs)
-	write(tokFile, brokenToken+"\n")
+	writeFile(t, tokFile, brokenToken+"\n")
 	hupAndWait(t, `reload failed: keeping the previous auth tokens`, euLogs)
 	if code, _ := check(eu, fileToken, "k-y"); code != http.StatusOK {
 		t.Errorf("Check with the old file token after a failed reload = %d, want 200", code)
@@ -153,7 +136,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		{[]string{"--gossip-addr=127.0.0.1:0"}, map[string]string{"RLNODE_GOSSIP_KEY": gossipKeyA + "," + gossipKeyC}},
 		{nil, map[string]string{authTokenEnv: brokenToken}},
 	} {
-		logs := &syncBuffer{}
+		logs := &logtest.Buffer{}
 		err := run(context.Background(), append([]string{"--listen=127.0.0.1:0", "--log-level=debug"}, tc.args...), env(tc.env), io.Discard, logs)
 		if err == nil {
 			t.Errorf("run(%q, %v) = nil, want an error", tc.args, tc.env)
@@ -170,7 +153,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	for _, s := range []string{redisDefaultPass, redisACLPass, url.QueryEscape(redisACLPass), envToken, fileToken, brokenToken,
 		gossipKeyA, gossipKeyB, gossipKeyC} {
 		if strings.Contains(all, s) {
-			t.Errorf("secret %q appears in the logs or errors:\n%s", s, grepLines(all, s))
+			t.Errorf("secret %q appears in the logs or errors:\n%s", s, logtest.Lines(all, s))
 		}
 	}
 	// The checks above did log: the test would see a leak.

@@ -25,6 +25,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
 
@@ -123,15 +124,13 @@ func TestTLS(t *testing.T) {
 	}
 
 	// SIGHUP with a broken key keeps the old certificate and counts it.
-	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, keyFile, "not a key")
 	hupAndWait(t, `reload failed: keeping the previous tls certificates`, logs)
 	if got, err := serialOf(t, addr, ca.Pool()); err != nil || got.Cmp(first.Serial()) != 0 {
 		t.Errorf("serial after a failed reload = %v (%v), want the old %v", got, err, first.Serial())
 	}
 	if body := getBody(t, h2, base+"/metrics"); !strings.Contains(body, `rlcluster_reloads_total{result="error",what="tls certificates"} 1`) {
-		t.Errorf("/metrics does not count the failed reload:\n%s", grepLines(body, "reloads"))
+		t.Errorf("/metrics does not count the failed reload:\n%s", logtest.Lines(body, "reloads"))
 	}
 
 	// SIGHUP with good files: new connections see the new certificate.
@@ -217,27 +216,14 @@ func TestMTLS(t *testing.T) {
 func TestAuthToken(t *testing.T) {
 	const envTok, fileTok, newTok = "env-token-0123456789", "file-token-0123456789", "new-file-token-0123456789"
 	tokFile := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokFile, []byte("# callers\n"+fileTok+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, "# callers\n"+fileTok+"\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--auth-token-file", tokFile},
 		env(map[string]string{authTokenEnv: envTok}))
 
 	do := func(tok string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/ratelimit.v1.RateLimitService/Check", strings.NewReader(`{"key":"k","limit":{"limit":9,"window":"60s"}}`))
-		req.Header.Set("Content-Type", "application/json")
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postAs(t, base+"/ratelimit.v1.RateLimitService/Check", tok, `{"key":"k","limit":{"limit":9,"window":"60s"}}`)
 	}
 	for _, tc := range []struct {
 		name, tok string
@@ -276,13 +262,11 @@ func TestAuthToken(t *testing.T) {
 	}
 
 	if body := getBody(t, http.DefaultClient, base+"/metrics"); !strings.Contains(body, "rlcluster_auth_rejected_total 2") {
-		t.Errorf("/metrics does not count the 2 refused requests:\n%s", grepLines(body, "auth"))
+		t.Errorf("/metrics does not count the 2 refused requests:\n%s", logtest.Lines(body, "auth"))
 	}
 
 	// Rotate the file: the new token works, the old one no longer.
-	if err := os.WriteFile(tokFile, []byte(newTok+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, newTok+"\n")
 	hupAndWait(t, `msg=reloaded what="auth tokens"`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("new token after reload: %d, want 200", code)
@@ -294,9 +278,7 @@ func TestAuthToken(t *testing.T) {
 		t.Errorf("env token after reload: %d, want 200", code)
 	}
 	// An empty file is refused; the tokens stay.
-	if err := os.WriteFile(tokFile, []byte("# nobody\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, tokFile, "# nobody\n")
 	hupAndWait(t, `reload failed: keeping the previous auth tokens`, logs)
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("token after a failed reload: %d, want 200", code)
@@ -359,9 +341,7 @@ func TestSecurityFlags(t *testing.T) {
 	// Files that do not load stop the node before it listens.
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
-	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, bad, "junk")
 	ca := tlstest.NewCA(t, "x")
 	pair := ca.Server(t, "n")
 	for _, tc := range []struct {
@@ -388,7 +368,7 @@ func sighup(t *testing.T) {
 
 // hupAndWait sends SIGHUP and waits until each node's logs contain want
 // once more than before.
-func hupAndWait(t *testing.T, want string, logs ...*syncBuffer) {
+func hupAndWait(t *testing.T, want string, logs ...*logtest.Buffer) {
 	t.Helper()
 	before := make([]int, len(logs))
 	for i, l := range logs {
@@ -417,25 +397,13 @@ func getBody(t *testing.T, hc *http.Client, u string) string {
 	return string(b)
 }
 
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestAuthTokenProblemsNamed: a token that will not do is told by where
 // it came from, the environment variable or the file's line, never by its
 // value.
 func TestAuthTokenProblemsNamed(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("# callers\n\nfile-token-0123456789\nsecret-but-short\tx\nabc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, "# callers\n\nfile-token-0123456789\nsecret-but-short\tx\nabc\n")
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
@@ -453,9 +421,7 @@ func TestAuthTokenProblemsNamed(t *testing.T) {
 			t.Errorf("the error repeats the token: %v", err)
 		}
 	}
-	if err := os.WriteFile(file, []byte("file-token-0123456789\n# short:\nabc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, "file-token-0123456789\n# short:\nabc\n")
 	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--auth-token-file", file}, env(nil), io.Discard, io.Discard)
 	if want := "--auth-token-file " + file + ":3: 3 bytes, want at least 16"; err == nil || err.Error() != want {
 		t.Errorf("run = %v, want %q", err, want)

@@ -26,8 +26,10 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -49,7 +51,7 @@ type testServer struct {
 func newServer(t *testing.T, cfg api.Config) *testServer {
 	t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = openStack(t, region.Config{Region: cfg.Region})
+		cfg.Store = storetest.Open(t, region.Config{Region: cfg.Region})
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return t0 }
@@ -454,20 +456,12 @@ func TestPeekHTTPGet(t *testing.T) {
 	}
 }
 
-// failingStore fails every call.
-type failingStore struct{}
-
+// errDown is the error of the tests' store that is down, as a Redis that
+// refuses connections would answer.
 var errDown = errors.New("connection refused")
 
-func (failingStore) Check(context.Context, []region.Request, []region.Result) error { return errDown }
-func (failingStore) Merge(context.Context, []region.Total) error                    { return errDown }
-func (failingStore) Vectors(context.Context, []region.BucketRef) ([][]region.Total, error) {
-	return nil, errDown
-}
-func (failingStore) Close() error { return nil }
-
 func TestStoreErrorIsUnavailable(t *testing.T) {
-	s := newServer(t, api.Config{Store: failingStore{}})
+	s := newServer(t, api.Config{Store: storetest.Down{Err: errDown}})
 	for _, pr := range protocols {
 		t.Run(pr.name, func(t *testing.T) {
 			c := s.client(t, pr.h2c, pr.opts...)
@@ -503,7 +497,7 @@ func wantMetrics(t *testing.T, s *testServer, want ...string) string {
 	body := get(t, s.URL+"/metrics", http.StatusOK)
 	for _, w := range want {
 		if !strings.Contains(body, w) {
-			t.Errorf("/metrics lacks %q:\n%s", w, grepLines(body, "rlcluster_"))
+			t.Errorf("/metrics lacks %q:\n%s", w, logtest.Lines(body, "rlcluster_"))
 		}
 	}
 	return body
@@ -552,25 +546,13 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
-// openStack opens the store cfg describes, as rlnode does, and closes it
-// when t ends.
-func openStack(t *testing.T, cfg region.Config) *region.Stack {
-	t.Helper()
-	s, err := region.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("region.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
 // TestDenyCacheMetrics: /metrics exports the layers of the stack it is
 // given, here a deny cache in front of a failover whose Redis is down (the
 // stack's own metrics are tested in region's TestStackCollectors).
 func TestDenyCacheMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
-	store := openStack(t, region.Config{Redis: region.RedisConfig{URL: srv.URL()},
+	store := storetest.Open(t, region.Config{Redis: region.RedisConfig{URL: srv.URL()},
 		Failover: region.FailoverConfig{ProbeMin: time.Hour}, DenyCache: &region.DenyCacheConfig{}})
 	s := newServer(t, api.Config{Store: store})
 	c := s.client(t, false)

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -29,7 +28,9 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 )
 
 // rlsClient is go-control-plane's generated gRPC client for Envoy's
@@ -236,16 +237,6 @@ func TestEnvoyExamples(t *testing.T) {
 	}
 }
 
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestEnvoyOneStoreCall checks that all of a request's descriptors are
 // decided in one store call, and that the replaced limit's name shows.
 func TestEnvoyOneStoreCall(t *testing.T) {
@@ -320,7 +311,7 @@ func TestEnvoyGlobalShadowMode(t *testing.T) {
 		`rlcluster_decisions_total{outcome="shadow_denied",rule="rl.foo.bar_banned"} 1`,
 	)
 	if strings.Contains(body, `outcome="denied"`) {
-		t.Errorf("/metrics counts a denial in shadow mode:\n%s", grepLines(body, "rlcluster_decisions_total"))
+		t.Errorf("/metrics counts a denial in shadow mode:\n%s", logtest.Lines(body, "rlcluster_decisions_total"))
 	}
 }
 
@@ -523,7 +514,7 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 // TestEnvoyStoreDown: a store failure is Unavailable, which Envoy's
 // failure_mode_deny decides on.
 func TestEnvoyStoreDown(t *testing.T) {
-	s := newServer(t, api.Config{Store: failingStore{}, Rules: loadExamples(t)})
+	s := newServer(t, api.Config{Store: storetest.Down{Err: errDown}, Rules: loadExamples(t)})
 	_, err := s.rlsClient(t).ShouldRateLimit(context.Background(), rlsReq("internal", desc("azure", "a")))
 	if got, want := status.Code(err), codes.Unavailable; got != want {
 		t.Errorf("ShouldRateLimit code = %v, want %v (err %v)", got, want, err)
@@ -543,16 +534,8 @@ func TestEnvoyConnectJSON(t *testing.T) {
 
 func postJSON(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := apitest.Post(t, url, body, nil)
+	return resp.StatusCode, b
 }
 
 // TestEnvoyReflection: grpcurl can describe the Envoy service, and gRPC

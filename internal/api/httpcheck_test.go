@@ -4,17 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -38,23 +39,8 @@ func checkRules(t *testing.T) *rules.Set {
 // the tests goes through it.
 func fwdAuth(t *testing.T, url string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	return resp.StatusCode, resp.Header, string(b)
+	resp, body := apitest.Get(t, url, hdr)
+	return resp.StatusCode, resp.Header, body
 }
 
 // wantHeaders checks h against want; "" means absent.
@@ -259,7 +245,7 @@ func TestHTTPCheckBadInput(t *testing.T) {
 }
 
 func TestHTTPCheckStoreDown(t *testing.T) {
-	s := newServer(t, api.Config{Store: failingStore{}, Rules: checkRules(t)})
+	s := newServer(t, api.Config{Store: storetest.Down{Err: errDown}, Rules: checkRules(t)})
 	status, h, body := fwdAuth(t, s.URL+"/check/fw", map[string]string{"X-Forwarded-For": "203.0.113.7"})
 	if status != http.StatusServiceUnavailable {
 		t.Errorf("status %d, want 503", status)

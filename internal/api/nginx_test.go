@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +18,9 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -57,17 +58,6 @@ func nginxBinary(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startNginx runs nginx in the foreground with server (a config for the
 // http {} block) in a temporary prefix, waits until it accepts connections
 // and stops it when t ends. It returns nginx's base URL.
@@ -75,7 +65,7 @@ func startNginx(t *testing.T, server string) string {
 	t.Helper()
 	bin := nginxBinary(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := porttest.Free(t)
 	server = strings.ReplaceAll(server, "listen 8081;", fmt.Sprintf("listen 127.0.0.1:%d;", port))
 	if err := os.WriteFile(filepath.Join(dir, "rlcluster.conf"), []byte(server), 0o644); err != nil {
 		t.Fatal(err)
@@ -211,16 +201,8 @@ func TestNginxAuthRequest(t *testing.T) {
 		if st.xff != "" {
 			req.Header.Set("X-Forwarded-For", st.xff)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != st.status || string(b) != st.body {
+		resp, b := apitest.Do(t, req)
+		if resp.StatusCode != st.status || b != st.body {
 			t.Errorf("%s: %d %q, want %d %q", st.name, resp.StatusCode, b, st.status, st.body)
 		}
 		wantHeaders(t, st.name, resp.Header, map[string]string{
@@ -244,7 +226,7 @@ func TestNginxAuthRequestNodeDown(t *testing.T) {
 	var appHits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { appHits.Add(1) }))
 	t.Cleanup(app.Close)
-	conf := strings.ReplaceAll(string(example), "server rlnode:8080;", fmt.Sprintf("server 127.0.0.1:%d;", freePort(t)))
+	conf := strings.ReplaceAll(string(example), "server rlnode:8080;", fmt.Sprintf("server 127.0.0.1:%d;", porttest.Free(t)))
 	conf = strings.ReplaceAll(conf, "server app:8000;", "server "+hostPort(t, app.URL)+";")
 	base := startNginx(t, conf)
 	resp, err := http.Get(base + "/")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -80,15 +81,7 @@ func (p *attackPool) admit(t *testing.T, key string, lim window.Limit, n int) in
 // vector reads one bucket of key from the victim's store.
 func (p *attackPool) vector(t *testing.T, key string, w time.Duration, b int64) map[string]uint64 {
 	t.Helper()
-	v, err := p.store.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]uint64{}
-	for _, tt := range v[0] {
-		out[tt.Region] = tt.Count
-	}
-	return out
+	return storetest.RegionCounts(t, p.store, key, w, b)
 }
 
 // sendAsRogue sends frame from the rogue member to the victim over TCP

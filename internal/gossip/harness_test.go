@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -149,31 +150,12 @@ func (h *harness) waitAlive(want int, timeout time.Duration) {
 	})
 }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes, then
-// fails the test; it returns how long cond took. It is the package's one
-// polling helper (poll is its non-fatal form); inside a synctest bubble
-// its sleeps advance the bubble's clock.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	took, ok := poll(timeout, cond)
-	if !ok {
-		t.Fatalf("timed out after %v waiting until %s", timeout, what)
-	}
-	return took
-}
-
-// poll polls cond every 10 ms until it holds (ok) or timeout passes, and
-// returns how long it polled.
-func poll(timeout time.Duration, cond func() bool) (took time.Duration, ok bool) {
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			return time.Since(start), false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start), true
-}
+// waitFor and poll are the one polling helper, polltest's, under the names
+// this package's tests call it by.
+var (
+	waitFor = polltest.Until
+	poll    = polltest.Poll
+)
 
 // hit decides one hit on key through tn exactly as the API does: Check,
 // then Dirty with the new local total when admitted.

@@ -3,7 +3,6 @@ package gossip
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -236,9 +236,9 @@ func TestSimJoinReady(t *testing.T) {
 		if err := s.nodes["us-0"].Ready(); err != nil {
 			t.Errorf("us-0 (joined eu) Ready() = %v, want nil", err)
 		}
-		var logs lockedBuf
+		var logs logtest.Buffer
 		cfg := testConfig()
-		cfg.Logger = newTestLogger(&logs)
+		cfg.Logger = logtest.Logger(&logs, slog.LevelWarn)
 		cfg.Name, cfg.Region, cfg.JoinTimeout = "ap-0", "ap", 2*time.Second
 		cfg.Join = []string{"127.0.0.1:9"} // nobody there
 		cfg.Transport = NewFaultTransport(s.mn.transport(), s.fn, "ap")
@@ -266,29 +266,6 @@ func TestSimJoinReady(t *testing.T) {
 			t.Errorf("join retry lines hold a literal \\n:\n%s", logs.String())
 		}
 	})
-}
-
-// lockedBuf is a log sink safe for concurrent writes.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// newTestLogger logs warnings and errors to w.
-func newTestLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // TestSimCloseAllAtOnce: when every node stops at once, none waits out its

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -94,7 +95,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 			}
 			waitCount := func(ph string, n int) {
 				t.Helper()
-				waitFor(t, 20*time.Second, fmt.Sprintf("%d decisions in phase %s", n, ph), func() bool {
+				polltest.Until(t, 20*time.Second, fmt.Sprintf("%d decisions in phase %s", n, ph), func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					return len(lat[ph]) >= n
@@ -104,7 +105,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 
 			phase.Store("stalled")
 			srv.Pause(t)
-			waitFor(t, 10*time.Second, "fallback mode", func() bool { return f.Status().Mode == region.ModeFallback })
+			polltest.Until(t, 10*time.Second, "fallback mode", func() bool { return f.Status().Mode == region.ModeFallback })
 			t.Logf("readyz while stalled: %s", f.Status())
 			waitCount("stalled", 200)
 
@@ -114,7 +115,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 
 			phase.Store("restarted")
 			srv.Restart(t)
-			waitFor(t, 20*time.Second, "the node to return to Redis", func() bool { return f.Status().Mode == region.ModePrimary })
+			polltest.Until(t, 20*time.Second, "the node to return to Redis", func() bool { return f.Status().Mode == region.ModePrimary })
 			phase.Store("recovered")
 			waitCount("recovered", 200)
 			close(stop)

@@ -90,17 +90,6 @@ func newFailover(t *testing.T, primary region.Store, cfg region.FailoverConfig) 
 	return f
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestFailoverContract: with a healthy primary, a Failover is a Store like
 // any other.
 func TestFailoverContract(t *testing.T) {
@@ -311,15 +300,7 @@ func TestFailoverLocalCounts(t *testing.T) {
 // vectorOf returns s's per-region counts of key's bucket b of lim.
 func vectorOf(t *testing.T, s region.Store, key string, b int64) map[string]uint64 {
 	t.Helper()
-	vecs, err := s.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: lim.Window, Bucket: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]uint64{}
-	for _, tt := range vecs[0] {
-		got[tt.Region] = tt.Count
-	}
-	return got
+	return storetest.RegionCounts(t, s, key, lim.Window, b)
 }
 
 // TestFailoverCanceled: a caller's own deadline is its error, not the

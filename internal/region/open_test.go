@@ -3,40 +3,29 @@ package region_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// openStack opens cfg's stack, closed when t ends.
-func openStack(t *testing.T, cfg region.Config) *region.Stack {
-	t.Helper()
-	s, err := region.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
 // TestStackStore runs the contract over the stacks rlnode opens: the
 // in-memory store, and Redis behind the failover and the deny cache.
 func TestStackStore(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			s := openStack(t, region.Config{Region: reg})
+			s := storetest.Open(t, region.Config{Region: reg})
 			if s.Memory == nil || s.Redis != nil || s.Failover != nil || s.DenyCache != nil || s.Store != s.Memory {
 				t.Fatalf("memory stack = %+v, want the in-memory store alone", s)
 			}
@@ -46,7 +35,7 @@ func TestStackStore(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
 		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			s := openStack(t, region.Config{Region: reg, Redis: region.RedisConfig{URL: srv.URL()},
+			s := storetest.Open(t, region.Config{Region: reg, Redis: region.RedisConfig{URL: srv.URL()},
 				Failover: region.FailoverConfig{Timeout: 10 * time.Second}, DenyCache: &region.DenyCacheConfig{}})
 			if s.Redis == nil || s.Failover == nil || s.DenyCache == nil || s.Store != s.DenyCache || s.Memory.Region() == reg {
 				t.Fatalf("redis stack = %+v, want deny cache, failover, Redis and a fallback", s)
@@ -68,10 +57,10 @@ func TestOpenRedisDownAtStart(t *testing.T) {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			srv.Stop()
-			var logs lockedBuilder
-			s := openStack(t, region.Config{Region: "here", Redis: region.RedisConfig{URL: srv.URL()},
+			var logs logtest.Buffer
+			s := storetest.Open(t, region.Config{Region: "here", Redis: region.RedisConfig{URL: srv.URL()},
 				Failover: region.FailoverConfig{Policy: c.policy, ProbeMin: 10 * time.Millisecond, ProbeMax: 50 * time.Millisecond},
-				Logger:   newTestLogger(&logs)})
+				Logger:   logtest.Logger(&logs, slog.LevelDebug)})
 			if st := s.Failover.Status(); st.Mode != region.ModeFallback || st.Transitions != 1 {
 				t.Fatalf("Status() with Redis down at start = %+v, want fallback", st)
 			}
@@ -88,7 +77,7 @@ func TestOpenRedisDownAtStart(t *testing.T) {
 			}
 
 			srv.Restart(t)
-			waitFor(t, 10*time.Second, "the stack to move to Redis", func() bool { return s.Failover.Status().Mode == region.ModePrimary })
+			polltest.Until(t, 10*time.Second, "the stack to move to Redis", func() bool { return s.Failover.Status().Mode == region.ModePrimary })
 			if err := s.Failover.Ping(context.Background()); err != nil {
 				t.Errorf("Ping() once Redis answers = %v", err)
 			}
@@ -116,7 +105,7 @@ func TestOpenFailsOnConfig(t *testing.T) {
 	if err == nil || errors.Is(err, region.ErrUnavailable) {
 		t.Errorf("Open with a wrong password = %v, want an error that is not an outage", err)
 	}
-	s := openStack(t, region.Config{Redis: region.RedisConfig{URL: srv.URL(), Password: defaultPass}})
+	s := storetest.Open(t, region.Config{Redis: region.RedisConfig{URL: srv.URL(), Password: defaultPass}})
 	if st := s.Failover.Status(); st.Mode != region.ModePrimary {
 		t.Errorf("Open with RedisConfig.Password: %+v, want on Redis", st)
 	}
@@ -127,7 +116,7 @@ func TestStackCollectors(t *testing.T) {
 	// A Redis that is down at start gives every layer without a server.
 	srv := redistest.Start(t)
 	srv.Stop()
-	s := openStack(t, region.Config{Region: "here", Redis: region.RedisConfig{URL: srv.URL()},
+	s := storetest.Open(t, region.Config{Region: "here", Redis: region.RedisConfig{URL: srv.URL()},
 		Failover: region.FailoverConfig{ProbeMin: time.Hour}, DenyCache: &region.DenyCacheConfig{}})
 	l := window.Limit{Limit: 1, Window: time.Minute}
 	now := time.Now()
@@ -167,33 +156,10 @@ rlcluster_store_transitions_total 1
 		t.Errorf("metrics = %d, %v; want 17 series", n, err)
 	}
 	// The memory stack exports the in-memory store's only.
-	m := openStack(t, region.Config{})
+	m := storetest.Open(t, region.Config{})
 	if got := testutil.CollectAndCount(m.Collectors()[0]); got != 3 {
 		t.Errorf("memory stack metrics = %d, want 3", got)
 	}
-}
-
-// lockedBuilder is a strings.Builder safe for the concurrent writes of a
-// logger.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newTestLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // TestOpenRedisSilentAtStart: a Redis that accepts connections but never

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -143,14 +145,14 @@ func TestRedisUnavailable(t *testing.T) {
 	// A restarted server has lost the scripts: they are reloaded.
 	srv.Restart(t)
 	var r region.Result
-	waitFor(t, 5*time.Second, "a decision after the restart", func() bool {
+	polltest.Until(t, 5*time.Second, "a decision after the restart", func() bool {
 		r, err = check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})
 		return err == nil
 	})
 	if !r.Allowed {
 		t.Errorf("after restart: denied")
 	}
-	port := redistest.FreePort(t)
+	port := porttest.Free(t)
 	_, err = region.NewRedis(context.Background(), region.RedisConfig{URL: "redis://127.0.0.1:" + strconv.Itoa(port), DialTimeout: time.Second})
 	if !errors.Is(err, region.ErrUnavailable) {
 		t.Errorf("NewRedis on a closed port: error %v, want ErrUnavailable", err)

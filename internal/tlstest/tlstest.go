@@ -50,24 +50,11 @@ func (p Pair) Serial() *big.Int { return p.Cert.SerialNumber }
 // NewCA returns a new self-signed CA named cn, valid for a day.
 func NewCA(t testing.TB, cn string) *CA {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serials.Add(1)),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+	key, cert, der := sign(t, cn, &x509.Certificate{
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("tlstest: create CA: %v", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("tlstest: parse CA: %v", err)
-	}
+	}, nil, nil)
 	ca := &CA{Cert: cert, key: key, dir: t.TempDir()}
 	ca.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	ca.CertFile = write(t, ca.dir, cn+"-ca.pem", ca.CertPEM)
@@ -95,27 +82,15 @@ func (ca *CA) Client(t testing.TB, cn string) Pair {
 
 func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) Pair {
 	t.Helper()
-	key := newKey(t)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serials.Add(1)),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	if usage == x509.ExtKeyUsageServerAuth {
 		tmpl.DNSNames = []string{"localhost"}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("tlstest: issue %s: %v", cn, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("tlstest: parse %s: %v", cn, err)
-	}
+	key, cert, der := sign(t, cn, tmpl, ca.Cert, ca.key)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatalf("tlstest: marshal key: %v", err)
@@ -132,6 +107,30 @@ func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) Pair {
 		KeyFile:  write(t, ca.dir, cn+"-"+cert.SerialNumber.String()+"-key.pem", keyPEM),
 		TLS:      pair,
 	}
+}
+
+// sign makes a key and a certificate for cn from tmpl, to which it adds a
+// unique serial, the subject and a day's validity, signed with parentKey
+// as parent, or self-signed when parent is nil.
+func sign(t testing.TB, cn string, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
+	t.Helper()
+	key := newKey(t)
+	tmpl.SerialNumber = big.NewInt(serials.Add(1))
+	tmpl.Subject = pkix.Name{CommonName: cn}
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatalf("tlstest: sign %s: %v", cn, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("tlstest: parse %s: %v", cn, err)
+	}
+	return key, cert, der
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {

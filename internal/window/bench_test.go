@@ -10,20 +10,17 @@ import (
 var sink Decision
 
 func BenchmarkDecideCounter(b *testing.B) {
-	b.ReportAllocs()
-	l := Limit{Limit: 500, Window: time.Minute}
-	c := Counts{Prev: 400, Cur: 250}
-	now := int64(1_700_000_000_000)
-	for i := 0; b.Loop(); i++ {
-		sink = l.DecideCounter(now+int64(i&1023), c, 1)
-	}
+	benchCounter(b, Limit{Limit: 500, Window: time.Minute}, Counts{Prev: 400, Cur: 250}, 1_700_000_000_000)
 }
 
 func BenchmarkDecideCounterDenied(b *testing.B) {
+	benchCounter(b, Limit{Limit: 7, Window: time.Minute}, Counts{Prev: 5, Cur: 4}, 1_700_000_018_000)
+}
+
+// benchCounter decides one hit with counts c under l, at instants that
+// cycle through about a second from now.
+func benchCounter(b *testing.B, l Limit, c Counts, now int64) {
 	b.ReportAllocs()
-	l := Limit{Limit: 7, Window: time.Minute}
-	c := Counts{Prev: 5, Cur: 4}
-	now := int64(1_700_000_018_000)
 	for i := 0; b.Loop(); i++ {
 		sink = l.DecideCounter(now+int64(i&1023), c, 1)
 	}
@@ -45,20 +42,21 @@ func BenchmarkDecideCounterParallel(b *testing.B) {
 }
 
 func BenchmarkDecideGCRA(b *testing.B) {
-	b.ReportAllocs()
-	l := Limit{Limit: 7, Window: time.Minute, Algorithm: TokenBucket}
-	now := int64(1_700_000_000_000)
-	tat := now*1000 + 30_000_000
-	for i := 0; b.Loop(); i++ {
-		sink, _ = l.DecideGCRA(now+int64(i&1023), tat, 1)
-	}
+	benchGCRA(b, 30_000_000)
 }
 
 func BenchmarkDecideGCRADenied(b *testing.B) {
+	benchGCRA(b, 60_000_000)
+}
+
+// benchGCRA decides one hit under a limit of 7 per minute whose theoretical
+// arrival time is ahead µs from now, at instants that cycle through about a
+// second.
+func benchGCRA(b *testing.B, ahead int64) {
 	b.ReportAllocs()
 	l := Limit{Limit: 7, Window: time.Minute, Algorithm: TokenBucket}
 	now := int64(1_700_000_000_000)
-	tat := now*1000 + 60_000_000
+	tat := now*1000 + ahead
 	for i := 0; b.Loop(); i++ {
 		sink, _ = l.DecideGCRA(now+int64(i&1023), tat, 1)
 	}

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 )
 
 // TestMain lets the test binary serve as the harness's re-executed ceiling.
@@ -396,17 +396,11 @@ func TestOpenRate(t *testing.T) {
 	}
 }
 
-// ceilingServer serves the ceiling over HTTP/1.1 and h2c on loopback.
+// ceilingServer serves the ceiling as rlnode serves the API (HTTP/1.1 and
+// h2c on loopback) and returns its URL.
 func ceilingServer(t *testing.T) string {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(CeilingHandler())
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return apitest.Serve(t, CeilingHandler()).URL
 }
 
 func TestClientsAgainstCeiling(t *testing.T) {

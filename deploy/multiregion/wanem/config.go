@@ -150,17 +150,21 @@ func parseRegions(s string) (map[string]netip.Prefix, error) {
 	return out, nil
 }
 
-// parsePairValues parses "us-eu=30ms,eu-ap=60ms" with parse for each value.
-func parsePairValues(s string, set func(Pair, string) error) error {
+// parseLinks parses "us-eu=30ms,eu-ap=60ms" into links: set parses each
+// value into its pair's link.
+func parseLinks(s string, links map[Pair]Link, set func(l *Link, v string) error) error {
 	for _, item := range splitList(s) {
 		k, v, ok := strings.Cut(item, "=")
 		a, b, ok2 := strings.Cut(k, "-")
 		if !ok || !ok2 || a == "" || b == "" {
 			return fmt.Errorf("parse %q: want regionA-regionB=value", item)
 		}
-		if err := set(MakePair(a, b), v); err != nil {
+		p := MakePair(a, b)
+		l := links[p]
+		if err := set(&l, v); err != nil {
 			return fmt.Errorf("parse %q: %w", item, err)
 		}
+		links[p] = l
 	}
 	return nil
 }
@@ -242,31 +246,19 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	if cfg.Regions, err = parseRegions(*regions); err != nil {
 		return Config{}, err
 	}
-	err = parsePairValues(*delays, func(p Pair, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return err
-		}
-		l := cfg.Links[p]
-		l.Delay = d
-		cfg.Links[p] = l
-		return nil
+	err = parseLinks(*delays, cfg.Links, func(l *Link, v string) (err error) {
+		l.Delay, err = time.ParseDuration(v)
+		return err
 	})
 	if err != nil {
 		return Config{}, err
 	}
-	err = parsePairValues(*loss, func(p Pair, v string) error {
-		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
-		if err != nil {
-			return err
+	err = parseLinks(*loss, cfg.Links, func(l *Link, v string) (err error) {
+		l.Loss, err = strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+		if err == nil && strings.HasSuffix(v, "%") {
+			l.Loss /= 100
 		}
-		if strings.HasSuffix(v, "%") {
-			f /= 100
-		}
-		l := cfg.Links[p]
-		l.Loss = f
-		cfg.Links[p] = l
-		return nil
+		return err
 	})
 	if err != nil {
 		return Config{}, err

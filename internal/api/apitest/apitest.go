@@ -1,11 +1,15 @@
 // Package apitest serves handlers for tests the way rlnode serves the API:
 // HTTP/1.1 and unencrypted HTTP/2 (h2c, which gRPC needs) on a loopback
-// listener, and gives the HTTP/2 client that reaches them.
+// listener, and gives the HTTP/2 client that reaches them; Do, Get and Post
+// send plain HTTP/1.1 requests, as curl or a proxy doing forward-auth does.
 package apitest
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -31,4 +35,47 @@ func H2CClient(tb testing.TB) *http.Client {
 	tr := &http.Transport{Protocols: &p}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// Do sends req with the default client and returns the response, whose
+// body it has read (the string) and closed; it fails tb on error.
+func Do(tb testing.TB, req *http.Request) (*http.Response, string) {
+	tb.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	return resp, string(b)
+}
+
+// Get sends a GET to url with the headers hdr, as Do does.
+func Get(tb testing.TB, url string, hdr map[string]string) (*http.Response, string) {
+	tb.Helper()
+	return send(tb, http.MethodGet, url, nil, hdr)
+}
+
+// Post sends body to url as JSON (Content-Type application/json, as the
+// README's curl does) with the headers hdr, as Do does.
+func Post(tb testing.TB, url, body string, hdr map[string]string) (*http.Response, string) {
+	tb.Helper()
+	return send(tb, http.MethodPost, url, strings.NewReader(body), map[string]string{"Content-Type": "application/json"}, hdr)
+}
+
+func send(tb testing.TB, method, url string, body io.Reader, hdrs ...map[string]string) (*http.Response, string) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, hdr := range hdrs {
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+	}
+	return Do(tb, req)
 }

@@ -1,20 +1,31 @@
 package rules_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
-// FuzzParseRules checks that the rules loader never panics on any bytes and
-// that whatever it accepts is a set of valid, uniquely named rules that a
-// lookup finds.
+// FuzzParseRules checks that the rules loader never panics on any bytes,
+// in either format, and that whatever it accepts is a set of valid,
+// uniquely named rules that a lookup finds, with a summary.
 func FuzzParseRules(f *testing.F) {
+	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	for _, s := range []string{
 		"rules:\n  - name: api-per-user\n    limit: 100\n    window: 1m\n",
 		"rules:\n  - name: login\n    limit: 5\n    window: 15m\n    algorithm: fixed_window\n  - name: b\n    limit: 9007199254740992\n    window: 168h\n    algorithm: token_bucket\n",
 		"rules:\n  - name: a\n    limit: 0\n    window: 999ms\n  - name: a\n    limit: 1\n    window: 1s\n    extra: 1\n",
 		"rules: &a [*a, *a]\n",
+		"rules:\n  - name: a\n    limit: 1\n    window: 1s\n    shadow_mode: true\n",
 		"{}",
 		"",
 	} {
@@ -43,6 +54,9 @@ func FuzzParseRules(f *testing.F) {
 		}
 		if rs.Len() != len(seen) {
 			t.Fatalf("Len() = %d, want %d", rs.Len(), len(seen))
+		}
+		if rs.Summary() == "" {
+			t.Fatal("Summary() is empty")
 		}
 	})
 }

@@ -253,30 +253,3 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
 	}
 }
-
-// FuzzParseEnvoyRules: any bytes, seeded with envoyproxy/ratelimit configs,
-// give rules or an error, never a panic, and
-// valid rules describe themselves.
-func FuzzParseEnvoyRules(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte("rules:\n  - name: a\n    limit: 1\n    window: 1s\n    shadow_mode: true\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, err := rules.Parse(b)
-		if err != nil {
-			if rs != nil {
-				t.Errorf("Parse returned rules and an error: %v", err)
-			}
-			return
-		}
-		if rs.Summary() == "" {
-			t.Error("Summary() is empty")
-		}
-	})
-}

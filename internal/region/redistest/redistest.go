@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/porttest"
 )
 
 // Server is a running redis-server.
@@ -52,17 +54,6 @@ func Bin(t testing.TB, name string) string {
 	return p
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Start starts a standalone redis-server with no persistence and returns it;
 // it is stopped when t ends. Extra arguments are passed to redis-server.
 func Start(t testing.TB, extra ...string) *Server {
@@ -71,7 +62,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	dir := t.TempDir()
 	var lastErr error
 	for try := 0; try < 5; try++ {
-		port := FreePort(t)
+		port := porttest.Free(t)
 		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
 		s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)
@@ -115,22 +106,24 @@ func (s *Server) Stop() {
 // ends it.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	if s.cmd == nil || s.cmd.Process == nil {
-		t.Fatalf("pause redis-server on %s: not running", s.Addr)
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatalf("pause redis-server on %s: %v", s.Addr, err)
-	}
+	s.signal(t, "pause", syscall.SIGSTOP)
 }
 
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
+	s.signal(t, "resume", syscall.SIGCONT)
+}
+
+// signal sends sig to the running server, failing t (named by what) when
+// it is not running or the signal cannot be sent.
+func (s *Server) signal(t testing.TB, what string, sig syscall.Signal) {
+	t.Helper()
 	if s.cmd == nil || s.cmd.Process == nil {
-		t.Fatalf("resume redis-server on %s: not running", s.Addr)
+		t.Fatalf("%s redis-server on %s: not running", what, s.Addr)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatalf("resume redis-server on %s: %v", s.Addr, err)
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%s redis-server on %s: %v", what, s.Addr, err)
 	}
 }
 
@@ -231,7 +224,7 @@ func StartSentinel(t testing.TB, master *Server) *Server {
 	bin := Bin(t, "redis-server")
 	dir := t.TempDir()
 	host, mport, _ := net.SplitHostPort(master.Addr)
-	port := FreePort(t)
+	port := porttest.Free(t)
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster %s %s 1\n", port, dir, host, mport)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {

@@ -1,6 +1,7 @@
 // Package storetest is the contract test suite of [region.Store]: every
 // implementation (in memory, Redis, Redis Cluster, and any wrapper such as
-// a replicating store) must pass RunStoreTests.
+// a replicating store) must pass RunStoreTests. It also opens stacks for
+// tests (Open) and gives a store that is down (Down).
 package storetest
 
 import (
@@ -81,13 +82,24 @@ func merge(t *testing.T, s region.Store, totals ...region.Total) {
 	}
 }
 
-func vector(t *testing.T, s region.Store, key string, w time.Duration, b int64) []region.Total {
+func vector(t testing.TB, s region.Store, key string, w time.Duration, b int64) []region.Total {
 	t.Helper()
 	v, err := s.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
 	if err != nil {
 		t.Fatalf("Vectors: %v", err)
 	}
 	return v[0]
+}
+
+// RegionCounts returns the count of each region in s's bucket b of key's
+// window w, failing t on error.
+func RegionCounts(t testing.TB, s region.Store, key string, w time.Duration, b int64) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, tt := range vector(t, s, key, w, b) {
+		out[tt.Region] = tt.Count
+	}
+	return out
 }
 
 // counts sums the per-region counts of a result.
