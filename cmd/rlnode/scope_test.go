@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -54,7 +55,7 @@ func TestScopeThreeRegions(t *testing.T) {
 	ap, apDone, apLogs := start(t, ctx, args("ap", m[1]), env(nil))
 	nodes := map[string]string{"eu": eu, "us": us, "ap": ap}
 	for name, base := range nodes {
-		waitUntil(t, 15*time.Second, name+" sees three regions alive", func() bool {
+		polltest.Until(t, 15*time.Second, name+" sees three regions alive", func() bool {
 			_, metrics := get(t, base+"/metrics")
 			for other := range nodes {
 				if other != name && !strings.Contains(metrics, `rlcluster_gossip_members{region="`+other+`",state="alive"} 1`) {
@@ -96,7 +97,7 @@ func TestScopeThreeRegions(t *testing.T) {
 	if code, b := post(t, check(eu), swGlobal); code != http.StatusOK || !strings.Contains(b, `"current":"1"`) {
 		t.Fatalf("eu: global Check = %d %s, want current 1 (apart from the region-scoped counter)", code, b)
 	}
-	waitUntil(t, 15*time.Second, "us sees eu's global hit", func() bool {
+	polltest.Until(t, 15*time.Second, "us sees eu's global hit", func() bool {
 		return peek(t, us, swGlobal).Response.Stats.Current == "1"
 	})
 	if p := peek(t, us, swRegion); p.Response.Stats.Current != "0" || len(p.Response.Stats.Regions) != 1 || p.Response.Stats.Regions[0].Region != "us" {
