@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/rlcluster/rlcluster/internal/polltest"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/polltest"
 )
 
 // TestScopeThreeRegions runs three rlnodes, each in its own region, joined
