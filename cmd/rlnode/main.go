@@ -28,6 +28,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/gossip"
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -138,6 +139,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		acfg.Replicator = replicator{node}
 		acfg.Cluster = cluster{node}
 		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
+		if c.BurstGuard {
+			g, err := guard.NewNode(guard.New(guard.Config{Floor: c.BurstGuardFloor}), node.GuardView, reg)
+			if err != nil {
+				return err
+			}
+			acfg.Guard = g
+		}
 	}
 	h, err := api.NewHandler(acfg)
 	if err != nil {

@@ -92,6 +92,9 @@ type Config struct {
 	// Replicator, when set, is told of every admitted counter decision and
 	// asked for the remote regions' ages. Nil means a single region.
 	Replicator Replicator
+	// Guard, when set, is the burst guard every consuming counter decision
+	// asks before the store (see [decision.Guard]). Nil means none.
+	Guard decision.Guard
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
 	Cluster status.Cluster
@@ -244,6 +247,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	if cfg.Replicator != nil {
 		dcfg.Replicator = cfg.Replicator
+	}
+	if cfg.Guard != nil {
+		dcfg.Guard = cfg.Guard
 	}
 	dec, err := decision.New(dcfg, cfg.Rules)
 	if err != nil {

@@ -123,7 +123,8 @@ type Config struct {
 	// heartbeat) before GuardView reports it silent. Default 1 s.
 	Suspicion time.Duration
 	// GuardMargin is added to the guard's horizon (FlushInterval plus the
-	// measured one-way delay) for jitter and merge time. Default 20 ms.
+	// measured one-way delay) for jitter and merge time. Default 20 ms;
+	// negative: none.
 	GuardMargin time.Duration
 
 	// Now is the clock. Default time.Now.
@@ -160,7 +161,7 @@ func (c Config) withDefaults() Config {
 	d(&c.Grace, c.FlushInterval)
 	d(&c.HeartbeatInterval, DefaultHeartbeatInterval)
 	d(&c.Suspicion, DefaultSuspicion)
-	d(&c.GuardMargin, 20*time.Millisecond)
+	d(&c.GuardMargin, DefaultGuardMargin)
 	d(&c.RetryMargin, 10*time.Second)
 	i(&c.MaxDirty, 100000)
 	i(&c.MaxTouched, 1000000)

@@ -15,6 +15,9 @@ const (
 	// DefaultSuspicion is how long a region may go unheard before the
 	// burst guard treats it as silent.
 	DefaultSuspicion = time.Second
+	// DefaultGuardMargin is added to the guard's horizon for jitter and
+	// merge time.
+	DefaultGuardMargin = 20 * time.Millisecond
 )
 
 // freshness is what this node heard of each remote region, on its own
@@ -96,8 +99,13 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	n.memMu.RUnlock()
 	var oneWay time.Duration
 	n.freshMu.Lock()
+	v.Ages = make(map[string]time.Duration, len(regions))
 	for r := range regions {
-		if h, ok := n.fresh.heard[r]; ok && now.Sub(h) <= n.cfg.Suspicion {
+		h, ok := n.fresh.heard[r]
+		if ok {
+			v.Ages[r] = max(now.Sub(h), 0)
+		}
+		if ok && now.Sub(h) <= n.cfg.Suspicion {
 			v.Alive = append(v.Alive, r)
 			oneWay = max(oneWay, n.fresh.rtt[r]/2)
 		} else {
@@ -107,6 +115,6 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	n.freshMu.Unlock()
 	sort.Strings(v.Alive)
 	sort.Strings(v.Silent)
-	v.Horizon = n.cfg.FlushInterval + oneWay + n.cfg.GuardMargin
+	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	return v
 }

@@ -94,6 +94,9 @@ type View struct {
 	// Horizon is how long a count admitted elsewhere may take to arrive
 	// here: the flush interval plus the one-way delay.
 	Horizon time.Duration
+	// Ages is, per member region, the time since it was last heard from
+	// (for metrics; the guard itself reads Alive and Silent).
+	Ages map[string]time.Duration
 }
 
 // Off reports whether the guard does nothing under v: no other region is
