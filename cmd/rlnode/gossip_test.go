@@ -75,7 +75,7 @@ func TestRunTwoRegions(t *testing.T) {
 		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key, "--store-timeout=2s",
 		// us's 4 checks below come faster than the burst guard's horizon,
 		// which would spread them over several; this test is about
-		// replication (TestRunBurstGuard covers the guard).
+		// replication (internal/gossip's TestGuardBurst covers the guard).
 		"--burst-guard=false"}, env(nil))
 	if strings.Contains(euLogs.String()+usLogs.String(), key) {
 		t.Errorf("the gossip key appears in the logs")

@@ -148,6 +148,12 @@ type entry struct {
 	horizon  time.Duration     // its length
 	quota    uint64            // hits this node may admit in the horizon
 	used     uint64            // hits admitted or reserved in it
+	admitted uint64            // hits the store admitted in it
+	h0       uint64            // the headroom the horizon's first store result read
+	t0       time.Time         // when
+	oldest   uint64            // the oldest (sub-)bucket's count in that result
+	subMs    int64             // its length in ms
+	until    time.Time         // when it stops overlapping the window
 	known    bool              // quota comes from a store result of this horizon
 	headroom uint64            // the headroom after the last store result (charged)
 	seen     bool              // headroom is set
@@ -219,6 +225,21 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
 	probe := e.used == 0 && !e.known
+	if e.used+hits > e.quota && e.known && e.oldest > 0 {
+		// The window slides on within the horizon: the oldest bucket's
+		// weight falls linearly until it leaves, freeing capacity that no
+		// other region's traffic can have taken from what this region
+		// knows. Share it as the headroom is shared.
+		end := now
+		if e.until.Before(end) {
+			end = e.until
+		}
+		el := end.Sub(e.t0).Milliseconds()
+		if el > 0 {
+			freed := mulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
+			e.quota = max(e.quota, quota(e.h0+freed, limit, e.weight[0], e.weight[1], v, g.cfg.Floor))
+		}
+	}
 	if e.used+hits > e.quota && !probe {
 		return false, storeLimit, retry
 	}
@@ -260,10 +281,30 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		before += hits
 	}
 	e.headroom, e.seen = res.Remaining, true
-	if !e.known && now.Before(e.start.Add(e.horizon)) {
+	if res.Allowed {
+		e.admitted += hits
+	}
+	if !now.Before(e.start.Add(e.horizon)) {
+		return
+	}
+	if !e.known {
 		e.known = true
 		e.quota = quota(before, limit, own, sum, v, g.cfg.Floor)
+		e.h0, e.t0 = before, now
+		if res.SubMs > 0 && res.SubWeightDen > 0 {
+			e.oldest, e.subMs = res.SubOldest, res.SubMs
+			left := int64(res.SubWeightNum) * res.SubMs / int64(res.SubWeightDen) // ms until the oldest leaves
+			e.until = now.Add(time.Duration(left) * time.Millisecond)
+		}
+		return
 	}
+	// Within the horizon the headroom can only grow by the window sliding
+	// (counts leaving the estimate); what other regions admit only shrinks
+	// it. Remaining plus what this node admitted since the horizon began
+	// is the horizon's headroom plus what slid out minus what arrived:
+	// when it grew, the share of the growth is this node's too, so that a
+	// region alone keeps up with the window instead of waiting a horizon.
+	e.quota = max(e.quota, quota(res.Remaining+e.admitted, limit, own, sum, v, g.cfg.Floor))
 }
 
 // Sweep forgets the keys whose horizon ended before now. Admit sweeps a
