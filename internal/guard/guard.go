@@ -29,6 +29,15 @@
 // region still approaches the whole limit; a region that is the only one
 // alive is not guarded at all.
 //
+// The headroom is read from the store's answers: the first request of a
+// horizon goes to the store even past a stale quota (a probe, so that a
+// key whose headroom grew back is not denied forever), and its answer sets
+// the horizon's quota. Within the horizon the quota also grows by this
+// region's share of what the window's slide frees: the oldest
+// (sub-)bucket's weight falls linearly, which no other region's traffic
+// can have taken. Without it a single region would keep only about
+// 1 - H/W of the limit (0.92 for 1 s windows at H = 80 ms).
+//
 // # The partition share
 //
 // A region not heard from for a suspicion timeout is silent. A node that

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,10 +22,9 @@ type Node struct {
 	g    *Guard
 	view func(now time.Time) View
 
-	mu   sync.Mutex
-	v    *View
-	at   time.Time
-	next time.Time // next sweep
+	cur  atomic.Pointer[viewAt] // the view in use, read without a lock
+	mu   sync.Mutex             // one refresher at a time
+	next time.Time              // next sweep, under mu
 
 	staleness *prometheus.HistogramVec // region
 	silent    prometheus.Gauge
@@ -74,15 +74,25 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 	return n, nil
 }
 
-// current returns the pool view at now, refreshed every viewTTL.
+// viewAt is a view and the instant it was read.
+type viewAt struct {
+	v  *View
+	at time.Time
+}
+
+// current returns the pool view at now, refreshed every viewTTL: the
+// decisions in between read it without a lock.
 func (n *Node) current(now time.Time) *View {
+	if c := n.cur.Load(); c != nil && now.Sub(c.at) < viewTTL && !now.Before(c.at) {
+		return c.v
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.v != nil && now.Sub(n.at) < viewTTL && !now.Before(n.at) {
-		return n.v
+	if c := n.cur.Load(); c != nil && now.Sub(c.at) < viewTTL && !now.Before(c.at) {
+		return c.v // another decision refreshed it meanwhile
 	}
 	v := n.view(now)
-	n.v, n.at = &v, now
+	n.cur.Store(&viewAt{v: &v, at: now})
 	for r, age := range v.Ages {
 		n.staleness.WithLabelValues(r).Observe(age.Seconds())
 	}
@@ -92,7 +102,7 @@ func (n *Node) current(now time.Time) *View {
 		n.next = now.Add(time.Second)
 		go n.g.Sweep(now)
 	}
-	return n.v
+	return &v
 }
 
 // Admit is [Guard.Admit] under the node's current view. When ok, the
