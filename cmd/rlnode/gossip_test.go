@@ -125,6 +125,13 @@ func TestRunTwoRegions(t *testing.T) {
 			t.Errorf("us /metrics lacks %q", want)
 		}
 	}
+	// eu runs the burst guard (the default), us does not (--burst-guard=false).
+	if strings.Contains(string(mb), "rlcluster_guard_horizon_seconds") {
+		t.Errorf("us /metrics has the burst guard's metrics with --burst-guard=false")
+	}
+	if code, b := get(t, eu+"/metrics"); code != http.StatusOK || !strings.Contains(b, "rlcluster_guard_horizon_seconds") {
+		t.Errorf("eu /metrics = %d, lacks rlcluster_guard_horizon_seconds (the burst guard is on by default)", code)
+	}
 	if code, b := get(t, us+"/readyz"); code != http.StatusOK {
 		t.Errorf("us (joined eu) /readyz = %d %q, want 200", code, b)
 	}
