@@ -15,6 +15,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -67,6 +68,12 @@ type config struct {
 	GossipInsecure  bool
 	JoinTimeout     time.Duration
 	FlushInterval   time.Duration
+	// The burst guard (internal/guard) and the heartbeats it reads.
+	BurstGuard          bool
+	BurstGuardSuspicion time.Duration
+	BurstGuardMargin    time.Duration
+	BurstGuardFloor     uint64
+	HeartbeatInterval   time.Duration
 
 	// The forward-auth check endpoint.
 	CheckPath        string
@@ -127,6 +134,11 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", false, "allow gossip without a key on an address other than loopback: anyone who reaches the port can join, read every replicated key and report counts; for labs only")
 	fs.DurationVar(&c.JoinTimeout, "gossip-join-timeout", 30*time.Second, "with --join, how long the node may go without reaching another region before /readyz reports it not ready (`duration`; 0: never)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", gossip.DefaultFlushInterval, "how often this node sends changed counts to the other regions (`duration`)")
+	fs.BoolVar(&c.BurstGuard, "burst-guard", true, "with gossip, admit at most this region's share of a key's headroom per horizon (flush interval plus one-way delay) while other regions are alive, and charge silent regions their share on the minority side of a split; off or alone: no effect")
+	fs.DurationVar(&c.BurstGuardSuspicion, "burst-guard-suspicion", gossip.DefaultSuspicion, "how long a region may go unheard (no counts, no heartbeat) before the burst guard treats it as silent (`duration`)")
+	fs.DurationVar(&c.BurstGuardMargin, "burst-guard-margin", gossip.DefaultGuardMargin, "added to the burst guard's horizon (flush interval plus the measured one-way delay) for jitter (`duration`)")
+	fs.Uint64Var(&c.BurstGuardFloor, "burst-guard-floor", guard.DefaultFloor, "an idle region's weight in the burst guard's shares is limit/(regions*`n`): larger gives an active region more of the headroom, and an idle region's first burst less")
+	fs.DurationVar(&c.HeartbeatInterval, "gossip-heartbeat", gossip.DefaultHeartbeatInterval, "how often this node tells the other regions it is alive when it has no counts to send (`duration`)")
 	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
@@ -289,6 +301,18 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
+	}
+	if c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("--gossip-heartbeat: %v, want 1ms to 10s", c.HeartbeatInterval))
+	}
+	if c.BurstGuardSuspicion < 2*c.HeartbeatInterval || c.BurstGuardSuspicion > time.Hour {
+		errs = append(errs, fmt.Errorf("--burst-guard-suspicion: %v, want from twice --gossip-heartbeat (%v) to 1h", c.BurstGuardSuspicion, 2*c.HeartbeatInterval))
+	}
+	if c.BurstGuardMargin < 0 || c.BurstGuardMargin > 10*time.Second {
+		errs = append(errs, fmt.Errorf("--burst-guard-margin: %v, want 0 to 10s", c.BurstGuardMargin))
+	}
+	if c.BurstGuardFloor < 1 || c.BurstGuardFloor > 1000 {
+		errs = append(errs, fmt.Errorf("--burst-guard-floor: %d, want 1 to 1000", c.BurstGuardFloor))
 	}
 	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "" || c.GossipInsecure) {
 		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file, --gossip-advertise and --gossip-insecure need --gossip-addr"))

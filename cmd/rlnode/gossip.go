@@ -24,15 +24,21 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 		return gossip.Config{}, false, nil
 	}
 	cfg = gossip.Config{
-		Name:          c.NodeName,
-		Region:        c.Region,
-		BindAddr:      c.GossipAddr,
-		AdvertiseAddr: c.GossipAdvertise,
-		APIAddr:       apiAddr,
-		FlushInterval: c.FlushInterval,
-		Insecure:      c.GossipInsecure,
-		JoinTimeout:   c.JoinTimeout,
-		Logger:        log,
+		Name:              c.NodeName,
+		Region:            c.Region,
+		BindAddr:          c.GossipAddr,
+		AdvertiseAddr:     c.GossipAdvertise,
+		APIAddr:           apiAddr,
+		FlushInterval:     c.FlushInterval,
+		HeartbeatInterval: c.HeartbeatInterval,
+		Suspicion:         c.BurstGuardSuspicion,
+		GuardMargin:       c.BurstGuardMargin,
+		Insecure:          c.GossipInsecure,
+		JoinTimeout:       c.JoinTimeout,
+		Logger:            log,
+	}
+	if cfg.GuardMargin == 0 {
+		cfg.GuardMargin = -1 // the flag's 0 is none; gossip's zero is its default
 	}
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = -1 // the flag's 0 is "never"; gossip's zero is its default

@@ -74,7 +74,11 @@ func TestRunTwoRegions(t *testing.T) {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
 	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key, "--store-timeout=2s"}, env(nil))
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key, "--store-timeout=2s",
+		// us's 4 checks below come faster than the burst guard's horizon,
+		// which would spread them over several; this test is about
+		// replication (internal/gossip's TestGuardBurst covers the guard).
+		"--burst-guard=false"}, env(nil))
 	if strings.Contains(euLogs.String()+usLogs.String(), key) {
 		t.Errorf("the gossip key appears in the logs")
 	}
@@ -122,6 +126,13 @@ func TestRunTwoRegions(t *testing.T) {
 		if !strings.Contains(string(mb), want) {
 			t.Errorf("us /metrics lacks %q", want)
 		}
+	}
+	// eu runs the burst guard (the default), us does not (--burst-guard=false).
+	if strings.Contains(string(mb), "rlcluster_guard_horizon_seconds") {
+		t.Errorf("us /metrics has the burst guard's metrics with --burst-guard=false")
+	}
+	if code, b := get(t, eu+"/metrics"); code != http.StatusOK || !strings.Contains(b, "rlcluster_guard_horizon_seconds") {
+		t.Errorf("eu /metrics = %d, lacks rlcluster_guard_horizon_seconds (the burst guard is on by default)", code)
 	}
 	if code, b := get(t, us+"/readyz"); code != http.StatusOK {
 		t.Errorf("us (joined eu) /readyz = %d %q, want 200", code, b)

@@ -31,6 +31,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
 	"github.com/rlcluster/rlcluster/internal/gossip"
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -149,6 +150,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		acfg.Store = acc.Store(store) // Unwrap still reaches the Stack's layers
 		acfg.Watcher = watcher{acc}
 		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
+		if c.BurstGuard {
+			g, err := guard.NewNode(guard.New(guard.Config{Floor: c.BurstGuardFloor}), node.GuardView, reg)
+			if err != nil {
+				return err
+			}
+			acfg.Guard = g
+		}
 	}
 	h, err := api.NewHandler(acfg)
 	if err != nil {

@@ -98,6 +98,9 @@ type Config struct {
 	// sliding log) with global scope is refused as invalid_argument. It is
 	// called only for such requests and must not block.
 	Regions func() int
+	// Guard, when set, is the burst guard every consuming counter decision
+	// asks before the store (see [decision.Guard]). Nil means none.
+	Guard decision.Guard
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
 	Cluster status.Cluster
@@ -256,6 +259,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	if cfg.Replicator != nil {
 		dcfg.Replicator = cfg.Replicator
+	}
+	if cfg.Guard != nil {
+		dcfg.Guard = cfg.Guard
 	}
 	dec, err := decision.New(dcfg, cfg.Rules)
 	if err != nil {

@@ -115,6 +115,18 @@ type Config struct {
 	// to 30 s. Default 500 ms.
 	JoinBackoff time.Duration
 
+	// HeartbeatInterval is how often the node sends an empty frame to
+	// every member of the other regions, so that they know it is alive
+	// even when it has no totals to send. Default 100 ms.
+	HeartbeatInterval time.Duration
+	// Suspicion is how long a region may go unheard (no totals, no
+	// heartbeat) before GuardView reports it silent. Default 1 s.
+	Suspicion time.Duration
+	// GuardMargin is added to the guard's horizon (FlushInterval plus the
+	// measured one-way delay) for jitter and merge time. Default 20 ms;
+	// negative: none.
+	GuardMargin time.Duration
+
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the node's and memberlist's logs. Default
@@ -147,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	d(&c.FlushInterval, DefaultFlushInterval)
 	d(&c.Grace, c.FlushInterval)
+	d(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	d(&c.Suspicion, DefaultSuspicion)
+	d(&c.GuardMargin, DefaultGuardMargin)
 	d(&c.RetryMargin, 10*time.Second)
 	i(&c.MaxDirty, 100000)
 	i(&c.MaxTouched, 1000000)

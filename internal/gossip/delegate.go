@@ -136,6 +136,7 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	if !known {
 		return
 	}
+	d.n.noteRTT(m.region, rtt)
 	d.n.ageMu.Lock()
 	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
 	d.n.ageMu.Unlock()

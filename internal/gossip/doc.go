@@ -40,6 +40,11 @@
 //     until the bucket expires (reconciliation).
 //   - memberlist's push-pull carries the recently reconciled totals
 //     (anti-entropy, at most MaxStateBytes).
+//   - Every HeartbeatInterval the node sends an empty flush frame to every
+//     member of the other regions, so that an idle region is known to be
+//     alive; GuardView reports, for the burst guard, the regions heard
+//     from within Suspicion and the measured one-way delay
+//     (freshness.go).
 //
 // # Who may speak
 //

@@ -94,6 +94,9 @@ type Node struct {
 	newest  map[string]time.Time     // remote region -> Sent of newest merged frame
 	offsets map[string]time.Duration // peer -> clock offset (peer minus local)
 
+	freshMu sync.Mutex
+	fresh   freshness // see freshness.go
+
 	pendMu  sync.Mutex
 	pending []*pending // reconciliation sends to retry
 
@@ -162,6 +165,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.goLoop(n.reconcileLoop)
 	n.goLoop(n.receiveLoop)
 	n.goLoop(n.reconnectLoop)
+	n.goLoop(n.heartbeatLoop)
 	if len(cfg.Join) > 0 {
 		n.goLoop(n.joinLoop)
 	}

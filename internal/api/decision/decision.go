@@ -36,6 +36,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -64,6 +65,17 @@ type Replicator interface {
 	Dirty(t region.Total)
 }
 
+// Guard bounds what this node admits for a key before it can know what
+// the other regions admitted: [guard.Node] implements it. Both methods run
+// on the request path and must not block.
+type Guard interface {
+	// Admit reports whether the hits may go to the store, and with which
+	// limit (t.StoreLimit); when not, how long until they might.
+	Admit(now time.Time, key string, limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
+	// Done tells the guard the store's answer to an admitted ticket.
+	Done(t *guard.Ticket, res *region.Result)
+}
+
 // Config configures a [Decider]. Every field is required unless it says
 // otherwise; the API's Config documents the defaults it fills in.
 type Config struct {
@@ -79,6 +91,10 @@ type Config struct {
 	MaxHits     uint64
 	MaxWindow   time.Duration
 	MaxLogLimit uint64
+	// Guard, when set, is the burst guard: it is asked before the store
+	// about every consuming counter request, and told the store's answer.
+	// Nil: no guard (a single region, or --burst-guard=false).
+	Guard Guard
 	// ShadowMode answers every denial allowed, except Envoy's, whose
 	// statuses stay as decided (the Envoy adapter changes overall_code).
 	ShadowMode bool
@@ -101,11 +117,11 @@ type Decider struct {
 }
 
 // outcomeCounters are one label's decision counters by outcome (allowed,
-// denied, shadow_denied, error), each made on first use so that only
-// outcomes that happened are exported.
-type outcomeCounters [4]atomic.Value // of prometheus.Counter
+// denied, guard_denied, shadow_denied, error), each made on first use so
+// that only outcomes that happened are exported.
+type outcomeCounters [5]atomic.Value // of prometheus.Counter
 
-var outcomes = [4]string{OutcomeAllowed, OutcomeDenied, OutcomeShadowDenied, OutcomeError}
+var outcomes = [5]string{OutcomeAllowed, OutcomeDenied, OutcomeGuardDenied, OutcomeShadowDenied, OutcomeError}
 
 // count returns label's counter of outcome.
 func (d *Decider) count(label, outcome string) prometheus.Counter {
@@ -143,7 +159,7 @@ func New(cfg Config, rs *rules.Set) (*Decider, error) {
 		cfg: cfg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rlcluster_decisions_total",
-			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, shadow_denied: denied but answered allowed in shadow mode, error).",
+			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, guard_denied: denied by the burst guard before the store, shadow_denied: denied but answered allowed in shadow mode, error).",
 		}, []string{"rule", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rlcluster_decision_duration_seconds",
@@ -243,6 +259,9 @@ type Outcome struct {
 	Shadowed bool
 	// Scope is the scope that applied.
 	Scope rules.Scope
+	// GuardDenied is true when the burst guard denied the request before
+	// the store (see [Config.Guard]).
+	GuardDenied bool
 }
 
 // Invalid returns an invalid_argument error whose message is the formatted
@@ -493,23 +512,33 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store
 	}
+	tickets, skip := d.guardBefore(reqs, sreqs, out)
+	if skip != nil {
+		return d.decideGuarded(ctx, reqs, sreqs, res, out, tickets, skip)
+	}
 	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
-		}
-		d.storeErrs.Inc()
-		d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
-		for i := range reqs {
-			if !reqs[i].Store.Peek {
-				d.count(reqs[i].Label, OutcomeError).Inc()
-			}
-		}
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
+		return d.storeFailed(ctx, reqs, err)
 	}
 	for i := range reqs {
-		out[i] = d.record(&reqs[i], res[i])
+		out[i] = d.record(&reqs[i], res[i], false)
 	}
 	return nil
+}
+
+// storeFailed counts a failed store call and returns its error: unavailable,
+// or ctx's own code when ctx is done.
+func (d *Decider) storeFailed(ctx context.Context, reqs []Request, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
+	}
+	d.storeErrs.Inc()
+	d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
+	for i := range reqs {
+		if !reqs[i].Store.Peek {
+			d.count(reqs[i].Label, OutcomeError).Inc()
+		}
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
 }
 
 // Refuse is the outcome of a request that nothing can admit (an Envoy
@@ -517,19 +546,21 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 // res describes it.
 func (d *Decider) Refuse(r Request, res region.Result) Outcome {
 	res.Allowed = false
-	return d.record(&r, res)
+	return d.record(&r, res, false)
 }
 
 // record is the outcome step: it applies shadow mode, counts the decision
-// (not for a Peek) and tells the Replicator about an admitted counter
+// (not for a Peek; a denial by the burst guard, guarded, as guard_denied) and tells the Replicator about an admitted counter
 // decision. A denied shadow request is counted as shadow_denied and
 // answered allowed with Shadowed set, keeping its retry_after. A denial
 // outside shadow mode counts as shadow_denied when the whole node is in
 // shadow mode (Envoy's, whose statuses stay as decided).
-func (d *Decider) record(r *Request, res region.Result) Outcome {
-	o := Outcome{Result: res, Scope: r.Scope}
+func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
+	o := Outcome{Result: res, Scope: r.Scope, GuardDenied: guarded}
 	peek := r.Store.Peek
 	switch {
+	case guarded && !r.Shadow && !d.cfg.ShadowMode:
+		d.count(r.Label, OutcomeGuardDenied).Inc()
 	case !res.Allowed && r.Shadow:
 		o.Allowed, o.Shadowed = true, true
 		if !peek {

@@ -1,0 +1,96 @@
+package decision
+
+import (
+	"context"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/guard"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// OutcomeGuardDenied is a denial by the burst guard (see [guard.Guard]):
+// the store might have admitted the request, but this region had spent
+// its share of the headroom for the horizon in which it cannot know what
+// the other regions admitted.
+const OutcomeGuardDenied = "guard_denied"
+
+// guarded reports whether the burst guard applies to r: a consuming
+// request of a counter algorithm with global scope, the ones that
+// replicate across regions.
+func (d *Decider) guarded(r *Request) bool {
+	return d.cfg.Guard != nil && !r.Store.Peek && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal
+}
+
+// guardBefore asks the guard about every guarded request: a request it
+// refuses gets its outcome in out and skip[i] set; one it lets through is
+// decided against the limit the guard returns (less a minority's charge
+// for silent regions). It returns nil when no request is guarded.
+func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outcome) (tickets []guard.Ticket, skip []bool) {
+	for i := range reqs {
+		r := &reqs[i]
+		if !d.guarded(r) {
+			continue
+		}
+		if tickets == nil {
+			tickets, skip = make([]guard.Ticket, len(reqs)), make([]bool, len(reqs))
+		}
+		t, ok, retry := d.cfg.Guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit.Limit, r.Store.Hits)
+		if !ok {
+			skip[i] = true
+			out[i] = d.record(r, region.Result{Decision: window.Decision{
+				Limit: r.Store.Limit.Limit, RetryAfter: retry, ResetAfter: max(retry, time.Millisecond),
+			}}, true)
+			continue
+		}
+		tickets[i] = t
+		sreqs[i].Limit.Limit = t.StoreLimit
+	}
+	return tickets, skip
+}
+
+// decideGuarded is Decide's store step when the guard is on: the store
+// decides the requests the guard let through, in one call, the guard is
+// told each answer, and every answer reports the full limit (a minority's
+// charge lowers what it admits, not the limit callers see).
+func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []region.Request, res []region.Result, out []Outcome, tickets []guard.Ticket, skip []bool) error {
+	idx := make([]int, 0, len(reqs))
+	for i := range reqs {
+		if !skip[i] {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	if len(idx) < len(reqs) {
+		sub := make([]region.Request, len(idx))
+		for j, i := range idx {
+			sub[j] = sreqs[i]
+		}
+		sreqs, res = sub, res[:len(idx)]
+	}
+	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
+		for _, i := range idx {
+			if d.guarded(&reqs[i]) {
+				r := region.Result{} // nothing admitted: release the reservation
+				d.cfg.Guard.Done(&tickets[i], &r)
+			}
+		}
+		decided := make([]Request, len(idx)) // the guard's denials are counted already
+		for j, i := range idx {
+			decided[j] = reqs[i]
+		}
+		return d.storeFailed(ctx, decided, err)
+	}
+	for j, i := range idx {
+		r := res[j]
+		if d.guarded(&reqs[i]) {
+			d.cfg.Guard.Done(&tickets[i], &r)
+			r.Limit = reqs[i].Store.Limit.Limit
+		}
+		out[i] = d.record(&reqs[i], r, false)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package decision
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/internal/guard"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// fakeGuard admits the keys in allow, with a store limit of storeLimit,
+// and records what Done was told.
+type fakeGuard struct {
+	allow      map[string]bool
+	storeLimit uint64
+	done       []region.Result
+}
+
+func (f *fakeGuard) Admit(now time.Time, key string, limit, hits uint64) (guard.Ticket, bool, time.Duration) {
+	return guard.Ticket{StoreLimit: f.storeLimit}, f.allow[key], 70 * time.Millisecond
+}
+
+func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) { f.done = append(f.done, *res) }
+
+func TestGuardBeforeTheStore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	store := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	g := &fakeGuard{allow: map[string]bool{"i:ok": true}, storeLimit: 2}
+	d, err := New(Config{Store: store, Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
+		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}
+	now := time.Unix(1_700_000_000, 0)
+	var reqs []Request
+	for _, k := range []string{"ok", "no", "ok", "ok"} {
+		r, err := d.Validate(Input{NS: Inline, Key: k, Limit: lim, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, r)
+	}
+	out := make([]Outcome, len(reqs))
+	if err := d.Decide(context.Background(), reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	// "ok" is decided against the guard's store limit of 2: two admitted,
+	// the third denied by the store; "no" is denied by the guard.
+	want := []struct {
+		allowed, guardDenied bool
+		retry                time.Duration
+	}{{true, false, 0}, {false, true, 70 * time.Millisecond}, {true, false, 0}, {false, false, -1}}
+	for i, w := range want {
+		o := out[i]
+		if o.Allowed != w.allowed || o.GuardDenied != w.guardDenied || (w.retry >= 0 && o.RetryAfter != w.retry) {
+			t.Errorf("out[%d] = allowed %v, guard denied %v, retry %v; want %v, %v, %v", i, o.Allowed, o.GuardDenied, o.RetryAfter, w.allowed, w.guardDenied, w.retry)
+		}
+		if got, want := o.Limit, uint64(10); got != want {
+			t.Errorf("out[%d].Limit = %d, want %d (the caller's limit, not the store's)", i, got, want)
+		}
+	}
+	if got, want := len(g.done), 3; got != want {
+		t.Errorf("Done called %d times, want %d (once per request the store decided)", got, want)
+	}
+	for outcome, want := range map[string]float64{OutcomeAllowed: 2, OutcomeDenied: 1, OutcomeGuardDenied: 1} {
+		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, outcome)); got != want {
+			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
+	}
+	// A Peek is never guarded.
+	r, _ := d.Validate(Input{NS: Inline, Key: "no", Limit: lim, Now: now, Peek: true})
+	if err := d.Decide(context.Background(), []Request{r}, out[:1]); err != nil || out[0].GuardDenied {
+		t.Errorf("Peek: err %v, guard denied %v; want nil, false", err, out[0].GuardDenied)
+	}
+}

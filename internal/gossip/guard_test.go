@@ -1,0 +1,199 @@
+package gossip
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/guard"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// guardHit decides one hit as the decision path does: the guard, the
+// store against the limit the guard returns, the guard's record, and the
+// replication of an admitted total.
+func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit) bool {
+	now := tn.now()
+	v := tn.node.GuardView(now)
+	ok, sl, _ := g.Admit(now, key, lim.Limit, 1, &v)
+	if !ok {
+		return false
+	}
+	l := lim
+	l.Limit = sl
+	res := make([]region.Result, 1)
+	if err := tn.store.Check(context.Background(), []region.Request{{Key: key, Limit: l, Hits: 1, Now: now}}, res); err != nil {
+		return false
+	}
+	g.Done(now, key, lim.Limit, 1, &v, &res[0])
+	if res[0].Allowed {
+		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local})
+	}
+	return res[0].Allowed
+}
+
+// Three regions 60 ms apart (one-way) over real sockets: 100 requests
+// released at the same instant in each region for a limit of 100 per 10 s
+// admit at most 110 with the guard, and about 300 without.
+func TestGuardBurst(t *testing.T) {
+	fn := NewFaultNetwork(1)
+	wan(fn, threeRegions, 60*time.Millisecond)
+	h := newHarness(t, fn, threeRegions, 1)
+	waitFor(t, 10*time.Second, "every region alive in every guard view with a measured delay", func() bool {
+		for _, tn := range h.nodes {
+			v := tn.node.GuardView(tn.now())
+			if len(v.Alive) != 3 || v.Horizon < 80*time.Millisecond {
+				return false
+			}
+		}
+		return true
+	})
+	lim := window.Limit{Limit: 100, Window: 10 * time.Second}
+	burst := func(key string, guarded bool) int64 {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, tn := range h.nodes {
+			g := guard.New(guard.Config{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for range 100 {
+					var ok bool
+					if guarded {
+						ok = guardHit(tn, g, key, lim)
+					} else {
+						ok, _ = h.hit(tn, key, lim)
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return admitted.Load()
+	}
+	// Without the guard each region admits what it decides before the
+	// others' counts arrive: about 300 when the three bursts start
+	// together, less when a loaded machine staggers them.
+	if got := burst("unguarded", false); got <= 110 {
+		t.Errorf("without the guard: %d admitted, want more than 110 (the burst must beat replication)", got)
+	}
+	got := burst("guarded", true)
+	if got > 110 || got < 90 {
+		t.Errorf("with the guard: %d admitted, want 90 to 110", got)
+	}
+	t.Logf("burst of 3 x 100 against 100: %d admitted with the guard", got)
+}
+
+// maxTrailing returns the largest count of instants in any trailing
+// window (t-w, t] ending at one of them from the instant from on.
+func maxTrailing(ts []time.Time, w time.Duration, from time.Time) int {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	best, lo := 0, 0
+	for i, t := range ts {
+		for !ts[lo].After(t.Add(-w)) {
+			lo++
+		}
+		if !t.Before(from) {
+			best = max(best, i-lo+1)
+		}
+	}
+	return best
+}
+
+// Three regions 60 ms apart over real sockets, region ap cut off from eu
+// and us. With the guard the minority (ap) charges the silent regions
+// their share and admits about a third of what the majority admits, so
+// the pool admits about (1 + 1/3) x what one side alone would; without it
+// the minority admits about the whole limit on its own (offered twice as
+// much, so that its demand is not what stops it). Both sides offer
+// the same overload against what they may admit (the majority's two
+// regions 50 hits/s each against 60 per second, the minority 33/s against
+// its 20), so the in-memory store's two-bucket counter errs alike on both
+// sides; the ratios below are of trailing windows that end after the
+// first two seconds (the counter's cold start errs up to 1.9 x on its own).
+func TestGuardPartition(t *testing.T) {
+	fn := NewFaultNetwork(2)
+	wan(fn, threeRegions, 60*time.Millisecond)
+	h := newHarness(t, fn, threeRegions, 1)
+	a := threeRegions[0]
+	for _, other := range threeRegions[1:] {
+		fn.Partition(a, other)
+	}
+	waitFor(t, 10*time.Second, "both sides of the split see the other silent", func() bool {
+		for _, tn := range h.nodes {
+			v := tn.node.GuardView(tn.now())
+			if want := map[bool]int{true: 2, false: 1}[tn.region == a]; len(v.Silent) != want {
+				return false
+			}
+		}
+		return true
+	})
+	lim := window.Limit{Limit: 60, Window: time.Second}
+	var mu sync.Mutex
+	type side struct{ guarded, unguarded []time.Time }
+	sides := map[bool]*side{true: {}, false: {}} // minority?
+	stop := make(chan struct{})
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, tn := range h.nodes {
+		g := guard.New(guard.Config{})
+		every := 20 * time.Millisecond
+		if tn.region == a {
+			every = 30 * time.Millisecond
+		}
+		s := sides[tn.region == a]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick(stop, every, func(int) bool {
+				if guardHit(tn, g, "guarded", lim) {
+					mu.Lock()
+					s.guarded = append(s.guarded, time.Now())
+					mu.Unlock()
+				}
+				for range 2 { // twice the offer: without the guard, demand must not be what stops the minority
+					if ok, _ := h.hit(tn, "unguarded", lim); ok {
+						mu.Lock()
+						s.unguarded = append(s.unguarded, time.Now())
+						mu.Unlock()
+					}
+				}
+				return true
+			})
+		}()
+	}
+	time.Sleep(4 * time.Second) // the load's duration, not a wait for a condition
+	close(stop)
+	wg.Wait()
+	from := began.Add(2 * lim.Window)
+	ratio := func(ts ...[]time.Time) float64 {
+		var all []time.Time
+		for _, x := range ts {
+			all = append(all, x...)
+		}
+		return float64(maxTrailing(all, lim.Window, from)) / float64(lim.Limit)
+	}
+	min, maj := sides[true], sides[false]
+	minOn, majOn, allOn := ratio(min.guarded), ratio(maj.guarded), ratio(min.guarded, maj.guarded)
+	minOff, allOff := ratio(min.unguarded), ratio(min.unguarded, maj.unguarded)
+	t.Logf("partition, %s cut off: max trailing window over the limit with the guard: minority %.3f, majority %.3f, all %.3f; without: minority %.3f, all %.3f",
+		a, minOn, majOn, allOn, minOff, allOff)
+	if want := majOn / 3 * 1.25; minOn > want {
+		t.Errorf("with the guard: the minority admitted %.3f x the limit, want <= %.3f (a third of the majority's %.3f, +25%%)", minOn, want, majOn)
+	}
+	if want := majOn * (1 + 1.0/3) * 1.1; allOn > want {
+		t.Errorf("with the guard: the pool admitted %.3f x the limit, want <= %.3f ((1 + 1/3) x the majority's %.3f, +10%%)", allOn, want, majOn)
+	}
+	if minOff < 0.8 {
+		t.Errorf("without the guard: the minority admitted %.3f x the limit, want >= 0.8 (the test must show the problem)", minOff)
+	}
+}

@@ -1,0 +1,436 @@
+// Package guard bounds what one region admits for a key before it can know
+// what the other regions admitted: the burst guard and the partition share.
+//
+// # Why
+//
+// Each region decides against its own counts plus the remote counts it has
+// heard. A count admitted elsewhere reaches it one flush interval plus the
+// one-way delay later: the horizon H. Without a guard, R regions that burst
+// at the same instant each admit the whole headroom before hearing from the
+// others, R times the limit in all.
+//
+// # The burst guard
+//
+// While other regions are alive, a node admits for a key at most its share
+// of the headroom per horizon:
+//
+//	headroom = limit - estimate               (the store's global estimate)
+//	share    = (c_self + f) / (sum_alive c_r + R*f),   f = limit / (R * Floor)
+//	quota    = ceil(headroom * share / N)     per horizon H, per node
+//
+// where c_r is region r's count in the current and previous buckets (as the
+// store returned them), R the regions alive (this one included), N the
+// alive nodes of this region and Floor the [Config.Floor] divisor. Every
+// region computes the same shares from the same replicated counts, so the
+// shares sum to about 1 and a simultaneous burst in every region admits
+// about the headroom in the first horizon, then shrinks geometrically as
+// the regions hear each other. A region whose traffic dominates the
+// recent counts gets most of the headroom per horizon, so a single active
+// region still approaches the whole limit; a region that is the only one
+// alive is not guarded at all.
+//
+// The headroom is read from the store's answers: the first request of a
+// horizon goes to the store even past a stale quota (a probe, so that a
+// key whose headroom grew back is not denied forever), and its answer sets
+// the horizon's quota. Within the horizon the quota also grows by this
+// region's share of what the window's slide frees: the oldest
+// (sub-)bucket's weight falls linearly, which no other region's traffic
+// can have taken. Without it a single region would keep only about
+// 1 - H/W of the limit (0.92 for 1 s windows at H = 80 ms).
+//
+// # The partition share
+//
+// A region not heard from for a suspicion timeout is silent. A node that
+// is on the minority side (it hears fewer than half of the regions, or
+// exactly half without the smallest region name: see [View.Charge])
+// charges each silent region its share of the limit:
+//
+//	headroom -= max(0, ceil(limit/R_all) - contribution(silent region))
+//
+// so the minority admits at most about limit/R_all while the majority
+// keeps the full limit: at most (1 + 1/R) x the limit in any trailing
+// window during a split, and a region that is really dead does not cost
+// the surviving majority any capacity.
+//
+// The guard is pure: time and the pool's [View] are parameters. It keeps a
+// small entry per key seen within the last horizon and is safe for
+// concurrent use.
+package guard
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultFloor divides a region's minimum weight: f = limit/(R*Floor).
+	DefaultFloor = 8
+	// DefaultMaxKeys bounds the keys the guard tracks at once.
+	DefaultMaxKeys = 1 << 20
+)
+
+// Config configures a [Guard]. Zero fields mean the documented default.
+type Config struct {
+	// Floor sets the weight every alive region has in the shares even
+	// without traffic: f = limit / (R * Floor). A larger Floor gives an
+	// active region more of the headroom per horizon (more single-region
+	// capacity) and makes an idle region's first burst ramp up more
+	// slowly. Default 8.
+	Floor uint64
+	// MaxKeys bounds the keys tracked at once; a key beyond it is decided
+	// by the store alone until entries expire. Default 1<<20.
+	MaxKeys int
+}
+
+// View is what the guard needs to know of the pool at a decision.
+type View struct {
+	// Region is this node's region.
+	Region string
+	// Alive lists the regions heard from within the suspicion timeout,
+	// this one included.
+	Alive []string
+	// Silent lists the member regions not heard from within the
+	// suspicion timeout.
+	Silent []string
+	// Nodes is the number of alive nodes of this region (at least 1).
+	Nodes int
+	// Horizon is how long a count admitted elsewhere may take to arrive
+	// here: the flush interval plus the one-way delay.
+	Horizon time.Duration
+	// Ages is, per member region, the time since it was last heard from
+	// (for metrics; the guard itself reads Alive and Silent).
+	Ages map[string]time.Duration
+}
+
+// Off reports whether the guard does nothing under v: no other region is
+// alive and none is silent.
+func (v *View) Off() bool { return len(v.Alive) <= 1 && len(v.Silent) == 0 }
+
+// Charge reports whether this side of a split charges the silent regions
+// their share: it hears fewer than half of all regions, or exactly half
+// and not the smallest region name of them all.
+func (v *View) Charge() bool {
+	if len(v.Silent) == 0 {
+		return false
+	}
+	all := len(v.Alive) + len(v.Silent)
+	switch a := len(v.Alive); {
+	case 2*a > all:
+		return false
+	case 2*a < all:
+		return true
+	}
+	low := v.Alive[0]
+	for _, r := range v.Alive {
+		low = min(low, r)
+	}
+	for _, r := range v.Silent {
+		if r < low {
+			return true
+		}
+	}
+	return false
+}
+
+// Guard is the burst guard and partition share of one node. The zero value
+// is not usable: create it with [New]. It is safe for concurrent use.
+type Guard struct {
+	cfg    Config
+	seed   maphash.Seed
+	shards [64]shard
+}
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[string]*entry
+}
+
+// entry is one key's horizon at this node.
+type entry struct {
+	start    time.Time         // the horizon's start
+	horizon  time.Duration     // its length
+	quota    uint64            // hits this node may admit in the horizon
+	used     uint64            // hits admitted or reserved in it
+	admitted uint64            // hits the store admitted in it
+	h0       uint64            // the headroom the horizon's first store result read
+	t0       time.Time         // when
+	oldest   uint64            // the oldest (sub-)bucket's count in that result
+	subMs    int64             // its length in ms
+	until    time.Time         // when it stops overlapping the window
+	known    bool              // quota comes from a store result of this horizon
+	headroom uint64            // the headroom after the last store result (charged)
+	seen     bool              // headroom is set
+	weight   [2]uint64         // (own count, sum of alive counts) of the last result
+	silent   map[string]uint64 // silent regions' contributions in the last result
+}
+
+// New returns a Guard.
+func New(cfg Config) *Guard {
+	if cfg.Floor == 0 {
+		cfg.Floor = DefaultFloor
+	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	g := &Guard{cfg: cfg, seed: maphash.MakeSeed()}
+	for i := range g.shards {
+		g.shards[i].keys = map[string]*entry{}
+	}
+	return g
+}
+
+func (g *Guard) shard(key string) *shard {
+	return &g.shards[maphash.String(g.seed, key)%uint64(len(g.shards))]
+}
+
+// Admit reports whether key may spend hits of limit at now under v, before
+// the store decides, and the limit the store must decide against: limit
+// less the silent regions' charge when this side of a split charges them
+// (see [View.Charge]), else limit. When it may, the hits are reserved in
+// the current horizon and the caller must call [Guard.Done] with the
+// store's answer. When it may not, retryAfter is the time left in the
+// horizon (at least 1 ms). Under a View that is Off it always admits,
+// returns limit and reserves nothing.
+func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
+	if v.Off() {
+		return true, limit, 0
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil {
+		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
+			sweep(s, now)
+		}
+		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
+			return true, charge(limit, limit, nil, v), 0 // full: the store alone decides
+		}
+		e = &entry{}
+		s.keys[key] = e
+	}
+	storeLimit = charge(limit, limit, e.silent, v)
+	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
+		h := storeLimit
+		if e.seen {
+			h = min(e.headroom, storeLimit)
+		}
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent}
+		e.quota = quota(h, limit, e.weight[0], e.weight[1], v, g.cfg.Floor)
+	}
+	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
+	if hits > storeLimit {
+		return false, storeLimit, retry
+	}
+	// The first request of a horizon whose quota is not yet known from a
+	// store result goes to the store as a probe even when the stale quota
+	// is exhausted: the store still decides on the fresh estimate, and Done
+	// sets the quota from it. Without the probe a key whose last known
+	// headroom was 0 would never learn that it grew back.
+	probe := e.used == 0 && !e.known
+	if e.used+hits > e.quota && e.known && e.oldest > 0 {
+		// The window slides on within the horizon: the oldest bucket's
+		// weight falls linearly until it leaves, freeing capacity that no
+		// other region's traffic can have taken from what this region
+		// knows. Share it as the headroom is shared.
+		end := now
+		if e.until.Before(end) {
+			end = e.until
+		}
+		el := end.Sub(e.t0).Milliseconds()
+		if el > 0 {
+			freed := mulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
+			e.quota = max(e.quota, quota(e.h0+freed, limit, e.weight[0], e.weight[1], v, g.cfg.Floor))
+		}
+	}
+	if e.used+hits > e.quota && !probe {
+		return false, storeLimit, retry
+	}
+	e.used += hits
+	return true, storeLimit, 0
+}
+
+// Done records the store's answer to a request that [Guard.Admit] let
+// through: res is the store's result, decided against the limit Admit
+// returned. The first answer of a horizon sets the horizon's quota from the
+// fresh headroom it carries.
+func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res *region.Result) {
+	if v.Off() {
+		return
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil {
+		return
+	}
+	if !res.Allowed {
+		e.used -= min(e.used, hits)
+	}
+	own, sum, silent := counts(res, v)
+	// This node's admissions of the current horizon are in its own count
+	// but may not have reached the other regions yet: leave them out of
+	// the weights, or every region would weigh itself more than the
+	// others weigh it and the shares would sum to more than 1.
+	fresh := min(own, e.used)
+	own, sum = own-fresh, sum-fresh
+	e.weight = [2]uint64{own, sum}
+	e.silent = silent
+	// The store decided against the charged limit Admit returned, so its
+	// Remaining is already net of the charge.
+	before := res.Remaining
+	if res.Allowed {
+		before += hits
+	}
+	e.headroom, e.seen = res.Remaining, true
+	if res.Allowed {
+		e.admitted += hits
+	}
+	if !now.Before(e.start.Add(e.horizon)) {
+		return
+	}
+	if !e.known {
+		e.known = true
+		e.quota = quota(before, limit, own, sum, v, g.cfg.Floor)
+		e.h0, e.t0 = before, now
+		if res.SubMs > 0 && res.SubWeightDen > 0 {
+			e.oldest, e.subMs = res.SubOldest, res.SubMs
+			left := int64(res.SubWeightNum) * res.SubMs / int64(res.SubWeightDen) // ms until the oldest leaves
+			e.until = now.Add(time.Duration(left) * time.Millisecond)
+		}
+		return
+	}
+	// Within the horizon the headroom can only grow by the window sliding
+	// (counts leaving the estimate); what other regions admit only shrinks
+	// it. Remaining plus what this node admitted since the horizon began
+	// is the horizon's headroom plus what slid out minus what arrived:
+	// when it grew, the share of the growth is this node's too, so that a
+	// region alone keeps up with the window instead of waiting a horizon.
+	e.quota = max(e.quota, quota(res.Remaining+e.admitted, limit, own, sum, v, g.cfg.Floor))
+}
+
+// Sweep forgets the keys whose horizon ended before now. Admit sweeps a
+// shard when it is full; call Sweep periodically to free memory sooner.
+func (g *Guard) Sweep(now time.Time) {
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		sweep(s, now)
+		s.mu.Unlock()
+	}
+}
+
+// Keys returns the number of keys tracked.
+func (g *Guard) Keys() int {
+	n := 0
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		n += len(s.keys)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func sweep(s *shard, now time.Time) {
+	for k, e := range s.keys {
+		if !now.Before(e.start.Add(e.horizon)) {
+			delete(s.keys, k)
+		}
+	}
+}
+
+// quota is this node's share of headroom h for one horizon: see the
+// package doc. own and sum are this region's and all alive regions' counts
+// (sum 0: nothing known, equal shares).
+func quota(h, limit, own, sum uint64, v *View, floor uint64) uint64 {
+	r := uint64(max(len(v.Alive), 1))
+	n := uint64(max(v.Nodes, 1))
+	if floor == 0 {
+		floor = DefaultFloor
+	}
+	f := max(limit/(r*floor), 1)
+	num := own + f
+	den := sum + r*f
+	if len(v.Alive) <= 1 {
+		num, den = 1, 1
+	}
+	// ceil(h * num / (den * n)) in 128 bits.
+	return mulDivCeil(h, num, den*n)
+}
+
+// counts returns this region's count, the sum over alive regions and the
+// contribution of each silent region to the estimate, from the per-region
+// counts of a store result (replicas region~id count for their region).
+func counts(res *region.Result, v *View) (own, sum uint64, silent map[string]uint64) {
+	w := res.PrevWeight
+	for _, rc := range res.Regions {
+		name, _, _ := strings.Cut(rc.Region, "~")
+		c := rc.Current + rc.Previous
+		switch {
+		case name == v.Region:
+			own += c
+			sum += c
+		case contains(v.Alive, name):
+			sum += c
+		case contains(v.Silent, name):
+			if silent == nil {
+				silent = map[string]uint64{}
+			}
+			silent[name] += rc.Current + uint64(float64(rc.Previous)*w)
+		}
+	}
+	return own, sum, silent
+}
+
+// charge takes the silent regions' unseen shares off h (a limit or a
+// headroom) when v says this side charges them: each silent region r is
+// charged max(0, ceil(limit/R_all) - silent[r]), silent[r] being what the
+// estimate already holds of it (0 when unknown).
+func charge(h, limit uint64, silent map[string]uint64, v *View) uint64 {
+	if !v.Charge() {
+		return h
+	}
+	share := mulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
+	for _, r := range v.Silent {
+		c := silent[r]
+		if c >= share {
+			continue
+		}
+		if h <= share-c {
+			return 0
+		}
+		h -= share - c
+	}
+	return h
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// mulDivCeil returns ceil(a*b/c) for c > 0, saturating at the maximum
+// uint64.
+func mulDivCeil(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return ^uint64(0)
+	}
+	q, r := bits.Div64(hi, lo, c)
+	if r != 0 {
+		q++
+	}
+	return q
+}

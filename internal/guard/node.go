@@ -1,0 +1,122 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// viewTTL is how long a Node reuses a pool view: reading the membership
+// on every decision would cost more than the decision.
+const viewTTL = 10 * time.Millisecond
+
+// Node is a [Guard] bound to one node's view of the pool, with its
+// metrics: what the decision path calls. It is safe for concurrent use.
+type Node struct {
+	g    *Guard
+	view func(now time.Time) View
+
+	cur  atomic.Pointer[viewAt] // the view in use, read without a lock
+	mu   sync.Mutex             // one refresher at a time
+	next time.Time              // next sweep, under mu
+
+	staleness *prometheus.HistogramVec // region
+	silent    prometheus.Gauge
+	horizon   prometheus.Gauge
+}
+
+// Ticket carries one request from [Node.Admit] to [Node.Done].
+type Ticket struct {
+	// StoreLimit is the limit the store must decide against.
+	StoreLimit uint64
+	v          *View
+	now        time.Time
+	key        string
+	limit      uint64
+	hits       uint64
+}
+
+// stalenessBuckets go from 10 ms to about 100 s.
+var stalenessBuckets = prometheus.ExponentialBucketsRange(0.01, 100, 16)
+
+// NewNode returns a Node over g that asks view for the pool (at most every
+// 10 ms) and registers its metrics on reg.
+func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer) (*Node, error) {
+	if g == nil || view == nil || reg == nil {
+		return nil, errors.New("guard: NewNode needs a Guard, a view and a Registerer")
+	}
+	n := &Node{g: g, view: view,
+		staleness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rlcluster_remote_staleness_seconds",
+			Help:    "Time since a valid frame (totals or heartbeat) last came from each remote region, sampled at decision time at most every 10 ms, by region.",
+			Buckets: stalenessBuckets,
+		}, []string{"region"}),
+		silent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rlcluster_guard_silent_regions",
+			Help: "Member regions not heard from within the suspicion timeout, as of the last decision the burst guard saw.",
+		}),
+		horizon: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rlcluster_guard_horizon_seconds",
+			Help: "The burst guard's horizon: the flush interval plus the largest measured one-way delay to an alive region plus the margin.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.horizon} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("guard: register metrics: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// viewAt is a view and the instant it was read.
+type viewAt struct {
+	v  *View
+	at time.Time
+}
+
+// current returns the pool view at now, refreshed every viewTTL: the
+// decisions in between read it without a lock.
+func (n *Node) current(now time.Time) *View {
+	if c := n.cur.Load(); c != nil && now.Sub(c.at) < viewTTL && !now.Before(c.at) {
+		return c.v
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c := n.cur.Load(); c != nil && now.Sub(c.at) < viewTTL && !now.Before(c.at) {
+		return c.v // another decision refreshed it meanwhile
+	}
+	v := n.view(now)
+	n.cur.Store(&viewAt{v: &v, at: now})
+	for r, age := range v.Ages {
+		n.staleness.WithLabelValues(r).Observe(age.Seconds())
+	}
+	n.silent.Set(float64(len(v.Silent)))
+	n.horizon.Set(v.Horizon.Seconds())
+	if !now.Before(n.next) {
+		n.next = now.Add(time.Second)
+		go n.g.Sweep(now)
+	}
+	return &v
+}
+
+// Admit is [Guard.Admit] under the node's current view. When ok, the
+// caller decides with t.StoreLimit and calls Done with the result.
+func (n *Node) Admit(now time.Time, key string, limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
+	v := n.current(now)
+	ok, sl, retry := n.g.Admit(now, key, limit, hits, v)
+	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: limit, hits: hits}, ok, retry
+}
+
+// Done is [Guard.Done] for a ticket that Admit let through.
+func (n *Node) Done(t *Ticket, res *region.Result) {
+	if t.v == nil {
+		return
+	}
+	n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
+}

@@ -1,0 +1,55 @@
+package guard
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+func TestNode(t *testing.T) {
+	calls := 0
+	v := View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c"}, Nodes: 1, Horizon: 80 * time.Millisecond,
+		Ages: map[string]time.Duration{"b": 30 * time.Millisecond, "c": 5 * time.Second}}
+	reg := prometheus.NewRegistry()
+	n, err := NewNode(New(Config{}), func(time.Time) View { calls++; return v }, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The view is read once per 10 ms, not per decision.
+	for i := range 5 {
+		tk, ok, _ := n.Admit(t0.Add(time.Duration(i)*time.Millisecond), "k", 90, 1)
+		if !ok {
+			t.Fatalf("Admit %d denied", i)
+		}
+		// b and a alive of three: the majority charges nothing.
+		if tk.StoreLimit != 90 {
+			t.Errorf("StoreLimit = %d, want 90", tk.StoreLimit)
+		}
+		res := region.Result{Decision: window.Decision{Allowed: true, Remaining: uint64(89 - i)}}
+		n.Done(&tk, &res)
+	}
+	if calls != 1 {
+		t.Errorf("view read %d times in 5 ms, want 1", calls)
+	}
+	n.Admit(t0.Add(10*time.Millisecond), "k", 90, 1)
+	if calls != 2 {
+		t.Errorf("view read %d times after 10 ms, want 2", calls)
+	}
+	if got := testutil.ToFloat64(n.silent); got != 1 {
+		t.Errorf("rlcluster_guard_silent_regions = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(n.horizon); got != 0.08 {
+		t.Errorf("rlcluster_guard_horizon_seconds = %v, want 0.08", got)
+	}
+	if got := testutil.CollectAndCount(n.staleness); got != 2 {
+		t.Errorf("staleness series = %d, want 2 (b and c)", got)
+	}
+	if _, err := NewNode(New(Config{}), func(time.Time) View { return v }, reg); err == nil {
+		t.Error("a second NewNode on the same registry: nil error, want the duplicate registration")
+	}
+}

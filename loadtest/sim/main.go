@@ -1,0 +1,91 @@
+// Command sim is a deterministic simulation of a multi-region rlcluster:
+// a virtual clock and network (a one-way delay per region pair,
+// partitions), each region one node with the real in-memory store
+// (internal/region: the window math of internal/window and the max-merge of
+// replicated totals) and the real burst guard (internal/guard), replicating
+// every flush interval (20 ms) with a heartbeat on each flush.
+//
+// For each scenario it prints, without and with the guard, the largest
+// exact count admitted in any trailing window over the limit (max) and,
+// for steady load, the smallest from two windows after the load began
+// (min):
+//
+//   - burst: the limit's worth of requests released at the same instant
+//     in every region;
+//   - single: one region offered 10x the limit's rate, the others idle;
+//   - all: every region offered 10x together;
+//   - partition: every region at 10x, region 0 cut off for two windows;
+//   - zipf: Poisson requests over many keys with Zipf popularity.
+//
+// Usage:
+//
+//	go run ./loadtest/sim              # 3 and 10 regions, 60 and 100 ms, 1e4 keys
+//	go run ./loadtest/sim -keys 1000000 -requests 5000000
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+func main() {
+	keys := flag.Int("keys", 10000, "keys of the zipf scenario")
+	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
+	flag.Parse()
+	table(os.Stdout, scenarios(*keys, *reqs))
+}
+
+// scenarios returns the table's rows: each scenario for 3 and 10 regions
+// at 60 and 100 ms one-way.
+func scenarios(keys, reqs int) []scenario {
+	var out []scenario
+	for _, rd := range []struct {
+		r int
+		d time.Duration
+	}{{3, 60 * time.Millisecond}, {10, 100 * time.Millisecond}} {
+		add := func(name string, w time.Duration, lim uint64, run func(*world) int64) {
+			out = append(out, scenario{Name: name, Regions: rd.r, Delay: rd.d, Window: w, Limit: lim, run: run})
+		}
+		add("burst", 10*time.Second, 100, burst)
+		add("burst", 10*time.Second, 1000, burst)
+		add("single 10x", 10*time.Second, 100, steady(10, 5, 0))
+		add("single 10x", time.Second, 100, steady(10, 5, 0))
+		add("single 10x", 60*time.Second, 1000, steady(10, 5, 0))
+		add("all 10x", 10*time.Second, 100, steady(10, 5, seq(rd.r)...))
+		add("partition", 10*time.Second, 100, partition)
+		add(fmt.Sprintf("zipf %d keys", keys), 10*time.Second, 100, zipf(reqs, keys))
+	}
+	return out
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// table runs every scenario and prints one row each.
+func table(w io.Writer, scs []scenario) []result {
+	fmt.Fprintf(w, "| scenario | regions | one-way | limit/window | max off | max on | steady min off | steady min on | guard denials |\n")
+	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	var out []result
+	for _, sc := range scs {
+		r := runScenario(sc)
+		out = append(out, r)
+		fmt.Fprintf(w, "| %s | %d | %v | %d/%v | %.3f | %.3f | %s | %s | %d |\n", sc.Name, sc.Regions, sc.Delay, sc.Limit, sc.Window,
+			r.Off.Max, r.On.Max, fmtMin(r.Off.SteadyMin), fmtMin(r.On.SteadyMin), r.On.GuardDeny)
+	}
+	return out
+}
+
+func fmtMin(f float64) string {
+	if f != f {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", f)
+}

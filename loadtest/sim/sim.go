@@ -1,0 +1,357 @@
+package main
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/guard"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// world is a deterministic multi-region cluster on a virtual clock (Unix
+// ms): each region is one node with a real region.Memory store and a real
+// guard.Guard; replication is the flush of dirty totals every flush
+// interval to every other region, delivered after the pair's one-way delay
+// unless the pair is partitioned, with a heartbeat on every flush tick.
+type world struct {
+	cfg     config
+	regions []*node
+	q       events
+	seq     int64
+	now     int64
+	// admitted holds every admission's instant per key, for the exact
+	// trailing-window counts.
+	admitted map[string][]int64
+	offered  int
+	guardNo  int // denials by the guard
+}
+
+// config is one simulated run.
+type config struct {
+	Regions   int
+	Delay     time.Duration // one-way, every pair
+	Flush     time.Duration
+	Suspicion time.Duration
+	Guard     bool
+	Limit     window.Limit
+	// Cut, when set, is called with (from, to, now ms) and reports whether
+	// the pair is partitioned at that instant.
+	Cut func(from, to int, nowMs int64) bool
+}
+
+type node struct {
+	name  string
+	idx   int
+	store *region.Memory
+	guard *guard.Guard
+	dirty map[region.Total]uint64 // key/window/bucket/region (Count 0) -> count
+	heard []int64                 // per region: last frame received (ms), -inf when never
+	// own is the latest own total per key of the buckets an estimate
+	// reads (the current and the previous), re-sent whole to a region
+	// heard from again after it was silent.
+	own    map[region.BucketRef]uint64
+	resend map[int]bool
+}
+
+type event struct {
+	at   int64
+	seq  int64
+	kind int // 0 request, 1 flush tick, 2 delivery
+	to   int
+	key  string
+	hits uint64
+	from int
+	tot  []region.Total
+}
+
+type events []*event
+
+func (q events) Len() int { return len(q) }
+func (q events) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q events) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *events) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *events) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func newWorld(cfg config, startMs int64) *world {
+	w := &world{cfg: cfg, admitted: map[string][]int64{}, now: startMs}
+	for i := range cfg.Regions {
+		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.Total]uint64{}, heard: make([]int64, cfg.Regions),
+			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
+		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
+		n.guard = guard.New(guard.Config{})
+		for j := range n.heard {
+			n.heard[j] = startMs // all alive at the start (joined earlier)
+		}
+		w.regions = append(w.regions, n)
+		// Flush ticks at a deterministic phase per region.
+		w.push(&event{at: startMs + int64(i*7)%cfg.Flush.Milliseconds(), kind: 1, to: i})
+	}
+	return w
+}
+
+func (w *world) push(e *event) {
+	w.seq++
+	e.seq = w.seq
+	heap.Push(&w.q, e)
+}
+
+// request schedules hits for key in region r at atMs.
+func (w *world) request(r int, atMs int64, key string) {
+	w.push(&event{at: atMs, kind: 0, to: r, key: key, hits: 1})
+}
+
+// run processes events until untilMs.
+func (w *world) run(untilMs int64) {
+	for w.q.Len() > 0 && w.q[0].at <= untilMs {
+		e := heap.Pop(&w.q).(*event)
+		w.now = e.at
+		switch e.kind {
+		case 0:
+			w.decide(e)
+		case 1:
+			w.flush(e.to)
+			w.push(&event{at: e.at + w.cfg.Flush.Milliseconds(), kind: 1, to: e.to})
+		case 2:
+			n := w.regions[e.to]
+			if e.at-n.heard[e.from] > w.cfg.Suspicion.Milliseconds() {
+				n.resend[e.from] = true // it was silent: send it the open buckets again
+			}
+			n.heard[e.from] = e.at
+			if len(e.tot) > 0 {
+				_ = n.store.Merge(context.Background(), e.tot)
+			}
+		}
+	}
+}
+
+// view is what region r's gossip node would report at now.
+func (w *world) view(r int) *guard.View {
+	n := w.regions[r]
+	v := &guard.View{Region: n.name, Nodes: 1}
+	maxDelay := time.Duration(0)
+	for j, o := range w.regions {
+		switch {
+		case j == r:
+			v.Alive = append(v.Alive, o.name)
+		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds():
+			v.Alive = append(v.Alive, o.name)
+			maxDelay = max(maxDelay, w.cfg.Delay)
+		default:
+			v.Silent = append(v.Silent, o.name)
+		}
+	}
+	v.Horizon = w.cfg.Flush + maxDelay
+	return v
+}
+
+func (w *world) decide(e *event) {
+	n := w.regions[e.to]
+	w.offered++
+	now := time.UnixMilli(w.now)
+	l := w.cfg.Limit
+	var v *guard.View
+	sl := l
+	if w.cfg.Guard {
+		v = w.view(e.to)
+		ok, lim, _ := n.guard.Admit(now, e.key, l.Limit, e.hits, v)
+		if !ok {
+			w.guardNo++
+			return
+		}
+		sl.Limit = lim
+	}
+	req := []region.Request{{Key: e.key, Limit: sl, Hits: e.hits, Now: now}}
+	res := make([]region.Result, 1)
+	_ = n.store.Check(context.Background(), req, res)
+	if w.cfg.Guard {
+		n.guard.Done(now, e.key, l.Limit, e.hits, v, &res[0])
+	}
+	if !res[0].Allowed {
+		return
+	}
+	w.admitted[e.key] = append(w.admitted[e.key], w.now)
+	k := region.Total{Key: e.key, Window: l.Window, Bucket: res[0].Bucket, Region: n.name}
+	n.dirty[k] = max(n.dirty[k], res[0].Local)
+	n.own[region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket}] = res[0].Local
+	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
+}
+
+func (w *world) flush(r int) {
+	n := w.regions[r]
+	var tot []region.Total
+	for k, c := range n.dirty {
+		k.Count = c
+		tot = append(tot, k)
+	}
+	clear(n.dirty)
+	sort.Slice(tot, func(i, j int) bool { return tot[i].Key < tot[j].Key })
+	for j := range w.regions {
+		if j == r || (w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now)) {
+			continue
+		}
+		send := tot
+		if n.resend[j] {
+			delete(n.resend, j)
+			send = append([]region.Total(nil), tot...)
+			for b, c := range n.own {
+				send = append(send, region.Total{Key: b.Key, Window: b.Window, Bucket: b.Bucket, Region: n.name, Count: c})
+			}
+		}
+		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send})
+	}
+}
+
+// stats are a run's accuracy figures: the exact count admitted in the
+// trailing window (t-W, t] at each admission t, over the limit.
+type stats struct {
+	Max       float64 // over every key and admission
+	SteadyMin float64 // over admissions from steadyFrom on (NaN when none)
+	Admitted  int
+	Offered   int
+	GuardDeny int
+}
+
+func (w *world) stats(steadyFromMs int64) stats {
+	st := stats{SteadyMin: math.NaN(), Offered: w.offered, GuardDeny: w.guardNo}
+	wm := w.cfg.Limit.WindowMs()
+	lim := float64(w.cfg.Limit.Limit)
+	for _, ts := range w.admitted {
+		st.Admitted += len(ts)
+		lo := 0
+		for i, t := range ts {
+			for ts[lo] <= t-wm {
+				lo++
+			}
+			// Admissions at the same instant as t count in full.
+			hi := i
+			for hi+1 < len(ts) && ts[hi+1] == t {
+				hi++
+			}
+			r := float64(hi-lo+1) / lim
+			st.Max = max(st.Max, r)
+			if t >= steadyFromMs && (math.IsNaN(st.SteadyMin) || r < st.SteadyMin) {
+				st.SteadyMin = r
+			}
+		}
+	}
+	return st
+}
+
+// epoch is the simulation's start: a whole number of every window used.
+const epoch = int64(1_700_000_000_000) / 86_400_000 * 86_400_000
+
+// scenario is one row of the table.
+type scenario struct {
+	Name    string
+	Regions int
+	Delay   time.Duration
+	Window  time.Duration
+	Limit   uint64
+	run     func(w *world) (steadyFromMs int64)
+	Keys    int
+}
+
+// burst releases limit requests at the same instant in every region, at a
+// phase of the bucket, then nothing.
+func burst(w *world) int64 {
+	t := epoch + w.cfg.Limit.WindowMs()/3
+	for i := range w.cfg.Limit.Limit {
+		for r := range w.cfg.Regions {
+			w.request(r, t+int64(i)/50, "k") // 100 in 2 ms per region
+		}
+	}
+	w.run(t + 3*w.cfg.Limit.WindowMs())
+	return math.MaxInt64
+}
+
+// steady offers rate x the limit's rate from the regions in from, evenly
+// spaced, for n windows; the steady state starts after 2 windows.
+func steady(rate float64, n int, from ...int) func(w *world) int64 {
+	return func(w *world) int64 {
+		wm := w.cfg.Limit.WindowMs()
+		gap := float64(wm) / (rate * float64(w.cfg.Limit.Limit))
+		start := epoch + wm/7
+		end := start + int64(n)*wm
+		for _, r := range from {
+			off := float64(r) * gap / float64(len(from))
+			for t := float64(start) + off; int64(t) < end; t += gap * float64(len(from)) {
+				w.request(r, int64(t), "k")
+			}
+		}
+		w.run(end + w.cfg.Limit.WindowMs())
+		return start + 2*wm
+	}
+}
+
+// partition offers 10x from every region for 6 windows and cuts region 0
+// from the others from window 2 to window 4.
+func partition(w *world) int64 {
+	wm := w.cfg.Limit.WindowMs()
+	start := epoch + wm/7
+	from, to := start+2*wm, start+4*wm
+	w.cfg.Cut = func(a, b int, now int64) bool {
+		return (a == 0) != (b == 0) && now >= from && now < to
+	}
+	all := make([]int, w.cfg.Regions)
+	for i := range all {
+		all[i] = i
+	}
+	return steady(10, 6, all...)(w)
+}
+
+// zipf offers Poisson traffic over keys with Zipf popularity (s = 1.1) from
+// every region: n requests over 4 windows, each key's limit the same.
+func zipf(n, keyCount int) func(w *world) int64 {
+	return func(w *world) int64 {
+		rng := rand.New(rand.NewPCG(7, 11))
+		keys := uint64(keyCount)
+		z := rand.NewZipf(rng, 1.1, 1, keys-1)
+		wm := w.cfg.Limit.WindowMs()
+		span := 4 * wm
+		for i := range n {
+			t := epoch + int64(i)*span/int64(n)
+			w.request(rng.IntN(w.cfg.Regions), t, fmt.Sprintf("k%d", z.Uint64()))
+		}
+		w.run(epoch + span + wm)
+		return math.MaxInt64
+	}
+}
+
+// result is one row: a scenario run with and without the guard.
+type result struct {
+	scenario
+	Off, On stats
+}
+
+func runScenario(sc scenario) result {
+	out := result{scenario: sc}
+	for _, g := range []bool{false, true} {
+		cfg := config{Regions: sc.Regions, Delay: sc.Delay, Flush: 20 * time.Millisecond,
+			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window}}
+		w := newWorld(cfg, epoch)
+		from := sc.run(w)
+		st := w.stats(from)
+		if g {
+			out.On = st
+		} else {
+			out.Off = st
+		}
+	}
+	return out
+}

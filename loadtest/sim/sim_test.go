@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The goals on a small configuration: three regions 60 ms apart, limit
+// 100 per 10 s. The guard keeps a simultaneous burst within 1.10 x the
+// limit (3 x without it), leaves a single active region at least 0.95 of
+// the limit in steady state, and holds a partition within 1 + 1/R of the
+// limit plus the two-bucket counter's own error (the memory store's
+// algorithm exceeds the limit by up to 0.15 on its own, see "single").
+func TestGoals(t *testing.T) {
+	t.Parallel()
+	d := 60 * time.Millisecond
+	rows := table(new(bytes.Buffer), []scenario{
+		{Name: "burst", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: burst},
+		{Name: "burst", Regions: 10, Delay: 100 * time.Millisecond, Window: 10 * time.Second, Limit: 100, run: burst},
+		{Name: "single", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: steady(10, 5, 0)},
+		{Name: "partition", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: partition},
+	})
+	burst3, burst10, single, part := rows[0], rows[1], rows[2], rows[3]
+	if got, want := burst3.Off.Max, 3.0; got != want {
+		t.Errorf("burst without guard: max %v, want %v (the test must see the problem)", got, want)
+	}
+	if got := burst3.On.Max; got > 1.10 {
+		t.Errorf("burst, 3 regions, guard: max %v, want <= 1.10", got)
+	}
+	if got := burst10.On.Max; got > 1.10 {
+		t.Errorf("burst, 10 regions, guard: max %v, want <= 1.10", got)
+	}
+	if got := single.On.SteadyMin; !(got >= 0.95) {
+		t.Errorf("single region 10x, guard: steady min %v, want >= 0.95", got)
+	}
+	if got, alone := single.On.Max, single.Off.Max; got > alone {
+		t.Errorf("single region 10x: max %v with the guard, more than %v without", got, alone)
+	}
+	if got, want := part.On.Max, 1+1.0/3+(single.Off.Max-1); got > want {
+		t.Errorf("partition, guard: max %v, want <= %v", got, want)
+	}
+	if part.Off.Max < 1.9 {
+		t.Errorf("partition without guard: max %v, want the unguarded error (>= 1.9) to show", part.Off.Max)
+	}
+}
+
+func TestTable(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	rows := table(&b, scenarios(200, 2000)[:1])
+	if len(rows) != 1 || !strings.Contains(b.String(), "| burst | 3 | 60ms | 100/10s | 3.000 |") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
