@@ -97,6 +97,8 @@ type Node struct {
 	pendMu  sync.Mutex
 	pending []*pending // reconciliation sends to retry
 
+	rep repairState // self-repair and rejoin bookkeeping (repair.go)
+
 	inbox    chan []byte
 	inboxB   atomic.Int64 // bytes of the frames in inbox
 	stop     chan struct{}
@@ -141,6 +143,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		replicas: map[string]map[string]time.Time{},
 	}
 	n.met.node = n
+	n.initRepair()
 	mc, err := cfg.memberlistConfig(n.stopping.Load)
 	if err != nil {
 		return nil, err
@@ -162,8 +165,17 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.goLoop(n.reconcileLoop)
 	n.goLoop(n.receiveLoop)
 	n.goLoop(n.reconnectLoop)
+	n.goLoop(n.rejoinLoop)
 	if len(cfg.Join) > 0 {
 		n.goLoop(n.joinLoop)
+	}
+	if cfg.Epoch != nil {
+		n.goLoop(n.epochLoop)
+	}
+	if cfg.OwnStore {
+		// A store of its own starts empty: ask every member that comes
+		// alive within the repair window for this node's region's totals.
+		n.RequestRepair("a store of its own starts empty")
 	}
 	n.log.Info("gossip node started", "addr", n.Addr())
 	return n, nil

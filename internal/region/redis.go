@@ -471,12 +471,47 @@ func parseVector(v any) (*memBucket, error) {
 // a region new to a bucket that already holds MaxRegionsPerBucket regions
 // is dropped and counted in RedisStats.RegionsDropped.
 func (r *Redis) Merge(ctx context.Context, totals []Total) error {
+	return r.merge(ctx, totals, false)
+}
+
+// Restore max-merges totals as Merge does, the local region's own count
+// included: after Redis lost its counts (see [Redis.Epoch]), peers echo
+// back the totals this region once reported, and taking their maximum
+// never exceeds what the region admitted.
+func (r *Redis) Restore(ctx context.Context, totals []Total) error {
+	return r.merge(ctx, totals, true)
+}
+
+// EpochKey is the Redis key of the store's epoch marker.
+const EpochKey = "rl:epoch"
+
+// Epoch returns the store's epoch: a random marker kept in Redis (EpochKey,
+// no expiry), created when absent, in which case fresh is true. A Redis
+// restarted without its data, or flushed, has lost the marker with the
+// counts: the next Epoch creates a new one, and a node that saw another
+// knows the counts are gone. (On a Redis Cluster the marker lives on one
+// shard: the loss of another shard's data goes unseen.)
+func (r *Redis) Epoch(ctx context.Context) (epoch string, fresh bool, err error) {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	mine := hex.EncodeToString(id[:])
+	old, err := r.c.SetArgs(ctx, EpochKey, mine, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return mine, true, nil
+	case err != nil:
+		return "", false, r.wrap(ctx, "epoch", err)
+	}
+	return old, false, nil
+}
+
+func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 	var cmds []*redis.Cmd
 	queue := func() redis.Pipeliner {
 		pipe := r.c.Pipeline()
 		cmds = cmds[:0]
 		for _, t := range totals {
-			if t.Region == r.region || t.Region == "" || t.Window < time.Millisecond {
+			if (t.Region == r.region && !own) || t.Region == "" || t.Window < time.Millisecond {
 				continue
 			}
 			ttl := 2*t.Window.Milliseconds() + r.marginMs
