@@ -74,6 +74,9 @@ func (n *Node) handle(b []byte) {
 	case KindRepaired:
 		n.restore(now, m)
 		return
+	case KindRejoin:
+		n.rejoined(sender)
+		return
 	}
 	if m.From == n.cfg.Region && !(n.cfg.OwnStore && sender.ownStore) {
 		return // push-pull state of a node sharing this node's store
@@ -151,7 +154,7 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 		return "foreign_region"
 	case own && !peers && (m.Kind == KindFlush || m.Kind == KindReconcile):
 		return "foreign_kind"
-	case m.Kind == KindRepair && len(m.Totals) > 0:
+	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:
 		return "malformed"
 	case m.Kind == KindRepaired:
 		if !n.repairOpen(now) {

@@ -136,27 +136,34 @@ func (n *Node) RequestRepair(reason string) {
 	v := n.view()
 	for _, ms := range v.remote {
 		for _, m := range ms {
-			n.askRepair(m)
+			n.askRepair(m, KindRepair)
 		}
 	}
 }
 
-// askRepair sends one repair request to m over TCP, in the background.
-func (n *Node) askRepair(m *member) {
-	f, err := EncodeEmpty(KindRepair, n.cfg.Now(), n.self())
+// askRepair sends m a frame of kind (KindRepair or KindRejoin, no
+// entries) over TCP, in the background; a KindRejoin goes over UDP first
+// too, to arrive one one-way delay sooner.
+func (n *Node) askRepair(m *member, kind Kind) {
+	f, err := EncodeEmpty(kind, n.cfg.Now(), n.self())
 	if err != nil {
 		n.met.drop("encode")
 		return
+	}
+	if kind == KindRejoin {
+		if err := n.ml.SendBestEffort(&m.node, f); err == nil {
+			n.met.sent(kind, len(f))
+		}
 	}
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
 		if err := n.ml.SendReliable(&m.node, f); err != nil {
 			n.met.drop("send_error")
-			n.log.Debug("repair request", "to", m.node.Name, "err", err)
+			n.log.Debug("send "+kind.String(), "to", m.node.Name, "err", err)
 			return
 		}
-		n.met.sent(KindRepair, len(f))
+		n.met.sent(kind, len(f))
 	}()
 }
 
@@ -302,13 +309,34 @@ func (n *Node) epochLoop() {
 }
 
 // memberUp records that m came alive (new, or back from dead), for
-// rejoinLoop. Called by setMember with memMu held: it never blocks.
-func (n *Node) memberUp(m *member) {
+// rejoinLoop, which also tells m (KindRejoin): m may not have seen this
+// node go (a partition that only one side detected), and would otherwise
+// not re-send its own open totals. Called by setMember with memMu held:
+// it never blocks.
+func (n *Node) memberUp(m *member) { n.queueJoined(m, true) }
+
+// rejoined serves a KindRejoin from s (a live member, checked by handle):
+// s sees this node alive again, so this node re-sends its open totals to
+// s's region, without telling s in turn. At most once a second per member.
+func (n *Node) rejoined(s *member) {
+	now := n.cfg.Now()
+	n.rep.mu.Lock()
+	k := "rejoin\x00" + s.node.Name
+	if at, ok := n.rep.answered[k]; ok && now.Sub(at) < answerEvery {
+		n.rep.mu.Unlock()
+		return // the same rejoin by TCP after UDP, or a repeat: served already
+	}
+	n.rep.answered[k] = now
+	n.rep.mu.Unlock()
+	n.queueJoined(s, false)
+}
+
+func (n *Node) queueJoined(m *member, tell bool) {
 	if m.isLocal || (m.region == n.cfg.Region && !(n.cfg.OwnStore && m.ownStore)) {
 		return
 	}
 	n.rep.mu.Lock()
-	n.rep.joined[m.node.Name] = true
+	n.rep.joined[m.node.Name] = n.rep.joined[m.node.Name] || tell
 	n.rep.mu.Unlock()
 	select {
 	case n.rep.wake <- struct{}{}:
@@ -334,18 +362,24 @@ func (n *Node) rejoinLoop() {
 		n.rep.mu.Unlock()
 		regions := map[string]bool{}
 		n.memMu.RLock()
-		var ask []*member
-		for name := range names {
+		var ask, tell []*member
+		for name, t := range names {
 			if m := n.members[name]; m != nil && m.state == "alive" {
 				regions[m.region] = true
 				if open {
 					ask = append(ask, m)
 				}
+				if t {
+					tell = append(tell, m)
+				}
 			}
 		}
 		n.memMu.RUnlock()
 		for _, m := range ask {
-			n.askRepair(m)
+			n.askRepair(m, KindRepair)
+		}
+		for _, m := range tell {
+			n.askRepair(m, KindRejoin)
 		}
 		if len(regions) > 0 {
 			n.resendOpen(regions)
@@ -354,19 +388,21 @@ func (n *Node) rejoinLoop() {
 }
 
 // resendOpen sends this region's totals of every touched, unreconciled
-// bucket to the owners in each of regions, and makes the reconciliations
-// waiting for those regions due now.
+// bucket, and of the reconciliations waiting for a retry, to the owners in
+// each of regions: at once over UDP when they fit in a few packets (one
+// one-way delay), and over TCP as a reconciliation retried until it lands.
 func (n *Node) resendOpen(regions map[string]bool) {
+	waiting := map[string][]region.Total{}
 	n.pendMu.Lock()
 	now := time.Now()
 	for _, p := range n.pending {
 		if regions[p.region] {
 			p.next = now
 			p.backoff = n.cfg.FlushInterval
+			waiting[p.region] = append(waiting[p.region], p.totals...)
 		}
 	}
 	n.pendMu.Unlock()
-	n.retryPending()
 	var refs []region.BucketRef
 	n.mu.Lock()
 	for _, set := range n.touched {
@@ -375,20 +411,31 @@ func (n *Node) resendOpen(regions map[string]bool) {
 		}
 	}
 	n.mu.Unlock()
-	if len(refs) == 0 {
-		return
-	}
-	totals := n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
-	if len(totals) == 0 {
-		return
+	var open []region.Total
+	if len(refs) > 0 {
+		open = n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
 	}
 	v := n.view()
 	for reg := range regions {
-		for dest, group := range route(totals, v.remote[reg]) {
-			if err := n.sendReliable(KindReconcile, dest, group); err != nil {
-				n.log.Debug("re-send open totals", "to", dest.node.Name, "err", err)
+		if fast := append(append([]region.Total(nil), open...), waiting[reg]...); len(fast) > 0 {
+			for dest, group := range route(fast, v.remote[reg]) {
+				n.sendAsync(KindReconcile, dest, group)
 			}
 		}
 	}
-	n.met.resent(len(totals))
+	n.retryPending()
+	if len(open) == 0 {
+		return
+	}
+	var deadline time.Time
+	for _, t := range open {
+		if d := n.expiry(t.Window, t.Bucket); d.After(deadline) {
+			deadline = d
+		}
+	}
+	for reg := range regions {
+		// Queued for a retry when a send fails, as a reconciliation.
+		n.sendReconcile(reg, v.remote[reg], open, deadline)
+	}
+	n.met.resent(len(open))
 }

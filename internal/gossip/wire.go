@@ -17,7 +17,8 @@ import (
 //	off  size     field
 //	0    1        version (2); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
-//	              5 repair (a request, no entries), 6 repaired (its answer)
+//	              5 repair (a request, no entries), 6 repaired (its answer),
+//	              7 rejoin (no entries)
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
 //	10   8        token: the random token the sender announced in its
 //	              member metadata when it joined (uint64)
@@ -90,6 +91,11 @@ const (
 	// region that the sender holds, which that region once reported. It
 	// is accepted only by a node that asked for a repair recently.
 	KindRepaired Kind = 6
+	// KindRejoin tells the receiver that the sender sees it alive again
+	// (after a partition, say): the receiver re-sends its region's totals
+	// of open buckets to the sender's region at once, as it does for a
+	// member it sees come alive itself. It carries no entries.
+	KindRejoin Kind = 7
 )
 
 // String returns the kind's metric label.
@@ -107,6 +113,8 @@ func (k Kind) String() string {
 		return "repair"
 	case KindRepaired:
 		return "repaired"
+	case KindRejoin:
+		return "rejoin"
 	}
 	return "unknown"
 }
@@ -296,7 +304,7 @@ func Decode(b []byte) (Message, error) {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
 	m.Kind = Kind(b[1])
-	if m.Kind < KindFlush || m.Kind > KindRepaired {
+	if m.Kind < KindFlush || m.Kind > KindRejoin {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))

@@ -44,6 +44,14 @@ type RedisConfig struct {
 	// network error. Default 0 (-1 below): a decision whose reply was lost
 	// may already have counted, so retrying it could count it twice.
 	MaxRetries int
+	// ServerClock takes the instant of counter decisions (sliding and
+	// fixed window) from Redis's clock (TIME, inside the script), which
+	// every node of the region shares, instead of Request.Now: nodes with
+	// skewed clocks then agree on bucket boundaries. Request.Now still
+	// picks the candidate buckets, so a node clock off by a window or more
+	// falls back to Request.Now. Default false (Request.Now); rlnode turns
+	// it on (--redis-clock).
+	ServerClock bool
 	// TTLMargin is added to the two windows a bucket must live. Default 10s.
 	TTLMargin time.Duration
 	// Coalesce gathers concurrent Check calls into shared pipelines (see
@@ -80,6 +88,7 @@ type Redis struct {
 	c        redis.UniversalClient
 	region   string
 	marginMs int64
+	server   bool // RedisConfig.ServerClock
 	nonce    atomic.Uint64
 	node     string
 	co       *coalescer
@@ -120,7 +129,7 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
-	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), node: hex.EncodeToString(id[:])}
+	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.co = newCoalescer(cfg.Coalesce, r)
 	return r, nil
 }
@@ -377,10 +386,13 @@ func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.C
 			nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs+r.marginMs)
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
-	return counterScript.EvalSha(ctx, c,
-		[]string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)},
+	keys := []string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)}
+	if r.server {
+		keys = append(keys, CounterKey(q.Key, q.Limit.Window, b+1), CounterKey(q.Key, q.Limit.Window, b-2))
+	}
+	return counterScript.EvalSha(ctx, c, keys,
 		nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs)
+		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs, boolArg(r.server))
 }
 
 // result turns a script's reply into a Result, deciding in Go from the
@@ -433,6 +445,11 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		prev, err := parseVector(arr[2])
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
+		}
+		if len(arr) >= 4 {
+			if used, ok := arr[3].(int64); ok {
+				nowMs = used // the script's instant: Redis's TIME with ServerClock
+			}
 		}
 		out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
 		if allowed == 1 && !q.Peek {
