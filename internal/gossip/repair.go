@@ -55,6 +55,7 @@ type repairState struct {
 	heard    map[int64]map[ref]struct{} // expiry (Unix ms) -> buckets merged from peers
 	nHeard   int
 	answered map[string]time.Time // member -> last answer
+	deferred map[string]bool      // member -> an answer is scheduled
 	until    time.Time            // repair answers accepted until then
 	epoch    string               // the store's epoch seen last
 	again    bool                 // a restore failed: ask again
@@ -65,6 +66,7 @@ type repairState struct {
 func (n *Node) initRepair() {
 	n.rep.heard = map[int64]map[ref]struct{}{}
 	n.rep.answered = map[string]time.Time{}
+	n.rep.deferred = map[string]bool{}
 	n.rep.joined = map[string]bool{}
 	n.rep.wake = make(chan struct{}, 1)
 }
@@ -170,13 +172,33 @@ func (n *Node) askRepair(m *member, kind Kind) {
 // answerRepair answers a repair request of s (a live member, checked by
 // handle) in the background: the totals of s's region (and its replicas)
 // in every bucket this node merged or touched that has not expired. A
-// member's requests are answered at most once a second.
+// member's requests are answered at most once a second: one that comes
+// sooner is answered when the second is over, and more are dropped
+// (repair_busy).
 func (n *Node) answerRepair(s *member) {
 	now := n.cfg.Now()
 	n.rep.mu.Lock()
 	if at, ok := n.rep.answered[s.node.Name]; ok && now.Sub(at) < answerEvery {
+		deferred := n.rep.deferred[s.node.Name]
+		n.rep.deferred[s.node.Name] = true
 		n.rep.mu.Unlock()
-		n.met.drop("repair_busy")
+		if deferred {
+			n.met.drop("repair_busy")
+			return
+		}
+		n.sends.Add(1)
+		time.AfterFunc(answerEvery-now.Sub(at), func() {
+			defer n.sends.Done()
+			n.rep.mu.Lock()
+			delete(n.rep.deferred, s.node.Name)
+			delete(n.rep.answered, s.node.Name)
+			n.rep.mu.Unlock()
+			select {
+			case <-n.stop:
+			default:
+				n.answerRepair(s)
+			}
+		})
 		return
 	}
 	n.rep.answered[s.node.Name] = now
@@ -375,6 +397,7 @@ func (n *Node) rejoinLoop() {
 			}
 		}
 		n.memMu.RUnlock()
+		n.log.Debug("members came alive", "members", len(names), "regions", len(regions), "tell", len(tell))
 		for _, m := range ask {
 			n.askRepair(m, KindRepair)
 		}
@@ -416,6 +439,7 @@ func (n *Node) resendOpen(regions map[string]bool) {
 		open = n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
 	}
 	v := n.view()
+	n.log.Debug("re-sending open totals", "open", len(open), "waiting", len(waiting), "regions", len(regions))
 	for reg := range regions {
 		if fast := append(append([]region.Total(nil), open...), waiting[reg]...); len(fast) > 0 {
 			for dest, group := range route(fast, v.remote[reg]) {
@@ -423,19 +447,25 @@ func (n *Node) resendOpen(regions map[string]bool) {
 			}
 		}
 	}
-	n.retryPending()
-	if len(open) == 0 {
-		return
-	}
-	var deadline time.Time
-	for _, t := range open {
-		if d := n.expiry(t.Window, t.Bucket); d.After(deadline) {
-			deadline = d
-		}
-	}
-	for reg := range regions {
-		// Queued for a retry when a send fails, as a reconciliation.
-		n.sendReconcile(reg, v.remote[reg], open, deadline)
-	}
 	n.met.resent(len(open))
+	// The reliable sends take a TCP round trip or more: in the background,
+	// so that the next member to come alive is served at once.
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		n.retryPending()
+		if len(open) == 0 {
+			return
+		}
+		var deadline time.Time
+		for _, t := range open {
+			if d := n.expiry(t.Window, t.Bucket); d.After(deadline) {
+				deadline = d
+			}
+		}
+		for reg := range regions {
+			// Queued for a retry when a send fails, as a reconciliation.
+			n.sendReconcile(reg, v.remote[reg], open, deadline)
+		}
+	}()
 }

@@ -349,10 +349,17 @@ func TestHealAgreement(t *testing.T) {
 			nClosed++
 		}
 	}
-	var diff string
-	if _, ok := poll(20*time.Second, func() bool { ok, d := h.agree(want); diff = d; return ok }); !ok {
+	var diff, last string
+	if _, ok := poll(20*time.Second, func() bool {
+		ok, d := h.agree(want)
+		if !ok {
+			diff, last = d, fmt.Sprintf("%s at %v", d, time.Since(aliveAt).Round(time.Millisecond))
+		}
+		return ok
+	}); !ok {
 		t.Fatalf("regions do not agree 20s after the heal: %s", diff)
 	}
+	t.Logf("last difference seen: %s", last)
 	took := time.Since(aliveAt)
 	bound := 2*testConfig().FlushInterval + oneWay
 	t.Logf("heal: members alive %v after the heal; %d open and %d closed buckets agreed in every region %v after that (bound: two flush intervals + one-way delay = %v)",
