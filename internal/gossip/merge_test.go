@@ -21,6 +21,7 @@ func receiver(t testing.TB, regionName string, store Store) *Node {
 		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}, offsets: map[string]time.Duration{},
 		members: map[string]*member{}, replicas: map[string]map[string]time.Time{}}
 	n.met.node = n
+	n.initRepair()
 	for _, r := range testRegions {
 		n.setMember(memberNode(testSender(r).Node, r, testSender(r).Token), "alive")
 	}
