@@ -136,6 +136,11 @@ type Config struct {
 	// to 30 s. Default 500 ms.
 	JoinBackoff time.Duration
 
+	// MaxClockSkew is the largest clock offset to a peer (measured from
+	// ping acks, see Node.ClockOffsets) taken as normal; a larger one is
+	// logged once and counted. Default 250 ms.
+	MaxClockSkew time.Duration
+
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the node's and memberlist's logs. Default
@@ -186,6 +191,7 @@ func (c Config) withDefaults() Config {
 	d(&c.ReconnectInterval, 5*time.Second)
 	d(&c.JoinBackoff, 500*time.Millisecond)
 	d(&c.EpochInterval, time.Second)
+	d(&c.MaxClockSkew, 250*time.Millisecond)
 	d(&c.JoinTimeout, 30*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now

@@ -142,7 +142,9 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	if !known {
 		return
 	}
+	off := peer.Sub(mid).Round(time.Millisecond)
 	d.n.ageMu.Lock()
-	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
+	d.n.offsets[other.Name] = off
 	d.n.ageMu.Unlock()
+	d.n.checkSkew(other.Name, m.region, off)
 }

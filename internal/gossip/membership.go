@@ -241,6 +241,29 @@ func (n *Node) ClockOffsets() map[string]time.Duration {
 	return out
 }
 
+// checkSkew logs, once per member until it is back within the bound, a
+// clock offset larger than Config.MaxClockSkew, and counts it
+// (rlcluster_gossip_clock_skew_exceeded_total). Nodes pick buckets from
+// their clocks (or their region's Redis's): a skew of d moves a region's
+// bucket boundaries by d against another's (see docs/design.md, Clocks).
+// It never blocks.
+func (n *Node) checkSkew(peer, peerRegion string, off time.Duration) {
+	over := off > n.cfg.MaxClockSkew || -off > n.cfg.MaxClockSkew
+	n.ageMu.Lock()
+	was := n.skewed[peer]
+	if over {
+		n.skewed[peer] = true
+	} else {
+		delete(n.skewed, peer)
+	}
+	n.ageMu.Unlock()
+	if over && !was {
+		n.met.skewExceeded()
+		n.log.Warn("peer clock offset exceeds the bound: run NTP", "member", peer, "member_region", peerRegion,
+			"offset", off, "bound", n.cfg.MaxClockSkew)
+	}
+}
+
 // setMember records a member's new state. A member whose name is not
 // valid UTF-8 or whose metadata does not decode (a bad region name, say) is
 // not recorded: it gets no traffic and its frames are dropped. A member
@@ -287,6 +310,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	if state != "alive" {
 		n.ageMu.Lock()
 		delete(n.offsets, cp.Name)
+		delete(n.skewed, cp.Name)
 		n.ageMu.Unlock()
 		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
 	}

@@ -24,6 +24,7 @@ type metrics struct {
 	repairs     *prometheus.CounterVec
 	repairTs    prometheus.Counter
 	resends     prometheus.Counter
+	skew        prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -57,6 +58,8 @@ func newMetrics() *metrics {
 		Help: "Totals of this node's own region max-merged back from peers' repair answers."})
 	m.resends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejoin_totals_sent_total",
 		Help: "Open-bucket totals re-sent to regions whose members came (back) alive."})
+	m.skew = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "clock_skew_exceeded_total",
+		Help: "Times a peer's clock offset went past the bound (250 ms): run NTP."})
 	m.repairs.WithLabelValues("requested")
 	m.repairs.WithLabelValues("answered")
 	// Make the common label values appear at zero.
@@ -87,6 +90,7 @@ func (m *metrics) repairRequested()   { m.repairs.WithLabelValues("requested").I
 func (m *metrics) repairAnswered()    { m.repairs.WithLabelValues("answered").Inc() }
 func (m *metrics) repairTotals(n int) { m.repairTs.Add(float64(n)) }
 func (m *metrics) resent(n int)       { m.resends.Add(float64(n)) }
+func (m *metrics) skewExceeded()      { m.skew.Inc() }
 func (m *metrics) drop(reason string) { m.dropped.WithLabelValues(reason).Inc() }
 func (m *metrics) dropCount(r string) float64 {
 	c, err := m.dropped.GetMetricWithLabelValues(r)
@@ -101,7 +105,7 @@ func (m *metrics) dropCount(r string) float64 {
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.met
 	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
-		m.repairs, m.repairTs, m.resends, (*stateCollector)(m)}
+		m.repairs, m.repairTs, m.resends, m.skew, (*stateCollector)(m)}
 }
 
 // stateCollector reports the gauges computed from the node's state at

@@ -93,6 +93,7 @@ type Node struct {
 	ageMu   sync.Mutex
 	newest  map[string]time.Time     // remote region -> Sent of newest merged frame
 	offsets map[string]time.Duration // peer -> clock offset (peer minus local)
+	skewed  map[string]bool          // peers whose offset exceeds MaxClockSkew
 
 	pendMu  sync.Mutex
 	pending []*pending // reconciliation sends to retry
@@ -134,6 +135,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		recent:  make([]region.Total, 0, max(cfg.MaxStateBytes/16, 16)),
 		newest:  map[string]time.Time{},
 		offsets: map[string]time.Duration{},
+		skewed:  map[string]bool{},
 		inbox:   make(chan []byte, cfg.InboxSize),
 		stop:    make(chan struct{}),
 		sendSem: make(chan struct{}, 8),

@@ -374,3 +374,62 @@ func TestHealAgreement(t *testing.T) {
 		}
 	}
 }
+
+// TestClockSkewBound: an offset past MaxClockSkew is counted once per
+// excursion, in either direction.
+func TestClockSkewBound(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	for i, c := range []struct {
+		off  time.Duration
+		want float64
+	}{
+		{10 * time.Millisecond, 0},
+		{time.Second, 1},
+		{2 * time.Second, 1}, // still the same excursion
+		{0, 1},
+		{-time.Second, 2},
+	} {
+		n.checkSkew("node-us", "us", c.off)
+		if got := counterValue(n.met.skew); got != c.want {
+			t.Errorf("step %d (offset %v): clock_skew_exceeded_total = %v, want %v", i, c.off, got, c.want)
+		}
+	}
+}
+
+// TestRepairAnswerOnlyWhenAsked: a repair answer (totals of this node's
+// own region) is merged only while this node has a repair open, and
+// never one naming another region.
+func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
+	st := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	n := receiver(t, "eu", st)
+	w := time.Minute
+	b := window.Bucket(t0.UnixMilli(), w)
+	send := func(ts []region.Total) {
+		t.Helper()
+		fs, err := Encode(KindRepaired, t0, testSender("us"), ts, MaxMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			n.handle(f)
+		}
+	}
+	own := []region.Total{{Key: "k", Window: w, Bucket: b, Region: "eu", Count: 7}}
+	send(own)
+	if got := bucketSum(t, st, "k", w, b); got != 0 {
+		t.Fatalf("unasked repair answer merged: holds %d, want 0", got)
+	}
+	if got := n.met.dropCount("foreign_kind"); got != 1 {
+		t.Errorf("dropped foreign_kind = %v, want 1", got)
+	}
+	n.rep.until = t0.Add(time.Minute) // as RequestRepair does
+	send([]region.Total{{Key: "k", Window: w, Bucket: b, Region: "ap", Count: 9}})
+	if got := n.met.dropCount("foreign_region"); got != 1 {
+		t.Errorf("dropped foreign_region = %v, want 1 (a repair answer for another region)", got)
+	}
+	send(own)
+	send(own) // idempotent
+	if got := bucketSum(t, st, "k", w, b); got != 7 {
+		t.Errorf("after the repair answer: holds %d, want 7 (own region restored once)", got)
+	}
+}
