@@ -116,7 +116,12 @@ func waitMembers(t *testing.T, nodes []*ownNode, want int) {
 func TestMemoryRegionNodes(t *testing.T) {
 	fn := NewFaultNetwork(1)
 	mem := func(reg string) region.Store {
-		return region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(reg), Replica: true})
+		// As rlnode opens the in-memory store with gossip.
+		st, err := region.Open(context.Background(), region.Config{Region: reg, Replica: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
 	eu0 := startOwn(t, fn, "eu-0", "eu", mem("eu"), true, nil, "")
 	eu1 := startOwn(t, fn, "eu-1", "eu", mem("eu"), true, nil, eu0.node.Addr())
@@ -229,10 +234,20 @@ func TestRedisRestartRepair(t *testing.T) {
 		}
 		return true
 	})
+	// Close the repair window eu opened at start (its first epoch was
+	// fresh), once us has no answer to it pending: what comes back after
+	// the restart must come from the restart's own repair.
+	waitFor(t, 5*time.Second, "us has no repair answer pending", func() bool {
+		us.node.rep.mu.Lock()
+		defer us.node.rep.mu.Unlock()
+		return len(us.node.rep.deferred) == 0
+	})
+	eu.node.rep.mu.Lock()
+	eu.node.rep.until = time.Time{}
+	eu.node.rep.mu.Unlock()
 	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
 
 	srv.Restart(t) // empty: no persistence
-	restartedAt := time.Now()
 	took := waitFor(t, 20*time.Second, "eu's Redis counts every total us holds of eu again", func() bool {
 		for _, k := range keys {
 			if bucketSum(t, rd, k, lim.Window, bucket) < held(k) {
@@ -263,7 +278,6 @@ func TestRedisRestartRepair(t *testing.T) {
 		t.Errorf("a hit on %s was admitted against a limit of 20 after the repair restored its 20", keys[len(keys)-1])
 	}
 	checkTiming(t, "repair after the restart", took, 5*testConfig().ReconnectInterval)
-	_ = restartedAt
 }
 
 // TestHealAgreement: region us is cut off from ap and eu until they
@@ -431,5 +445,63 @@ func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 	send(own) // idempotent
 	if got := bucketSum(t, st, "k", w, b); got != 7 {
 		t.Errorf("after the repair answer: holds %d, want 7 (own region restored once)", got)
+	}
+}
+
+// TestLongPartitionHeals: two regions cut off from each other long enough
+// that each has forgotten the other (as after more failed members than it
+// remembers, or, before, an hour) still find each other again once the
+// link heals: the node with a seed keeps joining it for as long as it runs.
+func TestLongPartitionHeals(t *testing.T) {
+	fn := NewFaultNetwork(4)
+	x := startOwn(t, fn, "x-0", "x", region.NewMemory(region.MemoryConfig{Region: "x"}), false, nil, "")
+	y := startOwn(t, fn, "y-0", "y", region.NewMemory(region.MemoryConfig{Region: "y"}), false, nil, x.node.Addr())
+	waitMembers(t, []*ownNode{x, y}, 2)
+	fn.Partition("x", "y")
+	waitFor(t, 20*time.Second, "each declares the other dead", func() bool {
+		return memberState(x.node, "y-0") == "dead" && memberState(y.node, "x-0") == "dead"
+	})
+	// The partition lasts past GossipToTheDeadTime, after which memberlist
+	// itself stops talking to the dead: only this package's loops can heal
+	// it. (A phase's length, not a wait for something to settle.)
+	<-time.After(testConfig().GossipToTheDeadTime + time.Second)
+	for _, on := range []*ownNode{x, y} {
+		on.node.memMu.Lock()
+		for name, m := range on.node.members {
+			if !m.isLocal {
+				delete(on.node.members, name) // forgotten
+			}
+		}
+		on.node.memMu.Unlock()
+	}
+	fn.HealAll()
+	took := waitFor(t, 20*time.Second, "both alive again", func() bool {
+		return memberState(x.node, "y-0") == "alive" && memberState(y.node, "x-0") == "alive"
+	})
+	t.Logf("forgotten members found each other %v after the heal", took.Round(time.Millisecond))
+}
+
+// TestDeadMembersKept: a failed member stays listed, and so tried by the
+// reconnect loop, however long it has been dead, up to maxDead of them.
+func TestDeadMembersKept(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	for i := range maxDead + 3 {
+		n.setMember(memberNode(fmt.Sprintf("gone-%03d", i), "us", 1), "dead")
+	}
+	n.pruneMembers(time.Now().Add(24 * time.Hour))
+	dead := 0
+	for _, m := range n.Members() {
+		if m.State == "dead" {
+			dead++
+		}
+	}
+	if dead != maxDead {
+		t.Errorf("%d dead members listed a day later, want %d (the bound)", dead, maxDead)
+	}
+	if s := memberState(n, "gone-000"); s != "" {
+		t.Errorf("the longest dead member is still listed (%s), want it forgotten first", s)
+	}
+	if s := memberState(n, fmt.Sprintf("gone-%03d", maxDead+2)); s != "dead" {
+		t.Errorf("the newest dead member is %q, want dead", s)
 	}
 }
