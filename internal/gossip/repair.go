@@ -134,7 +134,11 @@ func (n *Node) RequestRepair(reason string) {
 	n.rep.again = false
 	n.rep.mu.Unlock()
 	n.met.repairRequested()
-	n.log.Warn("asking peers for this region's totals", "reason", reason)
+	if n.cfg.OwnStore {
+		n.log.Info("asking peers for this region's totals", "reason", reason)
+	} else {
+		n.log.Warn("asking peers for this region's totals", "reason", reason)
+	}
 	v := n.view()
 	for _, ms := range v.remote {
 		for _, m := range ms {
