@@ -138,7 +138,7 @@ func (n *Node) handle(b []byte) {
 //   - foreign_kind: a flush or reconciliation sent by a node of this
 //     region that shares its store (nothing to merge; see
 //     Config.OwnStore); a repair answer ([KindRepaired]) that this node
-//     did not ask for, or one whose totals are not of this node's region.
+//     did not ask for; a repair or rejoin request that carries totals.
 //   - foreign_region: as above; and a repair answer whose totals are not
 //     of this node's region or its replicas.
 //
@@ -155,7 +155,7 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	case own && !peers && (m.Kind == KindFlush || m.Kind == KindReconcile):
 		return "foreign_kind"
 	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:
-		return "malformed"
+		return "foreign_kind" // requests carry no totals
 	case m.Kind == KindRepaired:
 		if !n.repairOpen(now) {
 			return "foreign_kind"
