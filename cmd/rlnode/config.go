@@ -57,6 +57,8 @@ type config struct {
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
 	StoreTimeout   time.Duration
+	// RedisClock takes counter decisions' instant from Redis's TIME.
+	RedisClock bool
 
 	// Gossip (multi-region replication); off when GossipAddr is empty.
 	GossipAddr      string
@@ -123,11 +125,12 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
+	fs.BoolVar(&c.RedisClock, "redis-clock", true, "take the instant (and so the bucket) of sliding and fixed window decisions from Redis's clock (TIME), which all nodes of the region share; false: each node's own clock")
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
-	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region), retried with backoff until one answers")
+	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region); a seed that is not a live member is joined again, with backoff capped at 30s, for as long as the node runs")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
 	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")

@@ -280,3 +280,45 @@ func TestWrongGossipKeyNotReady(t *testing.T) {
 	wait(t, euDone, euLogs)
 	wait(t, usDone, usLogs)
 }
+
+// TestRunMemoryRegion runs two rlnodes of one region, each on its own
+// in-memory store, joined over gossip: each counts under a replica of its
+// own and sends it to the other, so hits at one node count at the other
+// and the limit holds across both.
+func TestRunMemoryRegion(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, aDone, aLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+		"--gossip-addr=127.0.0.1:0", "--gossip-join-timeout=0"}, env(nil))
+	m := gossipRE.FindStringSubmatch(aLogs.String())
+	if m == nil {
+		t.Fatalf("eu-1's logs lack its gossip address:\n%s", aLogs)
+	}
+	b, bDone, bLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-2",
+		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-join-timeout=0"}, env(nil))
+	body := `{"key":"dave","limit":{"limit":10,"window":"3600s"}}`
+	polltest.Until(t, 15*time.Second, "eu-1 sees eu-2", func() bool {
+		_, s := get(t, a+"/metrics")
+		return strings.Contains(s, `rlcluster_gossip_members{region="eu",state="alive"} 2`)
+	})
+	for i := 0; i < 6; i++ {
+		if code, s := post(t, a+"/ratelimit.v1.RateLimitService/Check", body); code != http.StatusOK || !strings.Contains(s, `"allowed":true`) {
+			t.Fatalf("Check %d on eu-1: %d %s", i+1, code, s)
+		}
+	}
+	polltest.Until(t, 15*time.Second, "eu-2 counts eu-1's 6 hits", func() bool {
+		return peek(t, b, body).Response.Stats.Current == "6"
+	})
+	for i := 1; i <= 5; i++ {
+		_, s := post(t, b+"/ratelimit.v1.RateLimitService/Check", body)
+		if want := i <= 4; strings.Contains(s, `"allowed":true`) != want {
+			t.Errorf("Check %d on eu-2 = %s, want allowed %v", i, s, want)
+		}
+	}
+	if _, s := get(t, b+"/metrics"); !strings.Contains(s, `rlcluster_gossip_repairs_total{direction="requested"} 1`) {
+		t.Errorf("eu-2 /metrics lacks its start-up repair request")
+	}
+	cancel()
+	wait(t, aDone, aLogs)
+	wait(t, bDone, bLogs)
+}

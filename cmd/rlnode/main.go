@@ -105,7 +105,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if gossipOn {
-		if node, err = gossip.New(gcfg, store.Store); err != nil {
+		if store.Redis != nil {
+			gcfg.Epoch = store.Redis.Epoch // a Redis that lost its counts is repaired from its peers
+		} else {
+			gcfg.OwnStore = true // each node on the in-memory store counts as a replica of its own
+		}
+		// The Stack: gossip merges through its outer layer and restores a
+		// lost region's own counts into Redis (or memory) directly.
+		if node, err = gossip.New(gcfg, store); err != nil {
 			return fmt.Errorf("start gossip: %w", err)
 		}
 		// Leave the pool on every return path; the normal path below closes
@@ -261,6 +268,9 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, 
 		Region: c.Region,
 		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
 		Logger: log,
+		// With gossip, each node on the in-memory store counts under a
+		// replica of its own, so that a region's nodes add up.
+		Replica: c.GossipAddr != "",
 	}
 	if c.RedisURL != "" {
 		tc, err := redisTLS(c)
@@ -268,7 +278,7 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, 
 			return nil, err
 		}
 		policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
-		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc}
+		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc, ServerClock: c.RedisClock}
 		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout}
 		if c.DenyCacheKeys > 0 {
 			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,26 @@ type Config struct {
 	// a running pool with Node.InstallKey, UseKey and RemoveKey (or SetKeys);
 	// see keyring.go for the procedure. Each key is 16, 24 or 32 bytes.
 	SecretKeys [][]byte
+
+	// OwnStore says that the node decides from a store of its own (the
+	// in-memory store), not one it shares with its region's other nodes
+	// (Redis). The store must then count this node's admissions under a
+	// replica name of its own (Region~id, see region.Config.Replica), and
+	// the node also sends its totals to the nodes of its own region that
+	// have their own stores, and merges theirs, so that several nodes of
+	// one region count together. Default false (a shared store: the
+	// region's nodes see each other's counts in it).
+	OwnStore bool
+
+	// Epoch, when set, reads the store's epoch: a marker the store keeps
+	// among its counts, created when absent (fresh is then true). A new
+	// epoch means the store lost its counts (a Redis restarted empty or
+	// flushed): the node then asks its peers for its region's totals and
+	// max-merges them back (see repair.go). region.Stack.Epoch is one.
+	// Default nil: no loss detection.
+	Epoch func(ctx context.Context) (epoch string, fresh bool, err error)
+	// EpochInterval is how often Epoch is read. Default 1 s.
+	EpochInterval time.Duration
 
 	// FlushInterval is how often dirty totals go to the other regions.
 	// Default 20 ms.
@@ -126,6 +147,10 @@ type Config struct {
 	// measured one-way delay) for jitter and merge time. Default 20 ms;
 	// negative: none.
 	GuardMargin time.Duration
+	// MaxClockSkew is the largest clock offset to a peer (measured from
+	// ping acks, see Node.ClockOffsets) taken as normal; a larger one is
+	// logged once and counted. Default 250 ms.
+	MaxClockSkew time.Duration
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -179,6 +204,8 @@ func (c Config) withDefaults() Config {
 	d(&c.GossipToTheDeadTime, 60*time.Second)
 	d(&c.ReconnectInterval, 5*time.Second)
 	d(&c.JoinBackoff, 500*time.Millisecond)
+	d(&c.EpochInterval, time.Second)
+	d(&c.MaxClockSkew, 250*time.Millisecond)
 	d(&c.JoinTimeout, 30*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -240,7 +267,7 @@ func (c Config) validate() error {
 		}
 	}
 	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.RetryMargin, c.GossipInterval, c.ProbeInterval,
-		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff} {
+		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff, c.EpochInterval} {
 		if p < 0 {
 			return bad("durations must not be negative")
 		}

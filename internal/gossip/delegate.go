@@ -20,11 +20,14 @@ var (
 )
 
 // Node metadata layout: version (2), region length (1), region, API address
-// length (1), API address, flags (1; bit 0: leaving gracefully), token (8:
-// the random value the node's frames carry, see wire.go).
+// length (1), API address, flags (1; bit 0: leaving gracefully; bit 1:
+// the node's store is its own, not shared with its region's other nodes,
+// see Config.OwnStore), token (8: the random value the node's frames
+// carry, see wire.go).
 const (
-	metaVersion = 2
-	flagLeaving = 1
+	metaVersion  = 2
+	flagLeaving  = 1
+	flagOwnStore = 2
 )
 
 func encodeMeta(regionName, api string, flags byte, token uint64) []byte {
@@ -80,6 +83,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	var flags byte
 	if d.n.leaving.Load() {
 		flags |= flagLeaving
+	}
+	if d.n.cfg.OwnStore {
+		flags |= flagOwnStore
 	}
 	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags, d.n.token)
 	if len(b) > limit {
@@ -137,7 +143,9 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 		return
 	}
 	d.n.noteRTT(m.region, rtt)
+	off := peer.Sub(mid).Round(time.Millisecond)
 	d.n.ageMu.Lock()
-	d.n.offsets[other.Name] = peer.Sub(mid).Round(time.Millisecond)
+	d.n.offsets[other.Name] = off
 	d.n.ageMu.Unlock()
+	d.n.checkSkew(other.Name, m.region, off)
 }

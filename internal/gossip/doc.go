@@ -12,8 +12,12 @@
 // run, every reachable region holds the same vector for it.
 //
 // Each region reports only its own totals: its region's entry and those of
-// its replicas (region~id, a node's failover fallback), in flushes and in
-// reconciliation alike, and a receiver accepts nothing else from it.
+// its replicas (region~id, a node's failover fallback or a node on its own
+// in-memory store), in flushes and in reconciliation alike, and a receiver
+// accepts nothing else from it, except a repair answer (KindRepaired): the
+// receiver's own region's totals, echoed back, accepted only while the
+// receiver has a repair open. Self-repair max-merges totals this region
+// once reported, so it never takes a count above the region's truth.
 // Exact agreement still holds between regions that reach each other: every
 // region that counted in a bucket touched it, so one of its nodes (or the
 // buddy it told, if it died) reconciles the bucket, sending its final
@@ -45,6 +49,15 @@
 //     alive; GuardView reports, for the burst guard, the regions heard
 //     from within Suspicion and the measured one-way delay
 //     (freshness.go).
+//   - A member that comes alive (new, or back after a partition) is sent
+//     its region's share of this region's open totals at once, and told
+//     (KindRejoin) to do the same; a node whose store lost its counts
+//     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
+//     its region's totals (KindRepair) and max-merges their answers
+//     (KindRepaired) back. See repair.go.
+//   - With Config.OwnStore (the in-memory store), each node counts as a
+//     replica of its own and also replicates to its region's other such
+//     nodes, which merge it.
 //
 // # Who may speak
 //
@@ -61,7 +74,8 @@
 // (older than its expiry it is skipped); a count is at most MaxCount
 // (2^53). A frame that fails is dropped whole and counted in
 // rlcluster_gossip_dropped_total by reason (not_member, foreign_region,
-// old_bucket, future_bucket, foreign_kind, replicas_full, malformed). The member,
+// old_bucket, future_bucket, foreign_kind, replicas_full, repair_busy,
+// malformed). The member,
 // clock-offset and freshness maps forget a member that left after
 // GossipToTheDeadTime, one that failed after an hour.
 //

@@ -203,8 +203,11 @@ func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) erro
 
 // view is the live membership, grouped for routing.
 type view struct {
-	remote map[string][]*member // region -> alive members
-	local  []*member            // alive members of the local region but self
+	// remote maps a region to its alive members, the destinations of
+	// totals; with Config.OwnStore it also maps the local region to its
+	// alive members that decide from stores of their own.
+	remote map[string][]*member
+	local  []*member // alive members of the local region but self
 }
 
 func (n *Node) view() view {
@@ -217,6 +220,9 @@ func (n *Node) view() view {
 		}
 		if m.region == n.cfg.Region {
 			v.local = append(v.local, m)
+			if n.cfg.OwnStore && m.ownStore {
+				v.remote[m.region] = append(v.remote[m.region], m)
+			}
 		} else {
 			v.remote[m.region] = append(v.remote[m.region], m)
 		}

@@ -26,7 +26,10 @@ func FuzzHandle(f *testing.F) {
 		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~f00d", Count: 1 << 40},
 	}, 1360)
 	touch, _ := Encode(KindTouch, t0, testSender("b"), []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
-	for _, fr := range [][]byte{good[0], rec[0], touch[0], {}, {1}, {2, 1}} {
+	repair, _ := EncodeEmpty(KindRepair, t0, testSender("a"))
+	rejoin, _ := EncodeEmpty(KindRejoin, t0, testSender("a"))
+	repaired, _ := Encode(KindRepaired, t0, testSender("a"), []region.Total{{Key: "r", Window: time.Second, Bucket: sec, Region: "b", Count: 2}}, 1360)
+	for _, fr := range [][]byte{good[0], rec[0], touch[0], repair, rejoin, repaired[0], {}, {1}, {2, 1}} {
 		f.Add(fr)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "b", MaxKeys: 10000})

@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,43 +23,126 @@ type member struct {
 	since   time.Time
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
+	// ownStore: the member decides from a store of its own (see
+	// Config.OwnStore), so it needs every total, not only its keys'.
+	ownStore bool
+	// retryAt and backoff pace the reconnect loop's attempts at a dead
+	// member (only the reconnect loop touches them, under memMu).
+	retryAt time.Time
+	backoff time.Duration
 }
 
+// maxBackoff caps the join and reconnect loops' retry delays.
+const maxBackoff = 30 * time.Second
+
+// joinLoop joins the seeds, and keeps doing so for as long as the node
+// runs: whenever a seed is not an alive member (a seed that was down at
+// start, a partition longer than the member list remembers), it joins
+// the missing seeds again, with a delay that starts at JoinBackoff and
+// doubles to 30 s while some seed stays missing.
 func (n *Node) joinLoop() {
 	backoff := n.cfg.JoinBackoff
+	joined, warned := false, false
 	for {
-		k, err := n.ml.Join(n.cfg.Join)
-		if k > 0 {
-			n.log.Info("joined gossip pool", "contacted", k, "members", n.ml.NumMembers())
-			return
+		if missing := n.missingSeeds(); len(missing) > 0 {
+			k, err := n.ml.Join(missing)
+			switch {
+			case k > 0 && !joined:
+				joined = true
+				n.log.Info("joined gossip pool", "contacted", k, "members", n.ml.NumMembers())
+			case k > 0:
+				n.log.Debug("rejoined seeds", "contacted", k, "missing", strings.Join(missing, ","))
+			case !warned || !joined:
+				warned = true
+				n.log.Warn("join gossip seeds failed, retrying", "seeds", strings.Join(missing, ","), "in", backoff, "err", errLine(err))
+			default:
+				n.log.Debug("join gossip seeds failed, retrying", "seeds", strings.Join(missing, ","), "in", backoff, "err", errLine(err))
+			}
+		} else {
+			backoff, warned = n.cfg.JoinBackoff, false
 		}
-		n.log.Warn("join gossip seeds failed, retrying", "seeds", strings.Join(n.cfg.Join, ","), "in", backoff, "err", errLine(err))
 		select {
 		case <-n.stop:
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		if len(n.missingSeeds()) > 0 {
+			backoff = min(2*backoff, maxBackoff)
+		}
 	}
 }
 
-// reconnectLoop rejoins members seen dead within the last hour: after a
-// partition heals, each side would otherwise keep the other for dead.
+// missingSeeds returns the seeds that no alive member (this node
+// included) is reachable at. A seed named by host name is resolved; one
+// that does not resolve counts as missing.
+func (n *Node) missingSeeds() []string {
+	alive := map[string]bool{}
+	n.memMu.RLock()
+	for _, m := range n.members {
+		if m.state == "alive" {
+			alive[m.node.Address()] = true
+		}
+	}
+	n.memMu.RUnlock()
+	alive[n.Addr()] = true
+	var out []string
+	for _, s := range n.cfg.Join {
+		if !n.seedAlive(s, alive) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (n *Node) seedAlive(seed string, alive map[string]bool) bool {
+	if alive[seed] {
+		return true
+	}
+	h, p, err := net.SplitHostPort(seed)
+	if err != nil || net.ParseIP(h) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupHost(ctx, h)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if alive[net.JoinHostPort(ip, p)] {
+			return true
+		}
+	}
+	return false
+}
+
+// reconnectLoop rejoins members seen dead: after a partition heals, each
+// side would otherwise keep the other for dead.
 func (n *Node) reconnectLoop() { n.every(n.cfg.ReconnectInterval, n.reconnect) }
 
-// reconnect tries once to rejoin every member seen dead within the last
-// hour.
+// reconnect tries to rejoin every dead member whose retry is due: every
+// ReconnectInterval for its first minute dead, then with a delay doubling
+// to 30 s.
+// Dead members are remembered (and tried) until maxDead newer ones
+// replace them, however long they stay away.
 func (n *Node) reconnect() {
 	var addrs []string
 	now := time.Now()
 	n.pruneMembers(now)
-	n.memMu.RLock()
+	n.memMu.Lock()
 	for _, m := range n.members {
-		if m.state == "dead" && now.Sub(m.since) < forgetAfterDead {
-			addrs = append(addrs, m.node.Address())
+		if m.state != "dead" || now.Before(m.retryAt) {
+			continue
 		}
+		addrs = append(addrs, m.node.Address())
+		if now.Sub(m.since) > time.Minute {
+			m.backoff = min(max(2*m.backoff, n.cfg.ReconnectInterval), maxBackoff)
+		} else {
+			m.backoff = n.cfg.ReconnectInterval
+		}
+		m.retryAt = now.Add(m.backoff)
 	}
-	n.memMu.RUnlock()
+	n.memMu.Unlock()
 	for _, a := range addrs {
 		select {
 		case <-n.stop:
@@ -156,6 +241,29 @@ func (n *Node) ClockOffsets() map[string]time.Duration {
 	return out
 }
 
+// checkSkew logs, once per member until it is back within the bound, a
+// clock offset larger than Config.MaxClockSkew, and counts it
+// (rlcluster_gossip_clock_skew_exceeded_total). Nodes pick buckets from
+// their clocks (or their region's Redis's): a skew of d moves a region's
+// bucket boundaries by d against another's (see docs/design.md, Clocks).
+// It never blocks.
+func (n *Node) checkSkew(peer, peerRegion string, off time.Duration) {
+	over := off > n.cfg.MaxClockSkew || -off > n.cfg.MaxClockSkew
+	n.ageMu.Lock()
+	was := n.skewed[peer]
+	if over {
+		n.skewed[peer] = true
+	} else {
+		delete(n.skewed, peer)
+	}
+	n.ageMu.Unlock()
+	if over && !was {
+		n.met.skewExceeded()
+		n.log.Warn("peer clock offset exceeds the bound: run NTP", "member", peer, "member_region", peerRegion,
+			"offset", off, "bound", n.cfg.MaxClockSkew)
+	}
+}
+
 // setMember records a member's new state. A member whose name is not
 // valid UTF-8 or whose metadata does not decode (a bad region name, say) is
 // not recorded: it gets no traffic and its frames are dropped. A member
@@ -188,36 +296,54 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	}
 	n.members[cp.Name] = m
 	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
+	m.ownStore = meta.flags&flagOwnStore != 0
 	m.isLocal = cp.Name == n.cfg.Name
 	if state == "alive" && !m.isLocal && m.region != n.cfg.Region {
 		n.seenRemote.Store(true)
 	}
+	if state == "alive" && (old == nil || old.state != "alive" || old.token != m.token) {
+		n.memberUp(m) // new, back from dead, or restarted under its name
+	}
+	if old != nil && old.state == state && state == "dead" {
+		m.retryAt, m.backoff = old.retryAt, old.backoff
+	}
 	if state != "alive" {
 		n.ageMu.Lock()
 		delete(n.offsets, cp.Name)
+		delete(n.skewed, cp.Name)
 		n.ageMu.Unlock()
 		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
 	}
 }
 
-// forgetAfterDead is how long a failed member stays listed (and is tried
-// by the reconnect loop) before it is forgotten.
-const forgetAfterDead = time.Hour
+// maxDead is how many failed members stay listed (and are tried by the
+// reconnect loop); beyond it the longest dead are forgotten.
+const maxDead = 256
 
 // pruneMembers forgets members that left more than GossipToTheDeadTime ago
-// or failed more than an hour ago, and the freshness of regions that have
-// no member left, so that the member, offset and freshness maps hold only
-// the current pool.
+// and, beyond maxDead failed members, the longest dead, and the freshness
+// of regions that have no member left, so that the member, offset and
+// freshness maps hold only the current pool.
 func (n *Node) pruneMembers(now time.Time) {
 	regions := map[string]bool{}
 	n.memMu.Lock()
+	var dead []*member
 	for name, m := range n.members {
-		switch {
-		case m.state == "left" && now.Sub(m.since) > n.cfg.GossipToTheDeadTime,
-			m.state == "dead" && now.Sub(m.since) > forgetAfterDead:
+		if m.state == "left" && now.Sub(m.since) > n.cfg.GossipToTheDeadTime {
 			delete(n.members, name)
 			continue
 		}
+		if m.state == "dead" {
+			dead = append(dead, m)
+		}
+	}
+	if len(dead) > maxDead {
+		sort.Slice(dead, func(i, j int) bool { return dead[i].since.Before(dead[j].since) })
+		for _, m := range dead[:len(dead)-maxDead] {
+			delete(n.members, m.node.Name)
+		}
+	}
+	for _, m := range n.members {
 		regions[m.region] = true
 	}
 	n.memMu.Unlock()

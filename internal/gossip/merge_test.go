@@ -18,9 +18,10 @@ func receiver(t testing.TB, regionName string, store Store) *Node {
 	t.Helper()
 	cfg := Config{Name: "r", Region: regionName, Now: func() time.Time { return t0 }}.withDefaults()
 	n := &Node{cfg: cfg, store: store, met: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}, offsets: map[string]time.Duration{},
+		touched: map[int64]map[ref]struct{}{}, newest: map[string]time.Time{}, offsets: map[string]time.Duration{}, skewed: map[string]bool{},
 		members: map[string]*member{}, replicas: map[string]map[string]time.Time{}}
 	n.met.node = n
+	n.initRepair()
 	for _, r := range testRegions {
 		n.setMember(memberNode(testSender(r).Node, r, testSender(r).Token), "alive")
 	}

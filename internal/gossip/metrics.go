@@ -21,6 +21,10 @@ type metrics struct {
 	dirtyDesc   *prometheus.Desc
 	touchedDesc *prometheus.Desc
 	pendingDesc *prometheus.Desc
+	repairs     *prometheus.CounterVec
+	repairTs    prometheus.Counter
+	resends     prometheus.Counter
+	skew        prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -49,6 +53,15 @@ func newMetrics() *metrics {
 		pendingDesc: prometheus.NewDesc("rlcluster_gossip_reconcile_retries",
 			"Reconciliation batches waiting for a retry.", nil, nil),
 	}
+	m.repairs = cv("repairs_total", "Repair requests: requested (this node's store lost its counts or started empty and it asked its peers) and answered (a peer's request this node answered).", "direction")
+	m.repairTs = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "repair_totals_received_total",
+		Help: "Totals of this node's own region max-merged back from peers' repair answers."})
+	m.resends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejoin_totals_sent_total",
+		Help: "Open-bucket totals re-sent to regions whose members came (back) alive."})
+	m.skew = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "clock_skew_exceeded_total",
+		Help: "Times a peer's clock offset went past the bound (250 ms): run NTP."})
+	m.repairs.WithLabelValues("requested")
+	m.repairs.WithLabelValues("answered")
 	// Make the common label values appear at zero.
 	for _, k := range []Kind{KindFlush, KindReconcile, KindState, KindTouch} {
 		m.msgsSent.WithLabelValues(k.String())
@@ -73,6 +86,11 @@ func (m *metrics) received(k Kind, bytes int) {
 }
 
 func (m *metrics) merged(n int)       { m.merges.Add(float64(n)) }
+func (m *metrics) repairRequested()   { m.repairs.WithLabelValues("requested").Inc() }
+func (m *metrics) repairAnswered()    { m.repairs.WithLabelValues("answered").Inc() }
+func (m *metrics) repairTotals(n int) { m.repairTs.Add(float64(n)) }
+func (m *metrics) resent(n int)       { m.resends.Add(float64(n)) }
+func (m *metrics) skewExceeded()      { m.skew.Inc() }
 func (m *metrics) drop(reason string) { m.dropped.WithLabelValues(reason).Inc() }
 func (m *metrics) dropCount(r string) float64 {
 	c, err := m.dropped.GetMetricWithLabelValues(r)
@@ -86,7 +104,8 @@ func (m *metrics) dropCount(r string) float64 {
 // register (the node registers nothing globally).
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.met
-	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.merges, m.dropped, (*stateCollector)(m)}
+	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
+		m.repairs, m.repairTs, m.resends, m.skew, (*stateCollector)(m)}
 }
 
 // stateCollector reports the gauges computed from the node's state at

@@ -93,12 +93,15 @@ type Node struct {
 	ageMu   sync.Mutex
 	newest  map[string]time.Time     // remote region -> Sent of newest merged frame
 	offsets map[string]time.Duration // peer -> clock offset (peer minus local)
+	skewed  map[string]bool          // peers whose offset exceeds MaxClockSkew
 
 	freshMu sync.Mutex
 	fresh   freshness // see freshness.go
 
 	pendMu  sync.Mutex
 	pending []*pending // reconciliation sends to retry
+
+	rep repairState // self-repair and rejoin bookkeeping (repair.go)
 
 	inbox    chan []byte
 	inboxB   atomic.Int64 // bytes of the frames in inbox
@@ -135,6 +138,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		recent:  make([]region.Total, 0, max(cfg.MaxStateBytes/16, 16)),
 		newest:  map[string]time.Time{},
 		offsets: map[string]time.Duration{},
+		skewed:  map[string]bool{},
 		inbox:   make(chan []byte, cfg.InboxSize),
 		stop:    make(chan struct{}),
 		sendSem: make(chan struct{}, 8),
@@ -144,6 +148,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		replicas: map[string]map[string]time.Time{},
 	}
 	n.met.node = n
+	n.initRepair()
 	mc, err := cfg.memberlistConfig(n.stopping.Load)
 	if err != nil {
 		return nil, err
@@ -166,8 +171,17 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.goLoop(n.receiveLoop)
 	n.goLoop(n.reconnectLoop)
 	n.goLoop(n.heartbeatLoop)
+	n.goLoop(n.rejoinLoop)
 	if len(cfg.Join) > 0 {
 		n.goLoop(n.joinLoop)
+	}
+	if cfg.Epoch != nil {
+		n.goLoop(n.epochLoop)
+	}
+	if cfg.OwnStore {
+		// A store of its own starts empty: ask every member that comes
+		// alive within the repair window for this node's region's totals.
+		n.RequestRepair("a store of its own starts empty")
 	}
 	n.log.Info("gossip node started", "addr", n.Addr())
 	return n, nil

@@ -51,13 +51,14 @@ func (n *Node) handle(b []byte) {
 		n.met.drop(dropReason(err))
 		return
 	}
-	if _, ok := n.frameSender(m); !ok {
+	sender, ok := n.frameSender(m)
+	if !ok {
 		n.met.drop("not_member")
 		return
 	}
 	n.met.received(m.Kind, len(b))
 	now := n.cfg.Now()
-	if reason := n.check(now, m); reason != "" {
+	if reason := n.check(now, m, sender); reason != "" {
 		n.met.drop(reason)
 		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
 		return
@@ -67,8 +68,19 @@ func (n *Node) handle(b []byte) {
 		n.remember(now, m.Totals)
 		return
 	}
-	if m.From == n.cfg.Region {
-		return // push-pull state of a node of this region: nothing remote
+	switch m.Kind {
+	case KindRepair:
+		n.answerRepair(sender)
+		return
+	case KindRepaired:
+		n.restore(now, m)
+		return
+	case KindRejoin:
+		n.rejoined(sender)
+		return
+	}
+	if m.From == n.cfg.Region && !(n.cfg.OwnStore && sender.ownStore) {
+		return // push-pull state of a node sharing this node's store
 	}
 	remote := m.Totals[:0:0]
 	expired, full := 0, 0
@@ -98,6 +110,10 @@ func (n *Node) handle(b []byte) {
 			return
 		}
 		n.met.merged(len(remote))
+		n.hear(now, remote)
+	}
+	if m.From == n.cfg.Region {
+		return // a peer of this region: no remote freshness
 	}
 	sent := m.Sent
 	if sent.After(now) {
@@ -121,22 +137,35 @@ func (n *Node) handle(b []byte) {
 //     bucket that has expired is not a reason to drop the frame (a late
 //     total is normal); handle skips such totals.
 //   - foreign_kind: a flush or reconciliation sent by a node of this
-//     region (they share the store: nothing to merge).
+//     region that shares its store (nothing to merge; see
+//     Config.OwnStore); a repair answer ([KindRepaired]) that this node
+//     did not ask for; a repair or rejoin request that carries totals.
+//   - foreign_region: as above; and a repair answer whose totals are not
+//     of this node's region or its replicas.
 //
 // Decode has checked the rest: names are UTF-8 within MaxRegionLen, keys
 // within MaxKeyLen, windows within window.MaxWindow, counts at most
 // MaxCount, at most MaxRegions regions per frame.
-func (n *Node) check(now time.Time, m Message) string {
+func (n *Node) check(now time.Time, m Message, sender *member) string {
 	own := m.From == n.cfg.Region
+	peers := own && n.cfg.OwnStore && sender.ownStore // each counts apart
+	reports := m.From                                 // whose totals m may carry
 	switch {
 	case m.Kind == KindTouch && !own:
 		return "foreign_region"
-	case own && (m.Kind == KindFlush || m.Kind == KindReconcile):
+	case own && !peers && (m.Kind == KindFlush || m.Kind == KindReconcile):
 		return "foreign_kind"
+	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:
+		return "foreign_kind" // requests carry no totals
+	case m.Kind == KindRepaired:
+		if !n.repairOpen(now) {
+			return "foreign_kind"
+		}
+		reports = n.cfg.Region // a peer echoes this region's own totals
 	}
 	nowMs := now.UnixMilli()
 	for _, t := range m.Totals {
-		if !replicaOf(t.Region, m.From) {
+		if !replicaOf(t.Region, reports) {
 			return "foreign_region"
 		}
 		// Start no later than now + one window: b <= floor(now/W) + 1.

@@ -27,6 +27,7 @@ func (n *Node) reconcileLoop() {
 	n.every(n.cfg.FlushInterval, func() {
 		n.reconcileDue()
 		n.retryPending()
+		n.pruneHeard(n.cfg.Now())
 	})
 }
 

@@ -40,14 +40,27 @@ func owner(key string, ms []*member) *member {
 	return best
 }
 
-// route groups totals by the owner of their key among ms.
+// route groups totals by destination among ms: a member that decides
+// from a store of its own (Config.OwnStore) gets every total; among the
+// others, which share their region's store, the owner of each key gets it.
 func route(totals []region.Total, ms []*member) map[*member][]region.Total {
 	out := map[*member][]region.Total{}
 	if len(ms) == 0 {
 		return out
 	}
+	shared := make([]*member, 0, len(ms))
+	for _, m := range ms {
+		if m.ownStore {
+			out[m] = totals
+		} else {
+			shared = append(shared, m)
+		}
+	}
+	if len(shared) == 0 {
+		return out
+	}
 	for _, t := range totals {
-		o := owner(t.Key, ms)
+		o := owner(t.Key, shared)
 		out[o] = append(out[o], t)
 	}
 	return out

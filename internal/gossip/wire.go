@@ -16,7 +16,9 @@ import (
 //
 //	off  size     field
 //	0    1        version (2); a frame of another version is dropped
-//	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch
+//	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
+//	              5 repair (a request, no entries), 6 repaired (its answer),
+//	              7 rejoin (no entries)
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
 //	10   8        token: the random token the sender announced in its
 //	              member metadata when it joined (uint64)
@@ -80,6 +82,20 @@ const (
 	// KindTouch tells a node of the sender's own region which buckets the
 	// sender touched, so that it reconciles them too if the sender dies.
 	KindTouch Kind = 4
+	// KindRepair asks the receiver to send back the totals it holds of
+	// the sender's region (and its replicas): the sender's store lost its
+	// counts (a Redis restarted empty) or starts empty (a new node on the
+	// in-memory store). It carries no entries.
+	KindRepair Kind = 5
+	// KindRepaired answers a KindRepair: the totals of the requester's
+	// region that the sender holds, which that region once reported. It
+	// is accepted only by a node that asked for a repair recently.
+	KindRepaired Kind = 6
+	// KindRejoin tells the receiver that the sender sees it alive again
+	// (after a partition, say): the receiver re-sends its region's totals
+	// of open buckets to the sender's region at once, as it does for a
+	// member it sees come alive itself. It carries no entries.
+	KindRejoin Kind = 7
 )
 
 // String returns the kind's metric label.
@@ -93,6 +109,12 @@ func (k Kind) String() string {
 		return "state"
 	case KindTouch:
 		return "touch"
+	case KindRepair:
+		return "repair"
+	case KindRepaired:
+		return "repaired"
+	case KindRejoin:
+		return "rejoin"
 	}
 	return "unknown"
 }
@@ -255,6 +277,16 @@ func Encode(kind Kind, sent time.Time, from Sender, totals []region.Total, budge
 	return frames, nil
 }
 
+// EncodeEmpty returns a frame of kind with no entries (a KindRepair
+// request).
+func EncodeEmpty(kind Kind, sent time.Time, from Sender) ([]byte, error) {
+	e, err := newEncoder(kind, sent, from, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.header(e.head), nil
+}
+
 // Decode parses one frame. It returns ErrOversized, ErrVersion, ErrKind or
 // ErrMalformed (wrapped) for a frame it cannot accept, and never panics.
 func Decode(b []byte) (Message, error) {
@@ -272,7 +304,7 @@ func Decode(b []byte) (Message, error) {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
 	m.Kind = Kind(b[1])
-	if m.Kind < KindFlush || m.Kind > KindTouch {
+	if m.Kind < KindFlush || m.Kind > KindRejoin {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))

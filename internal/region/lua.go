@@ -13,21 +13,42 @@ import "github.com/redis/go-redis/v9"
 
 // counterScript decides a sliding or fixed window request.
 //
-//	KEYS[1] current bucket hash, KEYS[2] previous bucket hash
+//	KEYS[1] current bucket hash, KEYS[2] previous bucket hash (of the
+//	        bucket b of now_ms); with server_clock, KEYS[3] bucket b+1's,
+//	        KEYS[4] bucket b-2's
 //	ARGV    now_ms, window_ms, limit, hits, region, peek (0/1),
-//	        fixed (0/1), ttl_ms
+//	        fixed (0/1), ttl_ms, server_clock (0/1)
 //
-// It returns {allowed (0/1), HGETALL current, HGETALL previous}, the counts
-// read before the increment.
+// With server_clock the instant is Redis's TIME, the clock every node of
+// the region shares, when it falls in bucket b-1, b or b+1 of now_ms (a
+// node clock off by less than a window); otherwise now_ms stands. The
+// prologue below picks the instant and the bucket pair; the rest of the
+// script reads only now, kcur and kprev.
+//
+// It returns {allowed (0/1), HGETALL current, HGETALL previous, now_ms
+// used}, the counts read before the increment.
 var counterScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
+local kcur, kprev = KEYS[1], KEYS[2]
+if ARGV[9] == '1' then
+  local t = redis.call('TIME')
+  local rnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local d = (rnow - math.fmod(rnow, W)) / W - (now - math.fmod(now, W)) / W
+  if d == 0 then
+    now = rnow
+  elseif d == 1 then
+    now, kcur, kprev = rnow, KEYS[3], KEYS[1]
+  elseif d == -1 then
+    now, kcur, kprev = rnow, KEYS[2], KEYS[4]
+  end
+end
 local limit = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
 local fixed = ARGV[7] == '1'
 local TWO53 = 9007199254740992
-local cur = redis.call('HGETALL', KEYS[1])
-local prev = redis.call('HGETALL', KEYS[2])
+local cur = redis.call('HGETALL', kcur)
+local prev = redis.call('HGETALL', kprev)
 local c = 0
 for i = 2, #cur, 2 do c = c + tonumber(cur[i]) end
 local cap = limit - hits
@@ -67,10 +88,10 @@ if c <= cap then
   if wp <= cap - c then allowed = 1 end
 end
 if allowed == 1 and ARGV[6] ~= '1' then
-  redis.call('HINCRBY', KEYS[1], ARGV[5], ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('HINCRBY', kcur, ARGV[5], ARGV[4])
+  redis.call('PEXPIRE', kcur, ARGV[8])
 end
-return {allowed, cur, prev}
+return {allowed, cur, prev, now}
 `)
 
 // gcraScript decides a token bucket request as GCRA.

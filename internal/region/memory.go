@@ -36,6 +36,12 @@ type MemoryConfig struct {
 	// (2 to 4 million entries). MaxKeys alone does not bound these bytes:
 	// one key with a limit of 10,000 may hold 10,000 entries.
 	MaxLogBytes int64
+	// Replica says that Region is a replica name (Region~id, see
+	// [FallbackRegion]): the node is one of several of its region, each
+	// on its own in-memory store, and each counts under its own replica.
+	// Counter results then carry Region in Result.LocalRegion, so that
+	// replication reports the replica's total under its name.
+	Replica bool
 }
 
 const (
@@ -62,6 +68,7 @@ const (
 // (the store never reads the clock).
 type Memory struct {
 	region      string
+	replica     bool
 	maxKeys     int64
 	keys        atomic.Int64
 	maxLogBytes int64
@@ -129,6 +136,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	}
 	m := &Memory{
 		region:      cfg.Region,
+		replica:     cfg.Replica,
 		maxKeys:     int64(cfg.MaxKeys),
 		maxLogBytes: cfg.MaxLogBytes,
 		sweepMs:     cfg.SweepEvery.Milliseconds(),
@@ -242,6 +250,9 @@ func (m *Memory) check(r *Request) Result {
 		res.Decision = d
 		res.Regions = regionCounts(m.region, cur, prev)
 		res.Local = cur.get(m.region)
+		if m.replica {
+			res.LocalRegion = m.region
+		}
 	}
 	return res
 }
@@ -523,8 +534,21 @@ func sortRegions(rc []RegionCount) {
 // holds MaxRegionsPerBucket regions (counted in RegionsDropped): remote
 // input cannot make a bucket, and the decisions that read it, unbounded.
 func (m *Memory) Merge(ctx context.Context, totals []Total) error {
+	m.merge(totals, false)
+	return nil
+}
+
+// Restore max-merges totals as Merge does, the local region's included:
+// a peer echoes back totals this store once reported, after it lost them.
+// It never fails.
+func (m *Memory) Restore(ctx context.Context, totals []Total) error {
+	m.merge(totals, true)
+	return nil
+}
+
+func (m *Memory) merge(totals []Total, own bool) {
 	for _, t := range totals {
-		if t.Region == m.region || t.Region == "" || t.Window < time.Millisecond {
+		if (t.Region == m.region && !own) || t.Region == "" || t.Window < time.Millisecond {
 			continue
 		}
 		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
@@ -535,7 +559,6 @@ func (m *Memory) Merge(ctx context.Context, totals []Total) error {
 		}
 		s.mu.Unlock()
 	}
-	return nil
 }
 
 // Vectors returns the per-region counts of each bucket; see [Store].

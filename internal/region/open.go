@@ -27,6 +27,13 @@ type Config struct {
 	// (a remembered denial needs neither Redis nor the failure policy).
 	// Unused without Redis: the in-memory store answers as fast.
 	DenyCache *DenyCacheConfig
+	// Replica, without Redis, makes the in-memory store count under a
+	// replica name of Region ([FallbackRegion]: Region~id, random per
+	// process) rather than Region itself (see MemoryConfig.Replica): set
+	// it when several nodes of one region each decide from their own
+	// in-memory store, so that their counts add up instead of
+	// overwriting each other. Ignored with Redis.
+	Replica bool
 	// Logger gets the store's lines: the failure policy at start, and
 	// the failover's transitions. Default discards.
 	Logger *slog.Logger
@@ -84,8 +91,13 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Redis.URL == "" {
 		mc := cfg.Memory
 		mc.Region = cfg.Region
+		desc := "memory"
+		if cfg.Replica {
+			mc.Region, mc.Replica = FallbackRegion(cfg.Region), true
+			desc += ", counting as replica " + mc.Region
+		}
 		m := NewMemory(mc)
-		return &Stack{Store: m, Memory: m, desc: "memory"}, nil
+		return &Stack{Store: m, Memory: m, desc: desc}, nil
 	}
 	rc := cfg.Redis
 	rc.Region = cfg.Region
@@ -124,6 +136,16 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 		st.desc += fmt.Sprintf(", deny cache of %d keys", st.DenyCache.maxKeys)
 	}
 	return st, nil
+}
+
+// Restore max-merges totals into the store the region's counts live in
+// (Redis, else the in-memory store), the local region's own included: see
+// [Redis.Restore]. It fails while Redis is unavailable.
+func (s *Stack) Restore(ctx context.Context, totals []Total) error {
+	if s.Redis != nil {
+		return s.Redis.Restore(ctx, totals)
+	}
+	return s.Memory.Restore(ctx, totals)
 }
 
 // String describes the stack for logs, with the Redis URL redacted, for

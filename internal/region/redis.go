@@ -44,6 +44,14 @@ type RedisConfig struct {
 	// network error. Default 0 (-1 below): a decision whose reply was lost
 	// may already have counted, so retrying it could count it twice.
 	MaxRetries int
+	// ServerClock takes the instant of counter decisions (sliding and
+	// fixed window) from Redis's clock (TIME, inside the script), which
+	// every node of the region shares, instead of Request.Now: nodes with
+	// skewed clocks then agree on bucket boundaries. Request.Now still
+	// picks the candidate buckets, so a node clock off by a window or more
+	// falls back to Request.Now. Default false (Request.Now); rlnode turns
+	// it on (--redis-clock).
+	ServerClock bool
 	// TTLMargin is added to the two windows a bucket must live. Default 10s.
 	TTLMargin time.Duration
 	// Coalesce gathers concurrent Check calls into shared pipelines (see
@@ -80,6 +88,7 @@ type Redis struct {
 	c        redis.UniversalClient
 	region   string
 	marginMs int64
+	server   bool // RedisConfig.ServerClock
 	nonce    atomic.Uint64
 	node     string
 	co       *coalescer
@@ -120,7 +129,7 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
-	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), node: hex.EncodeToString(id[:])}
+	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.co = newCoalescer(cfg.Coalesce, r)
 	return r, nil
 }
@@ -377,10 +386,13 @@ func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.C
 			nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs+r.marginMs)
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
-	return counterScript.EvalSha(ctx, c,
-		[]string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)},
+	keys := []string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)}
+	if r.server {
+		keys = append(keys, CounterKey(q.Key, q.Limit.Window, b+1), CounterKey(q.Key, q.Limit.Window, b-2))
+	}
+	return counterScript.EvalSha(ctx, c, keys,
 		nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs)
+		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs+r.marginMs, boolArg(r.server))
 }
 
 // result turns a script's reply into a Result, deciding in Go from the
@@ -434,6 +446,11 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
+		if len(arr) >= 4 {
+			if used, ok := arr[3].(int64); ok {
+				nowMs = used // the script's instant: Redis's TIME with ServerClock
+			}
+		}
 		out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
 		if allowed == 1 && !q.Peek {
 			cur.add(r.region, q.Hits)
@@ -471,12 +488,47 @@ func parseVector(v any) (*memBucket, error) {
 // a region new to a bucket that already holds MaxRegionsPerBucket regions
 // is dropped and counted in RedisStats.RegionsDropped.
 func (r *Redis) Merge(ctx context.Context, totals []Total) error {
+	return r.merge(ctx, totals, false)
+}
+
+// Restore max-merges totals as Merge does, the local region's own count
+// included: after Redis lost its counts (see [Redis.Epoch]), peers echo
+// back the totals this region once reported, and taking their maximum
+// never exceeds what the region admitted.
+func (r *Redis) Restore(ctx context.Context, totals []Total) error {
+	return r.merge(ctx, totals, true)
+}
+
+// EpochKey is the Redis key of the store's epoch marker.
+const EpochKey = "rl:epoch"
+
+// Epoch returns the store's epoch: a random marker kept in Redis (EpochKey,
+// no expiry), created when absent, in which case fresh is true. A Redis
+// restarted without its data, or flushed, has lost the marker with the
+// counts: the next Epoch creates a new one, and a node that saw another
+// knows the counts are gone. (On a Redis Cluster the marker lives on one
+// shard: the loss of another shard's data goes unseen.)
+func (r *Redis) Epoch(ctx context.Context) (epoch string, fresh bool, err error) {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	mine := hex.EncodeToString(id[:])
+	old, err := r.c.SetArgs(ctx, EpochKey, mine, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return mine, true, nil
+	case err != nil:
+		return "", false, r.wrap(ctx, "epoch", err)
+	}
+	return old, false, nil
+}
+
+func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 	var cmds []*redis.Cmd
 	queue := func() redis.Pipeliner {
 		pipe := r.c.Pipeline()
 		cmds = cmds[:0]
 		for _, t := range totals {
-			if t.Region == r.region || t.Region == "" || t.Window < time.Millisecond {
+			if (t.Region == r.region && !own) || t.Region == "" || t.Window < time.Millisecond {
 				continue
 			}
 			ttl := 2*t.Window.Milliseconds() + r.marginMs

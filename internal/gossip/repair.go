@@ -1,0 +1,475 @@
+package gossip
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+)
+
+// Self-repair and re-sending after a (re)join.
+//
+// Other regions hold this region's totals: each max-merged what this
+// region reported into its own store. When this region's store loses its
+// counts (a Redis restarted empty or flushed, detected by Config.Epoch), or
+// a node starts on an empty store of its own (Config.OwnStore), the node
+// asks every member of the other regions, and its own region's members
+// with stores of their own, to send back what they hold of this region
+// (KindRepair). Each answers with those totals (KindRepaired) for the
+// buckets it has merged or touched that have not expired, and the node
+// max-merges them into its store, its own region's count included
+// (Restorer). Every such total is one this region once reported, so the
+// merge never takes a count above what the region really admitted
+// (invariant 1); hits admitted between the loss and the repair may be
+// under-counted by as many (max, not sum).
+//
+// When a member comes alive (a new node, or one back from a partition), the
+// node sends its own region's totals of every bucket it has touched and not
+// yet reconciled (the open buckets and those just closed) to the owners in
+// that member's region at once, and retries at once the reconciliations
+// that were waiting for that region: both sides of a healed partition agree
+// on open and closed buckets one round trip after they see each other
+// again, instead of at the next bucket's reconciliation.
+
+// Restorer is implemented by a store that can take back its own region's
+// totals: Restore max-merges totals as Merge does, except that it also
+// merges those of the store's own region (and replica). region.Stack,
+// region.Redis and region.Memory implement it. A store without it gets
+// Merge, which skips its own region's totals.
+type Restorer interface {
+	Restore(ctx context.Context, totals []region.Total) error
+}
+
+// repairWindow is how long after asking for a repair the node accepts
+// answers (KindRepaired), and asks members that come alive meanwhile too.
+const repairWindow = 30 * time.Second
+
+// answerEvery is the shortest interval between two answers to one member's
+// repair requests.
+const answerEvery = time.Second
+
+// repairState is a Node's self-repair and rejoin bookkeeping.
+type repairState struct {
+	mu       sync.Mutex
+	heard    map[int64]map[ref]struct{} // expiry (Unix ms) -> buckets merged from peers
+	nHeard   int
+	answered map[string]time.Time // member -> last answer
+	deferred map[string]bool      // member -> an answer is scheduled
+	until    time.Time            // repair answers accepted until then
+	epoch    string               // the store's epoch seen last
+	again    bool                 // a restore failed: ask again
+	joined   map[string]bool      // members come alive, not yet served
+	wake     chan struct{}
+}
+
+func (n *Node) initRepair() {
+	n.rep.heard = map[int64]map[ref]struct{}{}
+	n.rep.answered = map[string]time.Time{}
+	n.rep.deferred = map[string]bool{}
+	n.rep.joined = map[string]bool{}
+	n.rep.wake = make(chan struct{}, 1)
+}
+
+// hear remembers the buckets of totals merged from peers, so that a repair
+// request can be answered from them. Bounded by MaxTouched; beyond it new
+// buckets are dropped and counted (heard_full).
+func (n *Node) hear(now time.Time, ts []region.Total) {
+	n.rep.mu.Lock()
+	defer n.rep.mu.Unlock()
+	for _, t := range ts {
+		exp := n.expiry(t.Window, t.Bucket).UnixMilli()
+		k := ref{t.Key, t.Window, t.Bucket}
+		set := n.rep.heard[exp]
+		if set == nil {
+			set = map[ref]struct{}{}
+			n.rep.heard[exp] = set
+		}
+		if _, ok := set[k]; ok {
+			continue
+		}
+		if n.rep.nHeard >= n.cfg.MaxTouched {
+			n.met.drop("heard_full")
+			return
+		}
+		set[k] = struct{}{}
+		n.rep.nHeard++
+	}
+}
+
+// pruneHeard forgets the buckets that have expired.
+func (n *Node) pruneHeard(now time.Time) {
+	ms := now.UnixMilli()
+	n.rep.mu.Lock()
+	defer n.rep.mu.Unlock()
+	for exp, set := range n.rep.heard {
+		if exp <= ms {
+			n.rep.nHeard -= len(set)
+			delete(n.rep.heard, exp)
+		}
+	}
+	for name, at := range n.rep.answered {
+		if now.Sub(at) > answerEvery {
+			delete(n.rep.answered, name)
+		}
+	}
+}
+
+// repairOpen reports whether this node asked for a repair recently enough
+// to accept answers.
+func (n *Node) repairOpen(now time.Time) bool {
+	n.rep.mu.Lock()
+	defer n.rep.mu.Unlock()
+	return now.Before(n.rep.until)
+}
+
+// RequestRepair asks every live member of the other regions (and of this
+// region, for members with stores of their own) to send back the totals
+// they hold of this region, and members that come alive within the next 30
+// s too. The node calls it itself when Config.Epoch reports a loss and, with
+// Config.OwnStore, at start. It never blocks on the network.
+func (n *Node) RequestRepair(reason string) {
+	n.rep.mu.Lock()
+	n.rep.until = n.cfg.Now().Add(repairWindow)
+	n.rep.again = false
+	n.rep.mu.Unlock()
+	n.met.repairRequested()
+	if n.cfg.OwnStore {
+		n.log.Info("asking peers for this region's totals", "reason", reason)
+	} else {
+		n.log.Warn("asking peers for this region's totals", "reason", reason)
+	}
+	v := n.view()
+	for _, ms := range v.remote {
+		for _, m := range ms {
+			n.askRepair(m, KindRepair)
+		}
+	}
+}
+
+// askRepair sends m a frame of kind (KindRepair or KindRejoin, no
+// entries) over TCP, in the background; a KindRejoin goes over UDP first
+// too, to arrive one one-way delay sooner.
+func (n *Node) askRepair(m *member, kind Kind) {
+	f, err := EncodeEmpty(kind, n.cfg.Now(), n.self())
+	if err != nil {
+		n.met.drop("encode")
+		return
+	}
+	if kind == KindRejoin {
+		if err := n.ml.SendBestEffort(&m.node, f); err == nil {
+			n.met.sent(kind, len(f))
+		}
+	}
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		if err := n.ml.SendReliable(&m.node, f); err != nil {
+			n.met.drop("send_error")
+			n.log.Debug("send "+kind.String(), "to", m.node.Name, "err", err)
+			return
+		}
+		n.met.sent(kind, len(f))
+	}()
+}
+
+// answerRepair answers a repair request of s (a live member, checked by
+// handle) in the background: the totals of s's region (and its replicas)
+// in every bucket this node merged or touched that has not expired. A
+// member's requests are answered at most once a second: one that comes
+// sooner is answered when the second is over, and more are dropped
+// (repair_busy).
+func (n *Node) answerRepair(s *member) {
+	now := n.cfg.Now()
+	n.rep.mu.Lock()
+	if at, ok := n.rep.answered[s.node.Name]; ok && now.Sub(at) < answerEvery {
+		deferred := n.rep.deferred[s.node.Name]
+		n.rep.deferred[s.node.Name] = true
+		n.rep.mu.Unlock()
+		if deferred {
+			n.met.drop("repair_busy")
+			return
+		}
+		n.sends.Add(1)
+		time.AfterFunc(answerEvery-now.Sub(at), func() {
+			defer n.sends.Done()
+			n.rep.mu.Lock()
+			delete(n.rep.deferred, s.node.Name)
+			delete(n.rep.answered, s.node.Name)
+			n.rep.mu.Unlock()
+			select {
+			case <-n.stop:
+			default:
+				n.answerRepair(s)
+			}
+		})
+		return
+	}
+	n.rep.answered[s.node.Name] = now
+	var refs []region.BucketRef
+	for exp, set := range n.rep.heard {
+		if exp <= now.UnixMilli() {
+			continue
+		}
+		for k := range set {
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
+		}
+	}
+	n.rep.mu.Unlock()
+	n.mu.Lock()
+	for _, set := range n.touched {
+		for k := range set {
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
+		}
+	}
+	n.mu.Unlock()
+	dest := *s
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		totals := n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, dest.region) })
+		n.met.repairAnswered()
+		if len(totals) == 0 {
+			return
+		}
+		if err := n.sendReliable(KindRepaired, &dest, totals); err != nil {
+			n.log.Debug("repair answer", "to", dest.node.Name, "err", err)
+		}
+	}()
+}
+
+// read returns the totals that keep accepts, with a count, in the buckets
+// refs name (deduplicated), read from the store in chunks.
+func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []region.Total {
+	seen := make(map[region.BucketRef]bool, len(refs))
+	uniq := refs[:0:0]
+	for _, r := range refs {
+		if !seen[r] {
+			seen[r] = true
+			uniq = append(uniq, r)
+		}
+	}
+	var out []region.Total
+	for len(uniq) > 0 {
+		chunk := uniq[:min(len(uniq), vectorChunk)]
+		uniq = uniq[len(chunk):]
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		vecs, err := n.store.Vectors(ctx, chunk)
+		cancel()
+		if err != nil {
+			n.met.drop("store_error")
+			n.log.Warn("read vectors", "n", len(chunk), "err", err)
+			continue
+		}
+		for _, v := range vecs {
+			for _, t := range v {
+				if t.Count > 0 && keep(t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// restore max-merges a repair answer (checked by handle: totals of this
+// region or its replicas, sent by a live member while a repair was open)
+// into the store, this region's own count included.
+func (n *Node) restore(now time.Time, m Message) {
+	ts := m.Totals[:0:0]
+	for _, t := range m.Totals {
+		if now.Before(n.expiry(t.Window, t.Bucket)) {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	if r, ok := n.store.(Restorer); ok {
+		err = r.Restore(ctx, ts)
+	} else {
+		err = n.store.Merge(ctx, ts)
+	}
+	if err != nil {
+		n.met.drop("store_error")
+		n.log.Warn("restore totals", "from", m.Node, "n", len(ts), "err", err)
+		n.rep.mu.Lock()
+		n.rep.again = true
+		n.rep.mu.Unlock()
+		return
+	}
+	n.met.repairTotals(len(ts))
+	n.hear(now, ts)
+}
+
+// epochLoop polls Config.Epoch every EpochInterval and asks for a repair
+// when the store's epoch is new (the store lost its counts), or when a
+// restore failed.
+func (n *Node) epochLoop() {
+	check := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.EpochInterval)
+		e, fresh, err := n.cfg.Epoch(ctx)
+		cancel()
+		if err != nil {
+			n.log.Debug("read store epoch", "err", err)
+			return
+		}
+		n.rep.mu.Lock()
+		last, again := n.rep.epoch, n.rep.again
+		n.rep.epoch = e
+		n.rep.mu.Unlock()
+		switch {
+		case fresh:
+			n.RequestRepair("the store holds no epoch marker: it is new or lost its counts")
+		case last != "" && e != last:
+			n.RequestRepair("the store's epoch changed: it lost its counts")
+		case again:
+			n.RequestRepair("a restore failed")
+		}
+	}
+	check()
+	n.every(n.cfg.EpochInterval, check)
+}
+
+// memberUp records that m came alive (new, or back from dead), for
+// rejoinLoop, which also tells m (KindRejoin): m may not have seen this
+// node go (a partition that only one side detected), and would otherwise
+// not re-send its own open totals. Called by setMember with memMu held:
+// it never blocks.
+func (n *Node) memberUp(m *member) { n.queueJoined(m, true) }
+
+// rejoined serves a KindRejoin from s (a live member, checked by handle):
+// s sees this node alive again, so this node re-sends its open totals to
+// s's region, without telling s in turn. At most once a second per member.
+func (n *Node) rejoined(s *member) {
+	now := n.cfg.Now()
+	n.rep.mu.Lock()
+	k := "rejoin\x00" + s.node.Name
+	if at, ok := n.rep.answered[k]; ok && now.Sub(at) < answerEvery {
+		n.rep.mu.Unlock()
+		return // the same rejoin by TCP after UDP, or a repeat: served already
+	}
+	n.rep.answered[k] = now
+	n.rep.mu.Unlock()
+	n.queueJoined(s, false)
+}
+
+func (n *Node) queueJoined(m *member, tell bool) {
+	if m.isLocal || (m.region == n.cfg.Region && !(n.cfg.OwnStore && m.ownStore)) {
+		return
+	}
+	n.rep.mu.Lock()
+	n.rep.joined[m.node.Name] = n.rep.joined[m.node.Name] || tell
+	n.rep.mu.Unlock()
+	select {
+	case n.rep.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rejoinLoop serves members that came alive: it sends each one's region
+// this region's totals of the open buckets, retries at once the
+// reconciliations waiting for that region, and asks the member for a
+// repair while one is open.
+func (n *Node) rejoinLoop() {
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.rep.wake:
+		}
+		n.rep.mu.Lock()
+		names := n.rep.joined
+		n.rep.joined = map[string]bool{}
+		open := n.cfg.Now().Before(n.rep.until)
+		n.rep.mu.Unlock()
+		regions := map[string]bool{}
+		n.memMu.RLock()
+		var ask, tell []*member
+		for name, t := range names {
+			if m := n.members[name]; m != nil && m.state == "alive" {
+				regions[m.region] = true
+				if open {
+					ask = append(ask, m)
+				}
+				if t {
+					tell = append(tell, m)
+				}
+			}
+		}
+		n.memMu.RUnlock()
+		n.log.Debug("members came alive", "members", len(names), "regions", len(regions), "tell", len(tell))
+		for _, m := range ask {
+			n.askRepair(m, KindRepair)
+		}
+		for _, m := range tell {
+			n.askRepair(m, KindRejoin)
+		}
+		if len(regions) > 0 {
+			n.resendOpen(regions)
+		}
+	}
+}
+
+// resendOpen sends this region's totals of every touched, unreconciled
+// bucket, and of the reconciliations waiting for a retry, to the owners in
+// each of regions: at once over UDP when they fit in a few packets (one
+// one-way delay), and over TCP as a reconciliation retried until it lands.
+func (n *Node) resendOpen(regions map[string]bool) {
+	waiting := map[string][]region.Total{}
+	n.pendMu.Lock()
+	now := time.Now()
+	for _, p := range n.pending {
+		if regions[p.region] {
+			p.next = now
+			p.backoff = n.cfg.FlushInterval
+			waiting[p.region] = append(waiting[p.region], p.totals...)
+		}
+	}
+	n.pendMu.Unlock()
+	var refs []region.BucketRef
+	n.mu.Lock()
+	for _, set := range n.touched {
+		for k := range set {
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
+		}
+	}
+	n.mu.Unlock()
+	var open []region.Total
+	if len(refs) > 0 {
+		open = n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
+	}
+	v := n.view()
+	n.log.Debug("re-sending open totals", "open", len(open), "waiting", len(waiting), "regions", len(regions))
+	for reg := range regions {
+		if fast := append(append([]region.Total(nil), open...), waiting[reg]...); len(fast) > 0 {
+			for dest, group := range route(fast, v.remote[reg]) {
+				n.sendAsync(KindReconcile, dest, group)
+			}
+		}
+	}
+	n.met.resent(len(open))
+	// The reliable sends take a TCP round trip or more: in the background,
+	// so that the next member to come alive is served at once.
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		n.retryPending()
+		if len(open) == 0 {
+			return
+		}
+		var deadline time.Time
+		for _, t := range open {
+			if d := n.expiry(t.Window, t.Bucket); d.After(deadline) {
+				deadline = d
+			}
+		}
+		for reg := range regions {
+			// Queued for a retry when a send fails, as a reconciliation.
+			n.sendReconcile(reg, v.remote[reg], open, deadline)
+		}
+	}()
+}

@@ -1,0 +1,507 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// ownNode is one node on a store of its own (the in-memory store, counting
+// as a replica) or on a Redis, over real sockets.
+type ownNode struct {
+	name, region string
+	node         *Node
+	store        region.Store
+}
+
+// startOwn starts a node of reg on st over loopback behind fn, joining
+// seed when set. ownStore sets Config.OwnStore; epoch, when set, is
+// Config.Epoch.
+func startOwn(t *testing.T, fn *FaultNetwork, name, reg string, st region.Store, ownStore bool,
+	epoch func(context.Context) (string, bool, error), seed string) *ownNode {
+	t.Helper()
+	nt, err := Listen("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Name, cfg.Region = name, reg
+	cfg.Transport = NewFaultTransport(nt, fn, reg)
+	cfg.OwnStore = ownStore
+	cfg.Epoch = epoch
+	cfg.EpochInterval = 100 * time.Millisecond
+	if seed != "" {
+		cfg.Join = []string{seed}
+	}
+	n, err := New(cfg, st)
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.Close(ctx)
+	})
+	return &ownNode{name: name, region: reg, node: n, store: st}
+}
+
+// hitOwn decides one hit at on as the API does (Check, then Dirty under the
+// result's region) and returns whether it was admitted and its bucket.
+func hitOwn(t *testing.T, on *ownNode, key string, lim window.Limit) (bool, int64) {
+	t.Helper()
+	reqs := []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}
+	res := make([]region.Result, 1)
+	if err := on.store.Check(context.Background(), reqs, res); err != nil {
+		t.Fatalf("Check at %s: %v", on.name, err)
+	}
+	r := res[0]
+	if !r.Allowed {
+		return false, r.Bucket
+	}
+	reg := on.region
+	if r.LocalRegion != "" {
+		reg = r.LocalRegion
+	}
+	on.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local})
+	return true, r.Bucket
+}
+
+// bucketSum returns the sum over replicas of key's bucket b in st.
+func bucketSum(t *testing.T, st region.Store, key string, w time.Duration, b int64) uint64 {
+	t.Helper()
+	vs, err := st.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
+	if err != nil {
+		t.Fatalf("Vectors: %v", err)
+	}
+	var s uint64
+	for _, tt := range vs[0] {
+		s += tt.Count
+	}
+	return s
+}
+
+func waitMembers(t *testing.T, nodes []*ownNode, want int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("every node sees %d members alive", want), func() bool {
+		for _, on := range nodes {
+			alive := 0
+			for _, m := range on.node.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestMemoryRegionNodes: two nodes of eu and one of us, each on its own
+// in-memory store counting as a replica (as rlnode runs the memory store
+// with gossip), over real memberlist sockets, hold a limit of 10 per 300 s
+// whatever node the hits go to: for each order of hits below, each phase
+// hits one node and lets replication settle before the next, and at most
+// 11 hits are admitted in all (the limit plus the sliding estimate's
+// rounding across a bucket boundary), and at least 10 (the limit stays
+// usable).
+func TestMemoryRegionNodes(t *testing.T) {
+	fn := NewFaultNetwork(1)
+	mem := func(reg string) region.Store {
+		// As rlnode opens the in-memory store with gossip.
+		st, err := region.Open(context.Background(), region.Config{Region: reg, Replica: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	eu0 := startOwn(t, fn, "eu-0", "eu", mem("eu"), true, nil, "")
+	eu1 := startOwn(t, fn, "eu-1", "eu", mem("eu"), true, nil, eu0.node.Addr())
+	us0 := startOwn(t, fn, "us-0", "us", mem("us"), true, nil, eu0.node.Addr())
+	nodes := []*ownNode{eu0, eu1, us0}
+	waitMembers(t, nodes, 3)
+	lim := window.Limit{Limit: 10, Window: 300 * time.Second}
+	type phase struct {
+		at   *ownNode
+		hits int
+	}
+	orders := map[string][]phase{
+		"eu-0 8, eu-1 8, us 10":       {{eu0, 8}, {eu1, 8}, {us0, 10}},
+		"us 5, eu-1 5, eu-0 5":        {{us0, 5}, {eu1, 5}, {eu0, 5}},
+		"eu-1 3, us 3, eu-0 10, us 5": {{eu1, 3}, {us0, 3}, {eu0, 10}, {us0, 5}},
+		"one at a time, round robin": {{eu0, 1}, {eu1, 1}, {us0, 1}, {eu0, 1}, {eu1, 1}, {us0, 1},
+			{eu0, 1}, {eu1, 1}, {us0, 1}, {eu0, 1}, {eu1, 1}, {us0, 1}},
+	}
+	names := make([]string, 0, len(orders))
+	for name := range orders {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		key := fmt.Sprintf("order%d", i)
+		admitted := 0
+		buckets := map[int64]bool{}
+		for _, ph := range orders[name] {
+			for range ph.hits {
+				ok, b := hitOwn(t, ph.at, key, lim)
+				buckets[b] = true
+				if ok {
+					admitted++
+				}
+			}
+			// Settle: every node holds every replica's count.
+			waitFor(t, 10*time.Second, "every node holds every admitted hit of "+key, func() bool {
+				for _, on := range nodes {
+					var s uint64
+					for b := range buckets {
+						s += bucketSum(t, on.store, key, lim.Window, b)
+					}
+					if s != uint64(admitted) {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		t.Logf("%s: %d admitted against a limit of 10", name, admitted)
+		if admitted > 11 || admitted < 10 {
+			t.Errorf("%s: %d admitted, want 10 or 11", name, admitted)
+		}
+	}
+}
+
+// TestRedisRestartRepair: region eu decides on a real redis-server, us on
+// its own in-memory store. After eu's counts have replicated to us, eu's
+// Redis is restarted empty; eu's node sees the new epoch, asks us for eu's
+// totals and max-merges them back: every count us holds of eu is counted
+// again in eu's Redis, and a decision in eu counts it.
+func TestRedisRestartRepair(t *testing.T) {
+	fn := NewFaultNetwork(2)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rd, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Region: "eu", ServerClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rd.Close() })
+	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
+	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
+	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+
+	lim := window.Limit{Limit: 1000, Window: time.Hour}
+	keys := keyNames("r%d", 20)
+	want := map[string]uint64{} // key -> eu's count
+	var bucket int64
+	for i, k := range keys {
+		for range i + 1 {
+			ok, b := hitOwn(t, eu, k, lim)
+			if !ok {
+				t.Fatalf("hit on %s denied", k)
+			}
+			bucket = b
+			want[k]++
+		}
+	}
+	// A count us holds for eu: only what us merged.
+	held := func(k string) uint64 {
+		vs, err := usStore.Vectors(context.Background(), []region.BucketRef{{Key: k, Window: lim.Window, Bucket: bucket}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range vs[0] {
+			if tt.Region == "eu" {
+				return tt.Count
+			}
+		}
+		return 0
+	}
+	waitFor(t, 10*time.Second, "us holds eu's counts", func() bool {
+		for _, k := range keys {
+			if held(k) != want[k] {
+				return false
+			}
+		}
+		return true
+	})
+	// Close the repair window eu opened at start (its first epoch was
+	// fresh), once us has no answer to it pending: what comes back after
+	// the restart must come from the restart's own repair.
+	waitFor(t, 5*time.Second, "us has no repair answer pending", func() bool {
+		us.node.rep.mu.Lock()
+		defer us.node.rep.mu.Unlock()
+		return len(us.node.rep.deferred) == 0
+	})
+	eu.node.rep.mu.Lock()
+	eu.node.rep.until = time.Time{}
+	eu.node.rep.mu.Unlock()
+	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
+
+	srv.Restart(t) // empty: no persistence
+	took := waitFor(t, 20*time.Second, "eu's Redis counts every total us holds of eu again", func() bool {
+		for _, k := range keys {
+			if bucketSum(t, rd, k, lim.Window, bucket) < held(k) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("eu's Redis restarted empty; its %d keys' counts were back %v later", len(keys), took.Round(time.Millisecond))
+	for _, k := range keys {
+		if got := bucketSum(t, rd, k, lim.Window, bucket); got != want[k] {
+			t.Errorf("eu's Redis holds %d for %s after the repair, want exactly %d (never above the truth)", got, k, want[k])
+		}
+	}
+	if got := counterValue(eu.node.met.repairs.WithLabelValues("requested")); got <= requested {
+		t.Errorf("repairs requested = %v after the restart, want more than %v", got, requested)
+	}
+	if got := counterValue(eu.node.met.repairTs); got < float64(len(keys)) {
+		t.Errorf("repair totals received = %v, want at least %d", got, len(keys))
+	}
+	if got := counterValue(us.node.met.repairs.WithLabelValues("answered")); got < 1 {
+		t.Errorf("us answered %v repairs, want at least 1", got)
+	}
+	// The restored count takes part in decisions: key r19 holds 20 of
+	// 1000; with a limit of 20 it is now full.
+	ok, _ := hitOwn(t, eu, keys[len(keys)-1], window.Limit{Limit: 20, Window: lim.Window})
+	if ok {
+		t.Errorf("a hit on %s was admitted against a limit of 20 after the repair restored its 20", keys[len(keys)-1])
+	}
+	checkTiming(t, "repair after the restart", took, 5*testConfig().ReconnectInterval)
+}
+
+// TestHealAgreement: region us is cut off from ap and eu until they
+// declare its node dead, while every region admits hits on keys with a
+// long window (their bucket stays open) and a short one (buckets close
+// during the partition). Traffic stops; the partition heals. Once the
+// nodes see each other alive again, every region holds the same vector
+// for every open and closed bucket within two flush intervals plus the
+// one-way delay (asserted with checkTiming's margin for a loaded machine),
+// because each side re-sends its open totals, and retries its waiting
+// reconciliations, as soon as it sees the other alive.
+func TestHealAgreement(t *testing.T) {
+	const oneWay = 60 * time.Millisecond
+	fn := NewFaultNetwork(3)
+	wan(fn, threeRegions, oneWay)
+	h := newHarness(t, fn, threeRegions, 1)
+	open := window.Limit{Limit: 1 << 40, Window: time.Hour}
+	short := window.Limit{Limit: 1 << 40, Window: time.Second}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	drive := func() {
+		for _, tn := range h.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					lim := open
+					if i%2 == 1 {
+						lim = short
+					}
+					if _, err := h.hit(tn, fmt.Sprintf("h%d", i%8), lim); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	drive()
+	time.Sleep(300 * time.Millisecond) // traffic before the cut, replicated as usual
+	h.fn.Partition("us", "ap")
+	h.fn.Partition("us", "eu")
+	waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
+		for _, tn := range h.nodes {
+			for _, m := range tn.node.Members() {
+				if m.Region == "us" && tn.region != "us" && m.State == "alive" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+	h.fn.HealAll()
+	healAt := time.Now()
+	rejoin := waitFor(t, 20*time.Second, "all members alive again", func() bool {
+		for _, tn := range h.nodes {
+			alive := 0
+			for _, m := range tn.node.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != len(h.nodes) {
+				return false
+			}
+		}
+		return true
+	})
+	aliveAt := healAt.Add(rejoin)
+	want := h.truthVecs(nil)
+	var nOpen, nClosed int
+	for br := range want {
+		if br.Window == open.Window {
+			nOpen++
+		} else {
+			nClosed++
+		}
+	}
+	var diff, last string
+	if _, ok := poll(20*time.Second, func() bool {
+		ok, d := h.agree(want)
+		if !ok {
+			diff, last = d, fmt.Sprintf("%s at %v", d, time.Since(aliveAt).Round(time.Millisecond))
+		}
+		return ok
+	}); !ok {
+		t.Fatalf("regions do not agree 20s after the heal: %s", diff)
+	}
+	t.Logf("last difference seen: %s", last)
+	took := time.Since(aliveAt)
+	bound := 2*testConfig().FlushInterval + oneWay
+	t.Logf("heal: members alive %v after the heal; %d open and %d closed buckets agreed in every region %v after that (bound: two flush intervals + one-way delay = %v)",
+		rejoin.Round(time.Millisecond), nOpen, nClosed, took.Round(time.Millisecond), bound)
+	if nOpen == 0 || nClosed == 0 {
+		t.Fatalf("%d open and %d closed buckets hit, want some of each", nOpen, nClosed)
+	}
+	checkTiming(t, "agreement after the members saw each other alive", took, bound)
+	for _, tn := range h.nodes {
+		if got := counterValue(tn.node.met.resends); got == 0 && tn.region == "us" {
+			t.Errorf("%s re-sent no open totals after the heal", tn.name)
+		}
+	}
+}
+
+// TestClockSkewBound: an offset past MaxClockSkew is counted once per
+// excursion, in either direction.
+func TestClockSkewBound(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	for i, c := range []struct {
+		off  time.Duration
+		want float64
+	}{
+		{10 * time.Millisecond, 0},
+		{time.Second, 1},
+		{2 * time.Second, 1}, // still the same excursion
+		{0, 1},
+		{-time.Second, 2},
+	} {
+		n.checkSkew("node-us", "us", c.off)
+		if got := counterValue(n.met.skew); got != c.want {
+			t.Errorf("step %d (offset %v): clock_skew_exceeded_total = %v, want %v", i, c.off, got, c.want)
+		}
+	}
+}
+
+// TestRepairAnswerOnlyWhenAsked: a repair answer (totals of this node's
+// own region) is merged only while this node has a repair open, and
+// never one naming another region.
+func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
+	st := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	n := receiver(t, "eu", st)
+	w := time.Minute
+	b := window.Bucket(t0.UnixMilli(), w)
+	send := func(ts []region.Total) {
+		t.Helper()
+		fs, err := Encode(KindRepaired, t0, testSender("us"), ts, MaxMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			n.handle(f)
+		}
+	}
+	own := []region.Total{{Key: "k", Window: w, Bucket: b, Region: "eu", Count: 7}}
+	send(own)
+	if got := bucketSum(t, st, "k", w, b); got != 0 {
+		t.Fatalf("unasked repair answer merged: holds %d, want 0", got)
+	}
+	if got := n.met.dropCount("foreign_kind"); got != 1 {
+		t.Errorf("dropped foreign_kind = %v, want 1", got)
+	}
+	n.rep.until = t0.Add(time.Minute) // as RequestRepair does
+	send([]region.Total{{Key: "k", Window: w, Bucket: b, Region: "ap", Count: 9}})
+	if got := n.met.dropCount("foreign_region"); got != 1 {
+		t.Errorf("dropped foreign_region = %v, want 1 (a repair answer for another region)", got)
+	}
+	send(own)
+	send(own) // idempotent
+	if got := bucketSum(t, st, "k", w, b); got != 7 {
+		t.Errorf("after the repair answer: holds %d, want 7 (own region restored once)", got)
+	}
+}
+
+// TestLongPartitionHeals: two regions cut off from each other long enough
+// that each has forgotten the other (as after more failed members than it
+// remembers, or, before, an hour) still find each other again once the
+// link heals: the node with a seed keeps joining it for as long as it runs.
+func TestLongPartitionHeals(t *testing.T) {
+	fn := NewFaultNetwork(4)
+	x := startOwn(t, fn, "x-0", "x", region.NewMemory(region.MemoryConfig{Region: "x"}), false, nil, "")
+	y := startOwn(t, fn, "y-0", "y", region.NewMemory(region.MemoryConfig{Region: "y"}), false, nil, x.node.Addr())
+	waitMembers(t, []*ownNode{x, y}, 2)
+	fn.Partition("x", "y")
+	waitFor(t, 20*time.Second, "each declares the other dead", func() bool {
+		return memberState(x.node, "y-0") == "dead" && memberState(y.node, "x-0") == "dead"
+	})
+	// The partition lasts past GossipToTheDeadTime, after which memberlist
+	// itself stops talking to the dead: only this package's loops can heal
+	// it. (A phase's length, not a wait for something to settle.)
+	<-time.After(testConfig().GossipToTheDeadTime + time.Second)
+	for _, on := range []*ownNode{x, y} {
+		on.node.memMu.Lock()
+		for name, m := range on.node.members {
+			if !m.isLocal {
+				delete(on.node.members, name) // forgotten
+			}
+		}
+		on.node.memMu.Unlock()
+	}
+	fn.HealAll()
+	took := waitFor(t, 20*time.Second, "both alive again", func() bool {
+		return memberState(x.node, "y-0") == "alive" && memberState(y.node, "x-0") == "alive"
+	})
+	t.Logf("forgotten members found each other %v after the heal", took.Round(time.Millisecond))
+}
+
+// TestDeadMembersKept: a failed member stays listed, and so tried by the
+// reconnect loop, however long it has been dead, up to maxDead of them.
+func TestDeadMembersKept(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	for i := range maxDead + 3 {
+		n.setMember(memberNode(fmt.Sprintf("gone-%03d", i), "us", 1), "dead")
+	}
+	n.pruneMembers(time.Now().Add(24 * time.Hour))
+	dead := 0
+	for _, m := range n.Members() {
+		if m.State == "dead" {
+			dead++
+		}
+	}
+	if dead != maxDead {
+		t.Errorf("%d dead members listed a day later, want %d (the bound)", dead, maxDead)
+	}
+	if s := memberState(n, "gone-000"); s != "" {
+		t.Errorf("the longest dead member is still listed (%s), want it forgotten first", s)
+	}
+	if s := memberState(n, fmt.Sprintf("gone-%03d", maxDead+2)); s != "dead" {
+		t.Errorf("the newest dead member is %q, want dead", s)
+	}
+}
