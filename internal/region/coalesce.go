@@ -26,6 +26,11 @@ type Coalesce struct {
 	// MaxBatch is the most requests one gathered pipeline carries; a call
 	// with at least this many requests is sent on its own. Default 64.
 	MaxBatch int
+	// Unbatched sends each decision of a round trip as its own EVALSHA of
+	// its script. By default the decisions of a round trip (a gathered
+	// batch, or one Check of several requests) go as one EVALSHA of a batch
+	// script that runs them all, one per hash slot on a Redis Cluster.
+	Unbatched bool
 }
 
 // roundTripper is what a coalescer sends through: the [Redis] store, or a
