@@ -49,6 +49,9 @@ func BenchmarkRedisCheck(b *testing.B) {
 		{"single/direct", 1, region.Coalesce{Disabled: true}},
 		{"batch10/coalesced", 10, region.Coalesce{}},
 		{"batch10/direct", 10, region.Coalesce{Disabled: true}},
+		{"single/coalesced/unbatched", 1, region.Coalesce{Unbatched: true}},
+		{"batch10/coalesced/unbatched", 10, region.Coalesce{Unbatched: true}},
+		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true, Unbatched: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: tc.co})

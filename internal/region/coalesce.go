@@ -16,7 +16,8 @@ import (
 // later calls gather into the next batch, which is sent when the round trip
 // in flight returns, when MaxWait has passed since the batch's first call, or
 // when it holds MaxBatch requests, whichever comes first. Each batch is one
-// pipeline; each call still gets its own results and its own error.
+// round trip, its decisions one script call (see [Redis]); each call still
+// gets its own results and its own error.
 type Coalesce struct {
 	// Disabled sends every Check as its own round trip.
 	Disabled bool

@@ -65,9 +65,12 @@ type RedisConfig struct {
 }
 
 // Redis is the [Store] on a region's Redis: standalone, Sentinel or
-// Cluster, through go-redis's UniversalClient. Every decision is one
-// EVALSHA of a Lua script; a batch of decisions is one pipeline. It is safe
-// for concurrent use.
+// Cluster, through go-redis's UniversalClient. A decision alone is one
+// EVALSHA of its Lua script; the decisions of one round trip (one Check of
+// several requests, or concurrent Checks gathered by [Coalesce]) are one
+// EVALSHA of a batch script that runs each of them as its own script would,
+// or on a Redis Cluster one such EVALSHA per hash slot, in one pipeline. It
+// is safe for concurrent use.
 //
 // Key layout (W_ms is the window in milliseconds, b the bucket index, and
 // the key escaped so '}' and '%' never appear raw, which keeps the hash tag
