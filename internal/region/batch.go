@@ -20,9 +20,10 @@ import (
 //	        its key count, its argument count; then every decision's
 //	        arguments, one after the other
 //
-// It returns one {1, reply} per decision, reply being the decision's own
-// script reply, or {0, message} when that decision raised an error (each
-// runs under pcall, so one decision's error fails no other). The batch is
+// It returns {outcomes, reply 1, ..., reply n}: outcomes holds one
+// character per decision, '1' when its reply is its own script's reply,
+// '0' when it raised an error, its reply then the error message (each
+// decision runs under pcall, so one decision's error fails no other). The batch is
 // atomic as a whole, as each decision is on its own.
 //
 // On a Redis Cluster every key of a script must hash to one slot, so only
@@ -62,24 +63,30 @@ func newBatchScript(scripts ...*redis.Script) (*redis.Script, error) {
 		fmt.Fprintf(&b, "decide[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
 	}
 	b.WriteString(`local n = tonumber(ARGV[1])
-local out = {}
-local ki, ai = 1, 2 + 3 * n
+local out, oks = {}, {}
+local k, a = {}, {}
+local ki, ai, mk, ma = 1, 2 + 3 * n, 0, 0
 for i = 1, n do
   local h = 3 * i - 1
   local f = decide[tonumber(ARGV[h])]
   local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
-  local k, a = {}, {}
   for j = 1, nk do k[j] = KEYS[ki]; ki = ki + 1 end
+  for j = nk + 1, mk do k[j] = nil end
   for j = 1, na do a[j] = ARGV[ai]; ai = ai + 1 end
+  for j = na + 1, ma do a[j] = nil end
+  mk, ma = nk, na
   local ok, r = pcall(f, k, a)
   if ok then
     if r == nil then r = false end
-    out[i] = {1, r}
+    oks[i] = '1'
   else
     if type(r) == 'table' and r.err then r = r.err end
-    out[i] = {0, tostring(r)}
+    r = tostring(r)
+    oks[i] = '0'
   end
+  out[i + 1] = r
 end
+out[1] = table.concat(oks)
 return out
 `)
 	return redis.NewScript(b.String()), nil
@@ -100,24 +107,20 @@ var _ redis.Error = scriptError("")
 // n decisions.
 func batchReplies(v any, n int) ([]reply, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) != n {
+	if !ok || len(arr) != n+1 {
 		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected reply %T for %d decisions", v, n))
 	}
+	oks, _ := arr[0].(string)
+	if len(oks) != n {
+		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected outcomes %q for %d decisions", oks, n))
+	}
 	out := make([]reply, n)
-	for i, e := range arr {
-		pair, _ := e.([]any)
-		if len(pair) == 0 {
-			return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected reply %T for decision %d", e, i))
-		}
-		var val any
-		if len(pair) > 1 {
-			val = pair[1]
-		}
-		if ok, _ := pair[0].(int64); ok == 1 {
-			out[i] = reply{v: val}
+	for i, e := range arr[1:] {
+		if oks[i] == '1' {
+			out[i] = reply{v: e}
 			continue
 		}
-		msg, _ := val.(string)
+		msg, _ := e.(string)
 		out[i] = reply{err: scriptError(msg)}
 	}
 	return out, nil
