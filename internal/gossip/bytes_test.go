@@ -83,7 +83,7 @@ func measureCost(tb testing.TB, c costRun) costResult {
 			tb.Fatal(err)
 		}
 		cfg := testConfig()
-		cfg.FlushInterval, cfg.HeartbeatInterval = DefaultFlushInterval, DefaultHeartbeatInterval
+		cfg.FlushInterval, cfg.HeartbeatInterval, cfg.PushPullInterval = DefaultFlushInterval, DefaultHeartbeatInterval, 10*time.Second
 		cfg.Name, cfg.Region, cfg.SecretKey = r+"-0", r, key
 		cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", 8000+len(nodes))
 		cfg.Transport = NewFaultTransport(nt, fn, r)
