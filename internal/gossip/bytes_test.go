@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -226,6 +227,13 @@ func TestReplicationCost(t *testing.T) {
 		}
 		if r.admitted == 0 {
 			t.Errorf("%s: nothing admitted", c.name)
+		}
+		var sum float64
+		for _, v := range r.byReason {
+			sum += v
+		}
+		if math.Abs(sum-r.payload) > 1 {
+			t.Errorf("%s: bytes by reason sum to %.0f, bytes by kind to %.0f", c.name, sum, r.payload)
 		}
 		if r.byReason["flush"] <= 0 {
 			t.Errorf("%s: no bytes counted as flush: %v", c.name, r.byReason)
