@@ -149,14 +149,10 @@ func (n *Node) totals(m map[ref]uint64) []region.Total {
 	return out
 }
 
-// sendAsync sends totals to dest without blocking the caller for long: over
-// UDP when they fit in a few packets, otherwise over TCP on a bounded set of
-// goroutines (a batch that finds them all busy is dropped and counted).
-func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
-	n.sendAsyncFor(kind, costOf(kind), dest, totals)
-}
-
-// sendAsyncFor is sendAsync, counting the bytes as sent for c.
+// sendAsyncFor sends totals to dest without blocking the caller for long:
+// over UDP when they fit in a few packets, otherwise over TCP on a bounded
+// set of goroutines (a batch that finds them all busy is dropped and
+// counted). The bytes count as sent for c.
 func (n *Node) sendAsyncFor(kind Kind, c cost, dest *member, totals []region.Total) {
 	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, n.cfg.UDPBudget)
 	if err != nil {
