@@ -139,10 +139,12 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		return p, by, w
 	}
 	p0, by0, w0 := snapshot()
-	// Each region offers perKey/3 hits per second to every key, in ticks of
-	// 10 ms, keys in turn.
+	// Each region offers perKey/3 hits per second to every key, keys in
+	// turn, catching up every 10 ms on what the elapsed time owes (so that
+	// a late tick on a loaded machine does not lower the load).
 	const tickEvery = 10 * time.Millisecond
-	perTick := float64(c.keys) * c.perKey / float64(len(nodes)) * tickEvery.Seconds()
+	rate := float64(c.keys) * c.perKey / float64(len(nodes))
+	started := time.Now()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -151,14 +153,12 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var owed float64
 			next := 0
 			var offered, admitted int64
 			reqs := make([]region.Request, 1)
 			out := make([]region.Result, 1)
 			tick(stop, tickEvery, func(int) bool {
-				owed += perTick
-				for ; owed >= 1; owed-- {
+				for owed := int64(time.Since(started).Seconds() * rate); offered < owed; {
 					k := keys[next%len(keys)]
 					next++
 					offered++
@@ -180,7 +180,6 @@ func measureCost(tb testing.TB, c costRun) costResult {
 			mu.Unlock()
 		}()
 	}
-	started := time.Now()
 	polltest.Until(tb, 2*c.run+10*time.Second, "the load period to pass", func() bool { return time.Since(started) >= c.run })
 	close(stop)
 	wg.Wait()

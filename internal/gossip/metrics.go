@@ -170,7 +170,7 @@ func counterValue(c prometheus.Counter) float64 {
 // bytesSent returns the payload bytes sent so far, all kinds together.
 func (m *metrics) bytesSentTotal() float64 {
 	var sum float64
-	for _, k := range []Kind{KindFlush, KindReconcile, KindState, KindTouch} {
+	for k := KindFlush; k <= KindRejoin; k++ {
 		sum += counterValue(m.bytesSent.WithLabelValues(k.String()))
 	}
 	return sum
