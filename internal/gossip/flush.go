@@ -125,7 +125,7 @@ func (n *Node) flush(final bool) {
 }
 
 // send sends totals to dest: at once over TCP when reliable, else with
-// sendAsync.
+// sendAsyncFor.
 func (n *Node) send(reliable bool, kind Kind, dest *member, totals []region.Total) {
 	n.sendFor(reliable, kind, costOf(kind), dest, totals)
 }
