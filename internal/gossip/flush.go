@@ -112,7 +112,7 @@ func (n *Node) flush(final bool) {
 	if len(totals) > 0 {
 		for _, ms := range v.remote {
 			for dest, group := range route(totals, ms) {
-				n.send(final, KindFlush, dest, group)
+				n.sendFor(final, KindFlush, echoCost(group, dirty), dest, group)
 			}
 		}
 	}
@@ -125,13 +125,18 @@ func (n *Node) flush(final bool) {
 }
 
 // send sends totals to dest: at once over TCP when reliable, else with
-// sendAsync.
+// sendAsyncFor.
 func (n *Node) send(reliable bool, kind Kind, dest *member, totals []region.Total) {
+	n.sendFor(reliable, kind, costOf(kind), dest, totals)
+}
+
+// sendFor is send, counting the bytes as sent for c.
+func (n *Node) sendFor(reliable bool, kind Kind, c cost, dest *member, totals []region.Total) {
 	if !reliable {
-		n.sendAsync(kind, dest, totals)
+		n.sendAsyncFor(kind, c, dest, totals)
 		return
 	}
-	if err := n.sendReliable(kind, dest, totals); err != nil {
+	if err := n.sendReliableFor(kind, c, dest, totals); err != nil {
 		n.log.Warn("final flush", "to", dest.node.Name, "err", err)
 	}
 }
@@ -144,10 +149,11 @@ func (n *Node) totals(m map[ref]uint64) []region.Total {
 	return out
 }
 
-// sendAsync sends totals to dest without blocking the caller for long: over
-// UDP when they fit in a few packets, otherwise over TCP on a bounded set of
-// goroutines (a batch that finds them all busy is dropped and counted).
-func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
+// sendAsyncFor sends totals to dest without blocking the caller for long:
+// over UDP when they fit in a few packets, otherwise over TCP on a bounded
+// set of goroutines (a batch that finds them all busy is dropped and
+// counted). The bytes count as sent for c.
+func (n *Node) sendAsyncFor(kind Kind, c cost, dest *member, totals []region.Total) {
 	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, n.cfg.UDPBudget)
 	if err != nil {
 		n.met.drop("encode")
@@ -164,7 +170,7 @@ func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
 				n.met.drop("send_error")
 				continue
 			}
-			n.met.sent(kind, len(f))
+			n.met.sentFor(kind, c, len(f))
 		}
 		return
 	}
@@ -178,7 +184,7 @@ func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
 	go func() {
 		defer n.sends.Done()
 		defer func() { <-n.sendSem }()
-		if err := n.sendReliable(kind, dest, totals); err != nil {
+		if err := n.sendReliableFor(kind, c, dest, totals); err != nil {
 			n.log.Debug("reliable send", "to", dest.node.Name, "err", err)
 		}
 	}()
@@ -186,6 +192,11 @@ func (n *Node) sendAsync(kind Kind, dest *member, totals []region.Total) {
 
 // sendReliable sends totals to dest over TCP, in frames of at most 256 KiB.
 func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) error {
+	return n.sendReliableFor(kind, costOf(kind), dest, totals)
+}
+
+// sendReliableFor is sendReliable, counting the bytes as sent for c.
+func (n *Node) sendReliableFor(kind Kind, c cost, dest *member, totals []region.Total) error {
 	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, maxReliableFrame)
 	if err != nil {
 		n.met.drop("encode")
@@ -196,7 +207,7 @@ func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) erro
 			n.met.drop("send_error")
 			return fmt.Errorf("send %s to %s: %w", kind, dest.node.Name, err)
 		}
-		n.met.sent(kind, len(f))
+		n.met.sentFor(kind, c, len(f))
 	}
 	return nil
 }

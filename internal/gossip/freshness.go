@@ -71,7 +71,7 @@ func (n *Node) heartbeat() {
 				n.met.drop("send_error")
 				continue
 			}
-			n.met.sent(KindFlush, len(frame))
+			n.met.sentFor(KindFlush, cost{reason: reasonHeartbeat}, len(frame))
 		}
 	}
 }

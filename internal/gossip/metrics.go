@@ -11,6 +11,7 @@ type metrics struct {
 	node        *Node
 	msgsSent    *prometheus.CounterVec
 	bytesSent   *prometheus.CounterVec
+	bytesWhy    *prometheus.CounterVec
 	msgsRecv    *prometheus.CounterVec
 	bytesRecv   *prometheus.CounterVec
 	merges      prometheus.Counter
@@ -35,6 +36,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		msgsSent:  cv("messages_sent_total", "Replication frames sent, by kind.", "kind"),
 		bytesSent: cv("bytes_sent_total", "Replication frame bytes sent (payload), by kind.", "kind"),
+		bytesWhy:  cv("sent_bytes_total", "Replication frame bytes sent (payload), by reason (flush, echo, heartbeat, reconcile, state, touch, repair, rejoin).", "reason"),
 		msgsRecv:  cv("messages_received_total", "Replication frames received and decoded, by kind.", "kind"),
 		bytesRecv: cv("bytes_received_total", "Replication frame bytes received (payload), by kind.", "kind"),
 		merges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "merges_total",
@@ -69,15 +71,26 @@ func newMetrics() *metrics {
 		m.msgsRecv.WithLabelValues(k.String())
 		m.bytesRecv.WithLabelValues(k.String())
 	}
+	for _, r := range reasons {
+		m.bytesWhy.WithLabelValues(r)
+	}
 	for _, r := range []string{"malformed", "version", "oversized", "queue_full", "dirty_full", "send_error", "store_error"} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m
 }
 
-func (m *metrics) sent(k Kind, bytes int) {
+func (m *metrics) sent(k Kind, bytes int) { m.sentFor(k, costOf(k), bytes) }
+
+// sentFor counts a frame of kind sent for c.
+func (m *metrics) sentFor(k Kind, c cost, bytes int) {
 	m.msgsSent.WithLabelValues(k.String()).Inc()
 	m.bytesSent.WithLabelValues(k.String()).Add(float64(bytes))
+	echo := float64(bytes) * c.echo
+	if echo > 0 {
+		m.bytesWhy.WithLabelValues(reasonEcho).Add(echo)
+	}
+	m.bytesWhy.WithLabelValues(c.reason).Add(float64(bytes) - echo)
 }
 
 func (m *metrics) received(k Kind, bytes int) {
@@ -104,7 +117,7 @@ func (m *metrics) dropCount(r string) float64 {
 // register (the node registers nothing globally).
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.met
-	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
+	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.bytesWhy, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
 		m.repairs, m.repairTs, m.resends, m.skew, (*stateCollector)(m)}
 }
 
@@ -157,8 +170,17 @@ func counterValue(c prometheus.Counter) float64 {
 // bytesSent returns the payload bytes sent so far, all kinds together.
 func (m *metrics) bytesSentTotal() float64 {
 	var sum float64
-	for _, k := range []Kind{KindFlush, KindReconcile, KindState, KindTouch} {
+	for k := KindFlush; k <= KindRejoin; k++ {
 		sum += counterValue(m.bytesSent.WithLabelValues(k.String()))
 	}
 	return sum
+}
+
+// bytesByReason returns the payload bytes sent so far by reason.
+func (m *metrics) bytesByReason() map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range reasons {
+		out[r] = counterValue(m.bytesWhy.WithLabelValues(r))
+	}
+	return out
 }

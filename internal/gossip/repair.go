@@ -447,7 +447,7 @@ func (n *Node) resendOpen(regions map[string]bool) {
 	for reg := range regions {
 		if fast := append(append([]region.Total(nil), open...), waiting[reg]...); len(fast) > 0 {
 			for dest, group := range route(fast, v.remote[reg]) {
-				n.sendAsync(KindReconcile, dest, group)
+				n.sendAsyncFor(KindReconcile, cost{reason: reasonRejoin}, dest, group)
 			}
 		}
 	}
