@@ -271,3 +271,30 @@ func TestBatchClusterPerSlot(t *testing.T) {
 		t.Errorf("EVALSHA calls = %d, want %d (one per slot)", got, want)
 	}
 }
+
+// A round trip of more decisions than one script call may carry is split
+// into several batch calls, in order.
+func TestBatchSplitsLongRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	r := newTestRedis(t, RedisConfig{URL: srv.URL(), Coalesce: Coalesce{Disabled: true}})
+	l := window.Limit{Limit: 100, Window: time.Minute}
+	n := 2*maxScriptBatch + 3
+	reqs := make([]Request, n)
+	for i := range reqs {
+		reqs[i] = Request{Key: "same", Limit: l, Hits: 1, Now: batchT0}
+	}
+	resetStats(t, srv.Addr)
+	res := make([]Result, n)
+	if err := r.Check(ctx, reqs, res); err != nil {
+		t.Fatal(err)
+	}
+	for i := range res {
+		if got, want := res[i].Allowed, i < 100; got != want {
+			t.Errorf("request %d: Allowed = %v, want %v", i, got, want)
+		}
+	}
+	if got, want := evalshaCalls(t, srv.Addr), 3; got != want {
+		t.Errorf("EVALSHA calls = %d, want %d", got, want)
+	}
+}

@@ -417,8 +417,13 @@ func (r *Redis) decision(q *Request) decision {
 		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs + r.marginMs, boolArg(r.server)}}
 }
 
-// groups splits the decisions listed in idx into script calls: all of
-// them in one batch, or on a Redis Cluster one batch per hash slot (a
+// maxScriptBatch is the most decisions one batch script call runs, so
+// that one call never holds Redis much longer than a pipeline of single
+// decisions would hold any one of its other clients.
+const maxScriptBatch = 64
+
+// groups splits the decisions listed in idx into script calls: batches of
+// at most maxScriptBatch, on a Redis Cluster each of one hash slot (a
 // script's keys must share a slot); each decision alone when batching is
 // off.
 func (r *Redis) groups(ds []decision, idx []int) [][]int {
@@ -430,14 +435,17 @@ func (r *Redis) groups(ds []decision, idx []int) [][]int {
 		return out
 	}
 	if !r.cluster {
-		return [][]int{idx}
+		if len(idx) <= maxScriptBatch {
+			return [][]int{idx}
+		}
+		return slices.Collect(slices.Chunk(idx, maxScriptBatch))
 	}
 	var out [][]int
 	at := make(map[uint16]int)
 	for _, i := range idx {
 		slot := keySlot(ds[i].keys[0])
 		g, ok := at[slot]
-		if !ok {
+		if !ok || len(out[g]) == maxScriptBatch {
 			g = len(out)
 			at[slot] = g
 			out = append(out, nil)
