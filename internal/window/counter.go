@@ -52,7 +52,14 @@ type Decision struct {
 	SubOldest uint64
 	// SubWeightNum / SubWeightDen is the oldest (sub-)bucket's weight: its
 	// overlap with the trailing window, S - e, over its length S (1 for a
-	// strict counter, 0 for FixedWindow).
+	// strict counter, 0 for FixedWindow). For [Limit.DecideSpans] the
+	// oldest half has one term per region ([Limit.SpanTerms]), and
+	//
+	//	Estimate = SubWhole + sum of floor(t.N * t.Num / t.Den) over them
+	//
+	// SubOldest is the sum of their N, SubMs the half's length H, and
+	// SubWeightNum / SubWeightDen the one term's weight when exactly one
+	// region's term is nonzero, else 0 / 0.
 	SubWeightNum, SubWeightDen uint64
 }
 

@@ -1,0 +1,328 @@
+package window
+
+import "time"
+
+// Half is one region's hits in one half of a bucket: N hits, the first
+// admitted at offset First and the last at offset Last, in ms from the start
+// of the bucket (not of the half). A Half with N = 0 holds nothing and its
+// offsets mean nothing.
+//
+// Every field is monotone in time for one region, so a Half replicates as
+// counts do: N and Last merge by maximum, First by minimum (see
+// [Half.Merge]).
+type Half struct {
+	N           uint64
+	First, Last int64
+}
+
+// Halves is one region's state of one bucket: the hits of its early half
+// [0, H) and of its late half [H, W), where H = floor(W/2) ([Limit.HalfMs]).
+type Halves struct {
+	Early, Late Half
+}
+
+// Count returns the region's count of the bucket, Early.N + Late.N,
+// saturating.
+func (h Halves) Count() uint64 { return satAdd(h.Early.N, h.Late.N) }
+
+// Add records hits admitted at offset e (ms from the bucket's start, 0 to
+// W-1) of a bucket of length wMs.
+func (h *Halves) Add(e, wMs int64, hits uint64) {
+	x := &h.Early
+	if e >= wMs/2 {
+		x = &h.Late
+	}
+	x.Add(e, hits)
+}
+
+// Add records hits admitted at offset e.
+func (h *Half) Add(e int64, hits uint64) {
+	if h.N == 0 {
+		h.First, h.Last = e, e
+	} else {
+		h.First, h.Last = min(h.First, e), max(h.Last, e)
+	}
+	h.N = satAdd(h.N, hits)
+}
+
+// Merge merges o, another report of the same region's half, into h: N and
+// Last by maximum, First by minimum. It is idempotent, commutative and
+// associative, so reports may arrive duplicated, late or out of order.
+func (h *Half) Merge(o Half) {
+	switch {
+	case o.N == 0:
+	case h.N == 0:
+		*h = o
+	default:
+		h.N, h.First, h.Last = max(h.N, o.N), min(h.First, o.First), max(h.Last, o.Last)
+	}
+}
+
+// Merge merges o into h half by half; see [Half.Merge].
+func (h *Halves) Merge(o Halves) {
+	h.Early.Merge(o.Early)
+	h.Late.Merge(o.Late)
+}
+
+// HalfMs returns H = floor(W/2), where the late half of a bucket begins, in
+// ms.
+func (l Limit) HalfMs() int64 { return l.WindowMs() / 2 }
+
+// Term is one region's share of the oldest half-bucket that overlaps the
+// trailing window: floor(N * Num / Den) of its N hits are counted.
+type Term struct {
+	N, Num, Den uint64
+}
+
+// Value returns floor(N * Num / Den), 0 for the zero Term.
+func (t Term) Value() uint64 {
+	if t.Num == 0 {
+		return 0
+	}
+	return MulDiv(t.N, t.Num, t.Den)
+}
+
+// spanTerm returns the term of half o at offset e (ms from the start of
+// the bucket that holds o): its hits are taken as spread evenly over the
+// milliseconds First..Last, and those after e are still in the trailing
+// window. lo and hi bound the half ([lo, hi)); offsets outside it (state
+// written without spans) count as the whole half.
+func spanTerm(o Half, e, lo, hi int64, strict bool) Term {
+	f, la := o.First, o.Last
+	if f < lo || la >= hi || f > la {
+		f, la = lo, hi-1
+	}
+	den := uint64(la - f + 1)
+	t := Term{N: o.N, Den: den}
+	switch {
+	case strict:
+		if la > e {
+			t.Num = den
+		}
+	case e < f:
+		t.Num = den
+	case e < la:
+		t.Num = uint64(la - e)
+	}
+	return t
+}
+
+// oldestTerm returns the term of p's oldest half overlapping the trailing
+// window at offset e of the next bucket, and whether it is nonzero.
+func oldestTerm(p Halves, e, h, w int64, strict bool) (Term, bool) {
+	o, lo, hi := p.Early, int64(0), h
+	if e >= h {
+		o, lo, hi = p.Late, h, w
+	}
+	if o.N == 0 {
+		return Term{}, false
+	}
+	t := spanTerm(o, e, lo, hi, strict)
+	return t, t.Num != 0
+}
+
+// SpanTerms returns the terms of [Limit.DecideSpans]'s estimate at nowMs,
+// one per state in prev (the regions' states of the previous bucket), in
+// order: a region whose oldest half counts nothing has a zero Term.
+func (l Limit) SpanTerms(nowMs int64, prev []Halves) []Term {
+	w := l.WindowMs()
+	e := nowMs - Bucket(nowMs, l.Window)*w
+	out := make([]Term, len(prev))
+	for i := range prev {
+		out[i], _ = oldestTerm(prev[i], e, w/2, w, l.Strict)
+	}
+	return out
+}
+
+// DecideSpans decides a request for hits with the default sliding window
+// counter ([SlidingWindow]): each bucket of length W is split at H =
+// floor(W/2) into two halves, and each region keeps, per half, its count and
+// the offsets of its first and last hit ([Halves]). At nowMs, e ms into
+// bucket b, the trailing window (nowMs-W, nowMs] holds all of bucket b, the
+// halves of bucket b-1 that end after e, and part of the oldest half that
+// overlaps it (the early half of b-1 while e < H, else its late half). For
+// each region r whose oldest half holds N_r hits from First_r to Last_r, its
+// hits are taken as spread evenly over the milliseconds First_r..Last_r:
+//
+//	Den_r    = Last_r - First_r + 1
+//	Num_r    = Den_r            if e < First_r
+//	           Last_r - e       if First_r <= e < Last_r
+//	           0                otherwise
+//	whole    = sum of cur's counts + (e < H ? sum of prev's late halves : 0)
+//	estimate = whole + sum over r of floor(N_r * Num_r / Den_r)
+//	allow    = estimate + hits <= limit   (then cur[local] gets the hits at e)
+//
+// With Strict, Num_r = Den_r while Last_r > e, else 0: a half counts whole
+// while any of its hits is still in the trailing window, so the estimate is
+// never below the exact count and one region never admits more than the
+// limit in any trailing window.
+//
+// prev and cur are the regions' states of buckets b-1 and b, in any order,
+// and cur[local] is the local region's, the one an allowed request adds its
+// hits to (for ResetAfter; when cur lacks the local region, pass a local
+// out of range and the added hits are taken as a region of their own).
+// [Limit.SpanTerms] lists the terms of the estimate. The decision does not change prev or cur: when it is allowed, the caller adds
+// the hits to the local region's cur with [Halves.Add] at e.
+func (l Limit) DecideSpans(nowMs int64, prev, cur []Halves, local int, hits uint64) Decision {
+	w := l.WindowMs()
+	b := nowMs / w
+	e := nowMs - b*w
+	if e < 0 {
+		b--
+		e += w
+	}
+	h := w / 2
+	var curN, prevLate uint64
+	for i := range cur {
+		curN = satAdd(curN, cur[i].Count())
+	}
+	whole := curN
+	if e < h {
+		for i := range prev {
+			prevLate = satAdd(prevLate, prev[i].Late.N)
+		}
+		whole = satAdd(whole, prevLate)
+	}
+	d := Decision{Limit: l.Limit, Bucket: b, SubMs: h, SubWhole: whole}
+	est := whole
+	var oldN, part uint64
+	terms := 0
+	for i := range prev {
+		t, ok := oldestTerm(prev[i], e, h, w, l.Strict)
+		if !ok {
+			continue
+		}
+		if terms++; terms == 1 {
+			d.SubWeightNum, d.SubWeightDen = t.Num, t.Den
+		} else {
+			d.SubWeightNum, d.SubWeightDen = 0, 0
+		}
+		oldN = satAdd(oldN, t.N)
+		v := t.Value()
+		part = satAdd(part, v)
+		est = satAdd(est, v)
+	}
+	d.Estimate = est
+	d.SubOldest = oldN
+	if oldN > 0 {
+		d.PrevWeight = float64(part) / float64(oldN)
+	}
+	sp := spanState{w: w, h: h, prev: prev, cur: cur, local: local, strict: l.Strict, e: e}
+	lim := l.Limit
+	var added uint64
+	switch {
+	case est <= lim && hits <= lim-est:
+		d.Allowed = true
+		added = hits
+		est += hits
+	case hits > lim:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = time.Duration(sp.earliest(0, lim-hits)-e) * time.Millisecond
+	}
+	if est < lim {
+		d.Remaining = lim - est
+	}
+	d.ResetAfter = time.Duration(sp.earliest(added, 0)-e) * time.Millisecond
+	return d
+}
+
+// spanState is a span counter's state at offset e of the current bucket,
+// for finding the earliest time a request fits.
+type spanState struct {
+	w, h, e   int64
+	prev, cur []Halves
+	local     int // the index in cur of the region the hits go to
+	strict    bool
+}
+
+// earliest returns the earliest offset t >= e from the start of the current
+// bucket at which the estimate is at most m if no other traffic came, with
+// added more hits at e in cur[local]. The estimate only falls as t grows,
+// and is 0 from 2W on. It scans four segments, in each of which the whole
+// part is fixed and the oldest half is one half: [e, H) and [H, W) with the
+// previous bucket's halves, then [W, W+H) and [W+H, 2W) with the current
+// bucket's, which by then is the previous one.
+func (s spanState) earliest(added, m uint64) int64 {
+	late := s.e >= s.h // the half the added hits land in
+	var curEarly, curLate, prevLate uint64
+	for i := range s.cur {
+		curEarly = satAdd(curEarly, s.cur[i].Early.N)
+		curLate = satAdd(curLate, s.cur[i].Late.N)
+	}
+	if late {
+		curLate = satAdd(curLate, added)
+	} else {
+		curEarly = satAdd(curEarly, added)
+	}
+	for i := range s.prev {
+		prevLate = satAdd(prevLate, s.prev[i].Late.N)
+	}
+	cur := satAdd(curEarly, curLate)
+	segs := [4]struct {
+		from, to int64 // offsets from the current bucket's start
+		whole    uint64
+		late     bool // the oldest half is a late half
+		next     bool // the oldest half is the current bucket's
+	}{
+		{0, s.h, satAdd(cur, prevLate), false, false},
+		{s.h, s.w, cur, true, false},
+		{s.w, s.w + s.h, curLate, false, true},
+		{s.w + s.h, 2 * s.w, 0, true, true},
+	}
+	for _, g := range segs {
+		from := max(g.from, s.e)
+		if from >= g.to || g.whole > m {
+			continue
+		}
+		base, halves := int64(0), s.prev
+		if g.next {
+			base, halves = s.w, s.cur
+		}
+		lo, hi := int64(0), s.h
+		if g.late {
+			lo, hi = s.h, s.w
+		}
+		budget := m - g.whole
+		// sum returns the terms at offset t, stopping once past budget.
+		sum := func(t int64) uint64 {
+			var v uint64
+			for i := range halves {
+				o := halves[i].Early
+				if g.late {
+					o = halves[i].Late
+				}
+				if g.next && i == s.local && added > 0 && late == g.late {
+					o.Add(s.e, added)
+				}
+				if o.N != 0 {
+					v = satAdd(v, spanTerm(o, t-base, lo, hi, s.strict).Value())
+					if v > budget {
+						return v
+					}
+				}
+			}
+			if g.next && added > 0 && late == g.late && (s.local < 0 || s.local >= len(halves)) {
+				v = satAdd(v, spanTerm(Half{N: added, First: s.e, Last: s.e}, t-base, lo, hi, s.strict).Value())
+			}
+			return v
+		}
+		if sum(from) <= budget {
+			return from
+		}
+		// At the last millisecond of the segment every term is 0 (a half's
+		// hits are before its end), so the answer is in (from, to-1]:
+		// bisect.
+		a, z := from, g.to-1
+		for a+1 < z {
+			mid := a + (z-a)/2
+			if sum(mid) <= budget {
+				z = mid
+			} else {
+				a = mid
+			}
+		}
+		return z
+	}
+	return 2 * s.w
+}
