@@ -4,15 +4,20 @@ import "time"
 
 // Half is one region's hits in one half of a bucket: N hits, the first
 // admitted at offset First and the last at offset Last, in ms from the start
-// of the bucket (not of the half). A Half with N = 0 holds nothing and its
-// offsets mean nothing.
+// of the bucket (not of the half); and, when its hits fell in more than one
+// run (a hit more than [Limit.RunGapMs] after the one before it starts a
+// new run), where its latest run began (Run) and how many hits came before
+// that (Before). Before is 0 while the half holds one run. A Half with N = 0
+// holds nothing and its offsets mean nothing.
 //
 // Every field is monotone in time for one region, so a Half replicates as
-// counts do: N and Last merge by maximum, First by minimum (see
+// counts do: First merges by minimum, the others by maximum (see
 // [Half.Merge]).
 type Half struct {
 	N           uint64
 	First, Last int64
+	Run         int64
+	Before      uint64
 }
 
 // Halves is one region's state of one bucket: the hits of its early half
@@ -32,22 +37,27 @@ func (h *Halves) Add(e, wMs int64, hits uint64) {
 	if e >= wMs/2 {
 		x = &h.Late
 	}
-	x.Add(e, hits)
+	x.Add(e, runGap(wMs), hits)
 }
 
-// Add records hits admitted at offset e.
-func (h *Half) Add(e int64, hits uint64) {
-	if h.N == 0 {
-		h.First, h.Last = e, e
-	} else {
+// Add records hits admitted at offset e; a hit more than gap ms after the
+// last one starts a new run.
+func (h *Half) Add(e, gap int64, hits uint64) {
+	switch {
+	case h.N == 0:
+		h.First, h.Last, h.Run, h.Before = e, e, 0, 0
+	case e-h.Last > gap:
+		h.Run, h.Before, h.Last = e, h.N, e
+	default:
 		h.First, h.Last = min(h.First, e), max(h.Last, e)
 	}
 	h.N = satAdd(h.N, hits)
 }
 
-// Merge merges o, another report of the same region's half, into h: N and
-// Last by maximum, First by minimum. It is idempotent, commutative and
-// associative, so reports may arrive duplicated, late or out of order.
+// Merge merges o, another report of the same region's half, into h: First
+// by minimum, the other fields by maximum. It is idempotent, commutative and
+// associative, so reports may arrive duplicated, late or out of order, and
+// merging every report gives the latest one.
 func (h *Half) Merge(o Half) {
 	switch {
 	case o.N == 0:
@@ -55,6 +65,7 @@ func (h *Half) Merge(o Half) {
 		*h = o
 	default:
 		h.N, h.First, h.Last = max(h.N, o.N), min(h.First, o.First), max(h.Last, o.Last)
+		h.Run, h.Before = max(h.Run, o.Run), max(h.Before, o.Before)
 	}
 }
 
@@ -64,12 +75,41 @@ func (h *Halves) Merge(o Halves) {
 	h.Late.Merge(o.Late)
 }
 
+// Valid reports whether h is a state a region can reach in a half [lo, hi)
+// of a bucket: First <= Last within the half, N >= 1, and either no run
+// split (Run = Before = 0) or First < Run <= Last and 0 < Before < N. The
+// zero Half is valid. Decisions treat an invalid half as N hits spread over
+// the whole half.
+func (h Half) Valid(lo, hi int64) bool {
+	if h.N == 0 {
+		return h == Half{}
+	}
+	if h.First < lo || h.Last >= hi || h.First > h.Last {
+		return false
+	}
+	if h.Run == 0 && h.Before == 0 {
+		return true
+	}
+	return h.First < h.Run && h.Run <= h.Last && h.Before > 0 && h.Before < h.N
+}
+
+// Valid reports whether both halves are valid for a bucket of wMs.
+func (h Halves) Valid(wMs int64) bool {
+	return h.Early.Valid(0, wMs/2) && h.Late.Valid(wMs/2, wMs)
+}
+
 // HalfMs returns H = floor(W/2), where the late half of a bucket begins, in
 // ms.
 func (l Limit) HalfMs() int64 { return l.WindowMs() / 2 }
 
-// Term is one region's share of the oldest half-bucket that overlaps the
-// trailing window: floor(N * Num / Den) of its N hits are counted.
+// RunGapMs returns the gap after which a hit starts a new run in a half:
+// W/40 (at least 1 ms).
+func (l Limit) RunGapMs() int64 { return runGap(l.WindowMs()) }
+
+func runGap(wMs int64) int64 { return max(wMs/40, 1) }
+
+// Term is a share of a half-bucket's hits in the trailing window:
+// floor(N * Num / Den) of N hits are counted.
 type Term struct {
 	N, Num, Den uint64
 }
@@ -82,79 +122,89 @@ func (t Term) Value() uint64 {
 	return MulDiv(t.N, t.Num, t.Den)
 }
 
-// spanTerm returns the term of half o at offset e (ms from the start of
-// the bucket that holds o): its hits are taken as spread evenly over the
-// milliseconds First..Last, and those after e are still in the trailing
-// window. lo and hi bound the half ([lo, hi)); offsets outside it (state
-// written without spans) count as the whole half.
-func spanTerm(o Half, e, lo, hi int64, strict bool) Term {
-	f, la := o.First, o.Last
-	if f < lo || la >= hi || f > la {
-		f, la = lo, hi-1
-	}
-	den := uint64(la - f + 1)
-	t := Term{N: o.N, Den: den}
+// evenTerm returns the term of n hits taken as spread evenly over the
+// milliseconds a..b at offset e: those after e are in the trailing window.
+// Strict counts all n while b > e.
+func evenTerm(n uint64, a, b, e int64, strict bool) Term {
+	den := uint64(b - a + 1)
+	t := Term{N: n, Den: den}
 	switch {
 	case strict:
-		if la > e {
+		if b > e {
 			t.Num = den
 		}
-	case e < f:
+	case e < a:
 		t.Num = den
-	case e < la:
-		t.Num = uint64(la - e)
+	case e < b:
+		t.Num = uint64(b - e)
 	}
 	return t
 }
 
-// oldestTerm returns the term of p's oldest half overlapping the trailing
-// window at offset e of the next bucket, and whether it is nonzero.
-func oldestTerm(p Halves, e, h, w int64, strict bool) (Term, bool) {
-	o, lo, hi := p.Early, int64(0), h
-	if e >= h {
-		o, lo, hi = p.Late, h, w
+// halfTerms returns the terms of half o at offset e (ms from the start of
+// the bucket that holds o), which lies in [lo, hi): its earlier runs spread
+// over First..Run-1 and its latest run over Run..Last (one run: First..Last,
+// and a zero first term). An invalid half counts as spread over [lo, hi).
+func halfTerms(o Half, e, lo, hi int64, strict bool) (early, latest Term) {
+	if !o.Valid(lo, hi) {
+		return Term{}, evenTerm(o.N, lo, hi-1, e, strict)
 	}
-	if o.N == 0 {
-		return Term{}, false
+	if o.Before == 0 {
+		return Term{}, evenTerm(o.N, o.First, o.Last, e, strict)
 	}
-	t := spanTerm(o, e, lo, hi, strict)
-	return t, t.Num != 0
+	return evenTerm(o.Before, o.First, o.Run-1, e, strict), evenTerm(o.N-o.Before, o.Run, o.Last, e, strict)
+}
+
+// oldest returns p's oldest half overlapping the trailing window at offset
+// e of the next bucket, and the half's bounds.
+func oldest(p Halves, e, h, w int64) (Half, int64, int64) {
+	if e < h {
+		return p.Early, 0, h
+	}
+	return p.Late, h, w
 }
 
 // SpanTerms returns the terms of [Limit.DecideSpans]'s estimate at nowMs,
-// one per state in prev (the regions' states of the previous bucket), in
-// order: a region whose oldest half counts nothing has a zero Term.
+// two per state in prev (the regions' states of the previous bucket), in
+// order: each region's earlier runs, then its latest run, zero when they
+// count nothing.
 func (l Limit) SpanTerms(nowMs int64, prev []Halves) []Term {
 	w := l.WindowMs()
 	e := nowMs - Bucket(nowMs, l.Window)*w
-	out := make([]Term, len(prev))
+	out := make([]Term, 0, 2*len(prev))
 	for i := range prev {
-		out[i], _ = oldestTerm(prev[i], e, w/2, w, l.Strict)
+		o, lo, hi := oldest(prev[i], e, w/2, w)
+		a, b := halfTerms(o, e, lo, hi, l.Strict)
+		out = append(out, a, b)
 	}
 	return out
 }
 
 // DecideSpans decides a request for hits with the default sliding window
 // counter ([SlidingWindow]): each bucket of length W is split at H =
-// floor(W/2) into two halves, and each region keeps, per half, its count and
-// the offsets of its first and last hit ([Halves]). At nowMs, e ms into
-// bucket b, the trailing window (nowMs-W, nowMs] holds all of bucket b, the
-// halves of bucket b-1 that end after e, and part of the oldest half that
-// overlaps it (the early half of b-1 while e < H, else its late half). For
-// each region r whose oldest half holds N_r hits from First_r to Last_r, its
-// hits are taken as spread evenly over the milliseconds First_r..Last_r:
+// floor(W/2) into two halves, and each region keeps, per half, its count,
+// the offsets of its first and last hit, and where its latest run of hits
+// began ([Half]). At nowMs, e ms into bucket b, the trailing window
+// (nowMs-W, nowMs] holds all of bucket b, the halves of bucket b-1 that end
+// after e, and part of the oldest half that overlaps it (the early half of
+// b-1 while e < H, else its late half). Each region's oldest half gives two
+// terms: its latest run's N-Before hits taken as spread evenly over the
+// milliseconds Run..Last, and the Before hits of its earlier runs over
+// First..Run-1 (one run: all N over First..Last). For n hits spread over
+// a..b:
 //
-//	Den_r    = Last_r - First_r + 1
-//	Num_r    = Den_r            if e < First_r
-//	           Last_r - e       if First_r <= e < Last_r
-//	           0                otherwise
+//	Den      = b - a + 1
+//	Num      = Den      if e < a
+//	           b - e    if a <= e < b
+//	           0        otherwise
+//	term     = floor(n * Num / Den)
 //	whole    = sum of cur's counts + (e < H ? sum of prev's late halves : 0)
-//	estimate = whole + sum over r of floor(N_r * Num_r / Den_r)
+//	estimate = whole + sum of the terms over regions
 //	allow    = estimate + hits <= limit   (then cur[local] gets the hits at e)
 //
-// With Strict, Num_r = Den_r while Last_r > e, else 0: a half counts whole
-// while any of its hits is still in the trailing window, so the estimate is
-// never below the exact count and one region never admits more than the
+// With Strict, Num = Den while b > e, else 0: the hits of a run count whole
+// while the run may still have hits in the trailing window, so the estimate
+// is never below the exact count and one region never admits more than the
 // limit in any trailing window.
 //
 // prev and cur are the regions' states of buckets b-1 and b, in any order,
@@ -188,19 +238,25 @@ func (l Limit) DecideSpans(nowMs int64, prev, cur []Halves, local int, hits uint
 	var oldN, part uint64
 	terms := 0
 	for i := range prev {
-		t, ok := oldestTerm(prev[i], e, h, w, l.Strict)
-		if !ok {
+		o, lo, hi := oldest(prev[i], e, h, w)
+		if o.N == 0 {
 			continue
 		}
-		if terms++; terms == 1 {
-			d.SubWeightNum, d.SubWeightDen = t.Num, t.Den
-		} else {
-			d.SubWeightNum, d.SubWeightDen = 0, 0
+		ta, tb := halfTerms(o, e, lo, hi, l.Strict)
+		for _, t := range [2]Term{ta, tb} {
+			if t.Num == 0 {
+				continue
+			}
+			if terms++; terms == 1 {
+				d.SubWeightNum, d.SubWeightDen = t.Num, t.Den
+			} else {
+				d.SubWeightNum, d.SubWeightDen = 0, 0
+			}
+			oldN = satAdd(oldN, t.N)
+			v := t.Value()
+			part = satAdd(part, v)
+			est = satAdd(est, v)
 		}
-		oldN = satAdd(oldN, t.N)
-		v := t.Value()
-		part = satAdd(part, v)
-		est = satAdd(est, v)
 	}
 	d.Estimate = est
 	d.SubOldest = oldN
@@ -293,17 +349,19 @@ func (s spanState) earliest(added, m uint64) int64 {
 					o = halves[i].Late
 				}
 				if g.next && i == s.local && added > 0 && late == g.late {
-					o.Add(s.e, added)
+					o.Add(s.e, runGap(s.w), added)
 				}
 				if o.N != 0 {
-					v = satAdd(v, spanTerm(o, t-base, lo, hi, s.strict).Value())
+					ta, tb := halfTerms(o, t-base, lo, hi, s.strict)
+					v = satAdd(v, satAdd(ta.Value(), tb.Value()))
 					if v > budget {
 						return v
 					}
 				}
 			}
 			if g.next && added > 0 && late == g.late && (s.local < 0 || s.local >= len(halves)) {
-				v = satAdd(v, spanTerm(Half{N: added, First: s.e, Last: s.e}, t-base, lo, hi, s.strict).Value())
+				_, tb := halfTerms(Half{N: added, First: s.e, Last: s.e}, t-base, lo, hi, s.strict)
+				v = satAdd(v, tb.Value())
 			}
 			return v
 		}

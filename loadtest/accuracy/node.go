@@ -36,10 +36,14 @@ func nodeRun(ctx context.Context, client *http.Client, base string, l window.Lim
 	if len(arr) == 0 {
 		return nil, start, 0, nil
 	}
-	body, err := json.Marshal(map[string]any{
-		"key":   key,
-		"limit": map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())},
-	})
+	limit := map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())}
+	if l.Algorithm == window.SlidingWindowTwoBucket {
+		limit["algorithm"] = "ALGORITHM_SLIDING_WINDOW_TWO_BUCKET"
+	}
+	if l.Strict {
+		limit["strict"] = true
+	}
+	body, err := json.Marshal(map[string]any{"key": key, "limit": limit})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("encode request: %w", err)
 	}
