@@ -11,63 +11,171 @@ import "github.com/redis/go-redis/v9"
 // could pass 2^53 only ever make a request denied, which the comparisons
 // below keep exact.
 
+// A counter bucket is one hash: per region a field named after the region
+// holding its count, and for the default sliding window two more fields,
+// the region's name followed by the byte 0xFF (never in a region name,
+// which is UTF-8) and '0' or '1', holding its early and late half as
+// "N:First:Last:Run:Before" (window.Half, decimal).
+const halfSep = "\xff"
+
 // counterScript decides a sliding or fixed window request.
 //
 //	KEYS[1] current bucket hash, KEYS[2] previous bucket hash
 //	ARGV    now_ms, window_ms, limit, hits, region, peek (0/1),
-//	        fixed (0/1), ttl_ms
+//	        mode (0 two-bucket, 1 fixed, 2 spans, 3 spans strict), ttl_ms
 //
-// It returns {allowed (0/1), HGETALL current, HGETALL previous}, the counts
-// read before the increment.
+// In the span modes it decides exactly as window.Limit.DecideSpans on the
+// regions' halves (a region's count above its halves' is added to its late
+// half as spread over all of it), and an admitted request updates the local
+// region's half as window.Half.Add does. It returns {allowed (0/1),
+// HGETALL current, HGETALL previous}, read before the update.
 var counterScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
-local fixed = ARGV[7] == '1'
+local me = ARGV[5]
+local mode = ARGV[7]
 local TWO53 = 9007199254740992
 local cur = redis.call('HGETALL', KEYS[1])
 local prev = redis.call('HGETALL', KEYS[2])
+local e = math.fmod(now, W)
+local H = (W - math.fmod(W, 2)) / 2
+local hk = '0'
+if e >= H then hk = '1' end
+-- floor(n * f / d) exactly for n < 2^53 and f, d < 2^30: n = A*d + B with
+-- B < d, so the result is A*f + floor(B*f/d), and B*f is split into 2^15
+-- limbs of f so that every product stays below 2^45.
+local function muldiv(n, f, d)
+  local B = math.fmod(n, d)
+  local A = (n - B) / d
+  local fl = math.fmod(f, 32768)
+  local fh = (f - fl) / 32768
+  local x = B * fh
+  local r1 = math.fmod(x, d)
+  local q1 = (x - r1) / d
+  local y = r1 * 32768 + B * fl
+  local r2 = math.fmod(y, d)
+  local q2 = (y - r2) / d
+  local af = A * f
+  if af >= TWO53 then return TWO53 end
+  return af + q1 * 32768 + q2
+end
 local c = 0
-for i = 2, #cur, 2 do c = c + tonumber(cur[i]) end
+local mine, myhalf = 0, nil
+for i = 1, #cur, 2 do
+  local f = cur[i]
+  if string.byte(f, -2) == 255 then
+    if mode >= '2' and string.sub(f, -1) == hk and string.sub(f, 1, -3) == me then myhalf = cur[i + 1] end
+  else
+    local n = tonumber(cur[i + 1])
+    c = c + n
+    if f == me then mine = n end
+  end
+end
 local cap = limit - hits
 local allowed = 0
 if c <= cap then
   local wp = 0
-  if not fixed and #prev > 0 then
-    -- f = W - e, the weight's numerator; wp = floor(P * f / W) where P is
-    -- the previous bucket's sum. P = A*W + B with B < W, so
-    -- wp = A*f + floor(B*f/W); B*f is split into 2^15 limbs of f so every
-    -- product stays below 2^46.
-    local f = W - math.fmod(now, W)
+  if mode == '0' and #prev > 0 then
+    -- f = W - e; wp = floor(P * f / W), P the previous bucket's sum.
+    -- The previous bucket's sum P may pass 2^53: P = A*W + B with B < W
+    -- summed per region, then wp = A*f + floor(B*f/W).
+    local f = W - e
     local A, B = 0, 0
-    for i = 2, #prev, 2 do
-      local p = tonumber(prev[i])
-      local b = math.fmod(p, W)
-      A = A + (p - b) / W
-      B = B + b
+    for i = 1, #prev, 2 do
+      if string.byte(prev[i], -2) ~= 255 then
+        local p = tonumber(prev[i + 1])
+        local b = math.fmod(p, W)
+        A = A + (p - b) / W
+        B = B + b
+      end
     end
     local b2 = math.fmod(B, W)
     A = A + (B - b2) / W
-    local fl = math.fmod(f, 32768)
-    local fh = (f - fl) / 32768
-    local x = b2 * fh
-    local r1 = math.fmod(x, W)
-    local q1 = (x - r1) / W
-    local y = r1 * 32768 + b2 * fl
-    local r2 = math.fmod(y, W)
-    local q2 = (y - r2) / W
     local af = A * f
-    if af >= TWO53 then
-      wp = TWO53
-    else
-      wp = af + q1 * 32768 + q2
+    if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
+  elseif mode >= '2' and #prev > 0 then
+    local strict = mode == '3'
+    local counts, halves = {}, {}
+    for i = 1, #prev, 2 do
+      local f = prev[i]
+      if string.byte(f, -2) == 255 then
+        local r = string.sub(f, 1, -3)
+        halves[r] = halves[r] or {}
+        halves[r][string.sub(f, -1)] = prev[i + 1]
+      else
+        counts[f] = tonumber(prev[i + 1])
+      end
     end
+    -- n hits spread over a..b at e (window's evenTerm).
+    local function term(n, a, b)
+      local den = b - a + 1
+      local num = 0
+      if strict then
+        if b > e then num = den end
+      elseif e < a then num = den
+      elseif e < b then num = b - e end
+      if num == 0 or n == 0 then return 0 end
+      return muldiv(n, num, den)
+    end
+    local function parse(s)
+      if not s then return 0, 0, 0, 0, 0 end
+      local n, f, l, r, b = string.match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+      if not n then return 0, -1, -1, 0, 0 end
+      return tonumber(n), tonumber(f), tonumber(l), tonumber(r), tonumber(b)
+    end
+    local lo, hi, k = 0, H, '0'
+    if e >= H then lo, hi, k = H, W, '1' end
+    local late = 0
+    for r, n in pairs(counts) do
+      local h = halves[r] or {}
+      local n0, f0, l0, r0, b0 = parse(h['0'])
+      local n1, f1, l1, r1, b1 = parse(h['1'])
+      local ex = n - n0 - n1
+      local bad1 = false
+      if ex > 0 then n1 = n1 + ex; bad1 = true end
+      late = late + n1
+      local on, of, ol, orr, ob, bad = n0, f0, l0, r0, b0, false
+      if k == '1' then on, of, ol, orr, ob, bad = n1, f1, l1, r1, b1, bad1 end
+      if on > 0 then
+        -- window.Half.Valid
+        if bad or of < lo or ol >= hi or of > ol then bad = true
+        elseif not ((orr == 0 and ob == 0) or (of < orr and orr <= ol and ob > 0 and ob < on)) then bad = true end
+        if bad then
+          wp = wp + term(on, lo, hi - 1)
+        elseif ob == 0 then
+          wp = wp + term(on, of, ol)
+        else
+          wp = wp + term(ob, of, orr - 1) + term(on - ob, orr, ol)
+        end
+      end
+    end
+    if e < H then wp = wp + late end
   end
   if wp <= cap - c then allowed = 1 end
 end
 if allowed == 1 and ARGV[6] ~= '1' then
-  redis.call('HINCRBY', KEYS[1], ARGV[5], ARGV[4])
+  if mode >= '2' then
+    -- window.Half.Add with a run gap of max(W/40, 1) ms.
+    local gap = math.max((W - math.fmod(W, 40)) / 40, 1)
+    local n, f, l, r, b = 0, e, e, 0, 0
+    if myhalf then
+      local a1, a2, a3, a4, a5 = string.match(myhalf, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+      if a1 then n, f, l, r, b = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5) end
+    end
+    if n == 0 then f, l, r, b = e, e, 0, 0
+    elseif e - l > gap then r, b, l = e, n, e
+    else
+      if e < f then f = e end
+      if e > l then l = e end
+    end
+    n = n + hits
+    redis.call('HSET', KEYS[1], me, string.format('%.0f', mine + hits),
+      me .. '\255' .. hk, string.format('%.0f:%.0f:%.0f:%.0f:%.0f', n, f, l, r, b))
+  else
+    redis.call('HINCRBY', KEYS[1], me, ARGV[4])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
 end
 return {allowed, cur, prev}
@@ -142,20 +250,53 @@ return {allowed, entries}
 //
 //	KEYS[1] the bucket hash
 //	ARGV    region, count (decimal, no leading zeros), ttl_ms,
-//	        max regions (MaxRegionsPerBucket)
+//	        max regions (MaxRegionsPerBucket), early half, late half
+//	        ("N:First:Last:Run:Before", or "" for none)
 //
-// It returns 1 when the stored count grew, 0 when not, and -1 when the
-// region is new to a bucket that already holds max regions (dropped).
+// Each half merges as window.Half.Merge: First by minimum, the others by
+// maximum. It returns 1 when the stored state grew, 0 when not, and -1 when
+// the region is new to a bucket that already holds max regions (dropped;
+// counting them reads the hash's fields, once per new region).
 var mergeScript = redis.NewScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
-if (not old) and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
-  return -1
+if not old then
+  local n = 0
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.byte(f, -2) ~= 255 then n = n + 1 end
+  end
+  if n >= tonumber(ARGV[4]) then return -1 end
 end
 local n = ARGV[2]
 local grew = 0
 if (not old) or #old < #n or (#old == #n and old < n) then
   redis.call('HSET', KEYS[1], ARGV[1], n)
   grew = 1
+end
+local P = '^(%d+):(%d+):(%d+):(%d+):(%d+)$'
+for k = 0, 1 do
+  local new = ARGV[5 + k]
+  if new ~= '' then
+    local f = ARGV[1] .. '\255' .. k
+    local cur = redis.call('HGET', KEYS[1], f)
+    local out = new
+    if cur then
+      local a = {string.match(cur, P)}
+      local b = {string.match(new, P)}
+      if #a == 5 and tonumber(a[1]) > 0 then
+        for i = 1, 5 do a[i] = tonumber(a[i]); b[i] = tonumber(b[i]) end
+        if b[1] == 0 then
+          out = cur
+        else
+          out = string.format('%.0f:%.0f:%.0f:%.0f:%.0f', math.max(a[1], b[1]), math.min(a[2], b[2]),
+            math.max(a[3], b[3]), math.max(a[4], b[4]), math.max(a[5], b[5]))
+        end
+      end
+    end
+    if out ~= cur then
+      redis.call('HSET', KEYS[1], f, out)
+      grew = 1
+    end
+  end
 end
 if redis.call('PTTL', KEYS[1]) < 0 or grew == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])

@@ -93,6 +93,12 @@ type RegionCount struct {
 	Region   string
 	Current  uint64
 	Previous uint64
+	// CurrentHalves and PreviousHalves are the region's state of the
+	// current and previous bucket as the default sliding window decided on
+	// them (window.Limit.DecideSpans): its halves, with hits counted
+	// without halves added to the late half as spread over all of it. Zero
+	// for the other algorithms.
+	CurrentHalves, PreviousHalves window.Halves
 }
 
 // Result is the answer to a Request.
@@ -121,6 +127,18 @@ type Total struct {
 	Bucket int64
 	Region string
 	Count  uint64
+	// Halves is where in the bucket the region's hits fell, for the default
+	// sliding window; it merges by window.Halves.Merge, and its counts are
+	// at most Count (zero when the region's hits were counted without
+	// halves).
+	Halves window.Halves
+}
+
+// ValidHalves reports whether t's halves may be merged: valid for its
+// window (window.Halves.Valid) and counting at most t.Count hits. The
+// stores merge a total's count without its halves when they are not.
+func ValidHalves(t Total) bool {
+	return t.Window >= time.Millisecond && t.Halves.Valid(t.Window.Milliseconds()) && t.Halves.Count() <= t.Count
 }
 
 // BucketRef names one bucket of a key's counter.

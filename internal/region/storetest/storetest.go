@@ -55,13 +55,25 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		})
 	}
 	t.Run("Algorithms", func(t *testing.T) {
-		for _, a := range []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog} {
-			t.Run(a.String(), func(t *testing.T) {
+		for _, l := range algorithms {
+			name := l.Algorithm.String()
+			if l.Strict {
+				name += "_strict"
+			}
+			t.Run(name, func(t *testing.T) {
 				s := newStore(t, "here")
-				testAlgorithm(t, s, fmt.Sprintf("storetest/%s/%d", t.Name(), rand.Uint64()), a)
+				testAlgorithm(t, s, fmt.Sprintf("storetest/%s/%d", t.Name(), rand.Uint64()), l)
 			})
 		}
 	})
+}
+
+// algorithms are the limits' algorithms every store runs: each algorithm,
+// and the default sliding window also strict.
+var algorithms = []window.Limit{
+	{Algorithm: window.SlidingWindow}, {Algorithm: window.SlidingWindow, Strict: true},
+	{Algorithm: window.SlidingWindowTwoBucket}, {Algorithm: window.FixedWindow},
+	{Algorithm: window.TokenBucket}, {Algorithm: window.SlidingLog},
 }
 
 // Check runs one request and returns its result, failing t on error.
@@ -108,7 +120,7 @@ func sameDecision(t *testing.T, what string, got, want window.Decision) {
 }
 
 func testSeedExamples(t *testing.T, s region.Store, key string) {
-	minute := window.Limit{Limit: 500, Window: time.Minute}
+	minute := window.Limit{Limit: 500, Window: time.Minute, Algorithm: window.SlidingWindowTwoBucket}
 	tests := []struct {
 		name      string
 		limit     uint64
@@ -183,8 +195,9 @@ func testFixedWindow(t *testing.T, s region.Store, key string) {
 
 // testAlgorithm drives each algorithm to its limit and checks that the
 // request denied is allowed exactly at RetryAfter, not a millisecond before.
-func testAlgorithm(t *testing.T, s region.Store, key string, a window.Algorithm) {
-	l := window.Limit{Limit: 5, Window: 10 * time.Second, Algorithm: a}
+func testAlgorithm(t *testing.T, s region.Store, key string, l window.Limit) {
+	a := l.Algorithm
+	l.Limit, l.Window = 5, 10*time.Second
 	now := t0.Add(3 * time.Second)
 	allowed := 0
 	for i := 0; i < 7; i++ {
@@ -223,7 +236,7 @@ func testAlgorithm(t *testing.T, s region.Store, key string, a window.Algorithm)
 }
 
 func testRetryAfterIsExact(t *testing.T, s region.Store, key string) {
-	l := window.Limit{Limit: 10, Window: time.Minute}
+	l := window.Limit{Limit: 10, Window: time.Minute, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 10, Now: t0.Add(-30 * time.Second)})
 	now := t0.Add(5 * time.Second)
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now})
@@ -267,7 +280,7 @@ func testPeek(t *testing.T, s region.Store, key string) {
 }
 
 func testExpiry(t *testing.T, s region.Store, key string) {
-	l := window.Limit{Limit: 4, Window: time.Second}
+	l := window.Limit{Limit: 4, Window: time.Second, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 4, Now: t0})
 	// The next bucket still sees it as the previous one.
 	r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: t0.Add(time.Second), Peek: true})
@@ -311,7 +324,7 @@ func testBatchInOrder(t *testing.T, s region.Store, key string) {
 func testMerge(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 2, Now: t0})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 5})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 3})   // stale: ignored
@@ -394,7 +407,7 @@ func testMergeOrderFree(t *testing.T, s region.Store, key string) {
 func testRegions(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	merge(t, s,
 		region.Total{Key: key, Window: w, Bucket: b, Region: "b-far", Count: 7},
 		region.Total{Key: key, Window: w, Bucket: b - 1, Region: "b-far", Count: 20},
@@ -424,7 +437,7 @@ func testRegions(t *testing.T, s region.Store, key string) {
 func testVectors(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 4, Now: t0})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 6})
 	refs := []region.BucketRef{
@@ -485,7 +498,7 @@ func testBigNumbers(t *testing.T, s region.Store, key string) {
 		if i%4 == 3 {
 			limit = 1 + rng.Uint64N(window.MaxLimit)
 		}
-		l := window.Limit{Limit: limit, Window: w}
+		l := window.Limit{Limit: limit, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 		var totals []region.Total
 		var prev, cur uint64
 		nRegions := 1 + rng.IntN(3)
@@ -536,9 +549,10 @@ func testBigNumbers(t *testing.T, s region.Store, key string) {
 }
 
 func testConcurrent(t *testing.T, s region.Store, key string) {
-	for _, a := range []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog} {
-		l := window.Limit{Limit: 100, Window: time.Minute, Algorithm: a}
-		k := key + "/" + a.String()
+	for i, l := range algorithms {
+		a := l.Algorithm
+		l.Limit, l.Window = 100, time.Minute
+		k := fmt.Sprintf("%s/%s/%d", key, a, i)
 		var allowed, errs atomic.Int64
 		var wg sync.WaitGroup
 		for g := 0; g < 64; g++ {
