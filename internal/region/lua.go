@@ -28,7 +28,9 @@ const halfSep = "\xff"
 // regions' halves (a region's count above its halves' is added to its late
 // half as spread over all of it), and an admitted request updates the local
 // region's half as window.Half.Add does. It returns {allowed (0/1),
-// HGETALL current, HGETALL previous}, read before the update.
+// HGETALL current, HGETALL previous, the estimate}, the hashes read before
+// the update; the estimate is "-1" when the current bucket alone denies, and
+// at least 2^53 when it passes that.
 var counterScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
@@ -75,6 +77,7 @@ for i = 1, #cur, 2 do
 end
 local cap = limit - hits
 local allowed = 0
+local est = -1
 if c <= cap then
   local wp = 0
   if mode == '0' and #prev > 0 then
@@ -154,6 +157,7 @@ if c <= cap then
     if e < H then wp = wp + late end
   end
   if wp <= cap - c then allowed = 1 end
+  est = c + wp
 end
 if allowed == 1 and ARGV[6] ~= '1' then
   if mode >= '2' then
@@ -178,7 +182,7 @@ if allowed == 1 and ARGV[6] ~= '1' then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
 end
-return {allowed, cur, prev}
+return {allowed, cur, prev, string.format('%.0f', est)}
 `)
 
 // gcraScript decides a token bucket request as GCRA.

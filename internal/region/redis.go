@@ -449,6 +449,14 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		}
 		var spans bool
 		out.Decision, spans = decideCounter(q, nowMs, r.region, cur, prev)
+		if len(arr) > 3 {
+			// The script's estimate, when it computed one below 2^53, is the
+			// Go one.
+			s, _ := arr[3].(string)
+			if est, err := strconv.ParseUint(s, 10, 64); err == nil && est < 1<<53 && est != out.Estimate {
+				r.mismatches.Add(1)
+			}
+		}
 		wMs := q.Limit.WindowMs()
 		if allowed == 1 && !q.Peek {
 			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, spans)
