@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
@@ -78,6 +79,7 @@ type checkFields struct {
 	limitN          uint64
 	window          *durationpb.Duration
 	algo            ratelimitv1.Algorithm
+	strict          bool
 	seenLimitFields uint8
 }
 
@@ -85,7 +87,7 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Strict: f.strict}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -158,8 +160,27 @@ func (f *checkFields) parseLimit(p *parser) bool {
 			v, ok = ratelimitv1.Algorithm_value[s]
 			f.algo = ratelimitv1.Algorithm(v)
 		}
+	case "strict":
+		if !once(&f.seenLimitFields, 8) {
+			return false
+		}
+		f.strict, ok = p.boolean()
 	}
 	return ok
+}
+
+// boolean reads true or false.
+func (p *parser) boolean() (bool, bool) {
+	p.ws()
+	switch {
+	case bytes.HasPrefix(p.b[p.i:], []byte("true")):
+		p.i += 4
+		return true, true
+	case bytes.HasPrefix(p.b[p.i:], []byte("false")):
+		p.i += 5
+		return false, true
+	}
+	return false, false
 }
 
 // parser reads plain JSON from b.

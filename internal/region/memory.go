@@ -246,7 +246,7 @@ func (m *Memory) check(r *Request) Result {
 		}
 		res.Decision = d
 		res.Regions = regionCounts(m.region, cur, prev, k.wMs, spans)
-		res.Local = cur.get(m.region)
+		res.Local, res.LocalHalves = cur.get(m.region), cur.getHalves(m.region)
 	}
 	return res
 }
@@ -469,6 +469,16 @@ func (b *memBucket) get(region string) uint64 {
 
 // add counts n hits of region admitted at offset e of a bucket of wMs, in
 // its halves too when spans is set.
+func (b *memBucket) getHalves(region string) window.Halves {
+	if b == nil {
+		return window.Halves{}
+	}
+	if i := b.find(region); i >= 0 {
+		return b.counts[i].h
+	}
+	return window.Halves{}
+}
+
 func (b *memBucket) add(region string, n uint64, e, wMs int64, spans bool) {
 	i := b.find(region)
 	if i < 0 {

@@ -462,7 +462,7 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, spans)
 		}
 		out.Regions = regionCounts(r.region, cur, prev, wMs, spans)
-		out.Local = cur.get(r.region)
+		out.Local, out.LocalHalves = cur.get(r.region), cur.getHalves(r.region)
 	}
 	if out.Allowed != (allowed == 1) {
 		r.mismatches.Add(1)

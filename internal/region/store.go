@@ -110,6 +110,10 @@ type Result struct {
 	// Local is the local region's total in the current bucket after the
 	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
+	// LocalHalves is the local region's halves of the current bucket after
+	// the decision (the default sliding window); replication sends them
+	// with Local.
+	LocalHalves window.Halves
 	// LocalRegion, when set, is the region whose count Local is, if not the
 	// store's local region: a [Failover] deciding from its fallback counts
 	// under the fallback's own region.

@@ -164,18 +164,25 @@ func oldest(p Halves, e, h, w int64) (Half, int64, int64) {
 	return p.Late, h, w
 }
 
-// SpanTerms returns the terms of [Limit.DecideSpans]'s estimate at nowMs,
-// two per state in prev (the regions' states of the previous bucket), in
-// order: each region's earlier runs, then its latest run, zero when they
-// count nothing.
-func (l Limit) SpanTerms(nowMs int64, prev []Halves) []Term {
+// SpanTerms returns the terms of [Limit.DecideSpans]'s estimate at e ms
+// into the current bucket (Decision.ElapsedMs), for prev, the regions'
+// states of the previous bucket: each region's earlier runs, then its latest
+// run, leaving out terms that count nothing. The estimate is
+// Decision.SubWhole plus the sum of their values.
+func (l Limit) SpanTerms(e int64, prev []Halves) []Term {
 	w := l.WindowMs()
-	e := nowMs - Bucket(nowMs, l.Window)*w
-	out := make([]Term, 0, 2*len(prev))
+	var out []Term
 	for i := range prev {
 		o, lo, hi := oldest(prev[i], e, w/2, w)
+		if o.N == 0 {
+			continue
+		}
 		a, b := halfTerms(o, e, lo, hi, l.Strict)
-		out = append(out, a, b)
+		for _, t := range [2]Term{a, b} {
+			if t.Num != 0 {
+				out = append(out, t)
+			}
+		}
 	}
 	return out
 }
@@ -233,7 +240,7 @@ func (l Limit) DecideSpans(nowMs int64, prev, cur []Halves, local int, hits uint
 		}
 		whole = satAdd(whole, prevLate)
 	}
-	d := Decision{Limit: l.Limit, Bucket: b, SubMs: h, SubWhole: whole}
+	d := Decision{Limit: l.Limit, Bucket: b, ElapsedMs: e, SubMs: h, SubWhole: whole}
 	est := whole
 	var oldN, part uint64
 	terms := 0

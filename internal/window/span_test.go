@@ -70,7 +70,7 @@ func TestDecideSpansExact(t *testing.T) {
 			d := k.decide(now, hits, false)
 			// The estimate from the terms alone.
 			est := d.SubWhole
-			for _, tm := range l.SpanTerms(now, before.prev) {
+			for _, tm := range l.SpanTerms(d.ElapsedMs, before.prev) {
 				est += tm.Value()
 			}
 			if est != d.Estimate {
