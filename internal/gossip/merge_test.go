@@ -66,7 +66,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		keys := []string{fmt.Sprintf("k1/%d", seed), fmt.Sprintf("k2/%d", seed), fmt.Sprintf("k3/%d", seed)}
 		bucket := t0.Unix()
 		truth := map[[2]string]state{} // (key, region) -> state
-		at := map[[2]string]int64{}     // (key, region) -> offset of the last hit
+		at := map[[2]string]int64{}    // (key, region) -> offset of the last hit
 		var frames [][]byte
 		for range 200 {
 			reg := []string{"a", "c"}[rng.IntN(2)]
