@@ -198,6 +198,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"limit 0", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(0, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
 		{"limit over 2^53", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(1<<53+1, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
 		{"no window", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10}}, "limit.window: required", false},
+		{"strict fixed window", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute), Algorithm: ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, Strict: true}}, "limit.strict: applies to the sliding window algorithm only, not fixed_window", false},
 		{"window too short", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 999*time.Millisecond)}, "limit.window: must be from 1s to 168h0m0s, got 999ms", false},
 		{"window too long", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 8*24*time.Hour)}, "limit.window: must be from 1s to 168h0m0s, got 192h0m0s", false},
 		{"window not whole ms", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 1500*time.Microsecond+time.Second)}, "limit.window: must be a whole number of milliseconds", false},

@@ -26,6 +26,7 @@ import (
 //	          unit: day             # second, minute, hour, day or week
 //	          requests_per_unit: 5
 //	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
+//	          strict: false            # rlcluster's addition, sliding_window only
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //	    shadow_mode: true
@@ -153,6 +154,7 @@ type envoyRateLimitYAML struct {
 	Name            string
 	Replaces        []envoyReplaceYAML
 	Algorithm       string
+	Strict          bool
 
 	line  int
 	lines map[string]int // line of each field present
@@ -192,7 +194,8 @@ func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
 	r.lines = map[string]int{}
 	r.probs = decodeFields(n, r.lines,
 		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
-		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm})
+		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm},
+		field{"strict", &r.Strict})
 	return nil
 }
 
@@ -287,6 +290,10 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
 			}
+			if rl.Strict && err == nil && !algo.Spans() {
+				at(rl.lineOf("strict"), ".rate_limit.strict", "applies to sliding_window only, not %s", algo)
+				ok = false
+			}
 			u, known := envoyUnits[strings.ToUpper(rl.Unit)]
 			switch {
 			case hasProblem(rl.probs, "unit") || hasProblem(rl.probs, "requests_per_unit"):
@@ -309,7 +316,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				ok = false
 			default:
 				lim.Unit = u.unit
-				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo}
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict}
 			}
 			if ok {
 				n.limit = lim
