@@ -12,10 +12,13 @@ import "github.com/redis/go-redis/v9"
 // below keep exact.
 
 // A counter bucket is one hash: per region a field named after the region
-// holding its count, and for the default sliding window two more fields,
-// the region's name followed by the byte 0xFF (never in a region name,
-// which is UTF-8) and '0' or '1', holding its early and late half as
-// "N:First:Last:Run:Before" (window.Half, decimal).
+// holding its count (decimal), and for the default sliding window two more
+// fields, the region's name followed by the byte 0xFF (never in a region
+// name, which is UTF-8) and '0' or '1', holding its early and late half
+// (window.Half) as five little-endian doubles, N, First, Last, Run, Before
+// (40 bytes, Lua's struct.pack('<ddddd'): every value is an integer below
+// 2^53, exact as a double, and unpacking costs the script far less than
+// parsing text).
 const halfSep = "\xff"
 
 // counterScript decides a sliding or fixed window request.
@@ -65,11 +68,12 @@ local function muldiv(n, f, d)
 end
 local c = 0
 local mine, myhalf = 0, nil
+local myf = me .. '\255' .. hk
 for i = 1, #cur, 2 do
   local f = cur[i]
-  if string.byte(f, -2) == 255 then
-    if mode >= '2' and string.sub(f, -1) == hk and string.sub(f, 1, -3) == me then myhalf = cur[i + 1] end
-  else
+  if f == myf then
+    myhalf = cur[i + 1]
+  elseif string.byte(f, -2) ~= 255 then
     local n = tonumber(cur[i + 1])
     c = c + n
     if f == me then mine = n end
@@ -100,13 +104,20 @@ if c <= cap then
     if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
   elseif mode >= '2' and #prev > 0 then
     local strict = mode == '3'
-    local counts, halves = {}, {}
+    -- Per region: its count, its oldest half (the one holding e's
+    -- offset: '0' while e < H, else '1'), and the other half's count.
+    local counts, olds, others = {}, {}, {}
     for i = 1, #prev, 2 do
       local f = prev[i]
       if string.byte(f, -2) == 255 then
-        local r = string.sub(f, 1, -3)
-        halves[r] = halves[r] or {}
-        halves[r][string.sub(f, -1)] = prev[i + 1]
+        if string.sub(f, -1) == hk then
+          olds[string.sub(f, 1, -3)] = prev[i + 1]
+        else
+          local v = prev[i + 1]
+          local x = 0
+          if #v == 40 then x = struct.unpack('<d', v) end
+          others[string.sub(f, 1, -3)] = x
+        end
       else
         counts[f] = tonumber(prev[i + 1])
       end
@@ -124,23 +135,25 @@ if c <= cap then
     end
     local function parse(s)
       if not s then return 0, 0, 0, 0, 0 end
-      local n, f, l, r, b = string.match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-      if not n then return 0, -1, -1, 0, 0 end
-      return tonumber(n), tonumber(f), tonumber(l), tonumber(r), tonumber(b)
+      if #s ~= 40 then return 0, -1, -1, 0, 0 end
+      local n, f, l, r, b = struct.unpack('<ddddd', s)
+      return n, f, l, r, b
     end
-    local lo, hi, k = 0, H, '0'
-    if e >= H then lo, hi, k = H, W, '1' end
+    local lo, hi = 0, H
+    if e >= H then lo, hi = H, W end
     local late = 0
     for r, n in pairs(counts) do
-      local h = halves[r] or {}
-      local n0, f0, l0, r0, b0 = parse(h['0'])
-      local n1, f1, l1, r1, b1 = parse(h['1'])
-      local ex = n - n0 - n1
-      local bad1 = false
-      if ex > 0 then n1 = n1 + ex; bad1 = true end
-      late = late + n1
-      local on, of, ol, orr, ob, bad = n0, f0, l0, r0, b0, false
-      if k == '1' then on, of, ol, orr, ob, bad = n1, f1, l1, r1, b1, bad1 end
+      local on, of, ol, orr, ob = parse(olds[r])
+      local other = others[r] or 0
+      local bad = false
+      -- Hits counted without halves (the count's excess over both) join
+      -- the late half as spread over all of it.
+      if hk == '0' then
+        if n - on > other then other = n - on end
+        late = late + other
+      elseif n - other > on then
+        on, bad = n - other, true
+      end
       if on > 0 then
         -- window.Half.Valid
         if bad or of < lo or ol >= hi or of > ol then bad = true
@@ -154,7 +167,7 @@ if c <= cap then
         end
       end
     end
-    if e < H then wp = wp + late end
+    wp = wp + late
   end
   if wp <= cap - c then allowed = 1 end
   est = c + wp
@@ -165,8 +178,7 @@ if allowed == 1 and ARGV[6] ~= '1' then
     local gap = math.max((W - math.fmod(W, 40)) / 40, 1)
     local n, f, l, r, b = 0, e, e, 0, 0
     if myhalf then
-      local a1, a2, a3, a4, a5 = string.match(myhalf, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-      if a1 then n, f, l, r, b = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5) end
+      if #myhalf == 40 then n, f, l, r, b = struct.unpack('<ddddd', myhalf) end
     end
     if n == 0 then f, l, r, b = e, e, 0, 0
     elseif e - l > gap then r, b, l = e, n, e
@@ -176,7 +188,7 @@ if allowed == 1 and ARGV[6] ~= '1' then
     end
     n = n + hits
     redis.call('HSET', KEYS[1], me, string.format('%.0f', mine + hits),
-      me .. '\255' .. hk, string.format('%.0f:%.0f:%.0f:%.0f:%.0f', n, f, l, r, b))
+      myf, struct.pack('<ddddd', n, f, l, r, b))
   else
     redis.call('HINCRBY', KEYS[1], me, ARGV[4])
   end
@@ -255,7 +267,7 @@ return {allowed, entries}
 //	KEYS[1] the bucket hash
 //	ARGV    region, count (decimal, no leading zeros), ttl_ms,
 //	        max regions (MaxRegionsPerBucket), early half, late half
-//	        ("N:First:Last:Run:Before", or "" for none)
+//	        (packed as in the bucket hash, or "" for none)
 //
 // Each half merges as window.Half.Merge: First by minimum, the others by
 // maximum. It returns 1 when the stored state grew, 0 when not, and -1 when
@@ -276,24 +288,19 @@ if (not old) or #old < #n or (#old == #n and old < n) then
   redis.call('HSET', KEYS[1], ARGV[1], n)
   grew = 1
 end
-local P = '^(%d+):(%d+):(%d+):(%d+):(%d+)$'
 for k = 0, 1 do
   local new = ARGV[5 + k]
-  if new ~= '' then
+  if #new == 40 then
     local f = ARGV[1] .. '\255' .. k
     local cur = redis.call('HGET', KEYS[1], f)
     local out = new
-    if cur then
-      local a = {string.match(cur, P)}
-      local b = {string.match(new, P)}
-      if #a == 5 and tonumber(a[1]) > 0 then
-        for i = 1, 5 do a[i] = tonumber(a[i]); b[i] = tonumber(b[i]) end
-        if b[1] == 0 then
-          out = cur
-        else
-          out = string.format('%.0f:%.0f:%.0f:%.0f:%.0f', math.max(a[1], b[1]), math.min(a[2], b[2]),
-            math.max(a[3], b[3]), math.max(a[4], b[4]), math.max(a[5], b[5]))
-        end
+    if cur and #cur == 40 then
+      local a1, a2, a3, a4, a5 = struct.unpack('<ddddd', cur)
+      local b1, b2, b3, b4, b5 = struct.unpack('<ddddd', new)
+      if a1 > 0 and b1 == 0 then
+        out = cur
+      elseif a1 > 0 then
+        out = struct.pack('<ddddd', math.max(a1, b1), math.min(a2, b2), math.max(a3, b3), math.max(a4, b4), math.max(a5, b5))
       end
     end
     if out ~= cur then

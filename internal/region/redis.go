@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -516,21 +518,21 @@ func halfField(f string) (reg, k string, ok bool) {
 	return f[:len(f)-2], f[len(f)-1:], true
 }
 
-// parseHalf parses "N:First:Last:Run:Before"; what does not parse is an
-// empty half, as in the script, so that its hits count as spread over the
-// late half (see withExcess).
+// parseHalf unpacks a half as the script stores it (see halfSep): five
+// little-endian doubles. What does not unpack to integers from 0 to 2^53
+// is an empty half, as in the script, so that its hits count as spread over
+// the late half (see withExcess).
 func parseHalf(s string) window.Half {
-	parts := strings.Split(s, ":")
-	if len(parts) != 5 {
+	if len(s) != 40 {
 		return window.Half{}
 	}
 	var v [5]uint64
-	for i, p := range parts {
-		n, err := strconv.ParseUint(p, 10, 64)
-		if err != nil || n > 1<<53 {
+	for i := range v {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+		if !(f >= 0 && f <= 1<<53) || f != math.Trunc(f) {
 			return window.Half{}
 		}
-		v[i] = n
+		v[i] = uint64(f)
 	}
 	return window.Half{N: v[0], First: int64(v[1]), Last: int64(v[2]), Run: int64(v[3]), Before: v[4]}
 }
@@ -551,9 +553,13 @@ func mergeHalves(t Total) (early, late string) {
 	return early, late
 }
 
-// formatHalf formats h as the script stores it.
+// formatHalf packs h as the script stores it (see halfSep).
 func formatHalf(h window.Half) string {
-	return fmt.Sprintf("%d:%d:%d:%d:%d", h.N, h.First, h.Last, h.Run, h.Before)
+	b := make([]byte, 0, 40)
+	for _, v := range [5]uint64{h.N, uint64(h.First), uint64(h.Last), uint64(h.Run), h.Before} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return string(b)
 }
 
 // Merge max-merges remote totals in one pipeline; see [Store]. A total of

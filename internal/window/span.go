@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Half is one region's hits in one half of a bucket: N hits, the first
 // admitted at offset First and the last at offset Last, in ms from the start
@@ -347,28 +350,39 @@ func (s spanState) earliest(added, m uint64) int64 {
 			lo, hi = s.h, s.w
 		}
 		budget := m - g.whole
+		// The spreads of the segment's oldest halves, in the current
+		// bucket's offsets.
+		var buf [8]spread
+		sp := buf[:0]
+		for i := range halves {
+			o := halves[i].Early
+			if g.late {
+				o = halves[i].Late
+			}
+			if g.next && i == s.local && added > 0 && late == g.late {
+				o.Add(s.e, runGap(s.w), added)
+			}
+			sp = appendSpreads(sp, o, lo, hi, base)
+		}
+		if g.next && added > 0 && late == g.late && (s.local < 0 || s.local >= len(halves)) {
+			sp = appendSpreads(sp, Half{N: added, First: s.e, Last: s.e}, lo, hi, base)
+		}
+		if budget == 0 || len(sp) <= 1 {
+			// Every term must fall to 0, or the one term to budget: each
+			// has its own least offset.
+			t := from
+			for _, p := range sp {
+				t = max(t, p.from(budget, s.strict))
+			}
+			return t
+		}
 		// sum returns the terms at offset t, stopping once past budget.
 		sum := func(t int64) uint64 {
 			var v uint64
-			for i := range halves {
-				o := halves[i].Early
-				if g.late {
-					o = halves[i].Late
+			for _, p := range sp {
+				if v = satAdd(v, p.at(t, s.strict)); v > budget {
+					break
 				}
-				if g.next && i == s.local && added > 0 && late == g.late {
-					o.Add(s.e, runGap(s.w), added)
-				}
-				if o.N != 0 {
-					ta, tb := halfTerms(o, t-base, lo, hi, s.strict)
-					v = satAdd(v, satAdd(ta.Value(), tb.Value()))
-					if v > budget {
-						return v
-					}
-				}
-			}
-			if g.next && added > 0 && late == g.late && (s.local < 0 || s.local >= len(halves)) {
-				_, tb := halfTerms(Half{N: added, First: s.e, Last: s.e}, t-base, lo, hi, s.strict)
-				v = satAdd(v, tb.Value())
 			}
 			return v
 		}
@@ -390,4 +404,49 @@ func (s spanState) earliest(added, m uint64) int64 {
 		return z
 	}
 	return 2 * s.w
+}
+
+// spread is n hits taken as spread evenly over the milliseconds a..b, for
+// finding when their term falls.
+type spread struct {
+	n    uint64
+	a, b int64
+}
+
+// at returns the term's value at offset e: evenTerm's.
+func (p spread) at(e int64, strict bool) uint64 {
+	return evenTerm(p.n, p.a, p.b, e, strict).Value()
+}
+
+// from returns the least offset at which the term counts at most k
+// (math.MinInt64 when it always does).
+func (p spread) from(k uint64, strict bool) int64 {
+	if p.n <= k {
+		return math.MinInt64
+	}
+	if strict {
+		return p.b
+	}
+	// floor(n*num/den) <= k  <=>  num <= ceil((k+1)*den/n) - 1 = x, and
+	// num = b - e on a..b-1: e >= b - x.
+	den := uint64(p.b - p.a + 1)
+	x := mulDivCeil(k+1, den, p.n) - 1
+	if x >= den {
+		return math.MinInt64
+	}
+	return p.b - int64(x)
+}
+
+// appendSpreads appends the spreads of half o, which lies in [lo, hi) of
+// a bucket starting at base, as halfTerms weighs it.
+func appendSpreads(sp []spread, o Half, lo, hi, base int64) []spread {
+	switch {
+	case o.N == 0:
+		return sp
+	case !o.Valid(lo, hi):
+		return append(sp, spread{o.N, base + lo, base + hi - 1})
+	case o.Before == 0:
+		return append(sp, spread{o.N, base + o.First, base + o.Last})
+	}
+	return append(sp, spread{o.Before, base + o.First, base + o.Run - 1}, spread{o.N - o.Before, base + o.Run, base + o.Last})
 }
