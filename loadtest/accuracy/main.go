@@ -16,7 +16,9 @@
 // comparison) or log (an exact sliding log, the reference). With -node it
 // drives a running rlnode over its Connect JSON API instead, at the
 // scenarios' wall-clock instants (constant arrivals only), asking for the
-// mode's algorithm (default, strict or two-bucket).
+// mode's algorithm (default, strict or two-bucket), and takes each
+// admission's instant from the node's answer (its bucket and elapsedMs), so
+// the trailing-window counts are exact on the node's clock.
 //
 // Usage:
 //
