@@ -163,7 +163,7 @@ if c <= cap then
         elseif ob == 0 then
           wp = wp + term(on, of, ol)
         else
-          wp = wp + term(ob, of, orr - 1) + term(on - ob, orr, ol)
+          wp = wp + term(ob, orr - 1, orr - 1) + term(on - ob, orr, ol)
         end
       end
     end

@@ -145,8 +145,8 @@ func evenTerm(n uint64, a, b, e int64, strict bool) Term {
 }
 
 // halfTerms returns the terms of half o at offset e (ms from the start of
-// the bucket that holds o), which lies in [lo, hi): its earlier runs spread
-// over First..Run-1 and its latest run over Run..Last (one run: First..Last,
+// the bucket that holds o), which lies in [lo, hi): its earlier runs as all
+// at Run-1 and its latest run spread over Run..Last (one run: First..Last,
 // and a zero first term). An invalid half counts as spread over [lo, hi).
 func halfTerms(o Half, e, lo, hi int64, strict bool) (early, latest Term) {
 	if !o.Valid(lo, hi) {
@@ -155,7 +155,7 @@ func halfTerms(o Half, e, lo, hi int64, strict bool) (early, latest Term) {
 	if o.Before == 0 {
 		return Term{}, evenTerm(o.N, o.First, o.Last, e, strict)
 	}
-	return evenTerm(o.Before, o.First, o.Run-1, e, strict), evenTerm(o.N-o.Before, o.Run, o.Last, e, strict)
+	return evenTerm(o.Before, o.Run-1, o.Run-1, e, strict), evenTerm(o.N-o.Before, o.Run, o.Last, e, strict)
 }
 
 // oldest returns p's oldest half overlapping the trailing window at offset
@@ -199,9 +199,11 @@ func (l Limit) SpanTerms(e int64, prev []Halves) []Term {
 // after e, and part of the oldest half that overlaps it (the early half of
 // b-1 while e < H, else its late half). Each region's oldest half gives two
 // terms: its latest run's N-Before hits taken as spread evenly over the
-// milliseconds Run..Last, and the Before hits of its earlier runs over
-// First..Run-1 (one run: all N over First..Last). For n hits spread over
-// a..b:
+// milliseconds Run..Last, and the Before hits of its earlier runs taken as
+// all at Run-1, the latest they can be (one run: all N over First..Last).
+// Counting earlier runs late keeps clumped arrivals (several bursts in one
+// half) from being spread over the gaps between them. For n hits spread
+// over a..b:
 //
 //	Den      = b - a + 1
 //	Num      = Den      if e < a
@@ -448,5 +450,5 @@ func appendSpreads(sp []spread, o Half, lo, hi, base int64) []spread {
 	case o.Before == 0:
 		return append(sp, spread{o.N, base + o.First, base + o.Last})
 	}
-	return append(sp, spread{o.Before, base + o.First, base + o.Run - 1}, spread{o.N - o.Before, base + o.Run, base + o.Last})
+	return append(sp, spread{o.Before, base + o.Run - 1, base + o.Run - 1}, spread{o.N - o.Before, base + o.Run, base + o.Last})
 }

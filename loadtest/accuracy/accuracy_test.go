@@ -35,11 +35,18 @@ func TestAcceptanceTable(t *testing.T) {
 		if got, want := len(rows), 3*2*9+5; got != want {
 			t.Fatalf("%d scenarios, want %d", got, want)
 		}
+		// Arrivals released in clumps, as a busy client delivers them.
+		c.arrivals, c.onOff = []string{"bunched"}, 0
+		more, err := measure(context.Background(), c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, more...)
 		for _, r := range rows {
 			if r.st.max > tt.maxHi {
 				t.Errorf("%s %s: max %.3f, want at most %.2f", tt.mode, r.sc.name, r.st.max, tt.maxHi)
 			}
-			if r.sc.rate > 1 && !r.sc.onOff && !r.sc.poisson && r.st.steadyMin < tt.steadyMin {
+			if r.sc.rate > 1 && !r.sc.onOff && !r.sc.poisson && !r.sc.bunched && r.st.steadyMin < tt.steadyMin {
 				t.Errorf("%s %s: steady min %.3f, want at least %.2f", tt.mode, r.sc.name, r.st.steadyMin, tt.steadyMin)
 			}
 		}

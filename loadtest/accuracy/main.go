@@ -77,7 +77,7 @@ func parse(args []string, out io.Writer) (config, error) {
 	fs.Uint64Var(&c.limit, "limit", 1000, "the limit, per window")
 	fs.DurationVar(&c.window, "window", 4*time.Second, "the window")
 	rates := fs.String("rates", "1,2,10", "offered rates of the cold starts, times the limit's rate")
-	arrivals := fs.String("arrivals", "constant,poisson", "arrivals of the cold starts: constant, poisson or both")
+	arrivals := fs.String("arrivals", "constant,poisson", "arrivals of the cold starts: constant, poisson, bunched (constant, released in clumps 100-350 ms apart), comma-separated")
 	phases := fs.String("phases", "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", "phases of the bucket at which the cold starts begin")
 	fs.IntVar(&c.onOff, "onoff", 5, "on/off burst runs (seeds), each 4x -windows long")
 	fs.IntVar(&c.windows, "windows", 6, "length of each cold start, in windows")
@@ -94,8 +94,8 @@ func parse(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("parse -phases: %w", err)
 	}
 	for _, a := range strings.Split(*arrivals, ",") {
-		if a != "constant" && a != "poisson" {
-			return c, fmt.Errorf("parse -arrivals: %q is neither constant nor poisson", a)
+		if a != "constant" && a != "poisson" && a != "bunched" {
+			return c, fmt.Errorf("parse -arrivals: %q is not constant, poisson or bunched", a)
 		}
 		c.arrivals = append(c.arrivals, a)
 	}
@@ -240,7 +240,7 @@ func report(out io.Writer, rows []row) {
 		m := "-"
 		if r.st.steadyMin >= 0 {
 			m = fmt.Sprintf("%.3f", r.st.steadyMin)
-			if r.sc.rate > 1 && !r.sc.onOff {
+			if r.sc.rate > 1 && !r.sc.onOff && !r.sc.bunched {
 				if r.sc.poisson {
 					poissonMin = min(poissonMin, r.st.steadyMin)
 				} else {

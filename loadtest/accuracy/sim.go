@@ -14,6 +14,7 @@ type scenario struct {
 	name    string
 	rate    float64 // offered rate, times the limit's rate (on/off: the peak)
 	poisson bool
+	bunched bool    // constant arrivals held and released in clumps
 	phase   float64 // where in the bucket the load starts (cold starts)
 	onOff   bool
 	seed    uint64
@@ -66,10 +67,31 @@ func (sc scenario) arrivals(l window.Limit, start int64, windows int) []int64 {
 	if sc.onOff {
 		return onOff(l, start, sc.rate, windows*4, r)
 	}
+	if sc.bunched {
+		return bunch(coldStart(l, start, sc.phase, sc.rate, windows, nil), r)
+	}
 	if !sc.poisson {
 		r = nil
 	}
 	return coldStart(l, start, sc.phase, sc.rate, windows, r)
+}
+
+// bunch holds each arrival until the next release instant, releases coming
+// 100 to 350 ms apart: what a busy client or proxy that batches requests
+// delivers (the node harness saw such delays on a loaded machine).
+func bunch(arr []int64, r *rand.Rand) []int64 {
+	if len(arr) == 0 {
+		return arr
+	}
+	out := make([]int64, len(arr))
+	rel := arr[0]
+	for i, a := range arr {
+		for rel < a {
+			rel += 100 + r.Int64N(250)
+		}
+		out[i] = rel
+	}
+	return out
 }
 
 // scenarios returns the cold starts (each rate, constant and Poisson, each
@@ -81,7 +103,7 @@ func scenarios(rates, phases []float64, arrivals []string, onOffRuns int) []scen
 			for _, p := range phases {
 				out = append(out, scenario{
 					name: fmt.Sprintf("cold %gx %s @%.2f", rate, a, p),
-					rate: rate, poisson: a == "poisson", phase: p, seed: 1,
+					rate: rate, poisson: a == "poisson", bunched: a == "bunched", phase: p, seed: 1,
 				})
 			}
 		}

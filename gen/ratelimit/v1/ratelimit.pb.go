@@ -517,8 +517,8 @@ func (x *EstimateTerm) GetDenominator() uint64 {
 //     previous bucket's late halves. For each region, the oldest half that
 //     overlaps the window (previous_early while e < H, else previous_late)
 //     gives two terms: its latest run's count - before hits spread over
-//     run_ms..last_ms, and its before hits over first_ms..run_ms-1 (one
-//     run: all count hits over first_ms..last_ms). For n hits spread over
+//     run_ms..last_ms, and its before hits as all at run_ms-1 (a..b =
+//     run_ms-1..run_ms-1; one run: all count hits over first_ms..last_ms). For n hits spread over
 //     a..b: denominator = b - a + 1; numerator = denominator if e < a,
 //     b - e if a <= e < b, else 0 (strict: denominator while e < b).
 //     A half whose offsets fall outside it counts as spread over all of it.
