@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -58,10 +59,11 @@ type Algorithm int
 
 // Algorithms, as in ratelimit.v1.Algorithm.
 const (
-	SlidingWindow Algorithm = iota // the default: cur + floor(prev * (W-e)/W)
-	FixedWindow                    // cur + hits <= limit per epoch-aligned window
-	TokenBucket                    // GCRA, limit tokens per window; region-local
-	SlidingLog                     // exact, one timestamp per hit; region-local
+	SlidingWindow          Algorithm = iota // the default: half-buckets weighted over their hits' span
+	FixedWindow                             // cur + hits <= limit per epoch-aligned window
+	TokenBucket                             // GCRA, limit tokens per window; region-local
+	SlidingLog                              // exact, one timestamp per hit; region-local
+	SlidingWindowTwoBucket                  // the classic cur + floor(prev * (W-e)/W)
 )
 
 // Scope says whose hits an inline [Limit] counts.
@@ -106,6 +108,10 @@ type Limit struct {
 	Window    time.Duration
 	Algorithm Algorithm
 	Scope     Scope
+	// Strict, with SlidingWindow, never admits more than the limit in any
+	// trailing window in one region, at the price of capacity left unused
+	// after bursts.
+	Strict bool
 }
 
 func (l Limit) policy() (string, *ratelimitv1.Limit) {
@@ -114,6 +120,7 @@ func (l Limit) policy() (string, *ratelimitv1.Limit) {
 		Window:    durationpb.New(l.Window),
 		Algorithm: ratelimitv1.Algorithm(l.Algorithm + 1),
 		Scope:     ratelimitv1.Scope(l.Scope + 1),
+		Strict:    l.Strict,
 	}
 }
 func (l Limit) name() string          { return "default" }
@@ -151,32 +158,82 @@ type Decision struct {
 	Err error
 }
 
-// Stats are the numbers behind a decision. For the sliding window the
+// Stats are the numbers behind a decision. For the counter algorithms the
 // node decided on
 //
-//	Estimate = Current' + floor(Previous * PreviousWeight)
+//	Estimate = Whole + sum over Terms of floor(N * Num / Den)
 //
-// where Current' is the current bucket's count before this request:
-// Estimate is the count before the request and Current the count after it,
-// so a first admitted hit shows Estimate 0 and Current 1. A Peek consumes
-// nothing: its Current is the count already spent. Fixed window, token
+// and allowed the request iff Estimate + hits <= Limit; [Stats.Recompute]
+// does the sum. Estimate is the count before the request and Current the
+// count after it, so a first admitted hit shows Estimate 0 and Current 1.
+// A Peek consumes nothing: its Current is the count already spent. What
+// Whole and the terms are per algorithm is documented on the proto's
+// WindowStats: for the sliding window, Whole is the current bucket's count
+// before the request plus the previous bucket's late halves while in the
+// first half of the bucket, and each region's oldest overlapping half gives
+// terms from its span (RegionCount.PreviousEarly and PreviousLate). Token
 // bucket and sliding log fill what applies to them.
 type Stats struct {
 	// Bucket is the current bucket's index, floor(unix time / window).
 	Bucket int64
+	// ElapsedMs is the time elapsed in the current bucket, in ms.
+	ElapsedMs int64
 	// Current is the sum over regions of the current bucket's counts,
 	// after this request (for Peek, the count already spent).
 	Current uint64
 	// Previous is the sum over regions of the previous bucket's counts.
 	Previous uint64
-	// PreviousWeight is (W - e) / W: the share of the previous bucket still
-	// inside the sliding window, e being the time elapsed in the current
-	// bucket.
+	// PreviousWeight is, for display, the share of the weighted hits still
+	// counted: the terms' sum over their counts ((W - e) / W for the
+	// two-bucket counter).
 	PreviousWeight float64
 	// Estimate is the count the decision was made on, before this request.
 	Estimate uint64
+	// Whole is the part of Estimate counted whole.
+	Whole uint64
+	// Terms are the weighted parts of Estimate.
+	Terms []Term
 	// Regions are the counts per region, in the node's order.
 	Regions []RegionCount
+}
+
+// Term is a weighted part of an estimate: floor(N * Num / Den) of N hits.
+type Term struct {
+	N, Num, Den uint64
+}
+
+// Recompute returns Whole plus the sum of the terms, computed exactly: the
+// node's Estimate for a counter algorithm. It saturates at the maximum
+// uint64.
+func (s Stats) Recompute() uint64 {
+	est := s.Whole
+	for _, t := range s.Terms {
+		if t.Den == 0 || t.Num == 0 {
+			continue
+		}
+		hi, lo := bits.Mul64(t.N, t.Num)
+		if hi >= t.Den {
+			return ^uint64(0)
+		}
+		q, _ := bits.Div64(hi, lo, t.Den)
+		if est+q < est {
+			return ^uint64(0)
+		}
+		est += q
+	}
+	return est
+}
+
+// HalfBucket is one region's hits in one half of a bucket, for the sliding
+// window: Count hits, the first at FirstMs and the last at LastMs (ms from
+// the bucket's start); when they fell in several runs, the latest run
+// began at RunMs with Before hits before it (RunMs 0: one run).
+type HalfBucket struct {
+	Count   uint64
+	FirstMs int64
+	LastMs  int64
+	RunMs   int64
+	Before  uint64
 }
 
 // RegionCount is one region's share of a decision's counts.
@@ -193,6 +250,10 @@ type RegionCount struct {
 	Age time.Duration
 	// HasAge reports whether the node reported an age for this region.
 	HasAge bool
+	// PreviousEarly and PreviousLate are the region's halves of the
+	// previous bucket as the sliding window decided on them (zero for the
+	// other algorithms and for empty halves).
+	PreviousEarly, PreviousLate HalfBucket
 }
 
 // decision converts the node's answer.
@@ -211,25 +272,36 @@ func decision(resp *ratelimitv1.CheckResponse) Decision {
 	if st := resp.GetStats(); st != nil {
 		d.Stats = Stats{
 			Bucket:         st.GetBucket(),
+			ElapsedMs:      st.GetElapsedMs(),
 			Current:        st.GetCurrent(),
 			Previous:       st.GetPrevious(),
 			PreviousWeight: st.GetPreviousWeight(),
 			Estimate:       st.GetEstimate(),
+			Whole:          st.GetWhole(),
+		}
+		for _, t := range st.GetTerms() {
+			d.Stats.Terms = append(d.Stats.Terms, Term{N: t.GetCount(), Num: t.GetNumerator(), Den: t.GetDenominator()})
 		}
 		if rs := st.GetRegions(); len(rs) > 0 {
 			d.Stats.Regions = make([]RegionCount, len(rs))
 			for i, r := range rs {
 				d.Stats.Regions[i] = RegionCount{
-					Region:   r.GetRegion(),
-					Current:  r.GetCurrent(),
-					Previous: r.GetPrevious(),
-					Age:      r.GetAge().AsDuration(),
-					HasAge:   r.GetAge() != nil,
+					Region:        r.GetRegion(),
+					Current:       r.GetCurrent(),
+					Previous:      r.GetPrevious(),
+					Age:           r.GetAge().AsDuration(),
+					HasAge:        r.GetAge() != nil,
+					PreviousEarly: halfBucket(r.GetPreviousEarly()),
+					PreviousLate:  halfBucket(r.GetPreviousLate()),
 				}
 			}
 		}
 	}
 	return d
+}
+
+func halfBucket(h *ratelimitv1.HalfBucket) HalfBucket {
+	return HalfBucket{Count: h.GetCount(), FirstMs: h.GetFirstMs(), LastMs: h.GetLastMs(), RunMs: h.GetRunMs(), Before: h.GetBefore()}
 }
 
 // Option configures a [Client].

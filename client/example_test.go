@@ -62,7 +62,7 @@ func ExampleClient_Check() {
 	// Output:
 	// allowed=true remaining=1 retry after 0s
 	// allowed=true remaining=0 retry after 0s
-	// allowed=false remaining=0 retry after 30.001s
+	// allowed=false remaining=0 retry after 1m0s
 	// allowed=true remaining=9
 }
 
@@ -86,14 +86,14 @@ func ExampleMiddleware() {
 		fmt.Printf("%d %s | %s | Retry-After: %q\n", rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"), rec.Header().Get("Retry-After"))
 	}
 	// Output:
-	// 200 "per-user";q=2;w=60 | "per-user";r=1;t=31 | Retry-After: ""
-	// 200 "per-user";q=2;w=60 | "per-user";r=0;t=61 | Retry-After: ""
-	// 429 "per-user";q=2;w=60 | "per-user";r=0;t=31 | Retry-After: "31"
+	// 200 "per-user";q=2;w=60 | "per-user";r=1;t=60 | Retry-After: ""
+	// 200 "per-user";q=2;w=60 | "per-user";r=0;t=60 | Retry-After: ""
+	// 429 "per-user";q=2;w=60 | "per-user";r=0;t=60 | Retry-After: "60"
 }
 
 // The stats show the numbers behind a decision: here, 30 s into the
-// minute, the previous minute's bucket weighs one half and the estimate is
-// the count before this request.
+// minute with nothing before, the estimate is the count before this
+// request, and Recompute gives it back from the stats alone.
 func ExampleDecision_stats() {
 	nodeURL, stop := startNode()
 	defer stop()
@@ -109,8 +109,8 @@ func ExampleDecision_stats() {
 			log.Fatal(err)
 		}
 		s := d.Stats
-		fmt.Printf("allowed=%v bucket=%d current=%d previous=%d weight=%.2f estimate=%d\n",
-			d.Allowed, s.Bucket, s.Current, s.Previous, s.PreviousWeight, s.Estimate)
+		fmt.Printf("allowed=%v bucket=%d elapsed=%dms current=%d previous=%d estimate=%d recomputed=%d\n",
+			d.Allowed, s.Bucket, s.ElapsedMs, s.Current, s.Previous, s.Estimate, s.Recompute())
 		for _, r := range s.Regions {
 			fmt.Printf("  region %s: current=%d previous=%d age known=%v\n", r.Region, r.Current, r.Previous, r.HasAge)
 		}
@@ -122,9 +122,9 @@ func ExampleDecision_stats() {
 	}
 	fmt.Printf("peek: allowed=%v current=%d estimate=%d\n", d.Allowed, d.Stats.Current, d.Stats.Estimate)
 	// Output:
-	// allowed=true bucket=29166680 current=1 previous=0 weight=0.50 estimate=0
+	// allowed=true bucket=29166680 elapsed=30000ms current=1 previous=0 estimate=0 recomputed=0
 	//   region local: current=1 previous=0 age known=false
-	// allowed=true bucket=29166680 current=2 previous=0 weight=0.50 estimate=1
+	// allowed=true bucket=29166680 elapsed=30000ms current=2 previous=0 estimate=1 recomputed=1
 	//   region local: current=2 previous=0 age known=false
 	// peek: allowed=false current=2 estimate=2
 }

@@ -202,8 +202,8 @@ func TestValidate(t *testing.T) {
 	writeAtomic(t, native, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n  - name: api\n    limit: 5\n    window: 1m\n    algorithm: leaky\n")
 	errOut.Reset()
 	err = run(context.Background(), []string{"validate", "--rules", native}, env(nil), io.Discard, &errOut)
-	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, shadow_mode or scope)
-`+native+`:9: rule 2 (api): algorithm: "leaky" is not sliding_window, fixed_window, token_bucket or sliding_log
+	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, shadow_mode or scope)
+`+native+`:9: rule 2 (api): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log
 `; !errors.Is(err, errInvalidRules) || got != want {
 		t.Errorf("validate = %v, printed:\n%s\nwant:\n%s", err, got, want)
 	}
@@ -244,7 +244,7 @@ func TestRunInvalidRules(t *testing.T) {
 	writeAtomic(t, path, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algorithm: leaky\n  - name: api\n    limit: 0\n    window: 1m\n")
 	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--rules", path}, env(nil), io.Discard, io.Discard)
 	want := "rules " + path + ": 2 problems:\n" +
-		path + `:5: rule 1 (login): algorithm: "leaky" is not sliding_window, fixed_window, token_bucket or sliding_log` + "\n" +
+		path + `:5: rule 1 (login): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log` + "\n" +
 		path + ":7: rule 2 (api): limit: must be from 1 to 2^53, got 0"
 	if err == nil || err.Error() != want {
 		t.Errorf("run = %v, want:\n%s", err, want)

@@ -3,7 +3,9 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -96,62 +98,81 @@ func inline(limit uint64, w time.Duration) *ratelimitv1.Limit {
 // 100-per-minute inline limit answer allowed 100 times, then denied with the
 // right retry_after.
 func TestAcceptance101(t *testing.T) {
+	// The 100 hits all come at one instant, 30 s into the bucket. The
+	// default sliding window knows it (their span is one millisecond): they
+	// leave the trailing window all at once, 60 s later. The two-bucket
+	// counter takes them as spread over the bucket: in the next bucket,
+	// starting in 30 s, they count as previous with weight (60000-e)/60000,
+	// and floor(100 * (60000-e)/60000) <= 99 first holds at e = 1 ms.
+	algos := []struct {
+		algo   ratelimitv1.Algorithm
+		retry  time.Duration
+		weight float64
+	}{
+		{ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED, time.Minute, 0},
+		{ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW_TWO_BUCKET, 30*time.Second + time.Millisecond, 0.5},
+	}
 	for _, st := range stores {
 		for _, pr := range protocols {
-			t.Run(st.name+"/"+pr.name, func(t *testing.T) {
-				s := newServer(t, api.Config{Store: st.new(t)})
-				c := s.client(t, pr.h2c, pr.opts...)
-				ctx := context.Background()
-				req := &ratelimitv1.CheckRequest{Key: "alice", Limit: inline(100, time.Minute)}
-				for i := 1; i <= 100; i++ {
+			for _, al := range algos {
+				t.Run(st.name+"/"+pr.name+"/"+al.algo.String(), func(t *testing.T) {
+					s := newServer(t, api.Config{Store: st.new(t)})
+					c := s.client(t, pr.h2c, pr.opts...)
+					ctx := context.Background()
+					lim := inline(100, time.Minute)
+					lim.Algorithm = al.algo
+					req := &ratelimitv1.CheckRequest{Key: "alice", Limit: lim}
+					for i := 1; i <= 100; i++ {
+						resp, err := c.Check(ctx, connect.NewRequest(req))
+						if err != nil {
+							t.Fatalf("Check %d: %v", i, err)
+						}
+						if !resp.Msg.Allowed {
+							t.Fatalf("Check %d: denied, want allowed", i)
+						}
+						if got, want := resp.Msg.Remaining, uint64(100-i); got != want {
+							t.Errorf("Check %d: remaining = %d, want %d", i, got, want)
+						}
+					}
 					resp, err := c.Check(ctx, connect.NewRequest(req))
 					if err != nil {
-						t.Fatalf("Check %d: %v", i, err)
+						t.Fatalf("Check 101: %v", err)
 					}
-					if !resp.Msg.Allowed {
-						t.Fatalf("Check %d: denied, want allowed", i)
+					m := resp.Msg
+					if m.Allowed {
+						t.Fatalf("Check 101: allowed, want denied")
 					}
-					if got, want := resp.Msg.Remaining, uint64(100-i); got != want {
-						t.Errorf("Check %d: remaining = %d, want %d", i, got, want)
+					if got, want := m.RetryAfter.AsDuration(), al.retry; got != want {
+						t.Errorf("retry_after = %v, want %v", got, want)
 					}
-				}
-				resp, err := c.Check(ctx, connect.NewRequest(req))
-				if err != nil {
-					t.Fatalf("Check 101: %v", err)
-				}
-				m := resp.Msg
-				if m.Allowed {
-					t.Fatalf("Check 101: allowed, want denied")
-				}
-				// The next bucket starts in 30 s; there the 100 hits count
-				// as previous with weight (60000-e)/60000, and floor(100 *
-				// (60000-e)/60000) <= 99 first holds at e = 1 ms.
-				if got, want := m.RetryAfter.AsDuration(), 30*time.Second+time.Millisecond; got != want {
-					t.Errorf("retry_after = %v, want %v", got, want)
-				}
-				if got, want := m.Remaining, uint64(0); got != want {
-					t.Errorf("remaining = %d, want %d", got, want)
-				}
-				if got, want := m.Limit, uint64(100); got != want {
-					t.Errorf("limit = %d, want %d", got, want)
-				}
-				stats := m.Stats
-				if got, want := stats.Bucket, int64(29_000_000); got != want {
-					t.Errorf("stats.bucket = %d, want %d", got, want)
-				}
-				if got, want := stats.Current, uint64(100); got != want {
-					t.Errorf("stats.current = %d, want %d", got, want)
-				}
-				if got, want := stats.Estimate, uint64(100); got != want {
-					t.Errorf("stats.estimate = %d, want %d", got, want)
-				}
-				if got, want := stats.PreviousWeight, 0.5; got != want {
-					t.Errorf("stats.previous_weight = %v, want %v", got, want)
-				}
-				if len(stats.Regions) != 1 || stats.Regions[0].Region != "local" || stats.Regions[0].Current != 100 {
-					t.Errorf("stats.regions = %v, want [local current 100]", stats.Regions)
-				}
-			})
+					if got, want := m.Remaining, uint64(0); got != want {
+						t.Errorf("remaining = %d, want %d", got, want)
+					}
+					if got, want := m.Limit, uint64(100); got != want {
+						t.Errorf("limit = %d, want %d", got, want)
+					}
+					stats := m.Stats
+					if got, want := stats.Bucket, int64(29_000_000); got != want {
+						t.Errorf("stats.bucket = %d, want %d", got, want)
+					}
+					if got, want := stats.Current, uint64(100); got != want {
+						t.Errorf("stats.current = %d, want %d", got, want)
+					}
+					if got, want := stats.Estimate, uint64(100); got != want {
+						t.Errorf("stats.estimate = %d, want %d", got, want)
+					}
+					if got, want := stats.PreviousWeight, al.weight; got != want {
+						t.Errorf("stats.previous_weight = %v, want %v", got, want)
+					}
+					if len(stats.Regions) != 1 || stats.Regions[0].Region != "local" || stats.Regions[0].Current != 100 {
+						t.Errorf("stats.regions = %v, want [local current 100]", stats.Regions)
+					}
+					// Before this request: whole 100, nothing weighted.
+					if got := stats.Whole; got != 100 || len(stats.Terms) != 0 || stats.ElapsedMs != 30000 {
+						t.Errorf("stats whole %d terms %v elapsed %d, want 100, none, 30000", got, stats.Terms, stats.ElapsedMs)
+					}
+				})
+			}
 		}
 	}
 }
@@ -179,6 +200,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"limit 0", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(0, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
 		{"limit over 2^53", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(1<<53+1, time.Minute)}, "limit.limit: must be from 1 to 2^53", false},
 		{"no window", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10}}, "limit.window: required", false},
+		{"strict fixed window", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute), Algorithm: ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, Strict: true}}, "limit.strict: applies to the sliding window algorithm only, not fixed_window", false},
 		{"window too short", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 999*time.Millisecond)}, "limit.window: must be from 1s to 168h0m0s, got 999ms", false},
 		{"window too long", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 8*24*time.Hour)}, "limit.window: must be from 1s to 168h0m0s, got 192h0m0s", false},
 		{"window not whole ms", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 1500*time.Microsecond+time.Second)}, "limit.window: must be a whole number of milliseconds", false},
@@ -422,10 +444,10 @@ func testPeek(t *testing.T, name string, newStore func(*testing.T) region.Store,
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := resp.Msg.Response; r.Allowed || r.RetryAfter.AsDuration() != 30*time.Second+time.Millisecond {
-			// The next bucket starts in 30 s with previous 2: floor(2 *
-			// (60000-e)/60000) <= 1 first holds at e = 1 ms.
-			t.Errorf("Peek 2 hits = %v, want denied, retry_after 30.001s", r)
+		if r := resp.Msg.Response; r.Allowed || r.RetryAfter.AsDuration() != time.Minute {
+			// The two hits came at one instant, 30 s into the bucket: they
+			// leave the trailing window together, a minute later.
+			t.Errorf("Peek 2 hits = %v, want denied, retry_after 1m", r)
 		}
 		chk, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "p", Limit: lim}))
 		if err != nil || !chk.Msg.Allowed {
@@ -643,9 +665,12 @@ func TestReplicator(t *testing.T) {
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: inline(5, time.Minute)}))
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
+	// The totals carry where in the bucket the hits fell (30 s in: the late
+	// half), for the default sliding window.
+	at := func(n uint64) window.Halves { return window.Halves{Late: window.Half{N: n, First: 30000, Last: 30000}} }
 	want := []region.Total{
-		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2},
-		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1},
+		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Halves: at(2)},
+		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Halves: at(1)},
 	}
 	if len(rep.dirty) != len(want) {
 		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
@@ -743,4 +768,85 @@ func TestJSONUnknownNamesAreInvalid(t *testing.T) {
 			t.Errorf("%s: POST Check with a known algorithm = %d %s, want 200", srv.name, code, body)
 		}
 	}
+}
+
+// TestStatsRecomputeEstimate: with remote regions' halves merged in, every
+// answer's stats give back its estimate with integer math alone, as the
+// proto documents (whole plus the terms), and the terms follow from the
+// regions' halves and elapsed_ms; the decision is estimate + hits <= limit.
+// Weighted and strict sliding window, and the two-bucket counter.
+func TestStatsRecomputeEstimate(t *testing.T) {
+	var now atomic.Int64
+	base := t0.Truncate(time.Minute).UnixMilli()
+	store := region.NewMemory(region.MemoryConfig{Region: "us"})
+	s := newServer(t, api.Config{Store: store, Region: "us", Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	c := s.client(t, true, connect.WithGRPC())
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, al := range []struct {
+		algo   ratelimitv1.Algorithm
+		strict bool
+	}{{0, false}, {0, true}, {ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW_TWO_BUCKET, false}} {
+		lim := inline(40, time.Minute)
+		lim.Algorithm, lim.Strict = al.algo, al.strict
+		key := fmt.Sprintf("stats-%d-%v", al.algo, al.strict)
+		wl := window.Limit{Limit: 40, Window: time.Minute}
+		remote := map[int64]*window.Halves{}
+		denied := 0
+		for i := range 400 {
+			ms := base + int64(i)*450
+			now.Store(ms)
+			b := ms / 60000
+			if rng.IntN(3) == 0 { // another region's hits, replicated
+				h := remote[b]
+				if h == nil {
+					h = &window.Halves{}
+					remote[b] = h
+				}
+				h.Add(ms-b*60000, 60000, 1+rng.Uint64N(2))
+				if err := store.Merge(ctx, []region.Total{{Key: decision.InlineKey(key), Window: time.Minute, Bucket: b, Region: "eu", Count: h.Count(), Halves: *h}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hits := 1 + rng.Uint64N(3)
+			resp, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: key, Limit: lim, Hits: hits}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := resp.Msg
+			st := m.Stats
+			est := st.Whole
+			for _, tm := range st.Terms {
+				est += window.MulDiv(tm.Count, tm.Numerator, tm.Denominator)
+			}
+			if est != st.Estimate || m.Allowed != (est+hits <= m.Limit) {
+				t.Fatalf("step %d: estimate %d, whole + terms %d, hits %d, allowed %v: %v", i, st.Estimate, est, hits, m.Allowed, st)
+			}
+			if al.algo == 0 {
+				var prev []window.Halves
+				for _, rc := range st.Regions {
+					prev = append(prev, window.Halves{Early: half(rc.PreviousEarly), Late: half(rc.PreviousLate)})
+				}
+				l := wl
+				l.Strict = al.strict
+				if got, want := len(l.SpanTerms(st.ElapsedMs, prev)), len(st.Terms); got != want {
+					t.Fatalf("step %d: %d terms from the regions' halves, response has %d", i, got, want)
+				}
+			}
+			if !m.Allowed {
+				denied++
+			}
+		}
+		if denied == 0 {
+			t.Errorf("%s strict %v: nothing denied, the test checks little", al.algo, al.strict)
+		}
+	}
+}
+
+// half converts a half from the wire.
+func half(h *ratelimitv1.HalfBucket) window.Half {
+	if h == nil {
+		return window.Half{}
+	}
+	return window.Half{N: h.Count, First: h.FirstMs, Last: h.LastMs, Run: h.RunMs, Before: h.Before}
 }

@@ -134,8 +134,8 @@ func TestHTTPCheckDecisionsAndHeaders(t *testing.T) {
 
 func TestHTTPCheckSlidingWindow(t *testing.T) {
 	// Sliding window, limit 2 per minute, at 30 s into the bucket with
-	// nothing before: after one hit the estimate drops to 0 one millisecond
-	// into the next bucket (floor(1 * (W-e)/W) = 0), 30.001 s from now.
+	// nothing before: the hits all come at that instant, so they leave the
+	// trailing window together, 60 s from now.
 	s := newServer(t, api.Config{Rules: checkRules(t), Check: forwardauth.Config{LegacyHeaders: true}})
 	xff := map[string]string{"X-Forwarded-For": "2001:db8::1"}
 	status, h, _ := fwdAuth(t, s.URL+"/check/sw", xff)
@@ -143,22 +143,22 @@ func TestHTTPCheckSlidingWindow(t *testing.T) {
 		t.Fatalf("status %d, want 200", status)
 	}
 	wantHeaders(t, "first", h, map[string]string{
-		"RateLimit-Policy": `"sw";q=2;w=60`, "RateLimit": `"sw";r=1;t=31`,
-		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "31",
+		"RateLimit-Policy": `"sw";q=2;w=60`, "RateLimit": `"sw";r=1;t=60`,
+		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "60",
 	})
 	fwdAuth(t, s.URL+"/check/sw", xff)
 	status, h, body := fwdAuth(t, s.URL+"/check/sw", xff)
 	if status != 429 {
 		t.Fatalf("status %d, want 429", status)
 	}
-	// Two hits in the current bucket: the third needs an estimate of at
-	// most 1, and one millisecond into the next bucket
-	// floor(2 * 59999/60000) = 1, so it is allowed 30.001 s from now.
+	// Two hits at one instant: the third is allowed once they have left
+	// the trailing window, 60 s from now (the two-bucket counter would
+	// admit it 30.001 s from now, taking them as spread over the bucket).
 	wantHeaders(t, "denied", h, map[string]string{
-		"RateLimit": `"sw";r=0;t=31`, "Retry-After": "31",
+		"RateLimit": `"sw";r=0;t=60`, "Retry-After": "60",
 		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0",
 	})
-	if want := "rate limited: retry after 31s\n"; body != want {
+	if want := "rate limited: retry after 60s\n"; body != want {
 		t.Errorf("body = %q, want %q", body, want)
 	}
 }

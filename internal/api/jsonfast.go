@@ -133,6 +133,29 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 					return dst, false
 				}
 			}
+			if h := rc.GetPreviousEarly(); h != nil {
+				dst = appendHalf(append(dst, `,"previousEarly":`...), h)
+			}
+			if h := rc.GetPreviousLate(); h != nil {
+				dst = appendHalf(append(dst, `,"previousLate":`...), h)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, `],"elapsedMs":`...)
+		dst = appendInt(dst, st.ElapsedMs)
+		dst = append(dst, `,"whole":`...)
+		dst = appendUint(dst, st.Whole)
+		dst = append(dst, `,"terms":[`...)
+		for i, t := range st.Terms {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"count":`...)
+			dst = appendUint(dst, t.GetCount())
+			dst = append(dst, `,"numerator":`...)
+			dst = appendUint(dst, t.GetNumerator())
+			dst = append(dst, `,"denominator":`...)
+			dst = appendUint(dst, t.GetDenominator())
 			dst = append(dst, '}')
 		}
 		dst = append(dst, "]}"...)
@@ -147,6 +170,20 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 	dst = append(dst, '"')
 	dst = append(dst, name...)
 	return append(dst, `"}`...), true
+}
+
+func appendHalf(dst []byte, h *ratelimitv1.HalfBucket) []byte {
+	dst = append(dst, `{"count":`...)
+	dst = appendUint(dst, h.Count)
+	dst = append(dst, `,"firstMs":`...)
+	dst = appendInt(dst, h.FirstMs)
+	dst = append(dst, `,"lastMs":`...)
+	dst = appendInt(dst, h.LastMs)
+	dst = append(dst, `,"runMs":`...)
+	dst = appendInt(dst, h.RunMs)
+	dst = append(dst, `,"before":`...)
+	dst = appendUint(dst, h.Before)
+	return append(dst, '}')
 }
 
 func appendUint(dst []byte, n uint64) []byte {

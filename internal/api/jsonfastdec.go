@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
@@ -79,6 +80,7 @@ type checkFields struct {
 	window          *durationpb.Duration
 	algo            ratelimitv1.Algorithm
 	scope           ratelimitv1.Scope
+	strict          bool
 	seenLimitFields uint8
 }
 
@@ -86,7 +88,7 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -169,8 +171,27 @@ func (f *checkFields) parseLimit(p *parser) bool {
 			v, ok = ratelimitv1.Scope_value[s]
 			f.scope = ratelimitv1.Scope(v)
 		}
+	case "strict":
+		if !once(&f.seenLimitFields, 16) {
+			return false
+		}
+		f.strict, ok = p.boolean()
 	}
 	return ok
+}
+
+// boolean reads true or false.
+func (p *parser) boolean() (bool, bool) {
+	p.ws()
+	switch {
+	case bytes.HasPrefix(p.b[p.i:], []byte("true")):
+		p.i += 4
+		return true, true
+	case bytes.HasPrefix(p.b[p.i:], []byte("false")):
+		p.i += 5
+		return false, true
+	}
+	return false, false
 }
 
 // parser reads plain JSON from b.

@@ -12,6 +12,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // The Connect service is a thin adapter over [decision.Decider]: each
@@ -114,20 +115,58 @@ func (s *Server) ages(outs ...decision.Outcome) map[string]time.Duration {
 	return nil
 }
 
+// estimateTerms returns the weighted terms of a counter decision's
+// estimate, as WindowStats documents them.
+func estimateTerms(o decision.Outcome) []*ratelimitv1.EstimateTerm {
+	var terms []window.Term
+	switch a := o.Spec.Algorithm; {
+	case !a.Counted() || a == window.FixedWindow:
+		return nil
+	case a.Spans():
+		prev := make([]window.Halves, len(o.Regions))
+		for i, rc := range o.Regions {
+			prev[i] = rc.PreviousHalves
+		}
+		terms = o.Spec.SpanTerms(o.ElapsedMs, prev)
+	case o.SubOldest > 0 && o.SubWeightNum > 0:
+		terms = []window.Term{{N: o.SubOldest, Num: o.SubWeightNum, Den: o.SubWeightDen}}
+	}
+	out := make([]*ratelimitv1.EstimateTerm, len(terms))
+	for i, t := range terms {
+		out[i] = &ratelimitv1.EstimateTerm{Count: t.N, Numerator: t.Num, Denominator: t.Den}
+	}
+	return out
+}
+
+// halfBucket converts a half to the wire; nil when it is empty.
+func halfBucket(h window.Half) *ratelimitv1.HalfBucket {
+	if h.N == 0 {
+		return nil
+	}
+	return &ratelimitv1.HalfBucket{Count: h.N, FirstMs: h.First, LastMs: h.Last, RunMs: h.Run, Before: h.Before}
+}
+
 // response converts an outcome to the wire.
 func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ratelimitv1.CheckResponse {
 	st := &ratelimitv1.WindowStats{
 		Bucket:         o.Bucket,
 		PreviousWeight: o.PrevWeight,
 		Estimate:       o.Estimate,
+		ElapsedMs:      o.ElapsedMs,
+		Whole:          o.SubWhole,
 	}
+	st.Terms = estimateTerms(o)
 	if len(o.Regions) > 0 {
 		st.Regions = make([]*ratelimitv1.RegionCount, len(o.Regions))
 	}
+	spans := o.Spec.Algorithm.Counted() && o.Spec.Algorithm.Spans()
 	for i, rc := range o.Regions {
 		st.Current += rc.Current
 		st.Previous += rc.Previous
 		w := &ratelimitv1.RegionCount{Region: rc.Region, Current: rc.Current, Previous: rc.Previous}
+		if spans {
+			w.PreviousEarly, w.PreviousLate = halfBucket(rc.PreviousHalves.Early), halfBucket(rc.PreviousHalves.Late)
+		}
 		if age, ok := ages[rc.Region]; ok && rc.Region != s.cfg.Region {
 			w.Age = durationpb.New(age)
 		}

@@ -13,7 +13,7 @@ import (
 func TestBounds(t *testing.T) {
 	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
 	n.cfg.MaxDirty, n.cfg.MaxTouched = 100, 150
-	n.dirty, n.notice = map[dref]uint64{}, map[ref]uint64{}
+	n.dirty, n.notice = map[dref]tally{}, map[ref]uint64{}
 	for i := range 1000 {
 		n.Dirty(region.Total{Key: string(rune('a'+i%26)) + string(rune(i)), Window: time.Minute, Bucket: 1, Count: 1})
 	}

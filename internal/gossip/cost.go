@@ -60,7 +60,7 @@ func costOf(k Kind) cost {
 // echoCost is the cost of a flush's group of totals to one destination:
 // the share of its entry bytes that are echoes (totals not in the flush's
 // dirty set).
-func echoCost(group []region.Total, dirty map[dref]uint64) cost {
+func echoCost[V any](group []region.Total, dirty map[dref]V) cost {
 	var all, echo int
 	for _, t := range group {
 		size := entrySize(t)

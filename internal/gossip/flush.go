@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // maxReliableFrame is the largest frame sent over TCP; bigger batches are
@@ -45,13 +46,12 @@ func (n *Node) Dirty(t region.Total) {
 		return
 	}
 	if c, ok := n.dirty[dk]; ok {
-		if t.Count > c {
-			n.dirty[dk] = t.Count
-		}
+		c.merge(t)
+		n.dirty[dk] = c
 	} else if len(n.dirty) >= n.cfg.MaxDirty {
 		n.met.drop("dirty_full")
 	} else {
-		n.dirty[dk] = t.Count
+		n.dirty[dk] = tally{t.Count, t.Halves}
 	}
 	set := n.touched[due]
 	if set == nil {
@@ -71,6 +71,19 @@ func (n *Node) Dirty(t region.Total) {
 	}
 }
 
+// tally is a dirty total: a region's count of a bucket and its halves
+// (region.Total's Count and Halves). Both only grow, so a newer total
+// merges in by maximum (window.Halves.Merge).
+type tally struct {
+	n uint64
+	h window.Halves
+}
+
+func (c *tally) merge(t region.Total) {
+	c.n = max(c.n, t.Count)
+	c.h.Merge(t.Halves)
+}
+
 // flushLoop flushes the dirty totals every FlushInterval.
 func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false) }) }
 
@@ -80,10 +93,10 @@ func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false
 // not left to UDP.
 func (n *Node) flush(final bool) {
 	n.mu.Lock()
-	var dirty map[dref]uint64
+	var dirty map[dref]tally
 	var notice map[ref]uint64
 	if len(n.dirty) > 0 {
-		dirty, n.dirty = n.dirty, make(map[dref]uint64, len(n.dirty))
+		dirty, n.dirty = n.dirty, make(map[dref]tally, len(n.dirty))
 	}
 	echo := n.echo
 	n.echo = dirty // read-only from here on: n.dirty is a new map
@@ -98,11 +111,11 @@ func (n *Node) flush(final bool) {
 	// (totals only grow, so the dirty one is the newer).
 	totals := make([]region.Total, 0, len(dirty)+len(echo))
 	for k, c := range dirty {
-		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c.n, Halves: c.h})
 	}
 	for k, c := range echo {
 		if _, newer := dirty[k]; !newer {
-			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c})
+			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c.n, Halves: c.h})
 		}
 	}
 	if len(totals) == 0 && len(notice) == 0 {

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // receiver returns a Node that is only a receive path (decode and merge)
@@ -36,26 +38,50 @@ var testRegions = []string{"a", "b", "c", "ap", "eu", "us"}
 func testSender(r string) Sender { return Sender{Node: "node-" + r, Region: r, Token: 0x5eed} }
 
 // TestMergeIdempotentOrderFree is invariant 3 as a property: regions "a"
-// and "c" count up; every total they report is encoded into frames that
-// reach region "b" duplicated, reordered and some of them lost. At every
-// step b's count for each region never decreases and never exceeds the
-// truth; once the last totals are delivered (a later message repairs lost
-// ones), b holds exactly the truth.
+// and "c" count up, recording where their hits fell (window.Halves); every
+// total they report is encoded into frames that reach region "b"
+// duplicated, reordered and some of them lost. At every step b's state for
+// each region never goes back and never passes the truth (counts, last
+// offsets and runs no larger, first offsets no smaller); once the last
+// totals are delivered (a later message repairs lost ones), b holds exactly
+// the truth. It runs on the in-memory store and on a real Redis.
 func TestMergeIdempotentOrderFree(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		testMergeOrderFree(t, 50, func(string) Store { return region.NewMemory(region.MemoryConfig{Region: "b"}) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		testMergeOrderFree(t, 5, func(prefix string) Store { return newTestStore(t, "b") })
+	})
+}
+
+func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store) {
 	const W = time.Second
-	for seed := range uint64(50) {
+	type state struct {
+		n uint64
+		h window.Halves
+	}
+	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		store := region.NewMemory(region.MemoryConfig{Region: "b"})
+		store := newStore(fmt.Sprint(seed))
 		n := receiver(t, "b", store)
-		keys := []string{"k1", "k2", "k3"}
-		bucket := int64(1_700_000_000)
-		truth := map[[2]string]uint64{} // (key, region) -> count
+		keys := []string{fmt.Sprintf("k1/%d", seed), fmt.Sprintf("k2/%d", seed), fmt.Sprintf("k3/%d", seed)}
+		bucket := t0.Unix()
+		truth := map[[2]string]state{} // (key, region) -> state
+		at := map[[2]string]int64{}    // (key, region) -> offset of the last hit
 		var frames [][]byte
 		for range 200 {
 			reg := []string{"a", "c"}[rng.IntN(2)]
 			key := keys[rng.IntN(len(keys))]
-			truth[[2]string{key, reg}] += 1 + rng.Uint64N(5)
-			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: truth[[2]string{key, reg}]}}, 1360)
+			kr := [2]string{key, reg}
+			hits := 1 + rng.Uint64N(5)
+			st := truth[kr]
+			st.n += hits
+			if rng.IntN(4) > 0 { // some hits are counted without halves
+				at[kr] = min(at[kr]+rng.Int64N(40), 999)
+				st.h.Add(at[kr], 1000, hits)
+			}
+			truth[kr] = st
+			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Halves: st.h}}, 1360)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,15 +95,19 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 		// The final totals are sent again at the end (reconciliation).
 		// Each region reports its own final totals.
 		final := map[string][]region.Total{}
-		for kr, c := range truth {
-			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: c})
+		for kr, st := range truth {
+			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: st.n, Halves: st.h})
 		}
 		var fs [][]byte
 		for reg, ts := range final {
 			f, _ := Encode(KindReconcile, t0, testSender(reg), ts, MaxMessage)
 			fs = append(fs, f...)
 		}
-		last := map[[2]string]uint64{}
+		last := map[[2]string]state{}
+		// within reports whether x is no further than y from nothing.
+		within := func(x, y window.Half) bool {
+			return x.N == 0 || (x.N <= y.N && x.First >= y.First && x.Last <= y.Last && x.Run <= y.Run && x.Before <= y.Before)
+		}
 		check := func(step int) {
 			refs := make([]region.BucketRef, len(keys))
 			for i, k := range keys {
@@ -90,13 +120,14 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 			for i, v := range vecs {
 				for _, tt := range v {
 					kr := [2]string{keys[i], tt.Region}
-					if tt.Count < last[kr] {
-						t.Fatalf("seed %d step %d: %v decreased from %d to %d", seed, step, kr, last[kr], tt.Count)
+					got, was, max := state{tt.Count, tt.Halves}, last[kr], truth[kr]
+					if got.n < was.n || !within(was.h.Early, got.h.Early) || !within(was.h.Late, got.h.Late) {
+						t.Fatalf("seed %d step %d: %v went back from %+v to %+v", seed, step, kr, was, got)
 					}
-					if tt.Count > truth[kr] {
-						t.Fatalf("seed %d step %d: %v = %d exceeds the truth %d", seed, step, kr, tt.Count, truth[kr])
+					if got.n > max.n || !within(got.h.Early, max.h.Early) || !within(got.h.Late, max.h.Late) {
+						t.Fatalf("seed %d step %d: %v = %+v passes the truth %+v", seed, step, kr, got, max)
 					}
-					last[kr] = tt.Count
+					last[kr] = got
 				}
 			}
 		}
@@ -105,7 +136,9 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 				continue // lost
 			}
 			n.handle(f)
-			check(i)
+			if i%10 == 0 {
+				check(i)
+			}
 		}
 		for _, f := range fs {
 			n.handle(f)
@@ -113,7 +146,7 @@ func TestMergeIdempotentOrderFree(t *testing.T) {
 		check(len(frames))
 		for kr, want := range truth {
 			if got := last[kr]; got != want {
-				t.Errorf("seed %d: %v = %d after reconciliation, want %d", seed, kr, got, want)
+				t.Errorf("seed %d: %v = %+v after reconciliation, want %+v", seed, kr, got, want)
 			}
 		}
 	}

@@ -76,8 +76,8 @@ type Node struct {
 	replicas map[string]map[string]time.Time
 
 	mu       sync.Mutex
-	dirty    map[dref]uint64
-	echo     map[dref]uint64            // the previous flush's totals, sent once more
+	dirty    map[dref]tally
+	echo     map[dref]tally             // the previous flush's totals, sent once more
 	notice   map[ref]uint64             // first touches, for the local buddy
 	touched  map[int64]map[ref]struct{} // bucket end (Unix ms) -> buckets
 	nTouched int
@@ -131,7 +131,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		store:   store,
 		log:     cfg.Logger.With("component", "gossip", "node", cfg.Name, "region", cfg.Region),
 		met:     newMetrics(),
-		dirty:   map[dref]uint64{},
+		dirty:   map[dref]tally{},
 		notice:  map[ref]uint64{},
 		touched: map[int64]map[ref]struct{}{},
 		members: map[string]*member{},

@@ -11,11 +11,12 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, version 2. Every replication message is one frame, all
+// The wire format, version 3. Every replication message is one frame, all
 // integers big-endian or (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (2); a frame of another version is dropped
+//	0    1        version (3; version 2 frames, whose entries end after the
+//	              count, are read too); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
 //	              5 repair (a request, no entries), 6 repaired (its answer),
 //	              7 rejoin (no entries)
@@ -33,7 +34,15 @@ import (
 //	                varint  bucket (zig-zag)
 //	                1 byte  region index (< nregions)
 //	                uvarint count (at most MaxCount)
+//	                1 byte  halves present: bit 0 the early half, bit 1
+//	                        the late half (window.Halves); other bits 0
+//	                ...     each present half: uvarint N (1..count),
+//	                        uvarint First, uvarint Last - First, uvarint
+//	                        Run (0: one run), uvarint Before
 //
+// Offsets are ms from the bucket's start; the halves must be valid for the
+// window (window.Halves.Valid) and count at most count hits together, or
+// the frame is malformed.
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key and a small count takes about 30 bytes, so one
 // UDP packet (about 1360 bytes of payload) carries about 40 totals.
@@ -41,8 +50,11 @@ import (
 // frame says on its own; whether its sender may say it (a live member,
 // reporting only its own region) is the receiver's check (see receive.go).
 const (
-	// Version is the wire format version this package writes and reads.
-	Version = 2
+	// Version is the wire format version this package writes; it reads
+	// it and version 2 (entries without halves).
+	Version = 3
+	// version2 is the previous wire format: entries end after the count.
+	version2 = 2
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -161,7 +173,24 @@ func entrySize(t region.Total) int {
 	n += binary.PutVarint(b[:], t.Bucket)
 	n++
 	n += binary.PutUvarint(b[:], t.Count)
+	n++
+	for _, h := range [2]window.Half{t.Halves.Early, t.Halves.Late} {
+		if h.N > 0 {
+			n += binary.PutUvarint(b[:], h.N) + binary.PutUvarint(b[:], uint64(h.First)) +
+				binary.PutUvarint(b[:], uint64(h.Last-h.First)) + binary.PutUvarint(b[:], uint64(h.Run)) +
+				binary.PutUvarint(b[:], h.Before)
+		}
+	}
 	return n
+}
+
+// wireHalves returns t's halves as sent: none when they are not valid for
+// t (region.ValidHalves), so that a receiver never sees a malformed entry.
+func wireHalves(t region.Total) window.Halves {
+	if !region.ValidHalves(t) {
+		return window.Halves{}
+	}
+	return t.Halves
 }
 
 // encoder packs totals into frames of at most budget bytes each.
@@ -230,6 +259,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 			skipped++
 			continue
 		}
+		t.Halves = wireHalves(t)
 		size := entrySize(t)
 		if cur != nil && (len(cur)+size > budget || n == maxEntries) {
 			finish()
@@ -243,6 +273,23 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		cur = binary.AppendVarint(cur, t.Bucket)
 		cur = append(cur, byte(e.index[t.Region]))
 		cur = binary.AppendUvarint(cur, t.Count)
+		var flags byte
+		if t.Halves.Early.N > 0 {
+			flags |= 1
+		}
+		if t.Halves.Late.N > 0 {
+			flags |= 2
+		}
+		cur = append(cur, flags)
+		for _, h := range [2]window.Half{t.Halves.Early, t.Halves.Late} {
+			if h.N > 0 {
+				cur = binary.AppendUvarint(cur, h.N)
+				cur = binary.AppendUvarint(cur, uint64(h.First))
+				cur = binary.AppendUvarint(cur, uint64(h.Last-h.First))
+				cur = binary.AppendUvarint(cur, uint64(h.Run))
+				cur = binary.AppendUvarint(cur, h.Before)
+			}
+		}
 		n++
 	}
 	finish()
@@ -297,9 +344,10 @@ func Decode(b []byte) (Message, error) {
 	if len(b) < 1 {
 		return m, fmt.Errorf("empty frame: %w", ErrMalformed)
 	}
-	if b[0] != Version {
+	if b[0] != Version && b[0] != version2 {
 		return m, ErrVersion
 	}
+	halves := b[0] == Version
 	if len(b) < headerFixed {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
@@ -379,10 +427,50 @@ func Decode(b []byte) (Message, error) {
 			return m, fmt.Errorf("entry %d: bad count: %w", i, ErrMalformed)
 		}
 		p += k
-		m.Totals[i] = region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
+		t := region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
+		if halves {
+			k, err := decodeHalves(b[p:], &t)
+			if err != nil {
+				return m, fmt.Errorf("entry %d: %w", i, err)
+			}
+			p += k
+		}
+		m.Totals[i] = t
 	}
 	if p != len(b) {
 		return m, fmt.Errorf("%d trailing bytes: %w", len(b)-p, ErrMalformed)
 	}
 	return m, nil
+}
+
+// decodeHalves reads an entry's halves (see the wire format) into t and
+// returns the bytes read: halves valid for t's window, counting at most
+// t.Count hits, or ErrMalformed.
+func decodeHalves(b []byte, t *region.Total) (int, error) {
+	if len(b) < 1 || b[0] > 3 {
+		return 0, fmt.Errorf("bad halves flags: %w", ErrMalformed)
+	}
+	flags, p := b[0], 1
+	for i, h := range [2]*window.Half{&t.Halves.Early, &t.Halves.Late} {
+		if flags&(1<<i) == 0 {
+			continue
+		}
+		var v [5]uint64
+		for j := range v {
+			x, k := binary.Uvarint(b[p:])
+			if k <= 0 || x > MaxCount {
+				return 0, fmt.Errorf("bad half: %w", ErrMalformed)
+			}
+			v[j] = x
+			p += k
+		}
+		if v[0] == 0 {
+			return 0, fmt.Errorf("empty half sent: %w", ErrMalformed)
+		}
+		*h = window.Half{N: v[0], First: int64(v[1]), Last: int64(v[1] + v[2]), Run: int64(v[3]), Before: v[4]}
+	}
+	if !region.ValidHalves(*t) {
+		return 0, fmt.Errorf("halves not valid for the window or the count: %w", ErrMalformed)
+	}
+	return p, nil
 }

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -8,7 +9,18 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
+
+// halvesOf returns the halves of hits at the offsets at (ms) in a bucket of
+// w, one hit each.
+func halvesOf(w time.Duration, at ...int64) window.Halves {
+	var h window.Halves
+	for _, e := range at {
+		h.Add(e, w.Milliseconds(), 1)
+	}
+	return h
+}
 
 var t0 = time.UnixMilli(1_700_000_000_123)
 
@@ -23,6 +35,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "us", Count: 1},
 			{Key: "a", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 500},
 			{Key: "b", Window: 7 * 24 * time.Hour, Bucket: -3, Region: "ap", Count: MaxCount},
+		}},
+		{"halves", KindFlush, []region.Total{
+			{Key: "h", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 6, Halves: halvesOf(time.Minute, 10, 20, 9000, 31000, 59999)},
+			{Key: "h", Window: time.Minute, Bucket: 28_333_334, Region: "eu", Count: 4, Halves: halvesOf(time.Minute, 40000)},
 		}},
 		{"empty", KindState, nil},
 	}
@@ -58,8 +74,21 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // that packing respects the budget.
 func TestFrameSize(t *testing.T) {
 	one := region.Total{Key: "tenant-0001:api/login", Window: time.Minute, Bucket: 29_000_000, Region: "us-east", Count: 12345}
-	if got := entrySize(one); got > 32 {
-		t.Errorf("entrySize(20-byte key) = %d, want <= 32", got)
+	if got := entrySize(one); got > 33 {
+		t.Errorf("entrySize(20-byte key) = %d, want <= 33", got)
+	}
+	// Both halves, each with two runs, spread over the minute.
+	var h window.Halves
+	for i := range int64(12345) {
+		e := 12000 + i*4
+		if i > 6000 {
+			e += 4000
+		}
+		h.Add(e%60000, 60000, 1)
+	}
+	one.Halves = h
+	if got := entrySize(one); got > 63 {
+		t.Errorf("entrySize(20-byte key, both halves) = %d, want <= 63", got)
 	}
 	var totals []region.Total
 	for i := range 1000 {
@@ -87,8 +116,8 @@ func TestFrameSize(t *testing.T) {
 	}
 	perFrame := len(totals) / len(frames)
 	t.Logf("1000 totals with 21-byte keys: %d frames, about %d totals per 1360-byte packet", len(frames), perFrame)
-	if perFrame < 35 {
-		t.Errorf("%d totals per packet, want >= 35", perFrame)
+	if perFrame < 21 {
+		t.Errorf("%d totals per packet, want >= 21", perFrame)
 	}
 }
 
@@ -122,6 +151,36 @@ func TestEncodeSkipsBadTotals(t *testing.T) {
 	}
 }
 
+// withHalf returns a frame of one total of count 1 (1 s window) with an
+// early half of n hits at first..first+1 encoded by hand.
+func withHalf(n uint64, first int64) []byte {
+	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 1}}, 1360)
+	b := f[0]
+	b[len(b)-1] = 1
+	b = binary.AppendUvarint(b, n)
+	b = binary.AppendUvarint(b, uint64(first))
+	b = binary.AppendUvarint(b, 1)
+	return append(b, 0, 0)
+}
+
+// A version 2 frame (entries without halves) still decodes, so that nodes
+// of the previous release can be upgraded one at a time.
+func TestDecodeVersion2(t *testing.T) {
+	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}}, 1360)
+	v2 := append([]byte(nil), f[0][:len(f[0])-1]...) // without the halves byte
+	v2[0] = 2
+	m, err := Decode(v2)
+	if err != nil {
+		t.Fatalf("Decode(version 2) = %v", err)
+	}
+	if want := (region.Total{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}); len(m.Totals) != 1 || m.Totals[0] != want {
+		t.Errorf("Decode(version 2) totals = %+v, want [%+v]", m.Totals, want)
+	}
+	if _, err := Decode(f[0]); err != nil || f[0][0] != Version {
+		t.Errorf("Decode(version %d) = %v", f[0][0], err)
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	good, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: MaxCount}}, 1360)
 	g := good[0]
@@ -144,7 +203,13 @@ func TestDecodeRejects(t *testing.T) {
 		{"sender not UTF-8", mut(func(b []byte) []byte { b[headerFixed] = 0xff; return b }), ErrMalformed},
 		{"region not UTF-8", mut(func(b []byte) []byte { b[nregions+2] = 0xc3; b[nregions+3] = 0x28; return b }), ErrMalformed},
 		{"oversized", make([]byte, MaxMessage+1), ErrOversized},
-		{"count above 2^53", mut(func(b []byte) []byte { b[len(b)-1] = 0x11; return b }), ErrMalformed},
+		{"count above 2^53", mut(func(b []byte) []byte { b[len(b)-2] = 0x11; return b }), ErrMalformed},
+		{"halves flags", mut(func(b []byte) []byte { b[len(b)-1] = 4; return b }), ErrMalformed},
+		{"halves missing", mut(func(b []byte) []byte { b[len(b)-1] = 1; return b }), ErrMalformed},
+		{"half count above the total", withHalf(2, 0), ErrMalformed},
+		{"half valid", withHalf(1, 0), nil},
+		{"half outside its half", withHalf(1, 700), ErrMalformed},
+		{"half empty", withHalf(0, 0), ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -162,6 +227,7 @@ func FuzzDecode(f *testing.F) {
 	frames, _ := Encode(KindReconcile, t0, testSender("eu"), []region.Total{
 		{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3},
 		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "us", Count: 1 << 40},
+		{Key: "k3", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5, Halves: halvesOf(time.Minute, 1, 2, 5000, 30001)},
 	}, 1360)
 	f.Add(frames[0])
 	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'n', 1, 1, 'x', 0, 0})

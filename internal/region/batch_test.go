@@ -64,15 +64,15 @@ func newTestRedis(t *testing.T, cfg RedisConfig) *Redis {
 	return r
 }
 
-// batchRequests returns n decisions over every algorithm, each on its own
-// key, some of them peeks.
+// batchRequests returns n decisions over every algorithm (the sliding
+// window strict too), each on its own key, some of them peeks.
 func batchRequests(n int) []Request {
-	algos := []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog}
+	algos := []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog, window.SlidingWindowTwoBucket, window.SlidingWindow}
 	reqs := make([]Request, n)
 	for i := range reqs {
 		reqs[i] = Request{
 			Key:   "k" + strconv.Itoa(i),
-			Limit: window.Limit{Limit: uint64(2 + i%3), Window: time.Minute, Algorithm: algos[i%len(algos)]},
+			Limit: window.Limit{Limit: uint64(2 + i%3), Window: time.Minute, Algorithm: algos[i%len(algos)], Strict: i%len(algos) == 5},
 			Hits:  uint64(1 + i%2),
 			Now:   batchT0.Add(time.Duration(i) * time.Second),
 			Peek:  i%5 == 4,

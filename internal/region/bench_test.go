@@ -4,10 +4,12 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -200,4 +202,97 @@ func BenchmarkPeekFullBucket(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkCheckModes compares one decision of the default sliding window
+// with the two-bucket counter, one request at a time on one key whose
+// buckets both hold counts from three regions: on the in-memory store, and
+// on Redis, where script-µs/op is the script's own time inside Redis (INFO
+// commandstats, usec_per_call of EVALSHA), without the round trip. The
+// default's acceptance: at most 1.25 times the two-bucket counter's time.
+func BenchmarkCheckModes(b *testing.B) {
+	srv := redistest.Start(b)
+	w := time.Minute
+	start := time.Now().Truncate(w)
+	seed := func(b *testing.B, s region.Store, key string) {
+		bk := window.Bucket(window.Ms(start), w)
+		var totals []region.Total
+		for r, name := range []string{"r1", "r2"} {
+			for _, bb := range []int64{bk - 1, bk} {
+				var h window.Halves
+				for i := int64(0); i < 200; i++ {
+					h.Add((i*277+int64(r)*1000)%w.Milliseconds(), w.Milliseconds(), 3)
+				}
+				totals = append(totals, region.Total{Key: key, Window: w, Bucket: bb, Region: name, Count: h.Count(), Halves: h})
+			}
+		}
+		if err := s.Merge(context.Background(), totals); err != nil {
+			b.Fatal(err)
+		}
+	}
+	modes := []struct {
+		name string
+		algo window.Algorithm
+	}{{"two-bucket", window.SlidingWindowTwoBucket}, {"default", window.SlidingWindow}}
+	run := func(b *testing.B, s region.Store, a window.Algorithm) {
+		l := window.Limit{Limit: 1 << 40, Window: w, Algorithm: a}
+		reqs := make([]region.Request, 1)
+		res := make([]region.Result, 1)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			reqs[0] = region.Request{Key: "modes", Limit: l, Hits: 1, Now: start.Add(24*time.Second + time.Duration(i%4096)*time.Millisecond)}
+			if err := s.Check(context.Background(), reqs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, m := range modes {
+		b.Run("memory/"+m.name, func(b *testing.B) {
+			s := region.NewMemory(region.MemoryConfig{})
+			seed(b, s, "modes")
+			run(b, s, m.algo)
+		})
+	}
+	for _, m := range modes {
+		b.Run("redis/"+m.name, func(b *testing.B) {
+			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: region.Coalesce{Disabled: true}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Client().FlushAll(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			seed(b, s, "modes")
+			c := s.Client()
+			if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			run(b, s, m.algo)
+			b.ReportMetric(scriptMicros(b, c), "script-µs/op")
+		})
+	}
+}
+
+// scriptMicros returns EVALSHA's usec_per_call from INFO commandstats.
+func scriptMicros(b *testing.B, c redis.UniversalClient) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return f
+				}
+			}
+		}
+	}
+	b.Fatal("no cmdstat_evalsha in INFO commandstats")
+	return 0
 }

@@ -34,13 +34,19 @@ const (
 // another store (normally [Redis]) and remembers, per key and window, the
 // state the store last read for a request it denied:
 //
-//   - SlidingWindow and FixedWindow: the bucket index b and the counts
-//     summed over regions (prev, cur), with the per-region counts;
+//   - the counter algorithms: the bucket index b and the counts summed
+//     over regions (prev, cur), with the per-region counts (and, for the
+//     default SlidingWindow, the per-region halves, see
+//     [RegionCount]);
 //   - TokenBucket: the theoretical arrival time TAT.
 //
 // Counts and the TAT only ever grow (the local count by admitted
 // decisions, remote counts by max-merge), so what a denial read is a lower
-// bound of the store's state at any later instant. A later request at time
+// bound of the store's state at any later instant. (The halves of the
+// default sliding window weigh no less as they grow, except when a hit is
+// recorded before a half's first one, out of clock order between nodes:
+// then a remembered denial may be stricter than the store until it
+// expires.) A later request at time
 // t in bucket b' first shifts the remembered counts to b' (b' = b: as they
 // are; b' = b+1: prev = cur, cur = 0; later: zero) and decides on them with
 // the same pure math the store uses ([window.Limit.DecideCounter],
@@ -243,6 +249,9 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 		return true, true
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
+	if q.Limit.Algorithm.Spans() {
+		return c.answerSpans(q, e, nowMs, b, out), true
+	}
 	switch {
 	case b == e.bucket:
 		d := q.Limit.DecideCounter(nowMs, e.counts, q.Hits)
@@ -264,6 +273,36 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 	return false, true
 }
 
+// answerSpans is answer for the default sliding window, on the remembered
+// per-region halves.
+func (c *DenyCache) answerSpans(q *Request, e *denyEntry, nowMs, b int64, out *Result) bool {
+	if b != e.bucket && b != e.bucket+1 {
+		return false
+	}
+	var pb, cb [4]window.Halves
+	prev, cur := pb[:0], cb[:0]
+	local := -1
+	for _, rc := range e.regions {
+		if b == e.bucket {
+			if rc.Region == c.local {
+				local = len(cur)
+			}
+			prev, cur = append(prev, rc.PreviousHalves), append(cur, rc.CurrentHalves)
+		} else {
+			prev = append(prev, rc.CurrentHalves)
+		}
+	}
+	d := q.Limit.DecideSpans(nowMs, prev, cur, local, q.Hits)
+	if d.Allowed {
+		return false
+	}
+	*out = Result{Decision: d, Regions: e.regions, Local: e.local}
+	if b != e.bucket {
+		*out = Result{Decision: d, Regions: c.shifted(e.regions)}
+	}
+	return true
+}
+
 // shifted returns the per-region counts of rs one bucket later: each
 // current count becomes the previous one. As a store lists them, regions
 // with nothing left are dropped, except the local region.
@@ -271,7 +310,7 @@ func (c *DenyCache) shifted(rs []RegionCount) []RegionCount {
 	out := make([]RegionCount, 0, len(rs))
 	for _, rc := range rs {
 		if rc.Current > 0 || rc.Region == c.local {
-			out = append(out, RegionCount{Region: rc.Region, Previous: rc.Current})
+			out = append(out, RegionCount{Region: rc.Region, Previous: rc.Current, PreviousHalves: rc.CurrentHalves})
 		}
 	}
 	return out
@@ -310,6 +349,18 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 			n.Prev = satAdd(n.Prev, rc.Previous)
 		}
 		d := q.Limit.DecideCounter(nowMs, n, 1)
+		if q.Limit.Algorithm.Spans() {
+			var pb, cb [4]window.Halves
+			prev, cur := pb[:0], cb[:0]
+			local := -1
+			for _, rc := range res.Regions {
+				if rc.Region == c.local {
+					local = len(cur)
+				}
+				prev, cur = append(prev, rc.PreviousHalves), append(cur, rc.CurrentHalves)
+			}
+			d = q.Limit.DecideSpans(nowMs, prev, cur, local, 1)
+		}
 		if d.Allowed || d.Bucket != res.Bucket {
 			if held {
 				c.forget(q.Key, entryKey(q))

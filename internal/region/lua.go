@@ -11,13 +11,24 @@ import "github.com/redis/go-redis/v9"
 // could pass 2^53 only ever make a request denied, which the comparisons
 // below keep exact.
 
+// A counter bucket is one hash: per region a field named after the region
+// holding its count (decimal), and for the default sliding window two more
+// fields, the region's name followed by the byte 0xFF (never in a region
+// name, which is UTF-8) and '0' or '1', holding its early and late half
+// (window.Half) as five little-endian doubles, N, First, Last, Run, Before
+// (40 bytes, Lua's struct.pack('<ddddd'): every value is an integer below
+// 2^53, exact as a double, and unpacking costs the script far less than
+// parsing text).
+const halfSep = "\xff"
+
 // counterScript decides a sliding or fixed window request.
 //
 //	KEYS[1] current bucket hash, KEYS[2] previous bucket hash (of the
 //	        bucket b of now_ms); with server_clock, KEYS[3] bucket b+1's,
 //	        KEYS[4] bucket b-2's
 //	ARGV    now_ms, window_ms, limit, hits, region, peek (0/1),
-//	        fixed (0/1), ttl_ms, server_clock (0/1)
+//	        mode (0 two-bucket, 1 fixed, 2 spans, 3 spans strict), ttl_ms,
+//	        server_clock (0/1)
 //
 // With server_clock the instant is Redis's TIME, the clock every node of
 // the region shares, when it falls in bucket b-1, b or b+1 of now_ms (a
@@ -25,8 +36,13 @@ import "github.com/redis/go-redis/v9"
 // prologue below picks the instant and the bucket pair; the rest of the
 // script reads only now, kcur and kprev.
 //
-// It returns {allowed (0/1), HGETALL current, HGETALL previous, now_ms
-// used}, the counts read before the increment.
+// In the span modes it decides exactly as window.Limit.DecideSpans on the
+// regions' halves (a region's count above its halves' is added to its late
+// half as spread over all of it), and an admitted request updates the local
+// region's half as window.Half.Add does. It returns {allowed (0/1),
+// HGETALL current, HGETALL previous, the estimate, now_ms used}, the hashes
+// read before the update; the estimate is "-1" when the current bucket alone
+// denies, and at least 2^53 when it passes that.
 var counterScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
@@ -45,53 +61,162 @@ if ARGV[9] == '1' then
 end
 local limit = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
-local fixed = ARGV[7] == '1'
+local me = ARGV[5]
+local mode = ARGV[7]
 local TWO53 = 9007199254740992
 local cur = redis.call('HGETALL', kcur)
 local prev = redis.call('HGETALL', kprev)
+local e = math.fmod(now, W)
+local H = (W - math.fmod(W, 2)) / 2
+local hk = '0'
+if e >= H then hk = '1' end
+-- floor(n * f / d) exactly for n < 2^53 and f, d < 2^30: n = A*d + B with
+-- B < d, so the result is A*f + floor(B*f/d), and B*f is split into 2^15
+-- limbs of f so that every product stays below 2^45.
+local function muldiv(n, f, d)
+  local B = math.fmod(n, d)
+  local A = (n - B) / d
+  local fl = math.fmod(f, 32768)
+  local fh = (f - fl) / 32768
+  local x = B * fh
+  local r1 = math.fmod(x, d)
+  local q1 = (x - r1) / d
+  local y = r1 * 32768 + B * fl
+  local r2 = math.fmod(y, d)
+  local q2 = (y - r2) / d
+  local af = A * f
+  if af >= TWO53 then return TWO53 end
+  return af + q1 * 32768 + q2
+end
 local c = 0
-for i = 2, #cur, 2 do c = c + tonumber(cur[i]) end
+local mine, myhalf = 0, nil
+local myf = me .. '\255' .. hk
+for i = 1, #cur, 2 do
+  local f = cur[i]
+  if f == myf then
+    myhalf = cur[i + 1]
+  elseif string.byte(f, -2) ~= 255 then
+    local n = tonumber(cur[i + 1])
+    c = c + n
+    if f == me then mine = n end
+  end
+end
 local cap = limit - hits
 local allowed = 0
+local est = -1
 if c <= cap then
   local wp = 0
-  if not fixed and #prev > 0 then
-    -- f = W - e, the weight's numerator; wp = floor(P * f / W) where P is
-    -- the previous bucket's sum. P = A*W + B with B < W, so
-    -- wp = A*f + floor(B*f/W); B*f is split into 2^15 limbs of f so every
-    -- product stays below 2^46.
-    local f = W - math.fmod(now, W)
+  if mode == '0' and #prev > 0 then
+    -- f = W - e; wp = floor(P * f / W), P the previous bucket's sum.
+    -- The previous bucket's sum P may pass 2^53: P = A*W + B with B < W
+    -- summed per region, then wp = A*f + floor(B*f/W).
+    local f = W - e
     local A, B = 0, 0
-    for i = 2, #prev, 2 do
-      local p = tonumber(prev[i])
-      local b = math.fmod(p, W)
-      A = A + (p - b) / W
-      B = B + b
+    for i = 1, #prev, 2 do
+      if string.byte(prev[i], -2) ~= 255 then
+        local p = tonumber(prev[i + 1])
+        local b = math.fmod(p, W)
+        A = A + (p - b) / W
+        B = B + b
+      end
     end
     local b2 = math.fmod(B, W)
     A = A + (B - b2) / W
-    local fl = math.fmod(f, 32768)
-    local fh = (f - fl) / 32768
-    local x = b2 * fh
-    local r1 = math.fmod(x, W)
-    local q1 = (x - r1) / W
-    local y = r1 * 32768 + b2 * fl
-    local r2 = math.fmod(y, W)
-    local q2 = (y - r2) / W
     local af = A * f
-    if af >= TWO53 then
-      wp = TWO53
-    else
-      wp = af + q1 * 32768 + q2
+    if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
+  elseif mode >= '2' and #prev > 0 then
+    local strict = mode == '3'
+    -- Per region: its count, its oldest half (the one holding e's
+    -- offset: '0' while e < H, else '1'), and the other half's count.
+    local counts, olds, others = {}, {}, {}
+    for i = 1, #prev, 2 do
+      local f = prev[i]
+      if string.byte(f, -2) == 255 then
+        if string.sub(f, -1) == hk then
+          olds[string.sub(f, 1, -3)] = prev[i + 1]
+        else
+          local v = prev[i + 1]
+          local x = 0
+          if #v == 40 then x = struct.unpack('<d', v) end
+          others[string.sub(f, 1, -3)] = x
+        end
+      else
+        counts[f] = tonumber(prev[i + 1])
+      end
     end
+    -- n hits spread over a..b at e (window's evenTerm).
+    local function term(n, a, b)
+      local den = b - a + 1
+      local num = 0
+      if strict then
+        if b > e then num = den end
+      elseif e < a then num = den
+      elseif e < b then num = b - e end
+      if num == 0 or n == 0 then return 0 end
+      return muldiv(n, num, den)
+    end
+    local function parse(s)
+      if not s then return 0, 0, 0, 0, 0 end
+      if #s ~= 40 then return 0, -1, -1, 0, 0 end
+      local n, f, l, r, b = struct.unpack('<ddddd', s)
+      return n, f, l, r, b
+    end
+    local lo, hi = 0, H
+    if e >= H then lo, hi = H, W end
+    local late = 0
+    for r, n in pairs(counts) do
+      local on, of, ol, orr, ob = parse(olds[r])
+      local other = others[r] or 0
+      local bad = false
+      -- Hits counted without halves (the count's excess over both) join
+      -- the late half as spread over all of it.
+      if hk == '0' then
+        if n - on > other then other = n - on end
+        late = late + other
+      elseif n - other > on then
+        on, bad = n - other, true
+      end
+      if on > 0 then
+        -- window.Half.Valid
+        if bad or of < lo or ol >= hi or of > ol then bad = true
+        elseif not ((orr == 0 and ob == 0) or (of < orr and orr <= ol and ob > 0 and ob < on)) then bad = true end
+        if bad then
+          wp = wp + term(on, lo, hi - 1)
+        elseif ob == 0 then
+          wp = wp + term(on, of, ol)
+        else
+          wp = wp + term(ob, orr - 1, orr - 1) + term(on - ob, orr, ol)
+        end
+      end
+    end
+    wp = wp + late
   end
   if wp <= cap - c then allowed = 1 end
+  est = c + wp
 end
 if allowed == 1 and ARGV[6] ~= '1' then
-  redis.call('HINCRBY', kcur, ARGV[5], ARGV[4])
+  if mode >= '2' then
+    -- window.Half.Add with a run gap of max(W/40, 1) ms.
+    local gap = math.max((W - math.fmod(W, 40)) / 40, 1)
+    local n, f, l, r, b = 0, e, e, 0, 0
+    if myhalf then
+      if #myhalf == 40 then n, f, l, r, b = struct.unpack('<ddddd', myhalf) end
+    end
+    if n == 0 then f, l, r, b = e, e, 0, 0
+    elseif e - l > gap then r, b, l = e, n, e
+    else
+      if e < f then f = e end
+      if e > l then l = e end
+    end
+    n = n + hits
+    redis.call('HSET', kcur, me, string.format('%.0f', mine + hits),
+      myf, struct.pack('<ddddd', n, f, l, r, b))
+  else
+    redis.call('HINCRBY', kcur, me, ARGV[4])
+  end
   redis.call('PEXPIRE', kcur, ARGV[8])
 end
-return {allowed, cur, prev, now}
+return {allowed, cur, prev, string.format('%.0f', est), now}
 `)
 
 // gcraScript decides a token bucket request as GCRA.
@@ -163,20 +288,48 @@ return {allowed, entries}
 //
 //	KEYS[1] the bucket hash
 //	ARGV    region, count (decimal, no leading zeros), ttl_ms,
-//	        max regions (MaxRegionsPerBucket)
+//	        max regions (MaxRegionsPerBucket), early half, late half
+//	        (packed as in the bucket hash, or "" for none)
 //
-// It returns 1 when the stored count grew, 0 when not, and -1 when the
-// region is new to a bucket that already holds max regions (dropped).
+// Each half merges as window.Half.Merge: First by minimum, the others by
+// maximum. It returns 1 when the stored state grew, 0 when not, and -1 when
+// the region is new to a bucket that already holds max regions (dropped;
+// counting them reads the hash's fields, once per new region).
 var mergeScript = redis.NewScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
-if (not old) and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
-  return -1
+if not old then
+  local n = 0
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.byte(f, -2) ~= 255 then n = n + 1 end
+  end
+  if n >= tonumber(ARGV[4]) then return -1 end
 end
 local n = ARGV[2]
 local grew = 0
 if (not old) or #old < #n or (#old == #n and old < n) then
   redis.call('HSET', KEYS[1], ARGV[1], n)
   grew = 1
+end
+for k = 0, 1 do
+  local new = ARGV[5 + k]
+  if #new == 40 then
+    local f = ARGV[1] .. '\255' .. k
+    local cur = redis.call('HGET', KEYS[1], f)
+    local out = new
+    if cur and #cur == 40 then
+      local a1, a2, a3, a4, a5 = struct.unpack('<ddddd', cur)
+      local b1, b2, b3, b4, b5 = struct.unpack('<ddddd', new)
+      if a1 > 0 and b1 == 0 then
+        out = cur
+      elseif a1 > 0 then
+        out = struct.pack('<ddddd', math.max(a1, b1), math.min(a2, b2), math.max(a3, b3), math.max(a4, b4), math.max(a5, b5))
+      end
+    end
+    if out ~= cur then
+      redis.call('HSET', KEYS[1], f, out)
+      grew = 1
+    end
+  end
 end
 if redis.call('PTTL', KEYS[1]) < 0 or grew == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])

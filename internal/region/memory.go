@@ -115,9 +115,15 @@ type memBucket struct {
 	counts []regionN
 }
 
+// regionN is one region's state of a bucket: its count n, and the halves
+// its hits fell in (window.Halves) for the default sliding window. n is the
+// authority on the count: hits counted without halves (the two-bucket and
+// fixed window algorithms, or a peer that sent none) leave n above
+// h.Count().
 type regionN struct {
 	region string
 	n      uint64
+	h      window.Halves
 }
 
 // NewMemory returns an empty in-memory store.
@@ -239,22 +245,36 @@ func (m *Memory) check(r *Request) Result {
 		if e != nil {
 			cur, prev = e.bucket(b), e.bucket(b-1)
 		}
-		c := window.Counts{Cur: cur.sum(), Prev: prev.sum()}
-		d := r.Limit.DecideCounter(nowMs, c, r.Hits)
+		d, spans := decideCounter(r, nowMs, m.region, cur, prev)
 		if d.Allowed && !r.Peek {
 			cur = e.ensure(b)
 			if cur != nil {
-				cur.add(m.region, r.Hits)
+				cur.add(m.region, r.Hits, nowMs-b*k.wMs, k.wMs, spans)
 			}
 		}
 		res.Decision = d
-		res.Regions = regionCounts(m.region, cur, prev)
-		res.Local = cur.get(m.region)
+		res.Regions = regionCounts(m.region, cur, prev, k.wMs, spans)
+		res.Local, res.LocalHalves = cur.get(m.region), cur.getHalves(m.region)
 		if m.replica {
 			res.LocalRegion = m.region
 		}
 	}
 	return res
+}
+
+// decideCounter decides a counter request on the buckets cur and prev
+// (nil when absent) of the local region's store: with
+// window.Limit.DecideSpans for the default sliding window (spans is then
+// true), else with window.Limit.DecideCounter.
+func decideCounter(r *Request, nowMs int64, local string, cur, prev *memBucket) (d window.Decision, spans bool) {
+	if !r.Limit.Algorithm.Spans() {
+		return r.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, r.Hits), false
+	}
+	wMs := r.Limit.WindowMs()
+	var pb, cb [4]window.Halves
+	ph, _ := prev.halves(pb[:0], wMs, "")
+	ch, i := cur.halves(cb[:0], wMs, local)
+	return r.Limit.DecideSpans(nowMs, ph, ch, i, r.Hits), true
 }
 
 // lookup returns k's entry, moving it to the front, or creates it when
@@ -458,37 +478,91 @@ func (b *memBucket) get(region string) uint64 {
 	return 0
 }
 
-func (b *memBucket) add(region string, n uint64) {
-	for i := range b.counts {
-		if b.counts[i].region == region {
-			b.counts[i].n += n
-			return
-		}
+// add counts n hits of region admitted at offset e of a bucket of wMs, in
+// its halves too when spans is set.
+func (b *memBucket) getHalves(region string) window.Halves {
+	if b == nil {
+		return window.Halves{}
 	}
-	b.counts = append(b.counts, regionN{region, n})
+	if i := b.find(region); i >= 0 {
+		return b.counts[i].h
+	}
+	return window.Halves{}
 }
 
-// maxMerge raises region's count to n if it is lower. A region the bucket
-// does not hold yet is added only while it holds fewer than
-// MaxRegionsPerBucket; maxMerge reports whether n was kept.
-func (b *memBucket) maxMerge(region string, n uint64) bool {
+func (b *memBucket) add(region string, n uint64, e, wMs int64, spans bool) {
+	i := b.find(region)
+	if i < 0 {
+		b.counts = append(b.counts, regionN{region: region})
+		i = len(b.counts) - 1
+	}
+	c := &b.counts[i]
+	c.n = satAdd(c.n, n)
+	if spans {
+		c.h.Add(e, wMs, n)
+	}
+}
+
+func (b *memBucket) find(region string) int {
 	for i := range b.counts {
 		if b.counts[i].region == region {
-			b.counts[i].n = max(b.counts[i].n, n)
-			return true
+			return i
 		}
+	}
+	return -1
+}
+
+// maxMerge raises region's count to n if it is lower and merges h into its
+// halves (window.Halves.Merge). A region the bucket does not hold yet is
+// added only while it holds fewer than MaxRegionsPerBucket; maxMerge
+// reports whether the total was kept.
+func (b *memBucket) maxMerge(region string, n uint64, h window.Halves) bool {
+	if i := b.find(region); i >= 0 {
+		b.counts[i].n = max(b.counts[i].n, n)
+		b.counts[i].h.Merge(h)
+		return true
 	}
 	if len(b.counts) >= MaxRegionsPerBucket {
 		return false
 	}
-	b.counts = append(b.counts, regionN{region, n})
+	b.counts = append(b.counts, regionN{region: region, n: n, h: h})
 	return true
+}
+
+// halves appends the regions' halves of b (a bucket of wMs) to buf, for
+// window.Limit.DecideSpans, and returns them with the index of region
+// (-1 when absent). A region whose count exceeds its halves' (hits counted
+// without halves) has the excess added to its late half as hits spread
+// over the whole half, which weighs them no less than the two-bucket
+// formula would until the last quarter of the next bucket.
+func (b *memBucket) halves(buf []window.Halves, wMs int64, region string) ([]window.Halves, int) {
+	local := -1
+	if b == nil {
+		return buf, local
+	}
+	for _, c := range b.counts {
+		if c.region == region {
+			local = len(buf)
+		}
+		buf = append(buf, withExcess(c.n, c.h, wMs))
+	}
+	return buf, local
+}
+
+// withExcess returns h with the hits of n not in its halves added to its
+// late half, as spread over the whole half (an invalid span).
+func withExcess(n uint64, h window.Halves, wMs int64) window.Halves {
+	if c := h.Count(); n > c {
+		h.Late = window.Half{N: satAdd(h.Late.N, n-c), First: wMs, Last: wMs}
+	}
+	return h
 }
 
 // regionCounts lists the per-region counts of cur and prev, sorted by
 // region, with local always present. It takes O(n log n) for n regions, so
 // that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
-func regionCounts(local string, cur, prev *memBucket) []RegionCount {
+// With spans, each region's PreviousHalves is set (see RegionCount).
+func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []RegionCount {
 	n := 1
 	if cur != nil {
 		n += len(cur.counts)
@@ -500,12 +574,20 @@ func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 	out[0] = RegionCount{Region: local}
 	if cur != nil {
 		for _, c := range cur.counts {
-			out = append(out, RegionCount{Region: c.region, Current: c.n})
+			rc := RegionCount{Region: c.region, Current: c.n}
+			if spans {
+				rc.CurrentHalves = withExcess(c.n, c.h, wMs)
+			}
+			out = append(out, rc)
 		}
 	}
 	if prev != nil {
 		for _, c := range prev.counts {
-			out = append(out, RegionCount{Region: c.region, Previous: c.n})
+			rc := RegionCount{Region: c.region, Previous: c.n}
+			if spans {
+				rc.PreviousHalves = withExcess(c.n, c.h, wMs)
+			}
+			out = append(out, rc)
 		}
 	}
 	sortRegions(out)
@@ -516,6 +598,12 @@ func regionCounts(local string, cur, prev *memBucket) []RegionCount {
 		if out[i].Region == out[j].Region {
 			out[j].Current = max(out[j].Current, out[i].Current)
 			out[j].Previous = max(out[j].Previous, out[i].Previous)
+			if out[i].PreviousHalves != (window.Halves{}) {
+				out[j].PreviousHalves = out[i].PreviousHalves
+			}
+			if out[i].CurrentHalves != (window.Halves{}) {
+				out[j].CurrentHalves = out[i].CurrentHalves
+			}
 			continue
 		}
 		j++
@@ -554,7 +642,11 @@ func (m *Memory) merge(totals []Total, own bool) {
 		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
 		s := m.shard(t.Key)
 		s.mu.Lock()
-		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count) {
+		h := t.Halves
+		if !ValidHalves(t) {
+			h = window.Halves{}
+		}
+		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count, h) {
 			m.dropped.Add(1)
 		}
 		s.mu.Unlock()
@@ -575,7 +667,7 @@ func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, erro
 			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
 				v := make([]Total, 0, len(b.counts))
 				for _, c := range b.counts {
-					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n})
+					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Halves: c.h})
 				}
 				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 				out[i] = v

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -414,7 +416,7 @@ func (r *Redis) decision(q *Request) decision {
 		keys = append(keys, CounterKey(q.Key, q.Limit.Window, b+1), CounterKey(q.Key, q.Limit.Window, b-2))
 	}
 	return decision{0, keys, []any{nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-		boolArg(q.Limit.Algorithm == window.FixedWindow), 2*wMs + r.marginMs, boolArg(r.server)}}
+		counterMode(q.Limit), 2*wMs + r.marginMs, boolArg(r.server)}}
 }
 
 // maxScriptBatch is the most decisions one batch script call runs, so
@@ -503,6 +505,19 @@ func collect(cmd *redis.Cmd, idx []int, out []reply) {
 	}
 }
 
+// counterMode returns counterScript's mode argument for l.
+func counterMode(l window.Limit) string {
+	switch {
+	case l.Algorithm == window.FixedWindow:
+		return "1"
+	case !l.Algorithm.Spans():
+		return "0"
+	case l.Strict:
+		return "3"
+	}
+	return "2"
+}
+
 // result turns a script's reply into a Result, deciding in Go from the
 // counts the script read and keeping the script's verdict, which is what
 // happened.
@@ -554,17 +569,27 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		if len(arr) >= 4 {
-			if used, ok := arr[3].(int64); ok {
+		if len(arr) > 4 {
+			if used, ok := arr[4].(int64); ok {
 				nowMs = used // the script's instant: Redis's TIME with ServerClock
 			}
 		}
-		out.Decision = q.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, q.Hits)
-		if allowed == 1 && !q.Peek {
-			cur.add(r.region, q.Hits)
+		var spans bool
+		out.Decision, spans = decideCounter(q, nowMs, r.region, cur, prev)
+		if len(arr) > 3 {
+			// The script's estimate, when it computed one below 2^53, is the
+			// Go one.
+			s, _ := arr[3].(string)
+			if est, err := strconv.ParseUint(s, 10, 64); err == nil && est < 1<<53 && est != out.Estimate {
+				r.mismatches.Add(1)
+			}
 		}
-		out.Regions = regionCounts(r.region, cur, prev)
-		out.Local = cur.get(r.region)
+		wMs := q.Limit.WindowMs()
+		if allowed == 1 && !q.Peek {
+			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, spans)
+		}
+		out.Regions = regionCounts(r.region, cur, prev, wMs, spans)
+		out.Local, out.LocalHalves = cur.get(r.region), cur.getHalves(r.region)
 	}
 	if out.Allowed != (allowed == 1) {
 		r.mismatches.Add(1)
@@ -580,16 +605,86 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 func parseVector(v any) (*memBucket, error) {
 	raw, _ := v.([]any)
 	b := &memBucket{used: true, counts: make([]regionN, 0, len(raw)/2)}
+	var halves []string // region, half ('0'/'1'), value
 	for i := 0; i+1 < len(raw); i += 2 {
 		f, _ := raw[i].(string)
 		s, _ := raw[i+1].(string)
+		if reg, k, ok := halfField(f); ok {
+			halves = append(halves, reg, k, s)
+			continue
+		}
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("bad count %q for region %q: %w", s, f, err)
 		}
-		b.counts = append(b.counts, regionN{f, n})
+		b.counts = append(b.counts, regionN{region: f, n: n})
+	}
+	for i := 0; i+2 < len(halves); i += 3 {
+		j := b.find(halves[i])
+		if j < 0 {
+			continue // halves without a count: not counted, as by the script
+		}
+		h := parseHalf(halves[i+2])
+		if halves[i+1] == "0" {
+			b.counts[j].h.Early = h
+		} else {
+			b.counts[j].h.Late = h
+		}
 	}
 	return b, nil
+}
+
+// halfField splits a bucket hash field of a half (see halfSep) into its
+// region and '0' or '1'.
+func halfField(f string) (reg, k string, ok bool) {
+	if len(f) < 2 || f[len(f)-2] != halfSep[0] || (f[len(f)-1] != '0' && f[len(f)-1] != '1') {
+		return "", "", false
+	}
+	return f[:len(f)-2], f[len(f)-1:], true
+}
+
+// parseHalf unpacks a half as the script stores it (see halfSep): five
+// little-endian doubles. What does not unpack to integers from 0 to 2^53
+// is an empty half, as in the script, so that its hits count as spread over
+// the late half (see withExcess).
+func parseHalf(s string) window.Half {
+	if len(s) != 40 {
+		return window.Half{}
+	}
+	var v [5]uint64
+	for i := range v {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+		if !(f >= 0 && f <= 1<<53) || f != math.Trunc(f) {
+			return window.Half{}
+		}
+		v[i] = uint64(f)
+	}
+	return window.Half{N: v[0], First: int64(v[1]), Last: int64(v[2]), Run: int64(v[3]), Before: v[4]}
+}
+
+// mergeHalves returns t's halves as mergeScript takes them: "" for an empty
+// half, and both "" when the halves are not valid for t (see
+// ValidHalves).
+func mergeHalves(t Total) (early, late string) {
+	if !ValidHalves(t) {
+		return "", ""
+	}
+	if t.Halves.Early.N > 0 {
+		early = formatHalf(t.Halves.Early)
+	}
+	if t.Halves.Late.N > 0 {
+		late = formatHalf(t.Halves.Late)
+	}
+	return early, late
+}
+
+// formatHalf packs h as the script stores it (see halfSep).
+func formatHalf(h window.Half) string {
+	b := make([]byte, 0, 40)
+	for _, v := range [5]uint64{h.N, uint64(h.First), uint64(h.Last), uint64(h.Run), h.Before} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return string(b)
 }
 
 // Merge max-merges remote totals in one pipeline; see [Store]. A total of
@@ -640,8 +735,9 @@ func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 				continue
 			}
 			ttl := 2*t.Window.Milliseconds() + r.marginMs
+			early, late := mergeHalves(t)
 			cmds = append(cmds, mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
-				t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket))
+				t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket, early, late))
 		}
 		return pipe
 	}
@@ -690,11 +786,21 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 		}
 		v := make([]Total, 0, len(m))
 		for reg, s := range m {
+			if _, _, ok := halfField(reg); ok {
+				continue
+			}
 			n, err := strconv.ParseUint(s, 10, 64)
 			if err != nil {
 				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", refs[i].Key, s, err)
 			}
-			v = append(v, Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n})
+			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
+			if x, ok := m[reg+halfSep+"0"]; ok {
+				t.Halves.Early = parseHalf(x)
+			}
+			if x, ok := m[reg+halfSep+"1"]; ok {
+				t.Halves.Late = parseHalf(x)
+			}
+			v = append(v, t)
 		}
 		slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 		out[i] = v

@@ -93,6 +93,12 @@ type RegionCount struct {
 	Region   string
 	Current  uint64
 	Previous uint64
+	// CurrentHalves and PreviousHalves are the region's state of the
+	// current and previous bucket as the default sliding window decided on
+	// them (window.Limit.DecideSpans): its halves, with hits counted
+	// without halves added to the late half as spread over all of it. Zero
+	// for the other algorithms.
+	CurrentHalves, PreviousHalves window.Halves
 }
 
 // Result is the answer to a Request.
@@ -104,6 +110,10 @@ type Result struct {
 	// Local is the local region's total in the current bucket after the
 	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
+	// LocalHalves is the local region's halves of the current bucket after
+	// the decision (the default sliding window); replication sends them
+	// with Local.
+	LocalHalves window.Halves
 	// LocalRegion, when set, is the region whose count Local is, if not the
 	// store's local region: a [Failover] deciding from its fallback counts
 	// under the fallback's own region.
@@ -121,6 +131,18 @@ type Total struct {
 	Bucket int64
 	Region string
 	Count  uint64
+	// Halves is where in the bucket the region's hits fell, for the default
+	// sliding window; it merges by window.Halves.Merge, and its counts are
+	// at most Count (zero when the region's hits were counted without
+	// halves).
+	Halves window.Halves
+}
+
+// ValidHalves reports whether t's halves may be merged: valid for its
+// window (window.Halves.Valid) and counting at most t.Count hits. The
+// stores merge a total's count without its halves when they are not.
+func ValidHalves(t Total) bool {
+	return t.Window >= time.Millisecond && t.Halves.Valid(t.Window.Milliseconds()) && t.Halves.Count() <= t.Count
 }
 
 // BucketRef names one bucket of a key's counter.

@@ -105,3 +105,50 @@ func BenchmarkSliding(b *testing.B) {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) { benchSliding(b, Sliding{Limit: l, K: k}) })
 	}
 }
+
+// BenchmarkDecideModes compares the cost of one decision of the default
+// sliding window (half-bucket spans), strict, and the two-bucket counter,
+// on a key with three regions' counts in both buckets, 40% into the
+// bucket, allowed. The default's acceptance: at most 1.25 times the
+// two-bucket counter's time.
+func BenchmarkDecideModes(b *testing.B) {
+	l := Limit{Limit: 1 << 20, Window: time.Minute}
+	w := l.WindowMs()
+	var prev, cur [3]Halves
+	for r := range prev {
+		for i := int64(0); i < 200; i++ {
+			prev[r].Add((i*277+int64(r)*1000)%w, w, 3)
+			if i < 80 {
+				cur[r].Add(i*250, w, 2)
+			}
+		}
+	}
+	counts := Counts{}
+	for r := range prev {
+		counts.Prev += prev[r].Count()
+		counts.Cur += cur[r].Count()
+	}
+	start := int64(1_700_000_040_000) / w * w
+	b.Run("two-bucket", func(b *testing.B) {
+		b.ReportAllocs()
+		l := l
+		l.Algorithm = SlidingWindowTwoBucket
+		for i := 0; b.Loop(); i++ {
+			sink = l.DecideCounter(start+24000+int64(i&1023), counts, 1)
+		}
+	})
+	for _, strict := range []bool{false, true} {
+		name := "default"
+		if strict {
+			name = "strict"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			l := l
+			l.Strict = strict
+			for i := 0; b.Loop(); i++ {
+				sink = l.DecideSpans(start+24000+int64(i&1023), prev[:], cur[:], 0, 1)
+			}
+		})
+	}
+}

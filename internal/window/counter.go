@@ -20,6 +20,9 @@ type Decision struct {
 
 	// Bucket is the current bucket's index (counter algorithms).
 	Bucket int64
+	// ElapsedMs is e, the time elapsed in the current bucket, in ms
+	// (counter algorithms).
+	ElapsedMs int64
 	// Estimate is the count the decision was made on, before this request:
 	// the counter estimate, the live hits of a sliding log, or the tokens in
 	// use in a token bucket.
@@ -52,7 +55,14 @@ type Decision struct {
 	SubOldest uint64
 	// SubWeightNum / SubWeightDen is the oldest (sub-)bucket's weight: its
 	// overlap with the trailing window, S - e, over its length S (1 for a
-	// strict counter, 0 for FixedWindow).
+	// strict counter, 0 for FixedWindow). For [Limit.DecideSpans] the
+	// oldest half has one term per region ([Limit.SpanTerms]), and
+	//
+	//	Estimate = SubWhole + sum of floor(t.N * t.Num / t.Den) over them
+	//
+	// SubOldest is the sum of their N, SubMs the half's length H, and
+	// SubWeightNum / SubWeightDen the one term's weight when exactly one
+	// region's term is nonzero, else 0 / 0.
 	SubWeightNum, SubWeightDen uint64
 }
 
@@ -99,7 +109,7 @@ func (l Limit) DecideCounter(nowMs int64, c Counts, hits uint64) Decision {
 	}
 	start := b * w
 	est := l.estimate(e, w, c)
-	d := Decision{Limit: l.Limit, Bucket: b, Estimate: est,
+	d := Decision{Limit: l.Limit, Bucket: b, ElapsedMs: e, Estimate: est,
 		SubMs: w, SubWhole: c.Cur, SubOldest: c.Prev, SubWeightDen: uint64(w)}
 	if l.Algorithm != FixedWindow {
 		d.SubWeightNum = uint64(w - e)

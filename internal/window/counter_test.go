@@ -269,7 +269,9 @@ func TestValidate(t *testing.T) {
 		{Limit{Limit: 1, Window: 999 * time.Millisecond}, ErrWindow},
 		{Limit{Limit: 1, Window: MaxWindow + time.Millisecond}, ErrWindow},
 		{Limit{Limit: 1, Window: time.Second + time.Microsecond}, ErrWindow},
-		{Limit{Limit: 1, Window: time.Second, Algorithm: SlidingLog + 1}, ErrAlgo},
+		{Limit{Limit: 1, Window: time.Second, Algorithm: SlidingWindowTwoBucket + 1}, ErrAlgo},
+		{Limit{Limit: 1, Window: time.Second, Algorithm: SlidingWindowTwoBucket, Strict: true}, ErrStrict},
+		{Limit{Limit: 1, Window: time.Second, Strict: true}, nil},
 	}
 	for _, tt := range tests {
 		if got := tt.l.Validate(); got != tt.want {

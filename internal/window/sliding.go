@@ -47,6 +47,10 @@ var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 64 and spl
 // counts do: a counter is identified by (key, W, K), its buckets by the
 // sub-bucket index j, and each region's count of a sub-bucket max-merges.
 //
+// The stores run [Limit.DecideSpans] (the default) and
+// [Limit.DecideCounter]; Sliding is kept as the comparison point that
+// loadtest/accuracy measures (-mode subbuckets).
+//
 // The zero value is not valid: Limit and K must be set ([DefaultSliding]
 // gives the default shape for a limit). A Sliding is a small value, safe to
 // copy and to use from many goroutines.
@@ -155,7 +159,7 @@ func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
 	}
 	est := satAdd(whole, MulDiv(oldest, num, uint64(sm)))
 	d := Decision{
-		Limit: s.Limit.Limit, Bucket: j, Estimate: est,
+		Limit: s.Limit.Limit, Bucket: j, ElapsedMs: e, Estimate: est,
 		SubMs: sm, SubWhole: whole, SubOldest: oldest, SubWeightNum: num, SubWeightDen: uint64(sm),
 		PrevWeight: float64(num) / float64(sm),
 	}

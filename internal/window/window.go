@@ -13,15 +13,12 @@ type Algorithm uint8
 
 // The algorithms. The zero value means SlidingWindow.
 const (
-	// SlidingWindow is the two-bucket sliding window counter, the default
-	// the stores run today ([Sliding] with K = 1; see [DefaultSliding] for
-	// the sub-bucket counter that bounds bursts):
-	//
-	//	estimate = cur + floor(prev * (W - e) / W)
-	//	allow    = estimate + hits <= limit
-	//
-	// where cur and prev are the current and previous epoch-aligned buckets'
-	// counts and e is the time elapsed in the current bucket.
+	// SlidingWindow is the default: a sliding window counter over
+	// epoch-aligned buckets split into two halves, each region keeping per
+	// half its count and the offsets of its first and last hit, so that the
+	// previous bucket is weighted over the span its hits actually fell in
+	// ([Limit.DecideSpans]). With Limit.Strict a half counts whole while
+	// any of its hits is in the trailing window.
 	SlidingWindow Algorithm = iota + 1
 	// FixedWindow counts hits per epoch-aligned bucket: allow = cur + hits <= limit.
 	FixedWindow
@@ -30,6 +27,18 @@ const (
 	TokenBucket
 	// SlidingLog keeps every hit's timestamp: exact, memory-heavy.
 	SlidingLog
+	// SlidingWindowTwoBucket is the seeds' two-bucket sliding window
+	// counter ([Limit.DecideCounter]):
+	//
+	//	estimate = cur + floor(prev * (W - e) / W)
+	//	allow    = estimate + hits <= limit
+	//
+	// where cur and prev are the current and previous epoch-aligned buckets'
+	// counts and e is the time elapsed in the current bucket. It assumes the
+	// previous bucket's hits were spread evenly over it, so a burst that
+	// began late in a bucket is admitted again in the next one (up to
+	// 1 + phase times the limit in a trailing window).
+	SlidingWindowTwoBucket
 )
 
 // String returns the algorithm's name as used in configuration.
@@ -43,6 +52,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case SlidingLog:
 		return "sliding_log"
+	case SlidingWindowTwoBucket:
+		return "sliding_window_two_bucket"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -58,13 +69,21 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return TokenBucket, nil
 	case "sliding_log", "log":
 		return SlidingLog, nil
+	case "sliding_window_two_bucket", "two_bucket":
+		return SlidingWindowTwoBucket, nil
 	}
-	return 0, fmt.Errorf("window: unknown algorithm %q (want sliding_window, fixed_window, token_bucket or sliding_log)", s)
+	return 0, fmt.Errorf("window: unknown algorithm %q (want sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log)", s)
 }
 
 // Counted reports whether the algorithm keeps per-bucket counts, which
 // replicate across regions. TokenBucket and SlidingLog are region-local.
-func (a Algorithm) Counted() bool { return a == 0 || a == SlidingWindow || a == FixedWindow }
+func (a Algorithm) Counted() bool {
+	return a == 0 || a == SlidingWindow || a == FixedWindow || a == SlidingWindowTwoBucket
+}
+
+// Spans reports whether the algorithm decides on half-bucket spans
+// ([Limit.DecideSpans]): SlidingWindow, the default.
+func (a Algorithm) Spans() bool { return a == 0 || a == SlidingWindow }
 
 // Bounds on a Limit.
 const (
@@ -83,6 +102,7 @@ var (
 	ErrWindow = errors.New("window: window must be from 1s to 7d, in whole milliseconds")
 	ErrHits   = errors.New("window: hits must be from 1 to the limit")
 	ErrAlgo   = errors.New("window: unknown algorithm")
+	ErrStrict = errors.New("window: strict applies to the sliding_window algorithm only")
 )
 
 // Limit is at most Limit hits per Window, counted by Algorithm.
@@ -92,6 +112,11 @@ type Limit struct {
 	Limit     uint64
 	Window    time.Duration
 	Algorithm Algorithm
+	// Strict makes SlidingWindow count the oldest overlapping half-bucket
+	// whole while any of its hits is in the trailing window: never more
+	// than the limit in any trailing window in one region, at the price of
+	// capacity left unused after bursts. Only for SlidingWindow.
+	Strict bool
 }
 
 // Validate reports whether l is within the supported bounds.
@@ -102,8 +127,11 @@ func (l Limit) Validate() error {
 	if l.Window < MinWindow || l.Window > MaxWindow || l.Window%time.Millisecond != 0 {
 		return ErrWindow
 	}
-	if l.Algorithm > SlidingLog {
+	if l.Algorithm > SlidingWindowTwoBucket {
 		return ErrAlgo
+	}
+	if l.Strict && !l.Algorithm.Spans() {
+		return ErrStrict
 	}
 	return nil
 }

@@ -8,10 +8,56 @@ import (
 	"time"
 )
 
+// The acceptance table: limit 1000 per 4 s, cold starts at phases 0.1 to
+// 0.9 at 1x, 2x and 10x, constant and Poisson, and on/off bursts: the
+// default stays within 1.05 with a steady minimum of 0.95 or more under
+// constant arrivals, strict never exceeds the limit.
+func TestAcceptanceTable(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		mode      string
+		maxHi     float64
+		steadyMin float64
+	}{{"default", 1.05, 0.95}, {"strict", 1, 0}} {
+		c := config{
+			mode: tt.mode, limit: 1000, window: 4 * time.Second, windows: 6, onOff: 5,
+			rates: []float64{1, 2, 10}, arrivals: []string{"constant", "poisson"},
+			phases: []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9},
+		}
+		s, err := c.counter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := measure(context.Background(), c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := len(rows), 3*2*9+5; got != want {
+			t.Fatalf("%d scenarios, want %d", got, want)
+		}
+		// Arrivals released in clumps, as a busy client delivers them.
+		c.arrivals, c.onOff = []string{"bunched"}, 0
+		more, err := measure(context.Background(), c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, more...)
+		for _, r := range rows {
+			if r.st.max > tt.maxHi {
+				t.Errorf("%s %s: max %.3f, want at most %.2f", tt.mode, r.sc.name, r.st.max, tt.maxHi)
+			}
+			if r.sc.rate > 1 && !r.sc.onOff && !r.sc.poisson && !r.sc.bunched && r.st.steadyMin < tt.steadyMin {
+				t.Errorf("%s %s: steady min %.3f, want at least %.2f", tt.mode, r.sc.name, r.st.steadyMin, tt.steadyMin)
+			}
+		}
+	}
+}
+
 // A small instance of every mode on the virtual clock: the two-bucket
 // counter shows the cold-start error (1 + phase), the default stays within
-// 1.05 and keeps the steady state at 0.95 or more, strict never exceeds the
-// limit.
+// 1.06 (a limit of 200 weighs each misplaced hit more than the table's
+// 1000: on/off seed 1 gives 1.055) and keeps the steady state at 0.95 or
+// more, strict never exceeds the limit.
 func TestSimulatedBounds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -21,8 +67,9 @@ func TestSimulatedBounds(t *testing.T) {
 		wantPhase09Max float64 // the 10x constant cold start at phase 0.9, within 0.01
 	}{
 		{"two-bucket", 1.85, 1.91, 0.85, 1.90},
-		{"default", 1, 1.05, 0.95, 1.00},
+		{"default", 1, 1.06, 0.95, 1.00},
 		{"strict", 0.99, 1, 0, 1.00},
+		{"subbuckets", 1, 1.05, 0.95, 1.00},
 		{"log", 1, 1, 0.99, 1.00},
 	}
 	for _, tt := range tests {
@@ -87,7 +134,7 @@ func TestTrailing(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-mode", "nope"}, {"-rates", "x"}, {"-arrivals", "bursty"}, {"-windows", "2"}, {"-mode", "default", "-window", "1001ms", "-k", "10"}} {
+	for _, args := range [][]string{{"-mode", "nope"}, {"-rates", "x"}, {"-arrivals", "bursty"}, {"-windows", "2"}, {"-mode", "subbuckets", "-window", "1001ms", "-k", "10"}, {"-node", "http://x", "-mode", "log"}} {
 		err := run(context.Background(), args, &bytes.Buffer{})
 		if err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)

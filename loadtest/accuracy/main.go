@@ -9,17 +9,21 @@
 // on/off bursts at 10x (bursts of W/10 to W/2, quiet gaps of 0 to 2W).
 //
 // By default it simulates on a virtual clock with the real decision code of
-// internal/window; -mode picks the counter: two-bucket (the seeds' formula),
-// default (sub-buckets, weighted), strict (sub-buckets, the oldest counted
-// whole) or log (an exact sliding log, the reference); -k sets the number of
-// sub-buckets. With -node it drives a running rlnode over its Connect JSON
-// API instead, at the scenarios' wall-clock instants (constant arrivals
-// only; the node decides with its own algorithm and -mode is ignored).
+// internal/window; -mode picks the counter: default (half-buckets weighted
+// over their hits' span, the API's default), strict (the same state, a half
+// counted whole while any of its hits is in the window), two-bucket (the
+// seeds' formula), subbuckets (K evenly weighted sub-buckets, -k, for
+// comparison) or log (an exact sliding log, the reference). With -node it
+// drives a running rlnode over its Connect JSON API instead, at the
+// scenarios' wall-clock instants (constant arrivals only), asking for the
+// mode's algorithm (default, strict or two-bucket), and takes each
+// admission's instant from the node's answer (its bucket and elapsedMs), so
+// the trailing-window counts are exact on the node's clock.
 //
 // Usage:
 //
-//	go run ./loadtest/accuracy [-mode default] [-k 0] [-limit 1000] [-window 4s] [-rates 1,2,10] [-arrivals constant,poisson] [-phases 0.1,...,0.9] [-onoff 5] [-windows 6]
-//	go run ./loadtest/accuracy -node http://127.0.0.1:8080 -rates 10 -phases 0.1,0.5,0.9 -windows 4
+//	go run ./loadtest/accuracy [-mode default] [-k 100] [-limit 1000] [-window 4s] [-rates 1,2,10] [-arrivals constant,poisson] [-phases 0.1,...,0.9] [-onoff 5] [-windows 6]
+//	go run ./loadtest/accuracy -node http://127.0.0.1:8080 -mode strict -rates 10 -windows 4
 package main
 
 import (
@@ -68,12 +72,12 @@ func parse(args []string, out io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.mode, "mode", "default", "counter to simulate: two-bucket, default, strict or log (exact sliding log)")
-	fs.Int64Var(&c.k, "k", 0, "sub-buckets per window for default and strict (0: the package default for the window)")
+	fs.StringVar(&c.mode, "mode", "default", "counter: default, strict, two-bucket, subbuckets or log (exact sliding log)")
+	fs.Int64Var(&c.k, "k", 0, "sub-buckets per window for -mode subbuckets (0: 100, or the most up to 100 that split the window into whole ms)")
 	fs.Uint64Var(&c.limit, "limit", 1000, "the limit, per window")
 	fs.DurationVar(&c.window, "window", 4*time.Second, "the window")
 	rates := fs.String("rates", "1,2,10", "offered rates of the cold starts, times the limit's rate")
-	arrivals := fs.String("arrivals", "constant,poisson", "arrivals of the cold starts: constant, poisson or both")
+	arrivals := fs.String("arrivals", "constant,poisson", "arrivals of the cold starts: constant, poisson, bunched (constant, released in clumps 100-350 ms apart), comma-separated")
 	phases := fs.String("phases", "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", "phases of the bucket at which the cold starts begin")
 	fs.IntVar(&c.onOff, "onoff", 5, "on/off burst runs (seeds), each 4x -windows long")
 	fs.IntVar(&c.windows, "windows", 6, "length of each cold start, in windows")
@@ -90,10 +94,13 @@ func parse(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("parse -phases: %w", err)
 	}
 	for _, a := range strings.Split(*arrivals, ",") {
-		if a != "constant" && a != "poisson" {
-			return c, fmt.Errorf("parse -arrivals: %q is neither constant nor poisson", a)
+		if a != "constant" && a != "poisson" && a != "bunched" {
+			return c, fmt.Errorf("parse -arrivals: %q is not constant, poisson or bunched", a)
 		}
 		c.arrivals = append(c.arrivals, a)
+	}
+	if c.node != "" && (c.mode == "subbuckets" || c.mode == "log") {
+		return c, fmt.Errorf("parse -mode: a node runs default, strict or two-bucket, not %s", c.mode)
 	}
 	if c.node != "" && (len(c.arrivals) != 1 || c.arrivals[0] != "constant") {
 		c.arrivals = []string{"constant"}
@@ -116,28 +123,39 @@ func floats(s string) ([]float64, error) {
 	return out, nil
 }
 
-// counter returns the window.Sliding the mode simulates.
-func (c config) counter() (window.Sliding, error) {
+// counter is what a mode decides with.
+type counter struct {
+	mode  string
+	limit window.Limit   // default, strict, two-bucket, log
+	sub   window.Sliding // subbuckets
+}
+
+// counter returns the counter the mode simulates.
+func (c config) counter() (counter, error) {
 	l := window.Limit{Limit: c.limit, Window: c.window}
-	var s window.Sliding
+	out := counter{mode: c.mode}
 	switch c.mode {
-	case "two-bucket":
-		s = window.TwoBucket(l)
 	case "default", "log":
-		s = window.DefaultSliding(l)
 	case "strict":
-		s = window.DefaultSliding(l)
-		s.Strict = true
+		l.Strict = true
+	case "two-bucket":
+		l.Algorithm = window.SlidingWindowTwoBucket
+	case "subbuckets":
+		out.sub = window.DefaultSliding(l)
+		if c.k != 0 {
+			out.sub.K = c.k
+		}
+		if err := out.sub.Validate(); err != nil {
+			return out, fmt.Errorf("counter for -mode %s -k %d: %w", c.mode, c.k, err)
+		}
 	default:
-		return s, fmt.Errorf("unknown -mode %q (want two-bucket, default, strict or log)", c.mode)
+		return out, fmt.Errorf("unknown -mode %q (want default, strict, two-bucket, subbuckets or log)", c.mode)
 	}
-	if c.k != 0 && c.mode != "two-bucket" {
-		s.K = c.k
+	if err := l.Validate(); err != nil {
+		return out, fmt.Errorf("counter for -mode %s: %w", c.mode, err)
 	}
-	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("counter for -mode %s -k %d: %w", c.mode, c.k, err)
-	}
-	return s, nil
+	out.limit = l
+	return out, nil
 }
 
 // row is one scenario's result.
@@ -160,10 +178,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("mode %s (K=%d, sub-buckets of %d ms)", c.mode, s.K, s.SubMs())
+	what := "mode " + c.mode
 	switch {
+	case c.mode == "subbuckets":
+		what = fmt.Sprintf("mode subbuckets (K=%d, sub-buckets of %d ms)", s.sub.K, s.sub.SubMs())
 	case c.node != "":
-		what = "node " + c.node
+		what = fmt.Sprintf("node %s, mode %s", c.node, c.mode)
 	case c.mode == "log":
 		what = "exact sliding log"
 	}
@@ -173,7 +193,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // measure runs every scenario, simulated or against the node.
-func measure(ctx context.Context, c config, s window.Sliding) ([]row, error) {
+func measure(ctx context.Context, c config, s counter) ([]row, error) {
 	onOff := c.onOff
 	if c.node != "" {
 		onOff = 0
@@ -193,14 +213,14 @@ func measure(ctx context.Context, c config, s window.Sliding) ([]row, error) {
 		if c.node != "" {
 			var err error
 			key := fmt.Sprintf("accuracy-%d-%d", runID, i)
-			admitted, from, lag, err = nodeRun(ctx, client, c.node, s.Limit, sc, c.windows, c.workers, key)
+			admitted, from, lag, err = nodeRun(ctx, client, c.node, s.limit, sc, c.windows, c.workers, key)
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", sc.name, err)
 			}
 		} else {
-			admitted, from = simulate(c.mode, s, sc, c.windows)
+			admitted, from = simulate(s, sc, c.windows)
 		}
-		steadyFrom := from + 2*s.WindowMs()
+		steadyFrom := from + 2*s.limit.WindowMs()
 		if sc.onOff {
 			steadyFrom = 1 << 62 // bursts have no steady state
 		}
@@ -220,7 +240,7 @@ func report(out io.Writer, rows []row) {
 		m := "-"
 		if r.st.steadyMin >= 0 {
 			m = fmt.Sprintf("%.3f", r.st.steadyMin)
-			if r.sc.rate > 1 && !r.sc.onOff {
+			if r.sc.rate > 1 && !r.sc.onOff && !r.sc.bunched {
 				if r.sc.poisson {
 					poissonMin = min(poissonMin, r.st.steadyMin)
 				} else {

@@ -42,15 +42,18 @@ func replay(d decider, l window.Limit, arrivals []int64, steadyFrom int64) stats
 // half a sub-bucket, where a burst splits a sub-bucket in two) and the
 // on/off bursts (5 seeds) under mode, and returns the worst figures. The
 // exact log ("log") runs the cold starts only.
-func worstFigures(mode string, s window.Sliding) modeFigures {
-	l := s.Limit
+func worstFigures(c counter) modeFigures {
+	l := c.limit
+	if c.mode == "subbuckets" {
+		l = c.sub.Limit
+	}
 	w := l.WindowMs()
 	start := (1_700_000_000_000/w + 1) * w
 	f := modeFigures{constMin: 2, poissonMin: 2}
 	for _, rate := range []float64{1, 2, 10} {
 		for _, poisson := range []bool{false, true} {
 			for p := 1; p <= 9; p++ {
-				for _, shift := range []float64{0, 0.5 / float64(max(s.K, 1))} {
+				for _, shift := range []float64{0, 0.5 / float64(max(c.sub.K, 1))} {
 					phase := float64(p)/10 + shift
 					for seed := uint64(1); seed <= 2; seed++ {
 						var r *rand.Rand
@@ -60,7 +63,7 @@ func worstFigures(mode string, s window.Sliding) modeFigures {
 							break
 						}
 						arr := coldStart(l, start, phase, rate, 6, r)
-						st := replay(newDecider(mode, s), l, arr, arr[0]+2*w)
+						st := replay(newDecider(c), l, arr, arr[0]+2*w)
 						f.max = max(f.max, st.max)
 						switch {
 						case rate == 1:
@@ -74,12 +77,12 @@ func worstFigures(mode string, s window.Sliding) modeFigures {
 			}
 		}
 	}
-	if mode == "log" {
+	if c.mode == "log" {
 		return f
 	}
 	for seed := uint64(1); seed <= 5; seed++ {
 		r := rand.New(rand.NewPCG(seed, 1234))
-		st := replay(newDecider(mode, s), l, onOff(l, start, 10, 40, r), 1<<62)
+		st := replay(newDecider(c), l, onOff(l, start, 10, 40, r), 1<<62)
 		f.max = max(f.max, st.max)
 	}
 	return f
@@ -88,10 +91,11 @@ func worstFigures(mode string, s window.Sliding) modeFigures {
 // exactLogMin is the exact sliding log's lowest steady minimum under the
 // Poisson cold starts, computed once.
 var exactLogMin = sync.OnceValue(func() float64 {
-	return worstFigures("log", window.Sliding{Limit: modesLimit}).poissonMin
+	return worstFigures(counter{mode: "log", limit: modesLimit}).poissonMin
 })
 
-// TestDocumentedModeBounds holds the measured bounds of each mode that
+// TestDocumentedModeBounds holds the measured bounds of the sub-bucket
+// comparison counter (window.Sliding, K=1 and K=100, weighted and strict) that
 // internal/window's package documentation states.
 func TestDocumentedModeBounds(t *testing.T) {
 	t.Parallel()
@@ -104,14 +108,14 @@ func TestDocumentedModeBounds(t *testing.T) {
 	}{
 		// The seeds' counter: a cold burst at phase 0.9 admits ~1.9x, and
 		// after a cold start at 2x it swings for several windows.
-		{"two-bucket", window.TwoBucket(modesLimit), 1.85, 2, 0.85, 0.9},
-		{"default", window.DefaultSliding(modesLimit), 1, 1.05, 0.98, 0.98},
-		{"strict", window.Sliding{Limit: modesLimit, K: window.DefaultSubBuckets, Strict: true}, 1, 1, 0, 0},
+		{"K=1 (two-bucket)", window.TwoBucket(modesLimit), 1.85, 2, 0.85, 0.9},
+		{"K=100", window.DefaultSliding(modesLimit), 1, 1.05, 0.98, 0.98},
+		{"K=100 strict", window.Sliding{Limit: modesLimit, K: window.DefaultSubBuckets, Strict: true}, 1, 1, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := worstFigures(tt.name, tt.s)
+			f := worstFigures(counter{mode: "subbuckets", sub: tt.s})
 			logMin := exactLogMin()
 			t.Logf("%s (K=%d): worst trailing window %.3fx limit; steady min %.3fx (constant), %.3fx (Poisson; exact log %.3fx)", tt.name, tt.s.K, f.max, f.constMin, f.poissonMin, logMin)
 			if f.max > tt.maxHi || f.max < tt.maxLo {

@@ -36,10 +36,14 @@ func nodeRun(ctx context.Context, client *http.Client, base string, l window.Lim
 	if len(arr) == 0 {
 		return nil, start, 0, nil
 	}
-	body, err := json.Marshal(map[string]any{
-		"key":   key,
-		"limit": map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())},
-	})
+	limit := map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())}
+	if l.Algorithm == window.SlidingWindowTwoBucket {
+		limit["algorithm"] = "ALGORITHM_SLIDING_WINDOW_TWO_BUCKET"
+	}
+	if l.Strict {
+		limit["strict"] = true
+	}
+	body, err := json.Marshal(map[string]any{"key": key, "limit": limit})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("encode request: %w", err)
 	}
@@ -59,7 +63,7 @@ func nodeRun(ctx context.Context, client *http.Client, base string, l window.Lim
 			defer wg.Done()
 			for t := range jobs {
 				late := time.Now().UnixMilli() - t
-				at, ok, err := check(ctx, client, url, body)
+				at, ok, err := check(ctx, client, url, body, w)
 				mu.Lock()
 				lag = max(lag, late)
 				switch {
@@ -100,9 +104,12 @@ dispatch:
 	return admitted, arr[0], lag, nil
 }
 
-// check sends one Check and returns the midpoint of its round trip (Unix
-// ms) and whether it was allowed.
-func check(ctx context.Context, client *http.Client, url string, body []byte) (int64, bool, error) {
+// check sends one Check and returns the instant the node decided it at
+// (Unix ms: its stats' bucket * W + elapsedMs, so that the trailing-window
+// counts use the node's own clock, not the client's view of a round trip
+// that a busy machine can stretch) and whether it was allowed. An answer
+// without stats falls back to the midpoint of the round trip.
+func check(ctx context.Context, client *http.Client, url string, body []byte, w int64) (int64, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, false, fmt.Errorf("make request: %w", err)
@@ -124,9 +131,16 @@ func check(ctx context.Context, client *http.Client, url string, body []byte) (i
 	}
 	var out struct {
 		Allowed bool `json:"allowed"`
+		Stats   *struct {
+			Bucket    int64 `json:"bucket,string"`
+			ElapsedMs int64 `json:"elapsedMs,string"`
+		} `json:"stats"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return 0, false, fmt.Errorf("decode response: %w", err)
+	}
+	if out.Stats != nil && out.Stats.Bucket > 0 {
+		return out.Stats.Bucket*w + out.Stats.ElapsedMs, out.Allowed, nil
 	}
 	mid := sent.Add(got.Sub(sent) / 2)
 	return mid.UnixMilli(), out.Allowed, nil

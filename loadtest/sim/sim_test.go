@@ -38,7 +38,11 @@ func TestGoals(t *testing.T) {
 	if got, alone := single.On.Max, single.Off.Max; got > alone {
 		t.Errorf("single region 10x: max %v with the guard, more than %v without", got, alone)
 	}
-	if got, want := part.On.Max, 1+1.0/3+(single.Off.Max-1); got > want {
+	// The guard's partition bound is 1 + 1/R of exact counts; the sliding
+	// window's own error comes on top: the larger of what this run shows
+	// for one region and the default's documented bound in one region
+	// (1.05, internal/window's package documentation).
+	if got, want := part.On.Max, 1+1.0/3+max(single.Off.Max-1, 0.05); got > want {
 		t.Errorf("partition, guard: max %v, want <= %v", got, want)
 	}
 	if part.Off.Max < 1.9 {

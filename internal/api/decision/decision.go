@@ -254,6 +254,9 @@ type Request struct {
 // Outcome is a decided request.
 type Outcome struct {
 	region.Result
+	// Spec is the limit the request was decided against: its window and
+	// algorithm (Result.Limit is its count).
+	Spec window.Limit
 	// Shadowed is true when the store denied the request and shadow mode
 	// answered it allowed (Result.Allowed is then true).
 	Shadowed bool
@@ -473,8 +476,16 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 		l.Algorithm = window.TokenBucket
 	case ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG:
 		l.Algorithm = window.SlidingLog
+	case ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW_TWO_BUCKET:
+		l.Algorithm = window.SlidingWindowTwoBucket
 	default:
 		return l, Invalid("%slimit.algorithm: unknown algorithm %d", field, int32(a))
+	}
+	if lim.GetStrict() {
+		if !l.Algorithm.Spans() {
+			return l, Invalid("%slimit.strict: applies to the sliding window algorithm only, not %s", field, l.Algorithm)
+		}
+		l.Strict = true
 	}
 	if l.Algorithm == window.SlidingLog && l.Limit > d.cfg.MaxLogLimit {
 		return l, Invalid("%slimit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", field, l.Limit, d.cfg.MaxLogLimit)
@@ -556,7 +567,7 @@ func (d *Decider) Refuse(r Request, res region.Result) Outcome {
 // outside shadow mode counts as shadow_denied when the whole node is in
 // shadow mode (Envoy's, whose statuses stay as decided).
 func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
-	o := Outcome{Result: res, Scope: r.Scope, GuardDenied: guarded}
+	o := Outcome{Result: res, Spec: r.Store.Limit, Scope: r.Scope, GuardDenied: guarded}
 	peek := r.Store.Peek
 	switch {
 	case guarded && !r.Shadow && !d.cfg.ShadowMode:
@@ -584,6 +595,7 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 				Bucket: res.Bucket,
 				Region: reg,
 				Count:  res.Local,
+				Halves: res.LocalHalves,
 			})
 		}
 	}

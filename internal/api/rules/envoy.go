@@ -27,6 +27,7 @@ import (
 //	          requests_per_unit: 5
 //	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
 //	          scope: region            # rlcluster's addition; default global
+//	          strict: false            # rlcluster's addition, sliding_window only
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //	    shadow_mode: true
@@ -158,6 +159,7 @@ type envoyRateLimitYAML struct {
 	Replaces        []envoyReplaceYAML
 	Algorithm       string
 	Scope           string
+	Strict          bool
 
 	line  int
 	lines map[string]int // line of each field present
@@ -198,6 +200,7 @@ func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
 	r.probs = decodeFields(n, r.lines,
 		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
 		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm},
+		field{"strict", &r.Strict},
 		field{"scope", &r.Scope})
 	return nil
 }
@@ -293,6 +296,10 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
 			}
+			if rl.Strict && err == nil && !algo.Spans() {
+				at(rl.lineOf("strict"), ".rate_limit.strict", "applies to sliding_window only, not %s", algo)
+				ok = false
+			}
 			scope, err := ParseScope(rl.Scope)
 			if err != nil && !hasProblem(rl.probs, "scope") {
 				at(rl.lineOf("scope"), ".rate_limit.scope", "%v", err)
@@ -321,7 +328,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				ok = false
 			default:
 				lim.Unit = u.unit
-				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo}
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict}
 			}
 			if ok {
 				n.limit = lim

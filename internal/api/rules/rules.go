@@ -139,6 +139,7 @@ func CheckName(name string) error {
 //	    limit: 100
 //	    window: 1m
 //	    algorithm: sliding_window   # optional
+//	    strict: false               # optional, sliding_window only
 //	    shadow_mode: false          # optional
 //	    scope: global               # optional: global or region
 //
@@ -149,6 +150,7 @@ type ruleYAML struct {
 	Limit      uint64
 	Window     string
 	Algorithm  string
+	Strict     bool
 	ShadowMode bool
 	Scope      string
 }
@@ -216,14 +218,17 @@ func rulesFiles(path string) ([]string, error) {
 //	    limit: 100              # 1 to 2^53
 //	    window: 1m              # Go duration, 1s to 168h, whole milliseconds
 //	    algorithm: sliding_window  # optional: sliding_window (default),
-//	                               # fixed_window, token_bucket, sliding_log
+//	                               # sliding_window_two_bucket, fixed_window,
+//	                               # token_bucket, sliding_log
+//	    strict: true            # optional, sliding_window only: never more
+//	                            # than the limit in a trailing window
 //	    shadow_mode: true       # optional: count, but always allow
 //	    scope: region           # optional: global (default) or region
 //
 // or one envoyproxy/ratelimit domain, unchanged (domain, descriptors with
 // key, value, rate_limit {unit, requests_per_unit, unlimited, name,
 // replaces}, shadow_mode, detailed_metric, nested descriptors), plus an
-// optional rate_limit.algorithm and rate_limit.scope.
+// optional rate_limit.algorithm, rate_limit.strict and rate_limit.scope.
 //
 // A limit with a region-local algorithm (token_bucket, sliding_log) and
 // global scope is valid: the file does not know how many regions the
@@ -328,7 +333,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	lines := map[string]int{}
 	probs := decodeFields(item, lines,
 		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
-		field{"algorithm", &y.Algorithm}, field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
+		field{"algorithm", &y.Algorithm}, field{"strict", &y.Strict}, field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
 	label := fmt.Sprintf("rule %d", n)
 	if y.Name != "" {
 		label = fmt.Sprintf("rule %d (%s)", n, y.Name)
@@ -389,6 +394,9 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	if err != nil && !hasProblem(probs, "algorithm") {
 		fail("algorithm", "%s", algorithmProblem(y.Algorithm))
 	}
+	if y.Strict && err == nil && !algo.Spans() {
+		fail("strict", "applies to sliding_window only, not %s", algo)
+	}
 	scope, err := ParseScope(y.Scope)
 	if err != nil && !hasProblem(probs, "scope") {
 		fail("scope", "%v", err)
@@ -403,7 +411,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		}
 		rb.warns = append(rb.warns, fmt.Sprintf("%s: %s: %s: %s", location(file, lineOf(f)), label, f, regionLocalWarning(algo)))
 	}
-	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo}, Shadow: y.ShadowMode, Scope: scope})
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict}, Shadow: y.ShadowMode, Scope: scope})
 }
 
 // addDomain checks an envoyproxy/ratelimit domain file.
@@ -461,7 +469,7 @@ func location(file string, line int) string {
 
 // algorithmProblem explains an unknown algorithm name in the file's words.
 func algorithmProblem(name string) string {
-	return fmt.Sprintf("%q is not sliding_window, fixed_window, token_bucket or sliding_log", name)
+	return fmt.Sprintf("%q is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log", name)
 }
 
 // field is one key of a YAML mapping and where its value goes.

@@ -47,6 +47,8 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"AwkwardKeys", testAwkwardKeys},
 		{"BigNumbers", testBigNumbers},
 		{"ConcurrentNeverOverAdmits", testConcurrent},
+		{"SpansDecideAsWindow", testSpans},
+		{"SpansReplicate", testSpansMerge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -56,13 +58,25 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		})
 	}
 	t.Run("Algorithms", func(t *testing.T) {
-		for _, a := range []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog} {
-			t.Run(a.String(), func(t *testing.T) {
+		for _, l := range algorithms {
+			name := l.Algorithm.String()
+			if l.Strict {
+				name += "_strict"
+			}
+			t.Run(name, func(t *testing.T) {
 				s := newStore(t, "here")
-				testAlgorithm(t, s, fmt.Sprintf("storetest/%s/%d", t.Name(), rand.Uint64()), a)
+				testAlgorithm(t, s, fmt.Sprintf("storetest/%s/%d", t.Name(), rand.Uint64()), l)
 			})
 		}
 	})
+}
+
+// algorithms are the limits' algorithms every store runs: each algorithm,
+// and the default sliding window also strict.
+var algorithms = []window.Limit{
+	{Algorithm: window.SlidingWindow}, {Algorithm: window.SlidingWindow, Strict: true},
+	{Algorithm: window.SlidingWindowTwoBucket}, {Algorithm: window.FixedWindow},
+	{Algorithm: window.TokenBucket}, {Algorithm: window.SlidingLog},
 }
 
 // Check runs one request and returns its result, failing t on error.
@@ -120,7 +134,7 @@ func sameDecision(t *testing.T, what string, got, want window.Decision) {
 }
 
 func testSeedExamples(t *testing.T, s region.Store, key string) {
-	minute := window.Limit{Limit: 500, Window: time.Minute}
+	minute := window.Limit{Limit: 500, Window: time.Minute, Algorithm: window.SlidingWindowTwoBucket}
 	tests := []struct {
 		name      string
 		limit     uint64
@@ -195,8 +209,9 @@ func testFixedWindow(t *testing.T, s region.Store, key string) {
 
 // testAlgorithm drives each algorithm to its limit and checks that the
 // request denied is allowed exactly at RetryAfter, not a millisecond before.
-func testAlgorithm(t *testing.T, s region.Store, key string, a window.Algorithm) {
-	l := window.Limit{Limit: 5, Window: 10 * time.Second, Algorithm: a}
+func testAlgorithm(t *testing.T, s region.Store, key string, l window.Limit) {
+	a := l.Algorithm
+	l.Limit, l.Window = 5, 10*time.Second
 	now := t0.Add(3 * time.Second)
 	allowed := 0
 	for i := 0; i < 7; i++ {
@@ -235,7 +250,7 @@ func testAlgorithm(t *testing.T, s region.Store, key string, a window.Algorithm)
 }
 
 func testRetryAfterIsExact(t *testing.T, s region.Store, key string) {
-	l := window.Limit{Limit: 10, Window: time.Minute}
+	l := window.Limit{Limit: 10, Window: time.Minute, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 10, Now: t0.Add(-30 * time.Second)})
 	now := t0.Add(5 * time.Second)
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now})
@@ -279,7 +294,7 @@ func testPeek(t *testing.T, s region.Store, key string) {
 }
 
 func testExpiry(t *testing.T, s region.Store, key string) {
-	l := window.Limit{Limit: 4, Window: time.Second}
+	l := window.Limit{Limit: 4, Window: time.Second, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 4, Now: t0})
 	// The next bucket still sees it as the previous one.
 	r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: t0.Add(time.Second), Peek: true})
@@ -323,7 +338,7 @@ func testBatchInOrder(t *testing.T, s region.Store, key string) {
 func testMerge(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 2, Now: t0})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 5})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 3})   // stale: ignored
@@ -406,7 +421,7 @@ func testMergeOrderFree(t *testing.T, s region.Store, key string) {
 func testRegions(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	merge(t, s,
 		region.Total{Key: key, Window: w, Bucket: b, Region: "b-far", Count: 7},
 		region.Total{Key: key, Window: w, Bucket: b - 1, Region: "b-far", Count: 20},
@@ -436,7 +451,7 @@ func testRegions(t *testing.T, s region.Store, key string) {
 func testVectors(t *testing.T, s region.Store, key string) {
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w}
+	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 4, Now: t0})
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 6})
 	refs := []region.BucketRef{
@@ -497,7 +512,7 @@ func testBigNumbers(t *testing.T, s region.Store, key string) {
 		if i%4 == 3 {
 			limit = 1 + rng.Uint64N(window.MaxLimit)
 		}
-		l := window.Limit{Limit: limit, Window: w}
+		l := window.Limit{Limit: limit, Window: w, Algorithm: window.SlidingWindowTwoBucket}
 		var totals []region.Total
 		var prev, cur uint64
 		nRegions := 1 + rng.IntN(3)
@@ -548,9 +563,10 @@ func testBigNumbers(t *testing.T, s region.Store, key string) {
 }
 
 func testConcurrent(t *testing.T, s region.Store, key string) {
-	for _, a := range []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.SlidingLog} {
-		l := window.Limit{Limit: 100, Window: time.Minute, Algorithm: a}
-		k := key + "/" + a.String()
+	for i, l := range algorithms {
+		a := l.Algorithm
+		l.Limit, l.Window = 100, time.Minute
+		k := fmt.Sprintf("%s/%s/%d", key, a, i)
 		var allowed, errs atomic.Int64
 		var wg sync.WaitGroup
 		for g := 0; g < 64; g++ {
@@ -577,5 +593,116 @@ func testConcurrent(t *testing.T, s region.Store, key string) {
 		if got, want := allowed.Load(), int64(100); got != want {
 			t.Errorf("%v: 64 goroutines x 5 requests admitted %d, want exactly %d", a, got, want)
 		}
+	}
+}
+
+// testSpans drives the default sliding window, weighted and strict, with
+// local requests and remote regions' halves merged in, and checks every
+// decision against window.Limit.DecideSpans on a model of the state: the
+// store (the Redis script included) decides exactly as the pure math. Some
+// limits are near 2^53 with 7-day windows, for the script's exact
+// arithmetic.
+func testSpans(t *testing.T, s region.Store, key string) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for run := range 8 {
+		l := window.Limit{Limit: 50, Window: 10*time.Second + time.Duration(run)*time.Millisecond, Strict: run%2 == 1}
+		big := run >= 6
+		if big {
+			l.Limit, l.Window = window.MaxLimit-uint64(rng.IntN(1000)), window.MaxWindow
+		}
+		k := fmt.Sprintf("%s/%d", key, run)
+		wMs := l.WindowMs()
+		regions := []string{"here", "r1", "r2"}
+		state := map[int64][]window.Halves{} // bucket -> per region
+		at := func(b int64) []window.Halves {
+			if state[b] == nil {
+				state[b] = make([]window.Halves, len(regions))
+			}
+			return state[b]
+		}
+		nowMs := window.Bucket(window.Ms(t0), l.Window)*wMs + rng.Int64N(wMs)
+		for i := range 300 {
+			nowMs += rng.Int64N(wMs / 20)
+			b := window.Bucket(nowMs, l.Window)
+			e := nowMs - b*wMs
+			if r := 1 + rng.IntN(2); rng.IntN(3) == 0 {
+				// A remote region's hits, reported.
+				hits := 1 + rng.Uint64N(3)
+				if big {
+					hits = rng.Uint64N(l.Limit / 4)
+				}
+				at(b)[r].Add(e, wMs, hits)
+				h := at(b)[r]
+				merge(t, s, region.Total{Key: k, Window: l.Window, Bucket: b, Region: regions[r], Count: h.Count(), Halves: h})
+				continue
+			}
+			hits := 1 + rng.Uint64N(3)
+			if big && i%5 == 0 {
+				hits = rng.Uint64N(l.Limit/8) + 1
+			}
+			want := l.DecideSpans(nowMs, at(b-1), at(b), 0, hits)
+			got := Check(t, s, region.Request{Key: k, Limit: l, Hits: hits, Now: time.UnixMilli(nowMs)})
+			sameDecision(t, fmt.Sprintf("run %d step %d", run, i), got.Decision, want)
+			if got.Allowed {
+				at(b)[0].Add(e, wMs, hits)
+			}
+			if got.Decision != want {
+				return
+			}
+		}
+	}
+}
+
+// testSpansMerge replicates halves: snapshots of remote regions' halves,
+// duplicated, reordered and partly lost, merge to the latest ones, which
+// Vectors returns with the counts; the local region's halves come from its
+// decisions.
+func testSpansMerge(t *testing.T, s region.Store, key string) {
+	w := 10 * time.Second
+	wMs := w.Milliseconds()
+	b := window.Bucket(window.Ms(t0), w)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var deliveries []region.Total
+	final := map[string]window.Halves{}
+	for _, reg := range []string{"r1", "r2"} {
+		var h window.Halves
+		e := int64(0)
+		for range 30 {
+			e += rng.Int64N(wMs / 20)
+			if e >= wMs {
+				break
+			}
+			h.Add(e, wMs, 1+rng.Uint64N(4))
+			deliveries = append(deliveries, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Halves: h})
+		}
+		final[reg] = h
+	}
+	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+	deliveries = append(deliveries, deliveries[:len(deliveries)/2]...)
+	for len(deliveries) > 0 {
+		n := min(len(deliveries), 1+rng.IntN(7))
+		merge(t, s, deliveries[:n]...)
+		deliveries = deliveries[n:]
+	}
+	for reg, h := range final {
+		merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Halves: h})
+	}
+	// Invalid halves are merged as counts alone.
+	bad := window.Halves{Early: window.Half{N: 1, First: 7, Last: 3}}
+	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "r3", Count: 1, Halves: bad})
+	l := window.Limit{Limit: 1000, Window: w}
+	var here window.Halves
+	for _, e := range []int64{100, 200, 6000} {
+		Check(t, s, region.Request{Key: key, Limit: l, Hits: 2, Now: time.UnixMilli(b*wMs + e)})
+		here.Add(e, wMs, 2)
+	}
+	want := []region.Total{
+		{Key: key, Window: w, Bucket: b, Region: "here", Count: 6, Halves: here},
+		{Key: key, Window: w, Bucket: b, Region: "r1", Count: final["r1"].Count(), Halves: final["r1"]},
+		{Key: key, Window: w, Bucket: b, Region: "r2", Count: final["r2"].Count(), Halves: final["r2"]},
+		{Key: key, Window: w, Bucket: b, Region: "r3", Count: 1},
+	}
+	if got := vector(t, s, key, w, b); !slices.Equal(got, want) {
+		t.Errorf("vector\n got  %+v\n want %+v", got, want)
 	}
 }
