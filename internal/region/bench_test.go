@@ -2,6 +2,7 @@ package region_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,43 @@ func BenchmarkMemoryCheck(b *testing.B) {
 	benchCheck(b, region.NewMemory(region.MemoryConfig{}), 1)
 }
 
+// evalshaCalls returns the EVALSHA calls Redis counted since its stats
+// were reset (INFO commandstats).
+func evalshaCalls(b *testing.B, s *region.Redis) int {
+	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// redisCPU returns the CPU seconds (user and system) Redis has used.
+func redisCPU(b *testing.B, s *region.Redis) float64 {
+	info, err := s.Client().Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		m := regexp.MustCompile(f + `:([0-9.]+)`).FindStringSubmatch(info)
+		if m == nil {
+			b.Fatalf("INFO cpu has no %s", f)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// BenchmarkRedisCheck measures decisions on Redis from 32 goroutines:
+// single requests and CheckBatch-like calls of 10, coalesced or not,
+// batched into one script call or one EVALSHA per decision, with Redis's
+// script calls and CPU time per decision.
 func BenchmarkRedisCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, tc := range []struct {
@@ -51,6 +89,9 @@ func BenchmarkRedisCheck(b *testing.B) {
 		{"single/direct", 1, region.Coalesce{Disabled: true}},
 		{"batch10/coalesced", 10, region.Coalesce{}},
 		{"batch10/direct", 10, region.Coalesce{Disabled: true}},
+		{"single/coalesced/unbatched", 1, region.Coalesce{Unbatched: true}},
+		{"batch10/coalesced/unbatched", 10, region.Coalesce{Unbatched: true}},
+		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true, Unbatched: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: tc.co})
@@ -59,8 +100,15 @@ func BenchmarkRedisCheck(b *testing.B) {
 			}
 			defer s.Close()
 			b.SetParallelism(16)
+			if err := s.Client().ConfigResetStat(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := redisCPU(b, s)
 			benchCheck(b, s, tc.batch)
 			b.ReportMetric(float64(s.Pipelines())/float64(b.N), "trips/op")
+			decisions := float64(b.N * tc.batch)
+			b.ReportMetric(float64(evalshaCalls(b, s))/decisions, "evalsha/decision")
+			b.ReportMetric((redisCPU(b, s)-cpu0)*1e6/decisions, "redis-µs/decision")
 		})
 	}
 }

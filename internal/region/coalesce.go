@@ -16,7 +16,8 @@ import (
 // later calls gather into the next batch, which is sent when the round trip
 // in flight returns, when MaxWait has passed since the batch's first call, or
 // when it holds MaxBatch requests, whichever comes first. Each batch is one
-// pipeline; each call still gets its own results and its own error.
+// round trip, its decisions one script call (see [Redis]); each call still
+// gets its own results and its own error.
 type Coalesce struct {
 	// Disabled sends every Check as its own round trip.
 	Disabled bool
@@ -26,6 +27,11 @@ type Coalesce struct {
 	// MaxBatch is the most requests one gathered pipeline carries; a call
 	// with at least this many requests is sent on its own. Default 64.
 	MaxBatch int
+	// Unbatched sends each decision of a round trip as its own EVALSHA of
+	// its script. By default the decisions of a round trip (a gathered
+	// batch, or one Check of several requests) go as one EVALSHA of a batch
+	// script that runs them all, one per hash slot on a Redis Cluster.
+	Unbatched bool
 }
 
 // roundTripper is what a coalescer sends through: the [Redis] store, or a

@@ -67,9 +67,12 @@ type RedisConfig struct {
 }
 
 // Redis is the [Store] on a region's Redis: standalone, Sentinel or
-// Cluster, through go-redis's UniversalClient. Every decision is one
-// EVALSHA of a Lua script; a batch of decisions is one pipeline. It is safe
-// for concurrent use.
+// Cluster, through go-redis's UniversalClient. A decision alone is one
+// EVALSHA of its Lua script; the decisions of one round trip (one Check of
+// several requests, or concurrent Checks gathered by [Coalesce]) are one
+// EVALSHA of a batch script that runs each of them as its own script would,
+// or on a Redis Cluster one such EVALSHA per hash slot, in one pipeline. It
+// is safe for concurrent use.
 //
 // Key layout (W_ms is the window in milliseconds, b the bucket index, and
 // the key escaped so '}' and '%' never appear raw, which keeps the hash tag
@@ -94,6 +97,8 @@ type Redis struct {
 	nonce    atomic.Uint64
 	node     string
 	co       *coalescer
+	batch    bool // one script call for many decisions (see batchScript)
+	cluster  bool // batches hold only decisions of one hash slot
 
 	mismatches     atomic.Uint64
 	pipelines      atomic.Uint64
@@ -133,6 +138,8 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.co = newCoalescer(cfg.Coalesce, r)
+	r.batch = batchScript != nil && !cfg.Coalesce.Unbatched
+	_, r.cluster = c.(*redis.ClusterClient)
 	return r, nil
 }
 
@@ -148,7 +155,11 @@ func (r *Redis) connect(ctx context.Context) error {
 
 // load loads every script on every primary.
 func (r *Redis) load(ctx context.Context) error {
-	for _, s := range allScripts {
+	scripts := allScripts
+	if r.batch {
+		scripts = append(slices.Clip(scripts), batchScript)
+	}
+	for _, s := range scripts {
 		if err := s.Load(ctx, r.c).Err(); err != nil {
 			return r.wrap(ctx, "load scripts", err)
 		}
@@ -254,11 +265,11 @@ func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
-	cmds, err := r.exec(ctx, reqs)
+	out, err := r.exec(ctx, reqs)
 	if err != nil {
 		return err
 	}
-	return r.finish(ctx, reqs, cmds, res)
+	return r.finish(ctx, reqs, out, res)
 }
 
 // checkCalls runs the requests of calls as one pipeline and hands each
@@ -272,13 +283,13 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 	for _, cl := range calls {
 		reqs = append(reqs, cl.reqs...)
 	}
-	cmds, err := r.exec(ctx, reqs)
+	out, err := r.exec(ctx, reqs)
 	off := 0
 	for _, cl := range calls {
 		n := len(cl.reqs)
 		e := err
 		if e == nil {
-			e = r.finish(ctx, cl.reqs, cmds[off:off+n], cl.res)
+			e = r.finish(ctx, cl.reqs, out[off:off+n], cl.res)
 		}
 		off += n
 		cl.done <- e
@@ -286,18 +297,18 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 }
 
 // exec sends reqs as one round trip (plus one to reload the scripts and
-// rerun what NOSCRIPT refused, which did not run). Errors of single commands
-// are left in their commands.
-func (r *Redis) exec(ctx context.Context, reqs []Request) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(reqs))
-	if err := r.run(ctx, reqs, cmds, nil); err != nil {
+// rerun what NOSCRIPT refused, which did not run). Errors of single
+// decisions are left in their replies.
+func (r *Redis) exec(ctx context.Context, reqs []Request) ([]reply, error) {
+	out := make([]reply, len(reqs))
+	if err := r.run(ctx, reqs, out, nil); err != nil {
 		return nil, err
 	}
 	// Scripts flushed (SCRIPT FLUSH, a restart, a failover): reload them and
 	// rerun what NOSCRIPT refused; those requests did not run.
 	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	for i := range out {
+		if err := out[i].err; err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}
@@ -305,57 +316,62 @@ func (r *Redis) exec(ctx context.Context, reqs []Request) ([]*redis.Cmd, error) 
 		if err := r.load(ctx); err != nil {
 			return nil, err
 		}
-		if err := r.run(ctx, reqs, cmds, again); err != nil {
+		if err := r.run(ctx, reqs, out, again); err != nil {
 			return nil, err
 		}
 	}
-	return cmds, nil
+	return out, nil
 }
 
-// finish turns the commands' replies into results.
-func (r *Redis) finish(ctx context.Context, reqs []Request, cmds []*redis.Cmd, res []Result) error {
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
+// finish turns the decisions' replies into results.
+func (r *Redis) finish(ctx context.Context, reqs []Request, out []reply, res []Result) error {
+	for i := range out {
+		if err := out[i].err; err != nil {
 			return r.wrap(ctx, "check "+strconv.Quote(reqs[i].Key), err)
 		}
-		if err := r.result(&reqs[i], c.Val(), &res[i]); err != nil {
+		if err := r.result(&reqs[i], out[i].v, &res[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// run sends reqs (those listed in only, or all when only is nil) and stores
-// their commands in cmds. Per-command errors are left in the commands.
-func (r *Redis) run(ctx context.Context, reqs []Request, cmds []*redis.Cmd, only []int) error {
+// run sends reqs (those listed in only, or all when only is nil) as one
+// round trip and stores their replies in out. Decisions that may share a
+// script call (see [Redis.groups]) go as one EVALSHA of the batch script,
+// others as one EVALSHA each, in one pipeline when there is more than one
+// call. Per-decision errors are left in the replies.
+func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int) error {
 	r.pipelines.Add(1)
-	n := len(reqs)
-	if only != nil {
-		n = len(only)
-	}
-	if n == 1 {
-		i := 0
-		if only != nil {
-			i = only[0]
+	if only == nil {
+		only = make([]int, len(reqs))
+		for i := range only {
+			only[i] = i
 		}
-		cmds[i] = r.eval(ctx, r.c, &reqs[i])
-		if err := cmds[i].Err(); err != nil && !isReply(err) {
+	}
+	ds := make([]decision, len(reqs))
+	for _, i := range only {
+		ds[i] = r.decision(&reqs[i])
+	}
+	groups := r.groups(ds, only)
+	if len(groups) == 1 {
+		cmd := send(ctx, r.c, ds, groups[0])
+		if err := cmd.Err(); err != nil && !isReply(err) {
 			return r.wrap(ctx, "check", err)
 		}
+		collect(cmd, groups[0], out)
 		return nil
 	}
 	pipe := r.c.Pipeline()
-	if only == nil {
-		for i := range reqs {
-			cmds[i] = r.eval(ctx, pipe, &reqs[i])
-		}
-	} else {
-		for _, i := range only {
-			cmds[i] = r.eval(ctx, pipe, &reqs[i])
-		}
+	cmds := make([]*redis.Cmd, len(groups))
+	for g, idx := range groups {
+		cmds[g] = send(ctx, pipe, ds, idx)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
 		return r.wrap(ctx, "check", err)
+	}
+	for g, idx := range groups {
+		collect(cmds[g], idx, out)
 	}
 	return nil
 }
@@ -374,27 +390,119 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// eval queues (or runs) the script for one request.
-func (r *Redis) eval(ctx context.Context, c redis.Scripter, q *Request) *redis.Cmd {
+// decision is one request's script call.
+type decision struct {
+	script int // index in batchScripts
+	keys   []string
+	args   []any
+}
+
+// decision returns the script call for one request.
+func (r *Redis) decision(q *Request) decision {
 	nowMs := window.Ms(q.Now)
 	wMs := q.Limit.WindowMs()
 	switch q.Limit.Algorithm {
 	case window.TokenBucket:
-		return gcraScript.EvalSha(ctx, c, []string{gcraKey(q.Key, wMs)},
-			nowMs*1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity(), boolArg(q.Peek))
+		return decision{1, []string{gcraKey(q.Key, wMs)},
+			[]any{nowMs * 1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity(), boolArg(q.Peek)}}
 	case window.SlidingLog:
 		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
-		return logScript.EvalSha(ctx, c, []string{logKey(q.Key, wMs)},
-			nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs+r.marginMs)
+		return decision{2, []string{logKey(q.Key, wMs)},
+			[]any{nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs + r.marginMs}}
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
 	keys := []string{CounterKey(q.Key, q.Limit.Window, b), CounterKey(q.Key, q.Limit.Window, b-1)}
 	if r.server {
 		keys = append(keys, CounterKey(q.Key, q.Limit.Window, b+1), CounterKey(q.Key, q.Limit.Window, b-2))
 	}
-	return counterScript.EvalSha(ctx, c, keys,
-		nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
-		counterMode(q.Limit), 2*wMs+r.marginMs, boolArg(r.server))
+	return decision{0, keys, []any{nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
+		counterMode(q.Limit), 2*wMs + r.marginMs, boolArg(r.server)}}
+}
+
+// maxScriptBatch is the most decisions one batch script call runs, so
+// that one call never holds Redis much longer than a pipeline of single
+// decisions would hold any one of its other clients.
+const maxScriptBatch = 64
+
+// groups splits the decisions listed in idx into script calls: batches of
+// at most maxScriptBatch, on a Redis Cluster each of one hash slot (a
+// script's keys must share a slot); each decision alone when batching is
+// off.
+func (r *Redis) groups(ds []decision, idx []int) [][]int {
+	if !r.batch || len(idx) == 1 {
+		out := make([][]int, len(idx))
+		for g := range idx {
+			out[g] = idx[g : g+1 : g+1]
+		}
+		return out
+	}
+	if !r.cluster {
+		if len(idx) <= maxScriptBatch {
+			return [][]int{idx}
+		}
+		return slices.Collect(slices.Chunk(idx, maxScriptBatch))
+	}
+	var out [][]int
+	at := make(map[uint16]int)
+	for _, i := range idx {
+		slot := keySlot(ds[i].keys[0])
+		g, ok := at[slot]
+		if !ok || len(out[g]) == maxScriptBatch {
+			g = len(out)
+			at[slot] = g
+			out = append(out, nil)
+		}
+		out[g] = append(out[g], i)
+	}
+	return out
+}
+
+// send queues (or runs) one script call for the decisions ds[i] of idx:
+// the decision's own script when alone, else the batch script.
+func send(ctx context.Context, c redis.Scripter, ds []decision, idx []int) *redis.Cmd {
+	if len(idx) == 1 {
+		d := &ds[idx[0]]
+		return batchScripts[d.script].EvalSha(ctx, c, d.keys, d.args...)
+	}
+	nk, na := 0, 1+3*len(idx)
+	for _, i := range idx {
+		nk += len(ds[i].keys)
+		na += len(ds[i].args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 1, na)
+	args[0] = len(idx)
+	for _, i := range idx {
+		keys = append(keys, ds[i].keys...)
+		args = append(args, ds[i].script+1, len(ds[i].keys), len(ds[i].args))
+	}
+	for _, i := range idx {
+		args = append(args, ds[i].args...)
+	}
+	return batchScript.EvalSha(ctx, c, keys, args...)
+}
+
+// collect stores the replies of the script call cmd, made by send for the
+// decisions of idx, in out.
+func collect(cmd *redis.Cmd, idx []int, out []reply) {
+	if err := cmd.Err(); err != nil {
+		for _, i := range idx {
+			out[i] = reply{err: err}
+		}
+		return
+	}
+	if len(idx) == 1 {
+		out[idx[0]] = reply{v: cmd.Val()}
+		return
+	}
+	rs, err := batchReplies(cmd.Val(), len(idx))
+	for k, i := range idx {
+		if err != nil {
+			out[i] = reply{err: err}
+		} else {
+			out[i] = rs[k]
+		}
+	}
 }
 
 // counterMode returns counterScript's mode argument for l.

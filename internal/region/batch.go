@@ -1,0 +1,156 @@
+package region
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The batch script runs many decisions in one EVALSHA. It is built at init
+// from the per-decision scripts' own source, each wrapped unchanged in a
+// Lua function whose parameters KEYS and ARGV shadow the globals:
+//
+//	KEYS    every decision's keys, one after the other
+//	ARGV    n; then per decision: script (1 counter, 2 gcra, 3 log),
+//	        its key count, its argument count; then every decision's
+//	        arguments, one after the other
+//
+// It returns {outcomes, reply 1, ..., reply n}: outcomes holds one
+// character per decision, '1' when its reply is its own script's reply,
+// '0' when it raised an error, its reply then the error message (each
+// decision runs under pcall, so one decision's error fails no other). The batch is
+// atomic as a whole, as each decision is on its own.
+//
+// On a Redis Cluster every key of a script must hash to one slot, so only
+// decisions whose keys share a slot are batched together (see slotGroups).
+var batchScript, batchErr = newBatchScript(batchScripts...)
+
+// batchScripts lists the scripts the batch script can run, in the order of
+// their numbers in ARGV (from 1).
+var batchScripts = []*redis.Script{counterScript, gcraScript, logScript}
+
+// scriptSource returns the Lua source of s. go-redis keeps it unexported;
+// the source is checked against the script's SHA1, so a go-redis that
+// stores it differently turns batching off rather than running anything
+// else.
+func scriptSource(s *redis.Script) (string, error) {
+	f := reflect.ValueOf(s).Elem().FieldByName("src")
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return "", errors.New("region: batch script: go-redis Script has no source field")
+	}
+	src := f.String()
+	h := sha1.Sum([]byte(src))
+	if hex.EncodeToString(h[:]) != s.Hash() {
+		return "", errors.New("region: batch script: script source does not match its SHA1")
+	}
+	return src, nil
+}
+
+// newBatchScript builds the batch script over scripts.
+func newBatchScript(scripts ...*redis.Script) (*redis.Script, error) {
+	var b strings.Builder
+	b.WriteString("local decide = {}\n")
+	for i, s := range scripts {
+		src, err := scriptSource(s)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "decide[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
+	}
+	b.WriteString(`local n = tonumber(ARGV[1])
+local out, oks = {}, {}
+local k, a = {}, {}
+local ki, ai, mk, ma = 1, 2 + 3 * n, 0, 0
+for i = 1, n do
+  local h = 3 * i - 1
+  local f = decide[tonumber(ARGV[h])]
+  local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  for j = 1, nk do k[j] = KEYS[ki]; ki = ki + 1 end
+  for j = nk + 1, mk do k[j] = nil end
+  for j = 1, na do a[j] = ARGV[ai]; ai = ai + 1 end
+  for j = na + 1, ma do a[j] = nil end
+  mk, ma = nk, na
+  local ok, r = pcall(f, k, a)
+  if ok then
+    if r == nil then r = false end
+    oks[i] = '1'
+  else
+    if type(r) == 'table' and r.err then r = r.err end
+    r = tostring(r)
+    oks[i] = '0'
+  end
+  out[i + 1] = r
+end
+out[1] = table.concat(oks)
+return out
+`)
+	return redis.NewScript(b.String()), nil
+}
+
+// scriptError is an error one decision of a batch raised inside Redis: a
+// reply of Redis, as the same error of a single EVALSHA would be.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks scriptError as a reply of Redis (see redis.Error).
+func (scriptError) RedisError() {}
+
+var _ redis.Error = scriptError("")
+
+// batchReplies splits the batch script's reply v into the replies of its
+// n decisions.
+func batchReplies(v any, n int) ([]reply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != n+1 {
+		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected reply %T for %d decisions", v, n))
+	}
+	oks, _ := arr[0].(string)
+	if len(oks) != n {
+		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected outcomes %q for %d decisions", oks, n))
+	}
+	out := make([]reply, n)
+	for i, e := range arr[1:] {
+		if oks[i] == '1' {
+			out[i] = reply{v: e}
+			continue
+		}
+		msg, _ := e.(string)
+		out[i] = reply{err: scriptError(msg)}
+	}
+	return out, nil
+}
+
+// reply is one decision's script reply, or its error.
+type reply struct {
+	v   any
+	err error
+}
+
+// keySlot returns the Redis Cluster hash slot of key: CRC16 (XModem) of
+// its hash tag (the part between the first '{' and the next '}', when not
+// empty) or of the whole key, modulo 16384.
+func keySlot(key string) uint16 {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
