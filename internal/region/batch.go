@@ -1,18 +1,14 @@
 package region
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // The batch script runs many decisions in one EVALSHA. It is built at init
-// from the per-decision scripts' own source, each wrapped unchanged in a
+// from the per-decision scripts' own source (lua.go's constants), each wrapped unchanged in a
 // Lua function whose parameters KEYS and ARGV shadow the globals:
 //
 //	KEYS    every decision's keys, one after the other
@@ -28,38 +24,21 @@ import (
 //
 // On a Redis Cluster every key of a script must hash to one slot, so only
 // decisions whose keys share a slot are batched together (see slotGroups).
-var batchScript, batchErr = newBatchScript(batchScripts...)
+var batchScript = newBatchScript(batchSources...)
 
-// batchScripts lists the scripts the batch script can run, in the order of
-// their numbers in ARGV (from 1).
-var batchScripts = []*redis.Script{counterScript, gcraScript, logScript}
+// singleScripts are the scripts a lone decision runs, in the order of
+// batchSources.
+var singleScripts = []*redis.Script{counterScript, gcraScript, logScript}
 
-// scriptSource returns the Lua source of s. go-redis keeps it unexported;
-// the source is checked against the script's SHA1, so a go-redis that
-// stores it differently turns batching off rather than running anything
-// else.
-func scriptSource(s *redis.Script) (string, error) {
-	f := reflect.ValueOf(s).Elem().FieldByName("src")
-	if !f.IsValid() || f.Kind() != reflect.String {
-		return "", errors.New("region: batch script: go-redis Script has no source field")
-	}
-	src := f.String()
-	h := sha1.Sum([]byte(src))
-	if hex.EncodeToString(h[:]) != s.Hash() {
-		return "", errors.New("region: batch script: script source does not match its SHA1")
-	}
-	return src, nil
-}
+// batchSources lists the sources of the scripts the batch script can run,
+// in the order of their numbers in ARGV (from 1).
+var batchSources = []string{counterSource, gcraSource, logSource}
 
-// newBatchScript builds the batch script over scripts.
-func newBatchScript(scripts ...*redis.Script) (*redis.Script, error) {
+// newBatchScript builds the batch script over the scripts of sources.
+func newBatchScript(sources ...string) *redis.Script {
 	var b strings.Builder
 	b.WriteString("local decide = {}\n")
-	for i, s := range scripts {
-		src, err := scriptSource(s)
-		if err != nil {
-			return nil, err
-		}
+	for i, src := range sources {
 		fmt.Fprintf(&b, "decide[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
 	}
 	b.WriteString(`local n = tonumber(ARGV[1])
@@ -89,7 +68,7 @@ end
 out[1] = table.concat(oks)
 return out
 `)
-	return redis.NewScript(b.String()), nil
+	return redis.NewScript(b.String())
 }
 
 // scriptError is an error one decision of a batch raised inside Redis: a

@@ -81,12 +81,6 @@ func batchRequests(n int) []Request {
 	return reqs
 }
 
-func TestBatchScriptBuilt(t *testing.T) {
-	if batchErr != nil || batchScript == nil {
-		t.Fatalf("batch script: %v", batchErr)
-	}
-}
-
 // N concurrent decisions gathered by the coalescer run as one EVALSHA and
 // decide exactly as the same decisions made one at a time.
 func TestBatchConcurrentDecisionsOneEvalsha(t *testing.T) {

@@ -43,7 +43,10 @@ const halfSep = "\xff"
 // HGETALL current, HGETALL previous, the estimate, now_ms used}, the hashes
 // read before the update; the estimate is "-1" when the current bucket alone
 // denies, and at least 2^53 when it passes that.
-var counterScript = redis.NewScript(`
+var counterScript = redis.NewScript(counterSource)
+
+// counterSource is counterScript's Lua source (the batch script wraps it too).
+const counterSource = `
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local kcur, kprev = KEYS[1], KEYS[2]
@@ -217,7 +220,7 @@ if allowed == 1 and ARGV[6] ~= '1' then
   redis.call('PEXPIRE', kcur, ARGV[8])
 end
 return {allowed, cur, prev, string.format('%.0f', est), now}
-`)
+`
 
 // gcraScript decides a token bucket request as GCRA.
 //
@@ -229,7 +232,10 @@ return {allowed, cur, prev, string.format('%.0f', est), now}
 // exactly as window.Limit.DecideGCRA.
 //
 // It returns {allowed (0/1), TAT before the request ("" when none)}.
-var gcraScript = redis.NewScript(`
+var gcraScript = redis.NewScript(gcraSource)
+
+// gcraSource is gcraScript's Lua source (the batch script wraps it too).
+const gcraSource = `
 local old = redis.call('GET', KEYS[1])
 local now = tonumber(ARGV[1])
 local inc = tonumber(ARGV[2])
@@ -251,7 +257,7 @@ if new - now <= w then
   end
 end
 return {allowed, old}
-`)
+`
 
 // logScript decides a sliding log request.
 //
@@ -261,7 +267,10 @@ return {allowed, old}
 // Entries after now - window count (window.Limit.DecideLog's live entries);
 // older ones are removed. It returns {allowed (0/1),
 // ZRANGE WITHSCORES of the counted entries before the request}.
-var logScript = redis.NewScript(`
+var logScript = redis.NewScript(logSource)
+
+// logSource is logScript's Lua source (the batch script wraps it too).
+const logSource = `
 local now = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -282,7 +291,7 @@ if sum <= limit - hits then
   end
 end
 return {allowed, entries}
-`)
+`
 
 // mergeScript max-merges one region's total into a bucket hash.
 //

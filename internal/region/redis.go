@@ -138,7 +138,7 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.co = newCoalescer(cfg.Coalesce, r)
-	r.batch = batchScript != nil && !cfg.Coalesce.Unbatched
+	r.batch = !cfg.Coalesce.Unbatched
 	_, r.cluster = c.(*redis.ClusterClient)
 	return r, nil
 }
@@ -392,7 +392,7 @@ func boolArg(b bool) string {
 
 // decision is one request's script call.
 type decision struct {
-	script int // index in batchScripts
+	script int // index in singleScripts and batchSources
 	keys   []string
 	args   []any
 }
@@ -462,7 +462,7 @@ func (r *Redis) groups(ds []decision, idx []int) [][]int {
 func send(ctx context.Context, c redis.Scripter, ds []decision, idx []int) *redis.Cmd {
 	if len(idx) == 1 {
 		d := &ds[idx[0]]
-		return batchScripts[d.script].EvalSha(ctx, c, d.keys, d.args...)
+		return singleScripts[d.script].EvalSha(ctx, c, d.keys, d.args...)
 	}
 	nk, na := 0, 1+3*len(idx)
 	for _, i := range idx {
