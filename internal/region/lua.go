@@ -2,7 +2,9 @@ package region
 
 import "github.com/redis/go-redis/v9"
 
-// The Lua scripts the Redis store runs. Each decision is one EVALSHA.
+// The Lua scripts the Redis store runs. A lone decision is one EVALSHA;
+// decisions that share a round trip run in one EVALSHA of the batch
+// script (batch.go), which wraps these sources.
 //
 // Redis Lua numbers are doubles, exact for integers up to 2^53. Limits are at
 // most 2^53 and a region's count never exceeds the limit by more than one
