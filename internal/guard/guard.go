@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // Defaults of [Config].
@@ -168,6 +169,86 @@ type entry struct {
 	seen     bool              // headroom is set
 	weight   [2]uint64         // (own count, sum of alive counts) of the last result
 	silent   map[string]uint64 // silent regions' contributions in the last result
+	spans    *spans            // the span counter's state in that result, when it has one
+}
+
+// spans is the default sliding window's state (window.Limit.DecideSpans)
+// as the horizon's first store result read it: every region's halves of
+// the previous and current buckets, and the estimate they give at t0 (the
+// request's hits included when allowed). The estimate at a later instant,
+// from the same halves, is what the window's slide freed since: the hits
+// of a half-bucket leave the window over the span they were admitted in,
+// not over the half's length, so a bunch of admissions frees its capacity
+// in a bunch.
+type spans struct {
+	l         window.Limit
+	bucket    int64
+	prev, cur []window.Halves
+	est0      uint64
+}
+
+// estimate is the estimate at t from the halves alone (nothing admitted
+// since t0).
+func (sp *spans) estimate(t time.Time) uint64 {
+	ms := t.UnixMilli()
+	switch b := ms / sp.l.WindowMs(); b {
+	case sp.bucket:
+		return sp.l.DecideSpans(ms, sp.prev, sp.cur, -1, 0).Estimate
+	case sp.bucket + 1:
+		return sp.l.DecideSpans(ms, sp.cur, nil, -1, 0).Estimate
+	default:
+		return 0
+	}
+}
+
+// freed returns what the slide freed from t0 to t.
+func (sp *spans) freed(t time.Time) uint64 {
+	est := sp.estimate(t)
+	if est >= sp.est0 {
+		return 0
+	}
+	return sp.est0 - est
+}
+
+// newSpans returns the span counter's state of res, decided at now with
+// hits, or nil when res is not a span counter's result or its halves do
+// not give back its estimate (the window length is recovered from the
+// bucket index and offset: W is 2H or 2H+1, H = res.SubMs).
+func newSpans(now time.Time, limit, hits uint64, res *region.Result) *spans {
+	if res.SubMs <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 {
+		return nil
+	}
+	ms := now.UnixMilli()
+	var w int64
+	for _, c := range []int64{2 * res.SubMs, 2*res.SubMs + 1} {
+		if res.Bucket*c+res.ElapsedMs == ms {
+			w = c
+		}
+	}
+	if w == 0 {
+		return nil
+	}
+	sp := &spans{bucket: res.Bucket, prev: make([]window.Halves, 0, len(res.Regions)), cur: make([]window.Halves, 0, len(res.Regions))}
+	has := false
+	for _, rc := range res.Regions {
+		sp.prev = append(sp.prev, rc.PreviousHalves)
+		sp.cur = append(sp.cur, rc.CurrentHalves)
+		has = has || rc.PreviousHalves.Count() > 0 || rc.CurrentHalves.Count() > 0
+	}
+	if !has {
+		return nil
+	}
+	want := res.Estimate
+	if res.Allowed {
+		want += hits
+	}
+	for _, strict := range []bool{false, true} {
+		sp.l = window.Limit{Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: window.SlidingWindow, Strict: strict}
+		if sp.est0 = sp.estimate(now); sp.est0 == want {
+			return sp
+		}
+	}
+	return nil
 }
 
 // New returns a Guard.
@@ -234,7 +315,11 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
 	probe := e.used == 0 && !e.known
-	if e.used+hits > e.quota && e.known && e.oldest > 0 {
+	if e.used+hits > e.quota && e.known && e.spans != nil {
+		// The default sliding window: what left the estimate since the
+		// horizon's first result, recomputed from its halves.
+		e.quota = max(e.quota, quota(e.h0+e.spans.freed(now), limit, e.weight[0], e.weight[1], v, g.cfg.Floor))
+	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
 		// other region's traffic can have taken from what this region
@@ -300,6 +385,11 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		e.known = true
 		e.quota = quota(before, limit, own, sum, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
+		if own > 0 && own == sum {
+			if e.spans = newSpans(now, limit, hits, res); e.spans != nil {
+				return
+			}
+		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {
 			e.oldest, e.subMs = res.SubOldest, res.SubMs
 			left := int64(res.SubWeightNum) * res.SubMs / int64(res.SubWeightDen) // ms until the oldest leaves
@@ -359,7 +449,7 @@ func quota(h, limit, own, sum uint64, v *View, floor uint64) uint64 {
 	f := max(limit/(r*floor), 1)
 	num := own + f
 	den := sum + r*f
-	if len(v.Alive) <= 1 {
+	if len(v.Alive) <= 1 || (own > 0 && own == sum) {
 		num, den = 1, 1
 	}
 	// ceil(h * num / (den * n)) in 128 bits.
