@@ -25,18 +25,32 @@
 // shares sum to about 1 and a simultaneous burst in every region admits
 // about the headroom in the first horizon, then shrinks geometrically as
 // the regions hear each other. A region whose traffic dominates the
-// recent counts gets most of the headroom per horizon, so a single active
-// region still approaches the whole limit; a region that is the only one
-// alive is not guarded at all.
+// recent counts gets most of the headroom per horizon; a region whose
+// count is the only nonzero one among the alive regions (the others idle
+// for the whole window, as last heard) gets all of it (share 1), so that a
+// single active region keeps the whole limit, and a region that is the
+// only one alive is not guarded at all. An idle region that starts to
+// burst then still takes its floor share f/(sum + R*f) of what is left for
+// one horizon before the active one hears of it: the first horizon of a
+// burst from idle, when no region has a count, is shared as above.
 //
 // The headroom is read from the store's answers: the first request of a
 // horizon goes to the store even past a stale quota (a probe, so that a
 // key whose headroom grew back is not denied forever), and its answer sets
 // the horizon's quota. Within the horizon the quota also grows by this
-// region's share of what the window's slide frees: the oldest
-// (sub-)bucket's weight falls linearly, which no other region's traffic
-// can have taken. Without it a single region would keep only about
-// 1 - H/W of the limit (0.92 for 1 s windows at H = 80 ms).
+// region's share of what the window's slide frees, which no other
+// region's traffic can have taken. For the default sliding window (the
+// half-bucket span counter) and a region alone, what the slide frees is
+// recomputed from the halves the first result carried: a half's hits
+// leave over the span they were admitted in, so a bunch of admissions
+// frees its capacity in a bunch, much faster than the half's length. For
+// the other counters, and for the span counter with several regions
+// active, the oldest (sub-)bucket's weight is taken to fall linearly.
+// Without it a single region would keep only about 1 - H/W of the limit
+// (0.92 for 1 s windows at H = 80 ms); and on the span counter a share
+// below 1 would leave a last hit of each bunch to the next horizon's
+// probe, after a gap that starts a new run and makes the counter count
+// the whole bunch late (0.44 of the limit for 1 s windows).
 //
 // # The partition share
 //
