@@ -25,18 +25,32 @@
 // shares sum to about 1 and a simultaneous burst in every region admits
 // about the headroom in the first horizon, then shrinks geometrically as
 // the regions hear each other. A region whose traffic dominates the
-// recent counts gets most of the headroom per horizon, so a single active
-// region still approaches the whole limit; a region that is the only one
-// alive is not guarded at all.
+// recent counts gets most of the headroom per horizon; a region whose
+// count is the only nonzero one among the alive regions (the others idle
+// for the whole window, as last heard) gets all of it (share 1), so that a
+// single active region keeps the whole limit, and a region that is the
+// only one alive is not guarded at all. An idle region that starts to
+// burst then still takes its floor share f/(sum + R*f) of what is left for
+// one horizon before the active one hears of it: the first horizon of a
+// burst from idle, when no region has a count, is shared as above.
 //
 // The headroom is read from the store's answers: the first request of a
 // horizon goes to the store even past a stale quota (a probe, so that a
 // key whose headroom grew back is not denied forever), and its answer sets
 // the horizon's quota. Within the horizon the quota also grows by this
-// region's share of what the window's slide frees: the oldest
-// (sub-)bucket's weight falls linearly, which no other region's traffic
-// can have taken. Without it a single region would keep only about
-// 1 - H/W of the limit (0.92 for 1 s windows at H = 80 ms).
+// region's share of what the window's slide frees, which no other
+// region's traffic can have taken. For the default sliding window (the
+// half-bucket span counter) and a region alone, what the slide frees is
+// recomputed from the halves the first result carried: a half's hits
+// leave over the span they were admitted in, so a bunch of admissions
+// frees its capacity in a bunch, much faster than the half's length. For
+// the other counters, and for the span counter with several regions
+// active, the oldest (sub-)bucket's weight is taken to fall linearly.
+// Without it a single region would keep only about 1 - H/W of the limit
+// (0.92 for 1 s windows at H = 80 ms); and on the span counter a share
+// below 1 would leave a last hit of each bunch to the next horizon's
+// probe, after a gap that starts a new run and makes the counter count
+// the whole bunch late (0.44 of the limit for 1 s windows).
 //
 // # The partition share
 //
@@ -65,6 +79,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // Defaults of [Config].
@@ -168,6 +183,86 @@ type entry struct {
 	seen     bool              // headroom is set
 	weight   [2]uint64         // (own count, sum of alive counts) of the last result
 	silent   map[string]uint64 // silent regions' contributions in the last result
+	spans    *spans            // the span counter's state in that result, when it has one
+}
+
+// spans is the default sliding window's state (window.Limit.DecideSpans)
+// as the horizon's first store result read it: every region's halves of
+// the previous and current buckets, and the estimate they give at t0 (the
+// request's hits included when allowed). The estimate at a later instant,
+// from the same halves, is what the window's slide freed since: the hits
+// of a half-bucket leave the window over the span they were admitted in,
+// not over the half's length, so a bunch of admissions frees its capacity
+// in a bunch.
+type spans struct {
+	l         window.Limit
+	bucket    int64
+	prev, cur []window.Halves
+	est0      uint64
+}
+
+// estimate is the estimate at t from the halves alone (nothing admitted
+// since t0).
+func (sp *spans) estimate(t time.Time) uint64 {
+	ms := t.UnixMilli()
+	switch b := ms / sp.l.WindowMs(); b {
+	case sp.bucket:
+		return sp.l.DecideSpans(ms, sp.prev, sp.cur, -1, 0).Estimate
+	case sp.bucket + 1:
+		return sp.l.DecideSpans(ms, sp.cur, nil, -1, 0).Estimate
+	default:
+		return 0
+	}
+}
+
+// freed returns what the slide freed from t0 to t.
+func (sp *spans) freed(t time.Time) uint64 {
+	est := sp.estimate(t)
+	if est >= sp.est0 {
+		return 0
+	}
+	return sp.est0 - est
+}
+
+// newSpans returns the span counter's state of res, decided at now with
+// hits, or nil when res is not a span counter's result or its halves do
+// not give back its estimate (the window length is recovered from the
+// bucket index and offset: W is 2H or 2H+1, H = res.SubMs).
+func newSpans(now time.Time, limit, hits uint64, res *region.Result) *spans {
+	if res.SubMs <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 {
+		return nil
+	}
+	ms := now.UnixMilli()
+	var w int64
+	for _, c := range []int64{2 * res.SubMs, 2*res.SubMs + 1} {
+		if res.Bucket*c+res.ElapsedMs == ms {
+			w = c
+		}
+	}
+	if w == 0 {
+		return nil
+	}
+	sp := &spans{bucket: res.Bucket, prev: make([]window.Halves, 0, len(res.Regions)), cur: make([]window.Halves, 0, len(res.Regions))}
+	has := false
+	for _, rc := range res.Regions {
+		sp.prev = append(sp.prev, rc.PreviousHalves)
+		sp.cur = append(sp.cur, rc.CurrentHalves)
+		has = has || rc.PreviousHalves.Count() > 0 || rc.CurrentHalves.Count() > 0
+	}
+	if !has {
+		return nil
+	}
+	want := res.Estimate
+	if res.Allowed {
+		want += hits
+	}
+	for _, strict := range []bool{false, true} {
+		sp.l = window.Limit{Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: window.SlidingWindow, Strict: strict}
+		if sp.est0 = sp.estimate(now); sp.est0 == want {
+			return sp
+		}
+	}
+	return nil
 }
 
 // New returns a Guard.
@@ -234,7 +329,11 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
 	probe := e.used == 0 && !e.known
-	if e.used+hits > e.quota && e.known && e.oldest > 0 {
+	if e.used+hits > e.quota && e.known && e.spans != nil {
+		// The default sliding window: what left the estimate since the
+		// horizon's first result, recomputed from its halves.
+		e.quota = max(e.quota, quota(e.h0+e.spans.freed(now), limit, e.weight[0], e.weight[1], v, g.cfg.Floor))
+	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
 		// other region's traffic can have taken from what this region
@@ -300,6 +399,11 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		e.known = true
 		e.quota = quota(before, limit, own, sum, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
+		if own > 0 && own == sum {
+			if e.spans = newSpans(now, limit, hits, res); e.spans != nil {
+				return
+			}
+		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {
 			e.oldest, e.subMs = res.SubOldest, res.SubMs
 			left := int64(res.SubWeightNum) * res.SubMs / int64(res.SubWeightDen) // ms until the oldest leaves
@@ -359,7 +463,7 @@ func quota(h, limit, own, sum uint64, v *View, floor uint64) uint64 {
 	f := max(limit/(r*floor), 1)
 	num := own + f
 	den := sum + r*f
-	if len(v.Alive) <= 1 {
+	if len(v.Alive) <= 1 || (own > 0 && own == sum) {
 		num, den = 1, 1
 	}
 	// ceil(h * num / (den * n)) in 128 bits.

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -125,5 +126,69 @@ func TestSweep(t *testing.T) {
 	g.Sweep(t0.Add(100 * time.Millisecond))
 	if got := g.Keys(); got != 0 {
 		t.Errorf("Keys() = %d after the horizon, want 0", got)
+	}
+}
+
+// A region alone at 10x the limit's rate on a short window of the default
+// sliding window (the span counter), the other regions alive but idle:
+// the guard in front of a real memory store must leave it at least 0.95 of
+// the limit in every trailing window once the load is steady. The span
+// counter frees a bunch of admissions over the span they were admitted in
+// (here 100 ms per 1 s window), faster than a whole half-bucket's slide,
+// and a lone hit left behind by a share below 1 and admitted a horizon
+// later starts a new run, which counts the whole bunch late: without
+// modelling both, the region kept well under half of the limit.
+func TestAloneOnSpanCounter(t *testing.T) {
+	g := New(Config{})
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	v := &View{Region: "a", Alive: []string{"a", "b", "c"}, Nodes: 1, Horizon: 80 * time.Millisecond}
+	l := window.Limit{Limit: 100, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	var at []int64 // admissions, ms from start
+	for ms := int64(0); ms < 6000; ms++ {
+		now := start.Add(time.Duration(ms) * time.Millisecond)
+		ok, lim, _ := g.Admit(now, "k", l.Limit, 1, v)
+		if !ok {
+			continue
+		}
+		sl := l
+		sl.Limit = lim
+		res := make([]region.Result, 1)
+		if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: sl, Hits: 1, Now: now}}, res); err != nil {
+			t.Fatal(err)
+		}
+		g.Done(now, "k", l.Limit, 1, v, &res[0])
+		if res[0].Allowed {
+			at = append(at, ms)
+		}
+	}
+	lo, low := 0, 1.0
+	for i, ms := range at {
+		for at[lo] <= ms-1000 {
+			lo++
+		}
+		if ms >= 2000 {
+			low = min(low, float64(i-lo+1)/float64(l.Limit))
+		}
+	}
+	if low < 0.95 {
+		t.Errorf("steady min %.3f of the limit, want >= 0.95", low)
+	}
+}
+
+// A share below 1 is for regions that might burst unseen; a region whose
+// count is the only one known (others alive, all idle) gets the whole
+// headroom, while the first horizon of a burst from idle is still shared.
+func TestQuotaLoneRegion(t *testing.T) {
+	v := view([]string{"a", "b", "c"}, nil)
+	if got := quota(10, 100, 0, 0, v, DefaultFloor); got != 4 {
+		t.Errorf("quota from idle = %d, want 4 = ceil(10/3)", got)
+	}
+	if got := quota(100, 100, 150, 150, v, DefaultFloor); got != 100 {
+		t.Errorf("quota alone = %d, want 100", got)
+	}
+	// f = 100/(3*8) = 4: ceil(100 * 154 / 172) = 90.
+	if got := quota(100, 100, 150, 160, v, DefaultFloor); got != 90 {
+		t.Errorf("quota with another region's 10 = %d, want 90", got)
 	}
 }
