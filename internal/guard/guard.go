@@ -73,7 +73,7 @@ package guard
 
 import (
 	"hash/maphash"
-	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -344,7 +344,7 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 		}
 		el := end.Sub(e.t0).Milliseconds()
 		if el > 0 {
-			freed := mulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
+			freed := window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
 			e.quota = max(e.quota, quota(e.h0+freed, limit, e.weight[0], e.weight[1], v, g.cfg.Floor))
 		}
 	}
@@ -467,7 +467,7 @@ func quota(h, limit, own, sum uint64, v *View, floor uint64) uint64 {
 		num, den = 1, 1
 	}
 	// ceil(h * num / (den * n)) in 128 bits.
-	return mulDivCeil(h, num, den*n)
+	return window.MulDivCeil(h, num, den*n)
 }
 
 // counts returns this region's count, the sum over alive regions and the
@@ -482,9 +482,9 @@ func counts(res *region.Result, v *View) (own, sum uint64, silent map[string]uin
 		case name == v.Region:
 			own += c
 			sum += c
-		case contains(v.Alive, name):
+		case slices.Contains(v.Alive, name):
 			sum += c
-		case contains(v.Silent, name):
+		case slices.Contains(v.Silent, name):
 			if silent == nil {
 				silent = map[string]uint64{}
 			}
@@ -502,7 +502,7 @@ func charge(h, limit uint64, silent map[string]uint64, v *View) uint64 {
 	if !v.Charge() {
 		return h
 	}
-	share := mulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
+	share := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
 	for _, r := range v.Silent {
 		c := silent[r]
 		if c >= share {
@@ -514,27 +514,4 @@ func charge(h, limit uint64, silent map[string]uint64, v *View) uint64 {
 		h -= share - c
 	}
 	return h
-}
-
-func contains(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-// mulDivCeil returns ceil(a*b/c) for c > 0, saturating at the maximum
-// uint64.
-func mulDivCeil(a, b, c uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi >= c {
-		return ^uint64(0)
-	}
-	q, r := bits.Div64(hi, lo, c)
-	if r != 0 {
-		q++
-	}
-	return q
 }

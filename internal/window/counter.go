@@ -167,7 +167,7 @@ func minElapsed(prev, k, w uint64) int64 {
 	}
 	// floor(prev*(w-e)/w) <= k  <=>  prev*(w-e) < (k+1)*w
 	//                           <=>  w-e <= ceil((k+1)*w/prev) - 1.
-	x := mulDivCeil(k+1, w, prev) - 1
+	x := MulDivCeil(k+1, w, prev) - 1
 	if x >= w {
 		return 0
 	}

@@ -31,7 +31,7 @@ import (
 // bucket: ceil(hits * W_us / limit), exact in 128 bits, saturating at the
 // maximum int64. l must be valid.
 func (l Limit) GCRAIncrement(hits uint64) int64 {
-	inc := mulDivCeil(hits, uint64(l.Window.Microseconds()), l.Limit)
+	inc := MulDivCeil(hits, uint64(l.Window.Microseconds()), l.Limit)
 	if inc > math.MaxInt64 {
 		return math.MaxInt64
 	}
@@ -49,7 +49,7 @@ func (l Limit) GCRACapacity() int64 {
 // gcraTol returns min(L*c - W, c - 1) with c = ceil(W/L); L*c < W + L, so
 // nothing overflows.
 func (l Limit) gcraTol(w uint64) uint64 {
-	c := mulDivCeil(1, w, l.Limit)
+	c := MulDivCeil(1, w, l.Limit)
 	return min(l.Limit*c-w, c-1)
 }
 

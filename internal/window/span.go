@@ -432,7 +432,7 @@ func (p spread) from(k uint64, strict bool) int64 {
 	// floor(n*num/den) <= k  <=>  num <= ceil((k+1)*den/n) - 1 = x, and
 	// num = b - e on a..b-1: e >= b - x.
 	den := uint64(p.b - p.a + 1)
-	x := mulDivCeil(k+1, den, p.n) - 1
+	x := MulDivCeil(k+1, den, p.n) - 1
 	if x >= den {
 		return math.MinInt64
 	}

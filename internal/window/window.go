@@ -170,7 +170,7 @@ func MulDiv(a, b, c uint64) uint64 {
 }
 
 // mulDivCeil returns ceil(a * b / c), saturating at the maximum uint64.
-func mulDivCeil(a, b, c uint64) uint64 {
+func MulDivCeil(a, b, c uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	if hi >= c {
 		return ^uint64(0)
