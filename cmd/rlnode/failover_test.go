@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -251,17 +250,10 @@ func TestRunRedisPasswordFile(t *testing.T) {
 		t.Errorf("logs show the password:\n%s", logs)
 	}
 
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkRefused(t, []refusal{
 		{[]string{"--redis-password-file", file}, "--redis-password-file: needs --redis-url"},
 		{[]string{"--redis-url", srv.URL(), "--redis-password-file", file + ".missing"}, "read --redis-password-file"},
-	} {
-		if _, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
-		}
-	}
+	})
 }
 
 // waitPrimary waits until base's /readyz says the node decides with Redis.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -202,22 +204,117 @@ func checkStatus(t *testing.T, base, node string, members map[string]string, lag
 	}
 }
 
+// TestScopeThreeRegions runs three rlnodes, each in its own region, joined
+// over gossip on real loopback sockets. Alone, a node accepts a token
+// bucket with global scope (there are no other regions to disagree with);
+// once the three regions are members, every node refuses a region-local
+// algorithm with global scope as invalid_argument naming the field, inline
+// or through a rule, and accepts it with scope region. Region-scoped counts
+// stay in their region while global ones replicate.
+func TestScopeThreeRegions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeAtomic(t, rulesFile, `rules:
+  - {name: burst, limit: 10, window: 1m, algorithm: token_bucket}
+  - {name: burst-here, limit: 10, window: 1m, algorithm: token_bucket, scope: region}
+`)
+	args := func(region string, join ...string) []string {
+		a := []string{"--listen=127.0.0.1:0", "--region=" + region, "--node-name=" + region + "-1", "--gossip-addr=127.0.0.1:0", "--rules=" + rulesFile}
+		for _, j := range join {
+			a = append(a, "--join="+j)
+		}
+		return a
+	}
+	eu, euDone, euLogs := start(t, ctx, args("eu"), env(nil))
+	m := gossipRE.FindStringSubmatch(euLogs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+	}
+	if !strings.Contains(euLogs.String(), `rule 1 (burst): algorithm: token_bucket is region-local and scope is global`) {
+		t.Errorf("eu's logs do not warn about rule burst:\n%s", euLogs)
+	}
+	const (
+		tbGlobal  = `{"key":"carol","limit":{"limit":10,"window":"60s","algorithm":"ALGORITHM_TOKEN_BUCKET"}}`
+		tbRegion  = `{"key":"carol","limit":{"limit":10,"window":"60s","algorithm":"ALGORITHM_TOKEN_BUCKET","scope":"SCOPE_REGION"}}`
+		logGlobal = `{"key":"carol","limit":{"limit":10,"window":"60s","algorithm":"ALGORITHM_SLIDING_LOG","scope":"SCOPE_GLOBAL"}}`
+	)
+	check := func(base string) string { return base + "/ratelimit.v1.RateLimitService/Check" }
+	if code, b := post(t, check(eu), tbGlobal); code != http.StatusOK || !strings.Contains(b, `"allowed":true`) || !strings.HasSuffix(b, `"scope":"SCOPE_GLOBAL"}`) {
+		t.Errorf("eu alone: Check global token bucket = %d %s, want allowed with SCOPE_GLOBAL", code, b)
+	}
+
+	us, usDone, usLogs := start(t, ctx, args("us", m[1]), env(nil))
+	ap, apDone, apLogs := start(t, ctx, args("ap", m[1]), env(nil))
+	nodes := map[string]string{"eu": eu, "us": us, "ap": ap}
+	for name, base := range nodes {
+		polltest.Until(t, 15*time.Second, name+" sees three regions alive", func() bool {
+			_, metrics := get(t, base+"/metrics")
+			for other := range nodes {
+				if other != name && !strings.Contains(metrics, `rlcluster_gossip_members{region="`+other+`",state="alive"} 1`) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	for name, base := range nodes {
+		for _, tc := range []struct{ body, want string }{
+			{tbGlobal, `limit.scope: ALGORITHM_TOKEN_BUCKET is region-local and the scope is global, and this cluster has 3 regions`},
+			{logGlobal, `limit.scope: ALGORITHM_SLIDING_LOG is region-local and the scope is global, and this cluster has 3 regions`},
+			{`{"key":"carol","rule":"burst"}`, `rule: rule \"burst\": scope: token_bucket is region-local and the rule's scope is global, and this cluster has 3 regions`},
+		} {
+			if code, b := post(t, check(base), tc.body); code != http.StatusBadRequest || !strings.Contains(b, `"code":"invalid_argument"`) || !strings.Contains(b, tc.want) {
+				t.Errorf("%s: Check %s = %d %s, want 400 invalid_argument with %q", name, tc.body, code, b, tc.want)
+			}
+		}
+		for _, body := range []string{tbRegion, `{"key":"carol","rule":"burst-here"}`} {
+			if code, b := post(t, check(base), body); code != http.StatusOK || !strings.Contains(b, `"allowed":true`) || !strings.HasSuffix(b, `"scope":"SCOPE_REGION"}`) {
+				t.Errorf("%s: Check %s = %d %s, want allowed with SCOPE_REGION", name, body, code, b)
+			}
+		}
+	}
+
+	// Region-scoped sliding-window hits stay in eu; a global hit sent after
+	// them reaches us, so theirs would have too had they been sent.
+	const (
+		swRegion = `{"key":"dave","limit":{"limit":10,"window":"3600s","scope":"SCOPE_REGION"}}`
+		swGlobal = `{"key":"dave","limit":{"limit":10,"window":"3600s"}}`
+	)
+	for i := 0; i < 4; i++ {
+		if code, b := post(t, check(eu), swRegion); code != http.StatusOK || !strings.Contains(b, `"allowed":true`) {
+			t.Fatalf("eu: region-scoped Check %d = %d %s", i+1, code, b)
+		}
+	}
+	if code, b := post(t, check(eu), swGlobal); code != http.StatusOK || !strings.Contains(b, `"current":"1"`) {
+		t.Fatalf("eu: global Check = %d %s, want current 1 (apart from the region-scoped counter)", code, b)
+	}
+	polltest.Until(t, 15*time.Second, "us sees eu's global hit", func() bool {
+		return peek(t, us, swGlobal).Response.Stats.Current == "1"
+	})
+	if p := peek(t, us, swRegion); p.Response.Stats.Current != "0" || len(p.Response.Stats.Regions) != 1 || (p.Response.Stats.Regions[0].Region != "us" && !strings.HasPrefix(p.Response.Stats.Regions[0].Region, "us~")) {
+		t.Errorf("us: region-scoped Peek = %+v, want current 0 and us alone (us, or us~<node> on the in-memory store)", p.Response.Stats)
+	}
+	if p := peek(t, eu, swRegion); p.Response.Stats.Current != "4" {
+		t.Errorf("eu: region-scoped Peek current = %s, want 4", p.Response.Stats.Current)
+	}
+
+	cancel()
+	wait(t, euDone, euLogs)
+	wait(t, usDone, usLogs)
+	wait(t, apDone, apLogs)
+}
+
 func TestGossipFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	for _, err := range checkRefused(t, []refusal{
 		{[]string{"--join", "127.0.0.1:7946"}, "need --gossip-addr"},
 		{[]string{"--gossip-insecure"}, "need --gossip-addr"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-join-timeout", "-1s"}, "--gossip-join-timeout: -1s"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
-	} {
-		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
-		}
+	}) {
 		if err != nil && strings.Contains(err.Error(), "not base64!") {
 			t.Errorf("the error repeats the key: %v", err)
 		}
@@ -288,6 +385,48 @@ func TestWrongGossipKeyNotReady(t *testing.T) {
 	cancel()
 	wait(t, euDone, euLogs)
 	wait(t, usDone, usLogs)
+}
+
+// TestStatusSaysWhyNotReady: when /readyz answers 503, /status.json (and
+// the page drawn from it) says why, in /readyz's words: a region cut off
+// from the others, a store that has not answered.
+func TestStatusSaysWhyNotReady(t *testing.T) {
+	for _, tc := range []struct {
+		name, want, end string
+		args            []string
+	}{
+		{"no other region", "gossip: no other region reachable (none seen in 1s; seeds ", "): check --join and --gossip-key",
+			[]string{"--region=us", "--gossip-addr=127.0.0.1:0", "--join", porttest.ClosedAddr(t), "--gossip-join-timeout=1s"}},
+		{"redis down, closed", "store: ", "connection refused",
+			[]string{"--redis-url", "redis://" + porttest.ClosedAddr(t), "--on-store-failure=closed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			base, done, logs := start(t, ctx, append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil))
+			var ready string
+			polltest.Until(t, 15*time.Second, "/readyz 503", func() bool {
+				code, body := get(t, base+"/readyz")
+				ready = body
+				return code == http.StatusServiceUnavailable
+			})
+			code, body := get(t, base+"/status.json")
+			var st struct {
+				Ready    bool   `json:"ready"`
+				NotReady string `json:"not_ready"`
+			}
+			if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
+				t.Fatalf("/status.json = %d %v: %s", code, err, body)
+			}
+			if st.Ready || !strings.HasPrefix(st.NotReady, tc.want) || !strings.HasSuffix(st.NotReady, tc.end) {
+				t.Errorf("/status.json ready=%v not_ready=%q, want false and %q...%q", st.Ready, st.NotReady, tc.want, tc.end)
+			}
+			if got := strings.TrimSpace(strings.TrimPrefix(ready, "not ready: ")); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("/readyz = %q, want %q...", ready, tc.want)
+			}
+			cancel()
+			wait(t, done, logs)
+		})
+	}
 }
 
 // TestRunMemoryRegion runs two rlnodes of one region, each on its own

@@ -3,11 +3,20 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // TestLimitFlags: the bounds on input come from flags or RLNODE_ variables,
@@ -26,10 +35,7 @@ func TestLimitFlags(t *testing.T) {
 		c.MaxRules != 3 || c.OnStoreFailure != "closed" || c.StoreTimeout != 20*time.Millisecond {
 		t.Errorf("parseConfig = %+v", c)
 	}
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkRefused(t, []refusal{
 		{[]string{"--max-batch", "0"}, "--max-batch: 0, want at least 1"},
 		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3964 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
 		{[]string{"--max-request-bytes", "10"}, "--max-request-bytes: 10, want at least 64"},
@@ -39,11 +45,7 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"--max-rules", "0"}, "--max-rules: 0, want at least 1"},
 		{[]string{"--on-store-failure", "maybe"}, `--on-store-failure: "maybe" is not local, open or closed`},
 		{[]string{"--store-timeout", "0s"}, "--store-timeout: 0s, want 1ms to 1m"},
-	} {
-		if _, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
-		}
-	}
+	})
 	// Too many rules stop the node.
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
@@ -68,4 +70,111 @@ func TestLimitFlags(t *testing.T) {
 			t.Errorf("%s %s = %d %s, want 400 invalid_argument %q", tc.method, tc.body, code, body, tc.want)
 		}
 	}
+}
+
+// TestHTTPServerBounds: the API's server cuts off a request whose body
+// trickles in (a slow client holding a connection and a goroutine) and
+// refuses huge headers, while a server-reflection stream outlives both
+// deadlines. The deadlines are shortened here so that the test is quick;
+// newHTTPServer's own values are checked first.
+func TestHTTPServerBounds(t *testing.T) {
+	h, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(h, slog.New(slog.DiscardHandler))
+	if srv.ReadTimeout != httpReadTimeout || srv.WriteTimeout != httpWriteTimeout || srv.MaxHeaderBytes != 64<<10 {
+		t.Errorf("newHTTPServer: ReadTimeout %v WriteTimeout %v MaxHeaderBytes %d, want %v %v %d",
+			srv.ReadTimeout, srv.WriteTimeout, srv.MaxHeaderBytes, httpReadTimeout, httpWriteTimeout, 64<<10)
+	}
+	const deadline = 300 * time.Millisecond
+	srv.ReadTimeout, srv.WriteTimeout = deadline, deadline
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	base := "http://" + ln.Addr().String()
+
+	// A body sent one byte at a time, slower than the read deadline.
+	body := `{"key":"k","limit":{"limit":"3","window":"60s"}}`
+	pr, pw := io.Pipe()
+	go func() {
+		for i := range body {
+			if _, err := pw.Write([]byte(body[i : i+1])); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() { _ = pw.CloseWithError(io.ErrClosedPipe) })
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, base+"/ratelimit.v1.RateLimitService/Check", pr)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("trickled body: %d %s after %v, want it cut off at the read deadline", resp.StatusCode, b, time.Since(start))
+		}
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("trickled body took %v to be cut off, want about %v", took, deadline)
+	}
+
+	// Headers over 64 KiB.
+	req, _ = http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("x", 80<<10))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		if got, want := resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge; got != want {
+			t.Errorf("80 KiB of headers: %d, want %d", got, want)
+		}
+	}
+
+	// A reflection stream outlives both deadlines.
+	stream := grpcreflect.NewClient(apitest.H2CClient(t), base, connect.WithGRPC()).NewStream(context.Background())
+	t.Cleanup(func() { stream.Close() })
+	if _, err := stream.ListServices(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * deadline) // the behaviour under test is a wall-clock deadline
+	if _, err := stream.ListServices(); err != nil {
+		t.Errorf("reflection stream after %v: %v, want it still open", 3*deadline, err)
+	}
+}
+
+// TestMaxConnections: with --max-connections 1, a client that holds the
+// one connection keeps the next one waiting until it lets go.
+func TestMaxConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--max-connections", "1"}, env(nil))
+	t.Cleanup(func() { cancel(); wait(t, done, logs) })
+	hold, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The held connection is served: the node answers on it.
+	if _, err := hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 12)
+	if _, err := hold.Read(buf); err != nil || string(buf) != "HTTP/1.1 200" {
+		t.Fatalf("held connection: %q, %v", buf, err)
+	}
+	c := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := c.Get(base + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("second connection answered %d while the first is held, want it to wait", resp.StatusCode)
+	}
+	hold.Close()
+	c.Timeout = 5 * time.Second
+	resp, err := c.Get(base + "/healthz")
+	if err != nil {
+		t.Fatalf("after the first connection closed: %v", err)
+	}
+	resp.Body.Close()
 }

@@ -25,6 +25,28 @@ func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
+// refusal is a command line that parseConfig must refuse with an error
+// containing want.
+type refusal struct {
+	args []string
+	want string
+}
+
+// checkRefused asserts that parseConfig, with no environment, refuses each
+// case with an error containing its want, and returns the errors in order.
+func checkRefused(t *testing.T, cases []refusal) []error {
+	t.Helper()
+	errs := make([]error, len(cases))
+	for i, tc := range cases {
+		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+		errs[i] = err
+	}
+	return errs
+}
+
 var listenRE = regexp.MustCompile(`msg="rlnode listening" addr=(\S+)`)
 
 // start runs run() in the background and returns the node's base URL and

@@ -224,17 +224,10 @@ func TestParseConfigRulesFlags(t *testing.T) {
 	if !c.ShadowMode || c.RLSHeaders != "draft" || c.RulesReloadInterval != 250*time.Millisecond {
 		t.Errorf("parseConfig = shadow %v, rls-headers %q, reload %v; want true, draft, 250ms", c.ShadowMode, c.RLSHeaders, c.RulesReloadInterval)
 	}
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkRefused(t, []refusal{
 		{[]string{"--rls-headers", "ietf"}, `--rls-headers: "ietf" is not none, draft or x`},
 		{[]string{"--shadow-mode=maybe"}, "invalid boolean value"},
-	} {
-		if _, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestRunInvalidRules: invalid rules stop the node at start with every
@@ -248,5 +241,25 @@ func TestRunInvalidRules(t *testing.T) {
 		path + ":7: rule 2 (api): limit: must be from 1 to 2^53, got 0"
 	if err == nil || err.Error() != want {
 		t.Errorf("run = %v, want:\n%s", err, want)
+	}
+}
+
+// TestValidateWarnsRegionLocal: `rlnode validate` accepts a region-local
+// algorithm with global scope, and warns on stderr where it is and what a
+// cluster of several regions will do with it.
+func TestValidateWarnsRegionLocal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeAtomic(t, path, "rules:\n  - name: burst\n    limit: 10\n    window: 1m\n    algorithm: token_bucket\n  - {name: here, limit: 1, window: 1s, algorithm: sliding_log, scope: region}\n")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"validate", "--rules", path}, env(nil), &out, &errOut); err != nil {
+		t.Fatalf("validate = %v; stderr:\n%s", err, errOut.String())
+	}
+	if got, want := out.String(), path+": valid: 2 rules, 0 domains\n"; got != want {
+		t.Errorf("validate printed %q, want %q", got, want)
+	}
+	want := "warning: " + path + ":5: rule 1 (burst): algorithm: token_bucket is region-local and scope is global: accepted while the cluster has one region, " +
+		"refused (invalid_argument) while it has more; set scope: region for one limit per region, or use sliding_window or fixed_window for one global limit\n"
+	if got := errOut.String(); got != want {
+		t.Errorf("validate stderr:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -324,20 +324,12 @@ func TestAuthOpenPaths(t *testing.T) {
 }
 
 func TestSecurityFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkRefused(t, []refusal{
 		{[]string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key: give both or neither"},
 		{[]string{"--tls-client-ca", "ca.pem"}, "--tls-client-ca: needs --tls-cert and --tls-key"},
 		{[]string{"--redis-ca", "ca.pem", "--redis-url", "redis://h:1"}, "need a rediss://"},
 		{[]string{"--redis-cert", "c.pem", "--redis-url", "rediss://h:1"}, "--redis-cert and --redis-key: give both or neither"},
-	} {
-		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parseConfig(%q) = %v, want an error containing %q", tc.args, err, tc.want)
-		}
-	}
+	})
 	// Files that do not load stop the node before it listens.
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")

@@ -736,19 +736,28 @@ func TestReflection(t *testing.T) {
 	}
 }
 
+// jsonPath is one way the JSON API is served.
+type jsonPath struct {
+	name string
+	cfg  api.Config
+}
+
+// jsonPaths are the fast path and Connect's handler (a configured
+// interceptor, here one that does nothing, turns the fast path off).
+func jsonPaths() []jsonPath {
+	noop := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next })
+	return []jsonPath{
+		{"fast path", api.Config{}},
+		{"connect", api.Config{HandlerOptions: []connect.HandlerOption{connect.WithInterceptors(noop)}}},
+	}
+}
+
 // TestJSONUnknownNamesAreInvalid: a misspelled algorithm name or field in
 // a JSON request is invalid_argument, not a silent default, on the fast
 // path and through Connect (interceptors configured turn the fast path
 // off).
 func TestJSONUnknownNamesAreInvalid(t *testing.T) {
-	noop := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next })
-	for _, srv := range []struct {
-		name string
-		cfg  api.Config
-	}{
-		{"fast path", api.Config{}},
-		{"connect", api.Config{HandlerOptions: []connect.HandlerOption{connect.WithInterceptors(noop)}}},
-	} {
+	for _, srv := range jsonPaths() {
 		s := newServer(t, srv.cfg)
 		for _, tc := range []struct{ name, body string }{
 			{"misspelled enum name", `{"key":"a","limit":{"limit":"5","window":"60s","algorithm":"ALGORITHM_TOKEN_BUKET"}}`},

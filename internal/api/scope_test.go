@@ -80,14 +80,7 @@ func TestScope(t *testing.T) {
 // TestJSONScope: the scope's JSON names are the enum's; an unknown name or
 // number is invalid_argument, on the fast path and through Connect.
 func TestJSONScope(t *testing.T) {
-	noop := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next })
-	for _, srv := range []struct {
-		name string
-		cfg  api.Config
-	}{
-		{"fast path", api.Config{}},
-		{"connect", api.Config{HandlerOptions: []connect.HandlerOption{connect.WithInterceptors(noop)}}},
-	} {
+	for _, srv := range jsonPaths() {
 		s := newServer(t, srv.cfg)
 		for _, tc := range []struct{ name, body, want string }{
 			{"misspelled", `{"key":"a","limit":{"limit":"5","window":"60s","scope":"SCOPE_REGON"}}`, ""},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,33 +17,6 @@ import (
 )
 
 var batchT0 = time.UnixMilli(1_760_000_040_000)
-
-// evalshaCalls returns how many EVALSHA calls the Redis at addr has run
-// since its stats were reset, from INFO commandstats.
-func evalshaCalls(t *testing.T, addr string) int {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-func resetStats(t *testing.T, addr string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func newTestRedis(t *testing.T, cfg RedisConfig) *Redis {
 	t.Helper()
@@ -112,7 +84,7 @@ func TestBatchConcurrentDecisionsOneEvalsha(t *testing.T) {
 	}
 	seed()
 	co := newTestRedis(t, RedisConfig{URL: srv.URL(), ReadTimeout: time.Minute, Coalesce: Coalesce{MaxWait: time.Hour, MaxBatch: n}})
-	resetStats(t, srv.Addr)
+	redistest.ResetStats(t, srv.Addr)
 	// A blocked round trip in flight makes the next n calls gather into
 	// one batch, sent when full.
 	srv.Pause(t)
@@ -159,7 +131,7 @@ func TestBatchConcurrentDecisionsOneEvalsha(t *testing.T) {
 			t.Errorf("decision %d (%v): batched %+v, want %+v as made alone", i, reqs[i].Limit.Algorithm, got[i], want[i])
 		}
 	}
-	if got, want := evalshaCalls(t, srv.Addr), 2; got != want {
+	if got, want := redistest.EvalshaCalls(t, srv.Addr), 2; got != want {
 		t.Errorf("EVALSHA calls = %d, want %d (the blocking call and one batch of %d)", got, want, n)
 	}
 	if got, want := co.Pipelines(), uint64(2); got != want {
@@ -183,12 +155,12 @@ func TestBatchErrorStaysInItsDecision(t *testing.T) {
 		{Key: "bad", Limit: l, Hits: 1, Now: batchT0},
 		{Key: "good2", Limit: l, Hits: 2, Now: batchT0},
 	}
-	resetStats(t, srv.Addr)
+	redistest.ResetStats(t, srv.Addr)
 	out, err := r.exec(ctx, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := evalshaCalls(t, srv.Addr), 1; got != want {
+	if got, want := redistest.EvalshaCalls(t, srv.Addr), 1; got != want {
 		t.Errorf("EVALSHA calls = %d, want %d", got, want)
 	}
 	if !redis.HasErrorPrefix(out[1].err, "WRONGTYPE") {
@@ -246,7 +218,7 @@ func TestBatchClusterPerSlot(t *testing.T) {
 		}
 	}
 	for _, a := range cl.Addrs {
-		resetStats(t, a)
+		redistest.ResetStats(t, a)
 	}
 	res := make([]Result, len(reqs))
 	if err := r.Check(ctx, reqs, res); err != nil {
@@ -259,7 +231,7 @@ func TestBatchClusterPerSlot(t *testing.T) {
 	}
 	calls := 0
 	for _, a := range cl.Addrs {
-		calls += evalshaCalls(t, a)
+		calls += redistest.EvalshaCalls(t, a)
 	}
 	if got, want := calls, len(slots); got != want {
 		t.Errorf("EVALSHA calls = %d, want %d (one per slot)", got, want)
@@ -278,7 +250,7 @@ func TestBatchSplitsLongRoundTrips(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = Request{Key: "same", Limit: l, Hits: 1, Now: batchT0}
 	}
-	resetStats(t, srv.Addr)
+	redistest.ResetStats(t, srv.Addr)
 	res := make([]Result, n)
 	if err := r.Check(ctx, reqs, res); err != nil {
 		t.Fatal(err)
@@ -288,7 +260,7 @@ func TestBatchSplitsLongRoundTrips(t *testing.T) {
 			t.Errorf("request %d: Allowed = %v, want %v", i, got, want)
 		}
 	}
-	if got, want := evalshaCalls(t, srv.Addr), 3; got != want {
+	if got, want := redistest.EvalshaCalls(t, srv.Addr), 3; got != want {
 		t.Errorf("EVALSHA calls = %d, want %d", got, want)
 	}
 }

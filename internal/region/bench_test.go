@@ -41,21 +41,6 @@ func BenchmarkMemoryCheck(b *testing.B) {
 	benchCheck(b, region.NewMemory(region.MemoryConfig{}), 1)
 }
 
-// evalshaCalls returns the EVALSHA calls Redis counted since its stats
-// were reset (INFO commandstats).
-func evalshaCalls(b *testing.B, s *region.Redis) int {
-	info, err := s.Client().Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
 // redisCPU returns the CPU seconds (user and system) Redis has used.
 func redisCPU(b *testing.B, s *region.Redis) float64 {
 	info, err := s.Client().Info(context.Background(), "cpu").Result()
@@ -100,14 +85,12 @@ func BenchmarkRedisCheck(b *testing.B) {
 			}
 			defer s.Close()
 			b.SetParallelism(16)
-			if err := s.Client().ConfigResetStat(context.Background()).Err(); err != nil {
-				b.Fatal(err)
-			}
+			redistest.ResetStats(b, srv.Addr)
 			cpu0 := redisCPU(b, s)
 			benchCheck(b, s, tc.batch)
 			b.ReportMetric(float64(s.Pipelines())/float64(b.N), "trips/op")
 			decisions := float64(b.N * tc.batch)
-			b.ReportMetric(float64(evalshaCalls(b, s))/decisions, "evalsha/decision")
+			b.ReportMetric(float64(redistest.EvalshaCalls(b, srv.Addr))/decisions, "evalsha/decision")
 			b.ReportMetric((redisCPU(b, s)-cpu0)*1e6/decisions, "redis-µs/decision")
 		})
 	}

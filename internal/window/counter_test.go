@@ -6,62 +6,53 @@ import (
 	"time"
 )
 
-// The worked examples of docs/design.md's sliding window counter section,
-// with the figures it states, and a few more of the same kind.
+const minute = 60_000
+
+// seeds are the worked examples of docs/design.md's sliding window counter
+// section, with the figures it states, and a few more of the same kind.
+var seeds = []struct {
+	name    string
+	l       Limit
+	nowMs   int64
+	c       Counts
+	hits    uint64
+	est     uint64
+	allowed bool
+	remain  uint64
+	retry   time.Duration
+}{
+	{
+		// bucket 22 held 400, bucket 23 holds 250, request at 23:45.
+		name: "500/min at 23:45", l: Limit{Limit: 500, Window: time.Minute},
+		nowMs: 23*minute + 45_000, c: Counts{Prev: 400, Cur: 250}, hits: 1,
+		est: 350, allowed: true, remain: 149,
+	},
+	{
+		name: "100/min at :40", l: Limit{Limit: 100, Window: time.Minute},
+		nowMs: 7*minute + 40_000, c: Counts{Prev: 90, Cur: 50}, hits: 1,
+		est: 80, allowed: true, remain: 19,
+	},
+	{
+		// 30% of the minute: 3 + floor(5 * 0.7) = 6.
+		name: "7/min at 30%", l: Limit{Limit: 7, Window: time.Minute},
+		nowMs: 3*minute + 18_000, c: Counts{Prev: 5, Cur: 3}, hits: 1,
+		est: 6, allowed: true, remain: 0,
+	},
+	{
+		// The next request at the same instant: 4 + 3 = 7, denied until
+		// floor(5 * (60000 - e) / 60000) <= 2, i.e. e >= 24001 ms.
+		name: "7/min at 30%, next", l: Limit{Limit: 7, Window: time.Minute},
+		nowMs: 3*minute + 18_000, c: Counts{Prev: 5, Cur: 4}, hits: 1,
+		est: 7, allowed: false, remain: 0, retry: 6001 * time.Millisecond,
+	},
+}
+
 func TestDecideCounterSeeds(t *testing.T) {
 	t.Parallel()
-	const minute = 60_000
-	tests := []struct {
-		name    string
-		l       Limit
-		nowMs   int64
-		c       Counts
-		hits    uint64
-		est     uint64
-		allowed bool
-		remain  uint64
-		retry   time.Duration
-	}{
-		{
-			// bucket 22 held 400, bucket 23 holds 250, request at 23:45.
-			name: "500/min at 23:45", l: Limit{Limit: 500, Window: time.Minute},
-			nowMs: 23*minute + 45_000, c: Counts{Prev: 400, Cur: 250}, hits: 1,
-			est: 350, allowed: true, remain: 149,
-		},
-		{
-			name: "100/min at :40", l: Limit{Limit: 100, Window: time.Minute},
-			nowMs: 7*minute + 40_000, c: Counts{Prev: 90, Cur: 50}, hits: 1,
-			est: 80, allowed: true, remain: 19,
-		},
-		{
-			// 30% of the minute: 3 + floor(5 * 0.7) = 6.
-			name: "7/min at 30%", l: Limit{Limit: 7, Window: time.Minute},
-			nowMs: 3*minute + 18_000, c: Counts{Prev: 5, Cur: 3}, hits: 1,
-			est: 6, allowed: true, remain: 0,
-		},
-		{
-			// The next request at the same instant: 4 + 3 = 7, denied until
-			// floor(5 * (60000 - e) / 60000) <= 2, i.e. e >= 24001 ms.
-			name: "7/min at 30%, next", l: Limit{Limit: 7, Window: time.Minute},
-			nowMs: 3*minute + 18_000, c: Counts{Prev: 5, Cur: 4}, hits: 1,
-			est: 7, allowed: false, remain: 0, retry: 6001 * time.Millisecond,
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range seeds {
 		t.Run(tt.name, func(t *testing.T) {
 			d := tt.l.DecideCounter(tt.nowMs, tt.c, tt.hits)
-			if got, want := d.Estimate, tt.est; got != want {
-				t.Errorf("Estimate = %d, want %d", got, want)
-			}
-			if got, want := d.Allowed, tt.allowed; got != want {
-				t.Errorf("Allowed = %v, want %v", got, want)
-			}
-			if got, want := d.Remaining, tt.remain; got != want {
-				t.Errorf("Remaining = %d, want %d", got, want)
-			}
-			if got, want := d.RetryAfter, tt.retry; got != want {
-				t.Errorf("RetryAfter = %v, want %v", got, want)
-			}
+			checkSeed(t, d, tt.est, tt.allowed, tt.remain, tt.retry)
 			if got, want := d.Bucket, tt.nowMs/minute; got != want {
 				t.Errorf("Bucket = %d, want %d", got, want)
 			}
@@ -108,17 +99,42 @@ type step struct {
 // requests, and checks every answer and its exactness.
 func runSteps(t *testing.T, l Limit, steps []step) {
 	t.Helper()
-	lim := newLimiter(l)
+	playSteps(t, newLimiter(l), l, steps)
+}
+
+// playSteps plays steps against lim, a limiter for l, committing allowed
+// requests, and checks every answer and its exactness. Instants in
+// messages count from t0.
+func playSteps(t *testing.T, lim limiter, l Limit, steps []step) {
+	t.Helper()
 	for i, s := range steps {
 		before := clone(lim)
 		d := lim.decide(s.t, s.hits, true)
 		if d.Allowed != s.allowed || d.Remaining != s.remain || d.RetryAfter != s.retry || d.ResetAfter != s.reset {
 			t.Errorf("step %d (t=%d ms, hits %d): got allowed %v remaining %d retry %v reset %v, want %v %d %v %v",
-				i, s.t, s.hits, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, s.allowed, s.remain, s.retry, s.reset)
+				i, s.t-t0, s.hits, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, s.allowed, s.remain, s.retry, s.reset)
 		}
 		if msg := exactRetry(before, l, s.t, s.hits, d); msg != "" {
-			t.Errorf("step %d (t=%d ms): %s", i, s.t, msg)
+			t.Errorf("step %d (t=%d ms): %s", i, s.t-t0, msg)
 		}
+	}
+}
+
+// checkSeed checks a worked example's decision: its estimate, whether it
+// is allowed, what remains and when to retry.
+func checkSeed(t *testing.T, d Decision, est uint64, allowed bool, remain uint64, retry time.Duration) {
+	t.Helper()
+	if d.Estimate != est {
+		t.Errorf("Estimate = %d, want %d", d.Estimate, est)
+	}
+	if d.Allowed != allowed {
+		t.Errorf("Allowed = %v, want %v", d.Allowed, allowed)
+	}
+	if d.Remaining != remain {
+		t.Errorf("Remaining = %d, want %d", d.Remaining, remain)
+	}
+	if d.RetryAfter != retry {
+		t.Errorf("RetryAfter = %v, want %v", d.RetryAfter, retry)
 	}
 }
 

@@ -7,48 +7,24 @@ import (
 	"time"
 )
 
-// The seeds' worked examples in the two-bucket mode (K = 1).
+// The seeds' worked examples in the two-bucket mode (K = 1): the same
+// figures as DecideCounter's.
 func TestTwoBucketSeeds(t *testing.T) {
 	t.Parallel()
-	const minute = 60_000
-	tests := []struct {
-		name    string
-		l       Limit
-		nowMs   int64
-		c       []uint64 // prev, cur
-		est     uint64
-		allowed bool
-		remain  uint64
-		retry   time.Duration
-	}{
-		{"500/min at 23:45", Limit{Limit: 500, Window: time.Minute}, 23*minute + 45_000, []uint64{400, 250}, 350, true, 149, 0},
-		{"7/min at 30%", Limit{Limit: 7, Window: time.Minute}, 3*minute + 18_000, []uint64{5, 3}, 6, true, 0, 0},
-		{"7/min at 30%, next", Limit{Limit: 7, Window: time.Minute}, 3*minute + 18_000, []uint64{5, 4}, 7, false, 0, 6001 * time.Millisecond},
-	}
-	for _, tt := range tests {
+	for _, tt := range seeds {
 		t.Run(tt.name, func(t *testing.T) {
 			s := TwoBucket(tt.l)
-			d := s.Decide(tt.nowMs, tt.c, 1)
-			if got, want := d.Estimate, tt.est; got != want {
-				t.Errorf("Estimate = %d, want %d", got, want)
-			}
-			if got, want := d.Allowed, tt.allowed; got != want {
-				t.Errorf("Allowed = %v, want %v", got, want)
-			}
-			if got, want := d.Remaining, tt.remain; got != want {
-				t.Errorf("Remaining = %d, want %d", got, want)
-			}
-			if got, want := d.RetryAfter, tt.retry; got != want {
-				t.Errorf("RetryAfter = %v, want %v", got, want)
-			}
-			if got, want := s.Estimate(tt.nowMs, tt.c), tt.est; got != want {
+			c := []uint64{tt.c.Prev, tt.c.Cur}
+			d := s.Decide(tt.nowMs, c, tt.hits)
+			checkSeed(t, d, tt.est, tt.allowed, tt.remain, tt.retry)
+			if got, want := s.Estimate(tt.nowMs, c), tt.est; got != want {
 				t.Errorf("Estimate() = %d, want %d", got, want)
 			}
-			if got, want := d, tt.l.DecideCounter(tt.nowMs, Counts{Prev: tt.c[0], Cur: tt.c[1]}, 1); got != want {
+			if got, want := d, tt.l.DecideCounter(tt.nowMs, tt.c, tt.hits); got != want {
 				t.Errorf("Decide = %+v, DecideCounter = %+v", got, want)
 			}
-			st := &slidingState{s: s, j: d.Bucket, c: tt.c}
-			if msg := exactRetry(st, tt.l, tt.nowMs, 1, d); msg != "" {
+			st := &slidingState{s: s, j: d.Bucket, c: c}
+			if msg := exactRetry(st, tt.l, tt.nowMs, tt.hits, d); msg != "" {
 				t.Error(msg)
 			}
 		})
@@ -107,18 +83,7 @@ func TestSlidingSteps(t *testing.T) {
 
 func runSlidingSteps(t *testing.T, sl Sliding, steps []step) {
 	t.Helper()
-	st := newSlidingState(sl)
-	for i, s := range steps {
-		before := clone(st)
-		d := st.decide(s.t, s.hits, true)
-		if d.Allowed != s.allowed || d.Remaining != s.remain || d.RetryAfter != s.retry || d.ResetAfter != s.reset {
-			t.Errorf("step %d (t=%d ms, hits %d): got allowed %v remaining %d retry %v reset %v, want %v %d %v %v",
-				i, s.t-t0, s.hits, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, s.allowed, s.remain, s.retry, s.reset)
-		}
-		if msg := exactRetry(before, sl.Limit, s.t, s.hits, d); msg != "" {
-			t.Errorf("step %d (t=%d ms): %s", i, s.t-t0, msg)
-		}
-	}
+	playSteps(t, newSlidingState(sl), sl.Limit, steps)
 }
 
 // checkStats checks that the estimate is recomputed from the decision's

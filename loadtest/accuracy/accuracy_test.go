@@ -8,6 +8,24 @@ import (
 	"time"
 )
 
+// measureScenarios measures c on its counter, checks that it ran want
+// scenarios, and returns the counter (for further runs) and the rows.
+func measureScenarios(t *testing.T, c config, want int) (counter, []row) {
+	t.Helper()
+	s, err := c.counter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := measure(context.Background(), c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != want {
+		t.Fatalf("%d scenarios, want %d", len(rows), want)
+	}
+	return s, rows
+}
+
 // The acceptance table: limit 1000 per 4 s, cold starts at phases 0.1 to
 // 0.9 at 1x, 2x and 10x, constant and Poisson, and on/off bursts: the
 // default stays within 1.05 with a steady minimum of 0.95 or more under
@@ -24,17 +42,7 @@ func TestAcceptanceTable(t *testing.T) {
 			rates: []float64{1, 2, 10}, arrivals: []string{"constant", "poisson"},
 			phases: []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9},
 		}
-		s, err := c.counter()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := measure(context.Background(), c, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := len(rows), 3*2*9+5; got != want {
-			t.Fatalf("%d scenarios, want %d", got, want)
-		}
+		s, rows := measureScenarios(t, c, 3*2*9+5)
 		// Arrivals released in clumps, as a busy client delivers them.
 		c.arrivals, c.onOff = []string{"bunched"}, 0
 		more, err := measure(context.Background(), c, s)
@@ -80,17 +88,7 @@ func TestSimulatedBounds(t *testing.T) {
 				rates: []float64{2, 10}, arrivals: []string{"constant", "poisson"},
 				phases: []float64{0.1, 0.5, 0.505, 0.9},
 			}
-			s, err := c.counter()
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := measure(context.Background(), c, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := len(rows), 2*2*4+2; got != want {
-				t.Fatalf("%d scenarios, want %d", got, want)
-			}
+			_, rows := measureScenarios(t, c, 2*2*4+2)
 			for _, r := range rows {
 				if r.st.max > tt.maxHi {
 					t.Errorf("%s: max %.3f, want at most %.2f", r.sc.name, r.st.max, tt.maxHi)

@@ -7,17 +7,11 @@
 // Env: LIMIT (100) WINDOW (60) FACTOR (50) DURATION (40) OTHER_RATE (30/s)
 //      HOT_OVER_PCT (25) P99_MS (50) TARGETS RESULTS_DIR
 import { Counter } from 'k6/metrics';
-import { check, targets, num, bucketThresholds, report } from './lib/rl.js';
+import { check, knobs, options as rlOptions, p99Below, TG, REGIONS, bucketThresholds, report } from './lib/rl.js';
 
-const LIMIT = num('LIMIT', 100);
-const WINDOW = num('WINDOW', 60);
-const FACTOR = num('FACTOR', 50);
-const DURATION = num('DURATION', 40);
-const OTHER_RATE = num('OTHER_RATE', 30);
-const HOT_OVER_PCT = num('HOT_OVER_PCT', 25);
-const P99_MS = num('P99_MS', 50);
-const TG = targets();
-const REGIONS = Object.keys(TG);
+const { LIMIT, WINDOW, FACTOR, DURATION, OTHER_RATE, HOT_OVER_PCT, P99_MS } = knobs({
+  LIMIT: 100, WINDOW: 60, FACTOR: 50, DURATION: 40, OTHER_RATE: 30, HOT_OVER_PCT: 25, P99_MS: 50,
+});
 
 const otherDenied = new Counter('other_denied');
 
@@ -45,19 +39,17 @@ scenarios.other = {
   exec: 'other',
 };
 
-export const options = {
+export const options = rlOptions(
   scenarios,
-  thresholds: Object.assign(
+  Object.assign(
     {
-      'decision_latency{kind:other}': [`p(99)<${P99_MS}`],
-      'decision_latency{kind:hot}': [`p(99)<${P99_MS}`],
+      'decision_latency{kind:other}': p99Below(P99_MS),
+      'decision_latency{kind:hot}': p99Below(P99_MS),
       other_denied: ['count==0'],
-      rl_errors: ['rate<0.01'],
     },
     bucketThresholds(LIMIT, WINDOW, DURATION, REGIONS, HOT_OVER_PCT, 'kind:hot'),
   ),
-  summaryTrendStats: ['min', 'med', 'p(95)', 'p(99)', 'max'],
-};
+);
 
 export function setup() {
   return { key: `hot-${Date.now()}` };

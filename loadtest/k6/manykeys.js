@@ -11,25 +11,19 @@
 import { sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
-import { check, targets, num, report } from './lib/rl.js';
+import { check, knobs, num, options as rlOptions, p99Below, TG, REGIONS, report } from './lib/rl.js';
 
-const KEYS = num('KEYS', 100000);
-const RATE = num('RATE', 1700);
-const LIMIT = num('LIMIT', 100);
-const WINDOW = num('WINDOW', 3600);
-const REHIT_AFTER = num('REHIT_AFTER', 10);
-const OVER_PCT = num('OVER_PCT', 1);
-const P99_MS = num('P99_MS', 50);
-const TG = targets();
-const REGIONS = Object.keys(TG);
+const { KEYS, RATE, LIMIT, WINDOW, REHIT_AFTER, OVER_PCT, P99_MS } = knobs({
+  KEYS: 100000, RATE: 1700, LIMIT: 100, WINDOW: 3600, REHIT_AFTER: 10, OVER_PCT: 1, P99_MS: 50,
+});
 
 const keysSent = new Counter('keys_sent');
 const firstDenied = new Counter('first_denied');
 const rehits = new Counter('rehits');
 const rehitAdmitted = new Counter('rehit_admitted');
 
-export const options = {
-  scenarios: {
+export const options = rlOptions(
+  {
     keys: {
       executor: 'shared-iterations',
       vus: num('VUS', 40),
@@ -37,14 +31,12 @@ export const options = {
       maxDuration: `${Math.ceil(KEYS / RATE) + 30}s`,
     },
   },
-  thresholds: {
-    decision_latency: [`p(99)<${P99_MS}`],
-    rl_errors: ['rate<0.01'],
+  {
+    decision_latency: p99Below(P99_MS),
     rehit_admitted: [`count<=${Math.floor((KEYS / 10) * (OVER_PCT / 100))}`],
     first_denied: ['count==0'],
   },
-  summaryTrendStats: ['min', 'med', 'p(95)', 'p(99)', 'max'],
-};
+);
 
 export function setup() {
   return { prefix: `many-${Date.now()}`, start: Date.now() };

@@ -7,15 +7,9 @@
 //   docker compose run --rm k6 run /scripts/steady.js  # inside the demo
 // Env: LIMIT (300) WINDOW (10, seconds) DURATION (40, seconds) OVER_PCT (10)
 //      P99_MS (50) KEY (steady-<time>) TARGETS RESULTS_DIR
-import { check, targets, num, bucketThresholds, report } from './lib/rl.js';
+import { check, knobs, options as rlOptions, p99Below, TG, REGIONS, bucketThresholds, report } from './lib/rl.js';
 
-const LIMIT = num('LIMIT', 300);
-const WINDOW = num('WINDOW', 10);
-const DURATION = num('DURATION', 40);
-const OVER_PCT = num('OVER_PCT', 10);
-const P99_MS = num('P99_MS', 50);
-const TG = targets();
-const REGIONS = Object.keys(TG);
+const { LIMIT, WINDOW, DURATION, OVER_PCT, P99_MS } = knobs({ LIMIT: 300, WINDOW: 10, DURATION: 40, OVER_PCT: 10, P99_MS: 50 });
 
 const scenarios = {};
 for (const r of REGIONS) {
@@ -31,17 +25,10 @@ for (const r of REGIONS) {
   };
 }
 
-export const options = {
+export const options = rlOptions(
   scenarios,
-  thresholds: Object.assign(
-    {
-      decision_latency: [`p(99)<${P99_MS}`],
-      rl_errors: ['rate<0.01'],
-    },
-    bucketThresholds(LIMIT, WINDOW, DURATION, REGIONS, OVER_PCT),
-  ),
-  summaryTrendStats: ['min', 'med', 'p(95)', 'p(99)', 'max'],
-};
+  Object.assign({ decision_latency: p99Below(P99_MS) }, bucketThresholds(LIMIT, WINDOW, DURATION, REGIONS, OVER_PCT)),
+);
 
 export function setup() {
   return { key: __ENV.KEY || `steady-${Date.now()}` };

@@ -253,3 +253,114 @@ func TestLoadRulesDirectoryPrefixesFiles(t *testing.T) {
 		t.Errorf("error has %d lines, want %d:\n%v", got, want, err)
 	}
 }
+
+// TestLoadMessages: each problem in a rules file is told as
+// file:line: which rule or descriptor, which field, in the file's words:
+// never a Go type, never a package's prefix.
+func TestLoadMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // after "<file>:"
+	}{
+		{"misspelled field", "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n",
+			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, shadow_mode or scope)`}},
+		{"unknown algorithm", "rules:\n  - name: a\n    limit: 5\n    window: 1m\n  - name: b\n    limit: 5\n    window: 1m\n    algorithm: leaky\n",
+			[]string{`8: rule 2 (b): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
+		{"wrong types", "rules:\n  - name: a\n    limit: five\n    window: [1m]\n    shadow_mode: maybe\n",
+			[]string{
+				`3: rule 1 (a): limit: must be a whole number, got "five"`,
+				`4: rule 1 (a): window: must be a single value, got a list`,
+				`5: rule 1 (a): shadow_mode: must be true or false, got "maybe"`,
+			}},
+		{"missing fields", "rules:\n  - name: a\n",
+			[]string{"2: rule 1 (a): limit: required (1 to 2^53)", "2: rule 1 (a): window: required (a Go duration such as 1s, 1m, 1h)"}},
+		{"not a list", "rules:\n  name: a\n", []string{"2: rules: must be a list of rules"}},
+		{"rule not a mapping", "rules:\n  - a\n", []string{
+			"2: rule 1: must be a mapping of name, limit, window, algorithm, strict, shadow_mode or scope",
+			"2: rule 1: name: required",
+			"2: rule 1: limit: required (1 to 2^53)",
+			"2: rule 1: window: required (a Go duration such as 1s, 1m, 1h)",
+		}},
+		{"duplicate", "rules:\n  - {name: a, limit: 1, window: 1s}\n  - {name: a, limit: 1, window: 1s}\n",
+			[]string{`3: rule 2 (a): name: "a" is already the name of rule 1 at FILE:2`}},
+		{"not YAML", "rules:\n  - name: [\n", []string{"2: not valid YAML: did not find expected node content"}},
+		{"envoy unknown algorithm", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      algorithm: leaky\n",
+			[]string{`7: domain "mail": descriptors[0].rate_limit.algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
+		{"envoy misspelled field", "domain: mail\ndescriptors:\n  - key: to\n    ratelimit: {unit: day, requests_per_unit: 5}\n",
+			[]string{`4: domain "mail": descriptors[0]: unknown field "ratelimit" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`}},
+		{"envoy wrong types", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: -1\n    descriptors: {key: x}\n",
+			[]string{
+				`6: domain "mail": descriptors[0].rate_limit.requests_per_unit: must be a whole number, got "-1"`,
+				`7: domain "mail": descriptors[0].descriptors: must be a list of descriptors, got a mapping`,
+			}},
+		{"envoy descriptors not a list", "domain: mail\ndescriptors: 3\n", []string{"2: descriptors: must be a list of descriptors"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]string, len(tc.want))
+			for i, w := range tc.want {
+				want[i] = path + ":" + strings.ReplaceAll(w, "FILE", path)
+			}
+			_, err := rules.Load(path)
+			if err == nil || err.Error() != strings.Join(want, "\n") {
+				t.Errorf("Load error:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// FuzzParseRules checks that the rules loader never panics on any bytes,
+// in either format, and that whatever it accepts is a set of valid,
+// uniquely named rules that a lookup finds, with a summary.
+func FuzzParseRules(f *testing.F) {
+	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{
+		"rules:\n  - name: api-per-user\n    limit: 100\n    window: 1m\n",
+		"rules:\n  - name: login\n    limit: 5\n    window: 15m\n    algorithm: fixed_window\n  - name: b\n    limit: 9007199254740992\n    window: 168h\n    algorithm: token_bucket\n",
+		"rules:\n  - name: a\n    limit: 0\n    window: 999ms\n  - name: a\n    limit: 1\n    window: 1s\n    extra: 1\n",
+		"rules: &a [*a, *a]\n",
+		"rules:\n  - name: a\n    limit: 1\n    window: 1s\n    shadow_mode: true\n",
+		"{}",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := rules.Parse(b)
+		if err != nil {
+			if rs != nil {
+				t.Fatalf("Parse returned rules and an error: %v", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, r := range rs.All() {
+			if seen[r.Name] {
+				t.Fatalf("duplicate rule %q accepted", r.Name)
+			}
+			seen[r.Name] = true
+			if err := r.Limit.Validate(); err != nil {
+				t.Fatalf("rule %q accepted with an invalid limit %+v: %v", r.Name, r.Limit, err)
+			}
+			if got, ok := rs.Lookup(r.Name); !ok || got != r {
+				t.Fatalf("Lookup(%q) = %+v, %v; want %+v", r.Name, got, ok, r)
+			}
+		}
+		if rs.Len() != len(seen) {
+			t.Fatalf("Len() = %d, want %d", rs.Len(), len(seen))
+		}
+		if rs.Summary() == "" {
+			t.Fatal("Summary() is empty")
+		}
+	})
+}

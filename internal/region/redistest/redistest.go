@@ -15,11 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/rlcluster/rlcluster/internal/porttest"
 )
@@ -237,3 +240,34 @@ func StartSentinel(t testing.TB, master *Server) *Server {
 	t.Cleanup(s.Stop)
 	return s
 }
+
+// ResetStats resets the statistics of the Redis at addr (CONFIG RESETSTAT),
+// so that INFO counts from now on.
+func ResetStats(t testing.TB, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// EvalshaCalls returns how many EVALSHA calls the Redis at addr has run
+// since its statistics were reset, from INFO commandstats.
+func EvalshaCalls(t testing.TB, addr string) int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := evalshaRE.FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+var evalshaRE = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),`)

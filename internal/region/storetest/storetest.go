@@ -335,12 +335,21 @@ func testBatchInOrder(t *testing.T, s region.Store, key string) {
 	}
 }
 
-func testMerge(t *testing.T, s region.Store, key string) {
+// localAndFar counts local hits at t0 under a two-bucket limit of 100 per
+// minute and merges far hits from region "far" into the same bucket; it
+// returns the window, the bucket and the limit.
+func localAndFar(t *testing.T, s region.Store, key string, local, far uint64) (time.Duration, int64, window.Limit) {
+	t.Helper()
 	w := time.Minute
 	b := window.Bucket(window.Ms(t0), w)
 	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
-	Check(t, s, region.Request{Key: key, Limit: l, Hits: 2, Now: t0})
-	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 5})
+	Check(t, s, region.Request{Key: key, Limit: l, Hits: local, Now: t0})
+	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: far})
+	return w, b, l
+}
+
+func testMerge(t *testing.T, s region.Store, key string) {
+	w, b, l := localAndFar(t, s, key, 2, 5)
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 3})   // stale: ignored
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "here", Count: 50}) // local: ignored
 	want := []region.Total{
@@ -449,11 +458,7 @@ func testRegions(t *testing.T, s region.Store, key string) {
 }
 
 func testVectors(t *testing.T, s region.Store, key string) {
-	w := time.Minute
-	b := window.Bucket(window.Ms(t0), w)
-	l := window.Limit{Limit: 100, Window: w, Algorithm: window.SlidingWindowTwoBucket}
-	Check(t, s, region.Request{Key: key, Limit: l, Hits: 4, Now: t0})
-	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 6})
+	w, b, _ := localAndFar(t, s, key, 4, 6)
 	refs := []region.BucketRef{
 		{Key: key, Window: w, Bucket: b},
 		{Key: key, Window: w, Bucket: b - 1},

@@ -24,6 +24,34 @@ export function num(name, def) {
   return v === undefined || v === '' ? def : Number(v);
 }
 
+// knobs reads each of defaults' names from the environment as num does:
+// knobs({ LIMIT: 300 }) is { LIMIT: num('LIMIT', 300) }.
+export function knobs(defaults) {
+  const out = {};
+  for (const [name, def] of Object.entries(defaults)) out[name] = num(name, def);
+  return out;
+}
+
+// TG and REGIONS: the run's targets (TARGETS) and their regions.
+export const TG = targets();
+export const REGIONS = Object.keys(TG);
+
+// options returns a script's k6 options: its scenarios, its thresholds
+// plus the one every script holds (at most 1% of calls without a
+// decision), and the summary's trend statistics.
+export function options(scenarios, thresholds) {
+  return {
+    scenarios,
+    thresholds: Object.assign({ rl_errors: ['rate<0.01'] }, thresholds),
+    summaryTrendStats: ['min', 'med', 'p(95)', 'p(99)', 'max'],
+  };
+}
+
+// p99Below is the threshold on a decision latency's p99, in ms.
+export function p99Below(ms) {
+  return [`p(99)<${ms}`];
+}
+
 export const admitted = new Counter('admitted'); // tags: region, bucket
 export const denied = new Counter('denied');
 export const rlErrors = new Rate('rl_errors'); // share of calls without a decision
