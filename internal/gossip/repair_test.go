@@ -27,28 +27,16 @@ type ownNode struct {
 func startOwn(t *testing.T, fn *FaultNetwork, name, reg string, st region.Store, ownStore bool,
 	epoch func(context.Context) (string, bool, error), seed string) *ownNode {
 	t.Helper()
-	nt, err := Listen("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Name, cfg.Region = name, reg
-	cfg.Transport = NewFaultTransport(nt, fn, reg)
+	cfg.Transport = listenLoopback(t, fn, reg)
 	cfg.OwnStore = ownStore
 	cfg.Epoch = epoch
 	cfg.EpochInterval = 100 * time.Millisecond
 	if seed != "" {
 		cfg.Join = []string{seed}
 	}
-	n, err := New(cfg, st)
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = n.Close(ctx)
-	})
+	n := startTestNode(t, cfg, st)
 	return &ownNode{name: name, region: reg, node: n, store: st}
 }
 
@@ -87,22 +75,14 @@ func bucketSum(t *testing.T, st region.Store, key string, w time.Duration, b int
 	return s
 }
 
+// waitMembers polls until every node sees want members alive.
 func waitMembers(t *testing.T, nodes []*ownNode, want int) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("every node sees %d members alive", want), func() bool {
-		for _, on := range nodes {
-			alive := 0
-			for _, m := range on.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != want {
-				return false
-			}
-		}
-		return true
-	})
+	ns := make([]*Node, len(nodes))
+	for i, on := range nodes {
+		ns[i] = on.node
+	}
+	waitAllAlive(t, 10*time.Second, want, ns...)
 }
 
 // TestMemoryRegionNodes: two nodes of eu and one of us, each on its own
@@ -339,20 +319,7 @@ func TestHealAgreement(t *testing.T) {
 	wg.Wait()
 	h.fn.HealAll()
 	healAt := time.Now()
-	rejoin := waitFor(t, 20*time.Second, "all members alive again", func() bool {
-		for _, tn := range h.nodes {
-			alive := 0
-			for _, m := range tn.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != len(h.nodes) {
-				return false
-			}
-		}
-		return true
-	})
+	rejoin := h.waitAlive(len(h.nodes), 20*time.Second)
 	aliveAt := healAt.Add(rejoin)
 	want := h.truthVecs(nil)
 	var nOpen, nClosed int
