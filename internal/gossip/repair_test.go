@@ -290,8 +290,8 @@ func TestHealAgreement(t *testing.T) {
 		}()
 	}
 	// Traffic before the cut, replicated as usual: some hits in both
-	// windows at every node.
-	waitFor(t, 5*time.Second, "traffic before the cut", func() bool { return hits.Load() >= int64(20*len(h.nodes)) })
+	// windows.
+	waitFor(t, 20*time.Second, "traffic before the cut", func() bool { return hits.Load() >= int64(10*len(h.nodes)) })
 	h.fn.Partition("us", "ap")
 	h.fn.Partition("us", "eu")
 	waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
