@@ -117,8 +117,7 @@ type Accuracy struct {
 	byDue    map[int64][]ref // Unix ms when due -> buckets
 	labels   map[string]bool
 	watched  map[string]*watch
-	samples  []StalenessSample // ring
-	nextSamp int
+	samples  ring[StalenessSample]
 	lastSamp time.Time
 }
 
@@ -187,7 +186,7 @@ func NewAccuracy(n *Node, cfg AccuracyConfig) (*Accuracy, error) {
 		byDue:   map[int64][]ref{},
 		labels:  map[string]bool{},
 		watched: map[string]*watch{},
-		samples: make([]StalenessSample, 0, stalenessSamples),
+		samples: newRing[StalenessSample](stalenessSamples),
 	}
 	a.ratio, a.unobserved = newAccuracyMetrics()
 	n.goLoop(func() { n.every(cfg.Tick, a.tick) })
@@ -367,16 +366,12 @@ func (a *Accuracy) tick() {
 		}
 	}
 	a.mu.Unlock()
-	for len(items) > 0 {
-		chunk := items[:min(len(items), vectorChunk)]
-		items = items[len(chunk):]
+	inChunks(items, func(chunk []item) {
 		refs := make([]region.BucketRef, len(chunk))
 		for i, it := range chunk {
 			refs[i] = region.BucketRef{Key: it.key, Window: it.window, Bucket: it.bucket}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		vecs, err := a.n.store.Vectors(ctx, refs)
-		cancel()
+		vecs, err := a.n.vectors(refs)
 		if err != nil {
 			a.n.log.Warn("read vectors for accuracy", "n", len(refs), "err", err)
 			a.unobserved.WithLabelValues("store_error").Add(float64(len(chunk)))
@@ -387,7 +382,7 @@ func (a *Accuracy) tick() {
 				}
 			}
 			a.mu.Unlock()
-			continue
+			return
 		}
 		for i, it := range chunk {
 			var v []region.Total
@@ -404,7 +399,7 @@ func (a *Accuracy) tick() {
 			}
 			a.keep(it.ref, v, sum)
 		}
-	}
+	})
 }
 
 // keep adds a closed window to its key's history, if the key is watched.
@@ -446,12 +441,7 @@ func (a *Accuracy) sample(now time.Time) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.samples) < cap(a.samples) {
-		a.samples = append(a.samples, s)
-		return
-	}
-	a.samples[a.nextSamp] = s
-	a.nextSamp = (a.nextSamp + 1) % len(a.samples)
+	a.samples.push(s)
 }
 
 // Staleness returns the per-second staleness samples of the last five
@@ -459,9 +449,7 @@ func (a *Accuracy) sample(now time.Time) {
 func (a *Accuracy) Staleness() []StalenessSample {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]StalenessSample, 0, len(a.samples))
-	out = append(out, a.samples[a.nextSamp:]...)
-	return append(out, a.samples[:a.nextSamp]...)
+	return a.samples.oldestFirst()
 }
 
 // ErrNotDecided is returned by [Accuracy.Watch] for a key this node has no

@@ -3,6 +3,9 @@ package gossip
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +83,22 @@ func (n accNode) decide(t *testing.T, key string, lim window.Limit, hits int, pe
 	}
 }
 
+// ratioSeries is the exposition of rule's series of the admitted ratio
+// histogram after one observation, v.
+func ratioSeries(rule string, v float64) string {
+	var b strings.Builder
+	for _, le := range []float64{0.5, 0.8, 0.9, 0.95, 1, 1.02, 1.05, 1.1, 1.25, 1.5, 2, math.Inf(1)} {
+		n := 0
+		if v <= le {
+			n = 1
+		}
+		fmt.Fprintf(&b, "rlcluster_accuracy_admitted_ratio_bucket{rule=%q,le=%q} %d\n", rule, strconv.FormatFloat(le, 'g', -1, 64), n)
+	}
+	fmt.Fprintf(&b, "rlcluster_accuracy_admitted_ratio_sum{rule=%q} %g\n", rule, v)
+	fmt.Fprintf(&b, "rlcluster_accuracy_admitted_ratio_count{rule=%q} 1\n", rule)
+	return b.String()
+}
+
 // TestAccuracyObservesReconciledBucket: over a real two-region cluster,
 // each node observes a closed bucket's admitted/limit with the other
 // region's count included, under the rule named in the key; peeks and
@@ -107,35 +126,7 @@ func TestAccuracyObservesReconciledBucket(t *testing.T) {
 	want := `
 # HELP rlcluster_accuracy_admitted_ratio Hits admitted in a closed bucket, summed over every region once reconciled, over the limit, by rule (a rule name, "inline", an Envoy domain or "other"); one observation per bucket of each key this node decided.
 # TYPE rlcluster_accuracy_admitted_ratio histogram
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="0.5"} 0
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="0.8"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="0.9"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="0.95"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1.02"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1.05"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1.1"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1.25"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="1.5"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="2"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="inline",le="+Inf"} 1
-rlcluster_accuracy_admitted_ratio_sum{rule="inline"} 0.75
-rlcluster_accuracy_admitted_ratio_count{rule="inline"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="0.5"} 0
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="0.8"} 0
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="0.9"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="0.95"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1.02"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1.05"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1.1"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1.25"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="1.5"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="2"} 1
-rlcluster_accuracy_admitted_ratio_bucket{rule="login",le="+Inf"} 1
-rlcluster_accuracy_admitted_ratio_sum{rule="login"} 0.9
-rlcluster_accuracy_admitted_ratio_count{rule="login"} 1
-`
+` + ratioSeries("inline", 0.75) + ratioSeries("login", 0.9)
 	for _, n := range []accNode{eu, us} {
 		waitFor(t, 3*w, n.tn.name+" observed two buckets", func() bool {
 			return testutil.CollectAndCount(n.acc.ratio) == 2 && histCount(t, n.acc.ratio, "login")+histCount(t, n.acc.ratio, "inline") == 2

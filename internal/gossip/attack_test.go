@@ -31,35 +31,14 @@ func newAttackPool(t *testing.T) *attackPool {
 	t.Helper()
 	p := &attackPool{store: region.NewMemory(region.MemoryConfig{Region: "us"})}
 	mk := func(name, reg string, store Store, join []string) *Node {
-		nt, err := Listen("127.0.0.1:0", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg := testConfig()
-		cfg.Name, cfg.Region, cfg.Transport, cfg.Join = name, reg, nt, join
-		n, err := New(cfg, store)
-		if err != nil {
-			t.Fatalf("New(%s): %v", name, err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = n.Close(ctx)
-		})
-		return n
+		cfg.Name, cfg.Region, cfg.Transport, cfg.Join = name, reg, listenLoopback(t, nil, ""), join
+		return startTestNode(t, cfg, store)
 	}
 	p.victim = mk("us-0", "us", p.store, nil)
 	p.honest = mk("eu-0", "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}), []string{p.victim.Addr()})
 	p.rogue = mk("evil-0", "evil", region.NewMemory(region.MemoryConfig{Region: "evil"}), []string{p.victim.Addr()})
-	waitFor(t, 10*time.Second, "the victim sees both members alive", func() bool {
-		alive := 0
-		for _, m := range p.victim.Members() {
-			if m.State == "alive" {
-				alive++
-			}
-		}
-		return alive == 3
-	})
+	waitFor(t, 10*time.Second, "the victim sees both members alive", func() bool { return aliveMembers(p.victim) == 3 })
 	return p
 }
 

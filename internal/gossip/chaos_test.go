@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -39,25 +39,15 @@ func TestChaos(t *testing.T) {
 	h := newHarnessStores(t, fn, threeRegions, 2, func(t *testing.T, r string) region.Store {
 		srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 		servers[r] = srv
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		rs, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Region: r})
-		if err != nil {
-			t.Fatalf("NewRedis(%s): %v", srv.URL(), err)
-		}
 		// A Redis that answers slower than the timeout counts as down, and
 		// a call abandoned at the timeout may still count in Redis (in
 		// doubt, counted twice rather than lost). The stopped Redis below
 		// fails at once (connection refused); the timeout is long so that
 		// -race on two busy cores causes no outage of its own.
-		f, err := region.NewFailover(rs, region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(r)}),
-			region.FailoverConfig{Region: r, Policy: region.PolicyLocal, Timeout: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		primaries[r], failovers[r] = rs, f
-		t.Cleanup(func() { _ = f.Close() })
-		return f
+		s := storetest.Open(t, region.Config{Region: r, Redis: region.RedisConfig{URL: srv.URL()},
+			Failover: region.FailoverConfig{Policy: region.PolicyLocal, Timeout: 3 * time.Second}})
+		primaries[r], failovers[r] = s.Redis, s.Failover
+		return s.Failover
 	})
 	// Agreement is checked on each region's Redis, the region's truth.
 	h.readers = primaries

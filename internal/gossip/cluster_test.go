@@ -334,20 +334,7 @@ func TestPartitionHeal(t *testing.T) {
 			t.Errorf("region %s answered nothing during the partition", r)
 		}
 	}
-	rejoin := waitFor(t, 20*time.Second, "all members alive again", func() bool {
-		for _, tn := range h.nodes {
-			alive := 0
-			for _, m := range tn.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != len(h.nodes) {
-				return false
-			}
-		}
-		return true
-	})
+	rejoin := h.waitAlive(len(h.nodes), 20*time.Second)
 	took := waitFor(t, 20*time.Second, "regions agree on the bucket current at the heal", func() bool {
 		if !time.Now().After(bucketEndOf(lim.Window, bHeal)) {
 			return false

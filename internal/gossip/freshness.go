@@ -34,10 +34,7 @@ func (n *Node) heardFrom(r string, now time.Time) {
 		return
 	}
 	n.freshMu.Lock()
-	if n.fresh.heard == nil {
-		n.fresh.heard, n.fresh.rtt = map[string]time.Time{}, map[string]time.Duration{}
-	}
-	n.fresh.heard[r] = now
+	n.fresh.made().heard[r] = now
 	n.freshMu.Unlock()
 }
 
@@ -47,11 +44,16 @@ func (n *Node) noteRTT(r string, rtt time.Duration) {
 		return
 	}
 	n.freshMu.Lock()
-	if n.fresh.rtt == nil {
-		n.fresh.heard, n.fresh.rtt = map[string]time.Time{}, map[string]time.Duration{}
-	}
-	n.fresh.rtt[r] = rtt
+	n.fresh.made().rtt[r] = rtt
 	n.freshMu.Unlock()
+}
+
+// made returns f with its maps made (a Node's zero value has none).
+func (f *freshness) made() *freshness {
+	if f.heard == nil {
+		f.heard, f.rtt = map[string]time.Time{}, map[string]time.Duration{}
+	}
+	return f
 }
 
 // heartbeatLoop sends an empty flush frame to every alive member of the

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -94,29 +95,17 @@ func newHarnessStores(t *testing.T, fn *FaultNetwork, regions []string, perRegio
 	seed := ""
 	for _, r := range regions {
 		for i := range perRegion {
-			nt, err := Listen("127.0.0.1:0", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
 			cfg := testConfig()
 			cfg.Name = fmt.Sprintf("%s-%d", r, i)
 			cfg.Region = r
 			cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", 8000+len(h.nodes))
-			cfg.Transport = NewFaultTransport(nt, fn, r)
+			cfg.Transport = listenLoopback(t, fn, r)
 			if seed != "" {
 				cfg.Join = []string{seed}
 			}
 			tn := &tnode{name: cfg.Name, region: r, store: h.stores[r]}
 			cfg.Now = tn.now
-			n, err := New(cfg, h.stores[r])
-			if err != nil {
-				t.Fatalf("New(%s): %v", cfg.Name, err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				_ = n.Close(ctx)
-			})
+			n := startTestNode(t, cfg, h.stores[r])
 			if seed == "" {
 				seed = n.Addr()
 			}
@@ -128,26 +117,93 @@ func newHarnessStores(t *testing.T, fn *FaultNetwork, regions []string, perRegio
 	return h
 }
 
-// waitAlive polls until every live node sees want members alive.
-func (h *harness) waitAlive(want int, timeout time.Duration) {
+// waitAlive polls until every live node sees want members alive and
+// returns how long that took.
+func (h *harness) waitAlive(want int, timeout time.Duration) time.Duration {
 	h.t.Helper()
-	waitFor(h.t, timeout, fmt.Sprintf("every node sees %d members alive", want), func() bool {
+	return waitAllAlive(h.t, timeout, want, func() []*Node {
+		var live []*Node
 		for _, tn := range h.nodes {
-			if tn.dead.Load() {
-				continue
-			}
-			alive := 0
-			for _, m := range tn.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != want {
-				return false
+			if !tn.dead.Load() {
+				live = append(live, tn.node)
 			}
 		}
-		return true
+		return live
+	}()...)
+}
+
+// listenLoopback opens a transport on a free loopback port: behind fn as a node
+// of region reg when fn is set, bare otherwise.
+func listenLoopback(t testing.TB, fn *FaultNetwork, reg string) memberlist.NodeAwareTransport {
+	t.Helper()
+	nt, err := Listen("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fn == nil {
+		return nt
+	}
+	return NewFaultTransport(nt, fn, reg)
+}
+
+// startTestNode starts a node with cfg on st, and closes it when the test
+// ends. It is how every test of this package starts a real node.
+func startTestNode(t testing.TB, cfg Config, st Store) *Node {
+	t.Helper()
+	n, err := New(cfg, st)
+	if err != nil {
+		t.Fatalf("New(%s): %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.Close(ctx)
 	})
+	return n
+}
+
+// aliveMembers returns how many members n sees alive, itself included.
+func aliveMembers(n *Node) int {
+	alive := 0
+	for _, m := range n.Members() {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	return alive
+}
+
+// allSeeAlive reports whether every node in nodes sees want members alive.
+func allSeeAlive(want int, nodes ...*Node) bool {
+	for _, n := range nodes {
+		if aliveMembers(n) != want {
+			return false
+		}
+	}
+	return true
+}
+
+// waitAllAlive polls until every node in nodes sees want members alive and
+// returns how long that took.
+func waitAllAlive(t testing.TB, timeout time.Duration, want int, nodes ...*Node) time.Duration {
+	t.Helper()
+	return waitFor(t, timeout, fmt.Sprintf("every node sees %d members alive", want), func() bool { return allSeeAlive(want, nodes...) })
+}
+
+// waitGone polls until n records the member named name as left or dead,
+// and returns which.
+func waitGone(t testing.TB, n *Node, name string) string {
+	t.Helper()
+	var state string
+	waitFor(t, 10*time.Second, fmt.Sprintf("%s sees %s gone", n.Name(), name), func() bool {
+		for _, m := range n.Members() {
+			if m.Name == name {
+				state = m.State
+			}
+		}
+		return state == "left" || state == "dead"
+	})
+	return state
 }
 
 // waitFor and poll are the one polling helper, polltest's, under the names

@@ -18,12 +18,7 @@ func startKeyed(t *testing.T, name, regionName string, keys [][]byte, join ...st
 	cfg := testConfig()
 	cfg.Name, cfg.Region, cfg.BindAddr, cfg.SecretKeys, cfg.Join = name, regionName, "127.0.0.1:0", keys, join
 	store := region.NewMemory(region.MemoryConfig{Region: regionName})
-	n, err := New(cfg, store)
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	t.Cleanup(func() { _ = n.Close(context.Background()) })
-	return n, store
+	return startTestNode(t, cfg, store), store
 }
 
 // TestKeyRotation rotates a three-region pool from key A to key B in the
@@ -38,20 +33,7 @@ func TestKeyRotation(t *testing.T) {
 	b, bStore := startKeyed(t, "b1", "us", [][]byte{keyA}, a.Addr())
 	c, cStore := startKeyed(t, "c1", "ap", [][]byte{keyA}, a.Addr())
 	nodes := []*Node{a, b, c}
-	allAlive := func() bool {
-		for _, n := range nodes {
-			alive := 0
-			for _, m := range n.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != len(nodes) {
-				return false
-			}
-		}
-		return true
-	}
+	allAlive := func() bool { return allSeeAlive(len(nodes), nodes...) }
 	waitFor(t, 10*time.Second, "three nodes alive", allAlive)
 
 	bucket := time.Now().UnixMilli() / 3_600_000

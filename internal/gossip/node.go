@@ -87,8 +87,7 @@ type Node struct {
 	members map[string]*member
 
 	stateMu sync.Mutex
-	recent  []region.Total // ring of recently reconciled totals, for push-pull
-	next    int
+	recent  ring[region.Total] // recently reconciled totals, for push-pull
 
 	ageMu   sync.Mutex
 	newest  map[string]time.Time     // remote region -> Sent of newest merged frame
@@ -135,7 +134,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		notice:  map[ref]uint64{},
 		touched: map[int64]map[ref]struct{}{},
 		members: map[string]*member{},
-		recent:  make([]region.Total, 0, max(cfg.MaxStateBytes/16, 16)),
+		recent:  newRing[region.Total](max(cfg.MaxStateBytes/16, 16)),
 		newest:  map[string]time.Time{},
 		offsets: map[string]time.Duration{},
 		skewed:  map[string]bool{},

@@ -3,13 +3,13 @@ package gossip
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
@@ -48,12 +48,7 @@ func startNode(t *testing.T, name, regionName string, key []byte, join ...string
 	cfg := testConfig()
 	cfg.Name, cfg.Region, cfg.BindAddr, cfg.SecretKey, cfg.Join = name, regionName, "127.0.0.1:0", key, join
 	cfg.APIAddr = "127.0.0.1:9" + name[len(name)-1:]
-	n, err := New(cfg, region.NewMemory(region.MemoryConfig{Region: regionName}))
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	t.Cleanup(func() { _ = n.Close(context.Background()) })
-	return n
+	return startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: regionName}))
 }
 
 // TestEncryption: with a secret key, a node without it (or with another)
@@ -84,12 +79,7 @@ func TestEncryption(t *testing.T) {
 // it is; Close makes the others see it as left, after sending its dirty
 // totals.
 func TestJoinRetriesAndCloseLeaves(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := l.Addr().String()
-	l.Close()
+	seed := porttest.ClosedAddr(t)
 	b := startNode(t, "b1", "us", nil, seed) // the seed is not up yet
 
 	cfg := testConfig()
@@ -113,15 +103,7 @@ func TestJoinRetriesAndCloseLeaves(t *testing.T) {
 	// "left" needs the leaving flag (a metadata update) to reach a before
 	// the leave itself; if it does not, a records "dead" and stops trying
 	// to reconnect only after an hour.
-	var state string
-	waitFor(t, 10*time.Second, "a sees b gone", func() bool {
-		for _, m := range a.Members() {
-			if m.Name == "b1" {
-				state = m.State
-			}
-		}
-		return state == "left" || state == "dead"
-	})
+	state := waitGone(t, a, "b1")
 	t.Logf("a records b as %q after its Close", state)
 	waitFor(t, 5*time.Second, "a merged b's last total", func() bool {
 		v, _ := aStore.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: time.Minute, Bucket: time.Now().UnixMilli() / 60000}})

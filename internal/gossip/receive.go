@@ -263,22 +263,9 @@ func (n *Node) remember(now time.Time, ts []region.Total) {
 		if !now.Before(n.expiry(t.Window, t.Bucket)) {
 			continue
 		}
-		k := ref{t.Key, t.Window, t.Bucket}
-		due := (t.Bucket + 1) * t.Window.Milliseconds()
-		set := n.touched[due]
-		if set == nil {
-			set = map[ref]struct{}{}
-			n.touched[due] = set
-		}
-		if _, ok := set[k]; ok {
-			continue
-		}
-		if n.nTouched >= n.cfg.MaxTouched {
-			n.met.drop("touched_full")
+		if _, full := n.touchLocked(ref{t.Key, t.Window, t.Bucket}, false); full {
 			return
 		}
-		set[k] = struct{}{}
-		n.nTouched++
 	}
 }
 

@@ -50,25 +50,48 @@ func (n *Node) reconcileDue() {
 		delete(n.touched, due)
 	}
 	n.mu.Unlock()
-	for len(refs) > 0 {
-		chunk := refs[:min(len(refs), vectorChunk)]
-		refs = refs[len(chunk):]
-		n.reconcile(now, chunk)
+	inChunks(refs, func(chunk []region.BucketRef) { n.reconcile(now, chunk) })
+}
+
+// inChunks calls f with s in order, at most vectorChunk items at a time.
+func inChunks[T any](s []T, f func([]T)) {
+	for len(s) > 0 {
+		chunk := s[:min(len(s), vectorChunk)]
+		s = s[len(chunk):]
+		f(chunk)
 	}
 }
 
-func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	vecs, err := n.store.Vectors(ctx, refs)
-	cancel()
+// storeTimeout bounds each store call the node makes on its own (not on a
+// caller's behalf).
+const storeTimeout = 5 * time.Second
+
+// vectors reads refs' vectors from the store within storeTimeout.
+func (n *Node) vectors(refs []region.BucketRef) ([][]region.Total, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	return n.store.Vectors(ctx, refs)
+}
+
+// readVectors is vectors for the node's own loops: a failure is counted as
+// a store_error drop and logged as msg.
+func (n *Node) readVectors(refs []region.BucketRef, msg string) ([][]region.Total, error) {
+	vecs, err := n.vectors(refs)
 	if err != nil {
 		n.met.drop("store_error")
-		n.log.Warn("read vectors for reconciliation", "n", len(refs), "err", err)
+		n.log.Warn(msg, "n", len(refs), "err", err)
+	}
+	return vecs, err
+}
+
+func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
+	vecs, err := n.readVectors(refs, "read vectors for reconciliation")
+	if err != nil {
 		// Try again next tick while the buckets can still matter.
 		n.mu.Lock()
 		for _, r := range refs {
 			if now.Before(n.expiry(r.Window, r.Bucket)) {
-				n.requeueLocked(r)
+				n.touchLocked(ref{r.Key, r.Window, r.Bucket}, true)
 			}
 		}
 		n.mu.Unlock()
@@ -199,18 +222,28 @@ func (n *Node) retryPending() {
 	}
 }
 
-func (n *Node) requeueLocked(r region.BucketRef) {
-	k := ref{r.Key, r.Window, r.Bucket}
-	due := (r.Bucket + 1) * r.Window.Milliseconds()
+// touchLocked adds k to the buckets this node reconciles once k's bucket
+// closes: at most MaxTouched of them, unless always (a bucket taken out of
+// the set to be reconciled and put back). added reports a bucket new to
+// the set; full, one refused because the set is full (counted as a drop).
+// n.mu must be held.
+func (n *Node) touchLocked(k ref, always bool) (added, full bool) {
+	due := (k.bucket + 1) * k.window.Milliseconds()
 	set := n.touched[due]
 	if set == nil {
 		set = map[ref]struct{}{}
 		n.touched[due] = set
 	}
-	if _, ok := set[k]; !ok {
-		set[k] = struct{}{}
-		n.nTouched++
+	if _, ok := set[k]; ok {
+		return false, false
 	}
+	if !always && n.nTouched >= n.cfg.MaxTouched {
+		n.met.drop("touched_full")
+		return false, true
+	}
+	set[k] = struct{}{}
+	n.nTouched++
+	return true, false
 }
 
 func bucketEnd(w time.Duration, b int64) time.Time {
@@ -233,12 +266,7 @@ func (n *Node) keepRecent(ts []region.Total) {
 	n.stateMu.Lock()
 	defer n.stateMu.Unlock()
 	for _, t := range ts {
-		if len(n.recent) < cap(n.recent) {
-			n.recent = append(n.recent, t)
-			continue
-		}
-		n.recent[n.next] = t
-		n.next = (n.next + 1) % len(n.recent)
+		n.recent.push(t)
 	}
 }
 
@@ -248,11 +276,9 @@ func (n *Node) keepRecent(ts []region.Total) {
 func (n *Node) localState() []byte {
 	now := n.cfg.Now()
 	n.stateMu.Lock()
-	ts := make([]region.Total, 0, len(n.recent))
-	for i := range n.recent {
-		// Walk newest first: the slot before next is the newest.
-		j := (n.next - 1 - i + 2*len(n.recent)) % len(n.recent)
-		t := n.recent[j]
+	ts := make([]region.Total, 0, n.recent.len())
+	for i := range n.recent.len() {
+		t := n.recent.newest(i)
 		if now.Before(n.expiry(t.Window, t.Bucket)) {
 			ts = append(ts, t)
 		}

@@ -23,15 +23,7 @@ func TestRegions(t *testing.T) {
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var state string
-	waitFor(t, 10*time.Second, "a sees b gone", func() bool {
-		for _, m := range a.Members() {
-			if m.Name == "b1" {
-				state = m.State
-			}
-		}
-		return state == "left" || state == "dead"
-	})
+	state := waitGone(t, a, "b1")
 	// A leave that reaches a before its metadata update is recorded as a
 	// failure (see TestJoinRetriesAndCloseLeaves): a failed region counts.
 	if got, want := a.Regions(), map[string]int{"left": 2, "dead": 3}[state]; got != want {

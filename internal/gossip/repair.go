@@ -250,16 +250,10 @@ func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []reg
 		}
 	}
 	var out []region.Total
-	for len(uniq) > 0 {
-		chunk := uniq[:min(len(uniq), vectorChunk)]
-		uniq = uniq[len(chunk):]
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		vecs, err := n.store.Vectors(ctx, chunk)
-		cancel()
+	inChunks(uniq, func(chunk []region.BucketRef) {
+		vecs, err := n.readVectors(chunk, "read vectors")
 		if err != nil {
-			n.met.drop("store_error")
-			n.log.Warn("read vectors", "n", len(chunk), "err", err)
-			continue
+			return
 		}
 		for _, v := range vecs {
 			for _, t := range v {
@@ -268,7 +262,7 @@ func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []reg
 				}
 			}
 		}
-	}
+	})
 	return out
 }
 

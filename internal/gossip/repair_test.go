@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -27,28 +29,16 @@ type ownNode struct {
 func startOwn(t *testing.T, fn *FaultNetwork, name, reg string, st region.Store, ownStore bool,
 	epoch func(context.Context) (string, bool, error), seed string) *ownNode {
 	t.Helper()
-	nt, err := Listen("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Name, cfg.Region = name, reg
-	cfg.Transport = NewFaultTransport(nt, fn, reg)
+	cfg.Transport = listenLoopback(t, fn, reg)
 	cfg.OwnStore = ownStore
 	cfg.Epoch = epoch
 	cfg.EpochInterval = 100 * time.Millisecond
 	if seed != "" {
 		cfg.Join = []string{seed}
 	}
-	n, err := New(cfg, st)
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = n.Close(ctx)
-	})
+	n := startTestNode(t, cfg, st)
 	return &ownNode{name: name, region: reg, node: n, store: st}
 }
 
@@ -87,22 +77,14 @@ func bucketSum(t *testing.T, st region.Store, key string, w time.Duration, b int
 	return s
 }
 
+// waitMembers polls until every node sees want members alive.
 func waitMembers(t *testing.T, nodes []*ownNode, want int) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("every node sees %d members alive", want), func() bool {
-		for _, on := range nodes {
-			alive := 0
-			for _, m := range on.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != want {
-				return false
-			}
-		}
-		return true
-	})
+	ns := make([]*Node, len(nodes))
+	for i, on := range nodes {
+		ns[i] = on.node
+	}
+	waitAllAlive(t, 10*time.Second, want, ns...)
 }
 
 // TestMemoryRegionNodes: two nodes of eu and one of us, each on its own
@@ -117,11 +99,7 @@ func TestMemoryRegionNodes(t *testing.T) {
 	fn := NewFaultNetwork(1)
 	mem := func(reg string) region.Store {
 		// As rlnode opens the in-memory store with gossip.
-		st, err := region.Open(context.Background(), region.Config{Region: reg, Replica: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
+		return storetest.Open(t, region.Config{Region: reg, Replica: true})
 	}
 	eu0 := startOwn(t, fn, "eu-0", "eu", mem("eu"), true, nil, "")
 	eu1 := startOwn(t, fn, "eu-1", "eu", mem("eu"), true, nil, eu0.node.Addr())
@@ -187,13 +165,7 @@ func TestRedisRestartRepair(t *testing.T) {
 	fn := NewFaultNetwork(2)
 	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rd, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Region: "eu", ServerClock: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rd.Close() })
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true}}).Redis
 	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
 	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
 	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
@@ -298,31 +270,28 @@ func TestHealAgreement(t *testing.T) {
 	short := window.Limit{Limit: 1 << 40, Window: time.Second}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	drive := func() {
-		for _, tn := range h.nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-					lim := open
-					if i%2 == 1 {
-						lim = short
-					}
-					if _, err := h.hit(tn, fmt.Sprintf("h%d", i%8), lim); err != nil {
-						t.Error(err)
-						return
-					}
+	var hits atomic.Int64
+	for _, tn := range h.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick(stop, 5*time.Millisecond, func(i int) bool {
+				lim := open
+				if i%2 == 1 {
+					lim = short
 				}
-			}()
-		}
+				if _, err := h.hit(tn, fmt.Sprintf("h%d", i%8), lim); err != nil {
+					t.Error(err)
+					return false
+				}
+				hits.Add(1)
+				return true
+			})
+		}()
 	}
-	drive()
-	time.Sleep(300 * time.Millisecond) // traffic before the cut, replicated as usual
+	// Traffic before the cut, replicated as usual: some hits in both
+	// windows.
+	waitFor(t, 20*time.Second, "traffic before the cut", func() bool { return hits.Load() >= int64(10*len(h.nodes)) })
 	h.fn.Partition("us", "ap")
 	h.fn.Partition("us", "eu")
 	waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
@@ -339,20 +308,7 @@ func TestHealAgreement(t *testing.T) {
 	wg.Wait()
 	h.fn.HealAll()
 	healAt := time.Now()
-	rejoin := waitFor(t, 20*time.Second, "all members alive again", func() bool {
-		for _, tn := range h.nodes {
-			alive := 0
-			for _, m := range tn.node.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != len(h.nodes) {
-				return false
-			}
-		}
-		return true
-	})
+	rejoin := h.waitAlive(len(h.nodes), 20*time.Second)
 	aliveAt := healAt.Add(rejoin)
 	want := h.truthVecs(nil)
 	var nOpen, nClosed int

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,20 +83,7 @@ func (s *sim) close() {
 
 func (s *sim) waitAlive(want int) {
 	s.t.Helper()
-	waitFor(s.t, 30*time.Second, fmt.Sprintf("every node sees %d members alive", want), func() bool {
-		for _, n := range s.nodes {
-			alive := 0
-			for _, m := range n.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != want {
-				return false
-			}
-		}
-		return true
-	})
+	waitAllAlive(s.t, 30*time.Second, want, slices.Collect(maps.Values(s.nodes))...)
 }
 
 // hit admits one hit of key on node n as the API does (Check, then Dirty)

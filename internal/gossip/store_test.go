@@ -1,12 +1,11 @@
 package gossip
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 )
 
 // storeKeepsAll reports whether the test store keeps every bucket until
@@ -18,12 +17,5 @@ const storeKeepsAll = true
 func newTestStore(t *testing.T, regionName string) region.Store {
 	t.Helper()
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := region.NewRedis(ctx, region.RedisConfig{URL: srv.URL(), Region: regionName})
-	if err != nil {
-		t.Fatalf("NewRedis(%s): %v", srv.URL(), err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return storetest.Open(t, region.Config{Region: regionName, Redis: region.RedisConfig{URL: srv.URL()}}).Redis
 }

@@ -44,16 +44,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			frames, err := Encode(c.kind, t0, testSender("eu"), c.totals, 1360)
-			if err != nil {
-				t.Fatalf("Encode() error = %v", err)
-			}
 			var got []region.Total
-			for _, f := range frames {
-				m, err := Decode(f)
-				if err != nil {
-					t.Fatalf("Decode() error = %v", err)
-				}
+			for _, m := range encodeDecode(t, c.kind, t0, testSender("eu"), c.totals, 1360) {
 				if m.Kind != c.kind || m.From != "eu" || !m.Sent.Equal(t0) || m.Node != "node-eu" || m.Token != testSender("eu").Token {
 					t.Errorf("Decode() header = %v %q %v %q %x, want %v %q %v %q %x", m.Kind, m.From, m.Sent, m.Node, m.Token,
 						c.kind, "eu", t0, "node-eu", testSender("eu").Token)
@@ -68,6 +60,23 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// encodeDecode encodes totals into frames of at most limit bytes and
+// decodes each frame back, failing t if either step fails.
+func encodeDecode(t *testing.T, kind Kind, sent time.Time, s Sender, totals []region.Total, limit int) []Message {
+	t.Helper()
+	frames, err := Encode(kind, sent, s, totals, limit)
+	if err != nil {
+		t.Fatalf("Encode(%v, %d totals) error = %v", kind, len(totals), err)
+	}
+	ms := make([]Message, len(frames))
+	for i, f := range frames {
+		if ms[i], err = Decode(f); err != nil {
+			t.Fatalf("Decode(frame %d of %d) error = %v", i, len(frames), err)
+		}
+	}
+	return ms
 }
 
 // TestFrameSize checks the size figures the wire.go comment promises and
@@ -237,16 +246,8 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := Encode(m.Kind, m.Sent, Sender{Node: m.Node, Region: m.From, Token: m.Token}, m.Totals, MaxMessage)
-		if err != nil {
-			t.Fatalf("re-encode accepted frame: %v", err)
-		}
 		var got []region.Total
-		for _, fr := range again {
-			m2, err := Decode(fr)
-			if err != nil {
-				t.Fatalf("decode re-encoded frame: %v", err)
-			}
+		for _, m2 := range encodeDecode(t, m.Kind, m.Sent, Sender{Node: m.Node, Region: m.From, Token: m.Token}, m.Totals, MaxMessage) {
 			got = append(got, m2.Totals...)
 		}
 		if len(got) != len(m.Totals) || (len(got) > 0 && !reflect.DeepEqual(got, m.Totals)) {
