@@ -31,6 +31,7 @@ type costRun struct {
 	lim    window.Limit
 	run    time.Duration
 	oneWay time.Duration
+	stale  time.Duration // Config.MaxStaleness; 0: the default
 }
 
 // costResult is what a costRun measured.
@@ -86,6 +87,7 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		cfg := testConfig()
 		cfg.FlushInterval, cfg.HeartbeatInterval, cfg.PushPullInterval = DefaultFlushInterval, DefaultHeartbeatInterval, 10*time.Second
 		cfg.Name, cfg.Region, cfg.SecretKey = r+"-0", r, key
+		cfg.MaxStaleness = c.stale
 		cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", 8000+len(nodes))
 		cfg.Transport = NewFaultTransport(nt, fn, r)
 		if seed != "" {
@@ -169,7 +171,8 @@ func measureCost(tb testing.TB, c costRun) costResult {
 					}
 					if out[0].Allowed {
 						admitted++
-						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local})
+						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local, Halves: out[0].LocalHalves,
+							Limit: c.lim.Limit, Estimate: out[0].Estimate + 1})
 					}
 				}
 				return true
@@ -207,22 +210,29 @@ func farAndNear(keys int, run time.Duration) (far, near costRun) {
 
 // TestReplicationCost measures what replication spends per active key, for
 // keys far below their limit and keys near it, and checks the figures are
-// those of a working replication: something is sent for every key, and no
-// more than every total in every flush to both other regions could cost.
+// those of the urgency policy: far keys go only when their oldest unsent
+// hit is a maximum staleness (1 s here) old, near keys at every flush in
+// which they changed, echoed at the next; something is sent for every
+// key, and no more than every total in every flush to both other regions
+// could cost.
 func TestReplicationCost(t *testing.T) {
 	far, near := farAndNear(100, 3*time.Second)
+	far.stale, near.stale = time.Second, time.Second
+	got := map[string]costResult{}
 	for _, c := range []struct {
-		name string
-		run  costRun
-	}{{"far from limit", far}, {"near limit", near}} {
+		name      string
+		run       costRun
+		sent, not string // a reason bytes must be counted for, and one they must not
+	}{{"far from limit", far, reasonPeriodic, reasonUrgent}, {"near limit", near, reasonUrgent, reasonPeriodic}} {
 		r := measureCost(t, c.run)
+		got[c.name] = r
 		t.Logf("%s: %v", c.name, r)
 		// Each flush (every 20 ms) sends each changed total to two regions,
-		// once more as an echo: with about 30 bytes per entry that is at most
-		// 3 nodes * 2 * 2 * 30 * 50 = 18,000 bytes per key per second; a
+		// once more as an echo: with about 45 bytes per entry that is at most
+		// 3 nodes * 2 * 2 * 45 * 50 = 27,000 bytes per key per second; a
 		// figure above it means totals go out more often than flushes do.
-		if got := r.perKeySecond(); got <= 0 || got > 18000 {
-			t.Errorf("%s: %.0f payload bytes per active key per second, want 1 to 18000", c.name, got)
+		if got := r.perKeySecond(); got <= 0 || got > 27000 {
+			t.Errorf("%s: %.0f payload bytes per active key per second, want 1 to 27000", c.name, got)
 		}
 		if r.admitted == 0 {
 			t.Errorf("%s: nothing admitted", c.name)
@@ -234,13 +244,27 @@ func TestReplicationCost(t *testing.T) {
 		if math.Abs(sum-r.payload) > 1 {
 			t.Errorf("%s: bytes by reason sum to %.0f, bytes by kind to %.0f", c.name, sum, r.payload)
 		}
-		// Every key changes in about one flush in five here, so most totals
-		// are echoed; heartbeats go out every 100 ms.
-		for _, why := range []string{reasonFlush, reasonEcho, reasonHeartbeat} {
+		// Near totals are echoed at the next flush; a far key changes
+		// before its echo would be due, so its next send stands for it.
+		for _, why := range []string{c.sent, reasonHeartbeat} {
 			if r.byReason[why] <= 0 {
 				t.Errorf("%s: no bytes counted as %s: %v", c.name, why, r.byReason)
 			}
 		}
+		for _, why := range []string{c.not, reasonFlush} {
+			if r.byReason[why] != 0 {
+				t.Errorf("%s: %.0f bytes counted as %s, want none: %v", c.name, r.byReason[why], why, r.byReason)
+			}
+		}
+	}
+	// A far key goes about once a second instead of in about one flush in
+	// five (each region offers it a hit every 300 ms) and once more as an
+	// echo: well under half what a near key costs.
+	if r := got["near limit"]; r.byReason[reasonEcho] <= 0 {
+		t.Errorf("near limit: no bytes counted as echo: %v", r.byReason)
+	}
+	if f, n := got["far from limit"].perKeySecond(), got["near limit"].perKeySecond(); f > n/2 {
+		t.Errorf("far keys cost %.0f bytes per key per second, near ones %.0f: want far at most half", f, n)
 	}
 }
 

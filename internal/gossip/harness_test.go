@@ -180,7 +180,7 @@ func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
 	}
 	h.mu.Unlock()
 	if !tn.dead.Load() {
-		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local})
+		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local, Limit: lim.Limit, Estimate: r.Estimate + 1})
 	}
 	return true, nil
 }

@@ -1,0 +1,150 @@
+package gossip
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+func TestAllowance(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		limit, estimate uint64
+		replicas        int
+		want            uint64
+	}{
+		{"idle key, three regions", 3000, 0, 3, 500},
+		{"a third of the way", 3000, 1000, 3, 166},
+		{"just below half", 3000, 1499, 3, 0},
+		{"at half", 3000, 1500, 3, 0},
+		{"above the limit", 3000, 4000, 3, 0},
+		{"odd limit", 7, 1, 3, 0},
+		{"two regions", 1000, 100, 2, 200},
+		{"no replica count", 1000, 0, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := allowance(c.limit, c.estimate, c.replicas); got != c.want {
+				t.Errorf("allowance(%d, %d, %d) = %d, want %d", c.limit, c.estimate, c.replicas, got, c.want)
+			}
+		})
+	}
+}
+
+// hitN admits hits of key on node n as the decision path does: Check, then
+// Dirty with the limit and the estimate admitted at (hits included). It
+// returns the bucket and the new local total.
+func (s *sim) hitN(n *Node, key string, lim window.Limit, hits uint64) (int64, uint64) {
+	s.t.Helper()
+	res := make([]region.Result, 1)
+	if err := s.stores[n.Region()].Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: hits, Now: time.Now()}}, res); err != nil {
+		s.t.Fatal(err)
+	}
+	r := res[0]
+	if !r.Allowed {
+		s.t.Fatalf("%d hits on %s denied", hits, key)
+	}
+	n.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Halves: r.LocalHalves,
+		Limit: lim.Limit, Estimate: r.Estimate + hits})
+	return r.Bucket, r.Local
+}
+
+// TestSimUrgency: on the bubble's exact clock, three regions 30 ms apart.
+// A key far below its limit reaches the other regions only once its
+// oldest unsent hit is MaxStaleness old; one whose unsent hits reach the
+// allowance, or that is at or above half its limit, within one flush plus
+// the one-way delay; and a graceful Close sends what is left.
+func TestSimUrgency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const oneWay = 30 * time.Millisecond
+		s := newSim(t, threeRegions, 1, oneWay)
+		defer s.close()
+		time.Sleep(time.Second) // let the start-up's rejoin sends pass
+		eu := s.nodes["eu-0"]
+		flush, stale := testConfig().FlushInterval, DefaultMaxStaleness
+		if flush == 0 {
+			flush = DefaultFlushInterval
+		}
+		fast := flush + oneWay + 10*time.Millisecond // the poll's step
+		everywhere := func(key string, w time.Duration, b int64, c uint64) func() bool {
+			return func() bool {
+				return s.count("us", "eu", key, w, b) == c && s.count("ap", "eu", key, w, b) == c
+			}
+		}
+		lim := window.Limit{Limit: 3000, Window: time.Hour}
+
+		// Far: one hit waits out the maximum staleness.
+		start := time.Now()
+		b, c := s.hitN(eu, "far", lim, 1)
+		time.Sleep(stale - flush)
+		if got := s.count("us", "eu", "far", lim.Window, b); got != 0 {
+			t.Fatalf("us holds %d of a far key %v after its hit, want 0 before %v", got, time.Since(start), stale)
+		}
+		waitFor(t, 2*stale, "far key everywhere", everywhere("far", lim.Window, b, c))
+		took := time.Since(start)
+		t.Logf("far key: in every region %v after its hit (max staleness %v)", took, stale)
+		if took < stale || took > stale+fast {
+			t.Errorf("far key arrived after %v, want %v to %v", took, stale, stale+fast)
+		}
+
+		// fastly: hits on key arrive everywhere within one flush plus the
+		// one-way delay.
+		fastly := func(what, key string, hits uint64) {
+			t.Helper()
+			b, c := s.hitN(eu, key, lim, hits)
+			took := waitFor(t, stale, what+" everywhere", everywhere(key, lim.Window, b, c))
+			t.Logf("%s: in every region after %v (bound %v)", what, took, fast)
+			if took > fast {
+				t.Errorf("%s: arrived after %v, want <= %v", what, took, fast)
+			}
+		}
+
+		// Unsent hits reaching the allowance: 100 at a time, the fourth
+		// request's 400 unsent pass (1500 - 400)/3 = 366.
+		for range 3 {
+			b, _ = s.hitN(eu, "burst", lim, 100)
+		}
+		time.Sleep(10 * fast)
+		if got := s.count("us", "eu", "burst", lim.Window, b); got != 0 {
+			t.Fatalf("us holds %d of 300 hits below the allowance, want 0", got)
+		}
+		fastly("allowance reached", "burst", 100)
+
+		// Near: at half the limit every hit goes at the next flush.
+		s.hitN(eu, "near", lim, 1500)
+		time.Sleep(10 * fast)
+		fastly("near key", "near", 1)
+
+		by := eu.met.bytesByReason()
+		for _, why := range []string{reasonPeriodic, reasonUrgent, reasonEcho} {
+			if by[why] <= 0 {
+				t.Errorf("no bytes counted as %s: %v", why, by)
+			}
+		}
+		if by[reasonFlush] != 0 {
+			t.Errorf("%v bytes counted as flush, want 0: every total here has a limit", by[reasonFlush])
+		}
+		for _, class := range []string{classNear, classFar} {
+			if got := eu.met.stalenessCount(class); got == 0 {
+				t.Errorf("no staleness observed for %s keys", class)
+			}
+		}
+
+		// A graceful Close sends a far key's unsent hits.
+		ap := s.nodes["ap-0"]
+		res := make([]region.Result, 1)
+		if err := s.stores["ap"].Check(context.Background(), []region.Request{{Key: "left", Limit: lim, Hits: 3, Now: time.Now()}}, res); err != nil {
+			t.Fatal(err)
+		}
+		ap.Dirty(region.Total{Key: "left", Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local, Limit: lim.Limit, Estimate: 3})
+		if err := ap.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Second, "eu holds ap's last hits", func() bool {
+			return s.count("eu", "ap", "left", lim.Window, res[0].Bucket) == 3
+		})
+	})
+}
