@@ -45,6 +45,11 @@ type keyState struct {
 	limit  uint64    // the newest decision's limit (0: none given)
 	est    uint64    // the estimate it admitted at
 	echoAt time.Time // when the last periodic send is sent once more; zero: none
+	// heard is the newest count merged from each other region for the
+	// bucket, and bump what they grew by since the newest decision: the
+	// estimate is taken as est + bump (see heardTotals).
+	heard map[string]uint64
+	bump  uint64
 }
 
 // timed is a total due for something at a time.
@@ -113,7 +118,7 @@ func (n *Node) note(dk dref, t region.Total, end int64, now time.Time) {
 		u.state[dk] = s
 		u.ends[end] = append(u.ends[end], dk)
 	}
-	s.limit, s.est = t.Limit, t.Estimate
+	s.limit, s.est, s.bump = t.Limit, t.Estimate, 0
 	if s.since.IsZero() {
 		s.since = now
 		u.stale = append(u.stale, timed{dk, now.Add(n.cfg.MaxStaleness)})
@@ -156,7 +161,8 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 				s.since = time.Time{}
 				return
 			}
-			a := allowance(s.limit, s.est, replicas)
+			// Both terms capped at the limit (at most 2^53): no overflow.
+			a := allowance(s.limit, min(s.est, s.limit)+min(s.bump, s.limit), replicas)
 			if a > 0 {
 				class = classFar
 			}
@@ -252,5 +258,44 @@ func (n *Node) forgetClosed(now time.Time) {
 			}
 		}
 		delete(u.ends, end)
+	}
+}
+
+// heardTotals raises the estimate of the buckets this node holds state of
+// by what the other regions' merged totals grew by since its newest
+// decision, and has a bucket whose unsent hits now reach the shrunken
+// allowance judged at the next flush: a region that stopped deciding a
+// key does not sit on its unsent hits while the others take the key
+// towards its limit. The first count heard from a region counts whole
+// (part of it may be in the estimate already): an estimate too high only
+// sends sooner.
+func (n *Node) heardTotals(totals []region.Total) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	u := &n.urg
+	if len(u.state) == 0 {
+		return
+	}
+	for _, t := range totals {
+		dk := dref{ref{t.Key, t.Window, t.Bucket}, n.cfg.Region}
+		s := u.state[dk]
+		if s == nil || t.Region == n.cfg.Region {
+			continue
+		}
+		if s.heard == nil {
+			s.heard = map[string]uint64{}
+		}
+		old := s.heard[t.Region]
+		if t.Count <= old {
+			continue
+		}
+		s.heard[t.Region] = t.Count
+		s.bump = min(s.bump+(t.Count-old), MaxCount) // counts are at most MaxCount
+		if _, dirty := n.dirty[dk]; dirty {
+			if u.changed == nil {
+				u.changed = map[dref]struct{}{}
+			}
+			u.changed[dk] = struct{}{}
+		}
 	}
 }

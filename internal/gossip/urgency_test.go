@@ -118,6 +118,19 @@ func TestSimUrgency(t *testing.T) {
 		time.Sleep(10 * fast)
 		fastly("near key", "near", 1)
 
+		// Quiet: eu holds 100 unsent hits (allowance 466) and stops; us
+		// takes the key past half its limit. Once eu hears it, eu's
+		// allowance is 0 and its hits follow at its next flush.
+		b, c = s.hitN(eu, "quiet", lim, 100)
+		time.Sleep(10 * fast)
+		start = time.Now()
+		s.hitN(s.nodes["us-0"], "quiet", lim, 1500)
+		took = waitFor(t, stale, "eu's quiet hits in us", func() bool { return s.count("us", "eu", "quiet", lim.Window, b) == c })
+		t.Logf("quiet region: its unsent hits in us %v after us passed half the limit (bound %v)", took, 2*fast)
+		if took > 2*fast {
+			t.Errorf("quiet region: its hits arrived after %v, want <= %v", took, 2*fast)
+		}
+
 		by := eu.met.bytesByReason()
 		for _, why := range []string{reasonPeriodic, reasonUrgent, reasonEcho} {
 			if by[why] <= 0 {
