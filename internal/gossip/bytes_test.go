@@ -140,7 +140,6 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		}
 		return p, by, w
 	}
-	p0, by0, w0 := snapshot()
 	// Each region offers perKey/3 hits per second to every key, keys in
 	// turn, catching up every 10 ms on what the elapsed time owes (so that
 	// a late tick on a loaded machine does not lower the load).
@@ -183,11 +182,20 @@ func measureCost(tb testing.TB, c costRun) costResult {
 			mu.Unlock()
 		}()
 	}
-	polltest.Until(tb, 2*c.run+10*time.Second, "the load period to pass", func() bool { return time.Since(started) >= c.run })
+	// Measure the steady state: from one maximum staleness into the load
+	// (when far keys have begun to go out) for c.run.
+	warm := c.stale
+	if warm <= 0 {
+		warm = DefaultMaxStaleness
+	}
+	polltest.Until(tb, 2*warm+10*time.Second, "the warm-up to pass", func() bool { return time.Since(started) >= warm })
+	p0, by0, w0 := snapshot()
+	measured := time.Now()
+	polltest.Until(tb, 2*c.run+10*time.Second, "the load period to pass", func() bool { return time.Since(measured) >= c.run })
 	close(stop)
 	wg.Wait()
 	p1, by1, w1 := snapshot()
-	res.run = time.Since(started)
+	res.run = time.Since(measured)
 	res.keys = c.keys
 	res.payload = p1 - p0
 	res.wire = w1 - w0
@@ -258,8 +266,8 @@ func TestReplicationCost(t *testing.T) {
 		}
 	}
 	// A far key goes about once a second instead of in about one flush in
-	// five (each region offers it a hit every 300 ms) and once more as an
-	// echo: well under half what a near key costs.
+	// five (each region offers it a hit every 300 ms) plus its echo: well
+	// under half what a near key costs.
 	if r := got["near limit"]; r.byReason[reasonEcho] <= 0 {
 		t.Errorf("near limit: no bytes counted as echo: %v", r.byReason)
 	}
@@ -271,8 +279,11 @@ func TestReplicationCost(t *testing.T) {
 // BenchmarkReplicationCost measures replication bytes per active key per
 // second for 300 keys offered 10 hits per second each (three regions of
 // one node), far from and near their limit, and reports whether keys below
-// half their limit meet the goal of bytesGoal. RLCLUSTER_COST_SECONDS sets
-// the load period (default 20). It measures once, whatever b.N.
+// half their limit meet the goal of bytesGoal (and fails when they do
+// not). Each measurement starts one maximum staleness into the load.
+// RLCLUSTER_COST_SECONDS sets the measured period (default 20);
+// RLCLUSTER_COST_KEYS=keys,rate the keys and the hits per second offered
+// to each (default 300,10). It measures once, whatever b.N.
 //
 //	go test ./internal/gossip -run '^$' -bench ReplicationCost -benchtime 1x
 func BenchmarkReplicationCost(b *testing.B) {
@@ -284,7 +295,14 @@ func BenchmarkReplicationCost(b *testing.B) {
 		}
 		run = d
 	}
-	far, near := farAndNear(300, run)
+	keys, perKey := 300, 10.0
+	if s := os.Getenv("RLCLUSTER_COST_KEYS"); s != "" {
+		if _, err := fmt.Sscanf(s, "%d,%g", &keys, &perKey); err != nil || keys < 1 || perKey <= 0 {
+			b.Fatalf("RLCLUSTER_COST_KEYS=%q: want keys,hits-per-key-per-second (e.g. 10000,1): %v", s, err)
+		}
+	}
+	far, near := farAndNear(keys, run)
+	far.perKey, near.perKey = perKey, perKey
 	for b.Loop() {
 		rf := measureCost(b, far)
 		rn := measureCost(b, near)
@@ -298,5 +316,8 @@ func BenchmarkReplicationCost(b *testing.B) {
 		b.Logf("near limit: %v", rn)
 		b.Logf("goal: <= %d payload bytes per active key per second for keys below half their limit (all nodes, three regions): %s (%.0f)",
 			bytesGoal, verdict, rf.perKeySecond())
+		if rf.perKeySecond() > bytesGoal {
+			b.Errorf("far from limit: %.0f payload bytes per active key per second, want <= %d", rf.perKeySecond(), bytesGoal)
+		}
 	}
 }
