@@ -24,7 +24,9 @@ import (
 //     since (its next send, due within MaxStaleness, repairs a loss);
 //   - the bucket closed: the reconciliation sends the bucket's final
 //     totals (reconcile.go), and a dirty total the reconciliation does not
-//     cover goes at once.
+//     cover goes at once;
+//   - the dirty set is three quarters full (Config.MaxDirty): every
+//     waiting total goes, so that new keys find room.
 //
 // A total without a limit, or any total with MaxStaleness negative, goes
 // at the next flush. See docs/design.md for why a region that keeps its
@@ -146,14 +148,17 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 	out := flushOut{why: map[dref]string{}, stale: map[string][]time.Duration{}}
 	sent := map[dref]tally{} // this flush's sends to echo at the next one
 	judge := func(dk dref, stale bool) {
-		c, ok := n.dirty[dk]
-		if !ok {
-			return
-		}
 		if _, done := out.why[dk]; done {
 			return
 		}
 		s := u.state[dk]
+		c, ok := n.dirty[dk]
+		if !ok {
+			if s != nil { // dropped (MaxDirty): let its next hit start a new wait
+				s.since = time.Time{}
+			}
+			return
+		}
 		why, class := reasonFlush, classNear
 		if s != nil && s.limit > 0 && !final {
 			if c == s.sent { // nothing new since the last send
@@ -207,6 +212,14 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 		}
 	}
 	u.stale = u.stale[i:]
+	// Under pressure (the dirty set three quarters full: more keys wait
+	// than MaxDirty allows for), send what waits rather than drop new keys,
+	// which could be near their limits.
+	if len(n.dirty) > n.cfg.MaxDirty/4*3 {
+		for dk := range n.dirty {
+			judge(dk, true)
+		}
+	}
 	// Echoes: the previous flush's sends once more, unless newer ones went,
 	// so that a single lost packet is repaired one flush later; and the
 	// periodic sends of MaxStaleness ago whose key has not changed since.

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -123,7 +124,6 @@ func TestSimUrgency(t *testing.T) {
 		// allowance is 0 and its hits follow at its next flush.
 		b, c = s.hitN(eu, "quiet", lim, 100)
 		time.Sleep(10 * fast)
-		start = time.Now()
 		s.hitN(s.nodes["us-0"], "quiet", lim, 1500)
 		took = waitFor(t, stale, "eu's quiet hits in us", func() bool { return s.count("us", "eu", "quiet", lim.Window, b) == c })
 		t.Logf("quiet region: its unsent hits in us %v after us passed half the limit (bound %v)", took, 2*fast)
@@ -160,4 +160,44 @@ func TestSimUrgency(t *testing.T) {
 			return s.count("eu", "ap", "left", lim.Window, res[0].Bucket) == 3
 		})
 	})
+}
+
+// TestUrgencyDue: which dirty totals a flush takes. Far keys wait; a key
+// at half its limit goes at once; with the dirty set three quarters full
+// every waiting total goes, so that new keys (which may be near their
+// limits) find room instead of being dropped.
+func TestUrgencyDue(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	n.cfg.MaxDirty = 100
+	n.dirty, n.notice = map[dref]tally{}, map[ref]uint64{}
+	b := t0.UnixMilli() / time.Minute.Milliseconds()
+	dirty := func(from, to int, est uint64) {
+		for i := from; i < to; i++ {
+			n.Dirty(region.Total{Key: fmt.Sprintf("k%d", i), Window: time.Minute, Bucket: b, Count: 1, Limit: 1000, Estimate: est})
+		}
+	}
+	due := func() map[string]int {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		by := map[string]int{}
+		for _, why := range n.due(t0, 3, false).why {
+			by[why]++
+		}
+		return by
+	}
+	dirty(0, 50, 1)
+	if got := due(); len(got) != 0 || len(n.dirty) != 50 {
+		t.Fatalf("50 far keys: sent %v, %d still dirty; want none sent, 50 dirty", got, len(n.dirty))
+	}
+	dirty(50, 51, 500)
+	if got := due(); got[reasonUrgent] != 1 || len(got) != 1 {
+		t.Errorf("a key at half its limit: sent %v, want 1 urgent", got)
+	}
+	dirty(51, 80, 1)
+	if got := due(); got[reasonPeriodic] != 79 || len(n.dirty) != 0 {
+		t.Errorf("79 far keys with room for 100: sent %v, %d still dirty; want 79 periodic, none dirty", got, len(n.dirty))
+	}
+	if got := n.met.dropCount("dirty_full"); got != 0 {
+		t.Errorf("%v totals dropped, want none", got)
+	}
 }
