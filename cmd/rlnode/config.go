@@ -70,6 +70,7 @@ type config struct {
 	GossipInsecure  bool
 	JoinTimeout     time.Duration
 	FlushInterval   time.Duration
+	MaxStaleness    time.Duration
 	// The burst guard (internal/guard) and the heartbeats it reads.
 	BurstGuard          bool
 	BurstGuardSuspicion time.Duration
@@ -137,6 +138,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", false, "allow gossip without a key on an address other than loopback: anyone who reaches the port can join, read every replicated key and report counts; for labs only")
 	fs.DurationVar(&c.JoinTimeout, "gossip-join-timeout", 30*time.Second, "with --join, how long the node may go without reaching another region before /readyz reports it not ready (`duration`; 0: never)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", gossip.DefaultFlushInterval, "how often this node sends changed counts to the other regions (`duration`)")
+	fs.DurationVar(&c.MaxStaleness, "gossip-max-staleness", gossip.DefaultMaxStaleness, "the longest a key far below its limit waits before its changed count goes to the other regions; a key's count goes at the next flush once its unsent hits reach floor((limit/2 - estimate)/regions), at once at or above half its limit (`duration`; 0: every changed count at the next flush)")
 	fs.BoolVar(&c.BurstGuard, "burst-guard", true, "with gossip, admit at most this region's share of a key's headroom per horizon (flush interval plus one-way delay) while other regions are alive, and charge silent regions their share on the minority side of a split; off or alone: no effect")
 	fs.DurationVar(&c.BurstGuardSuspicion, "burst-guard-suspicion", gossip.DefaultSuspicion, "how long a region may go unheard (no counts, no heartbeat) before the burst guard treats it as silent (`duration`)")
 	fs.DurationVar(&c.BurstGuardMargin, "burst-guard-margin", gossip.DefaultGuardMargin, "added to the burst guard's horizon (flush interval plus the measured one-way delay) for jitter (`duration`)")
@@ -304,6 +306,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
+	}
+	if c.MaxStaleness < 0 || c.MaxStaleness > time.Hour {
+		errs = append(errs, fmt.Errorf("--gossip-max-staleness: %v, want 0 to 1h", c.MaxStaleness))
 	}
 	if c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--gossip-heartbeat: %v, want 1ms to 10s", c.HeartbeatInterval))

@@ -30,6 +30,7 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 		AdvertiseAddr:     c.GossipAdvertise,
 		APIAddr:           apiAddr,
 		FlushInterval:     c.FlushInterval,
+		MaxStaleness:      c.MaxStaleness,
 		HeartbeatInterval: c.HeartbeatInterval,
 		Suspicion:         c.BurstGuardSuspicion,
 		GuardMargin:       c.BurstGuardMargin,
@@ -39,6 +40,9 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 	}
 	if cfg.GuardMargin == 0 {
 		cfg.GuardMargin = -1 // the flag's 0 is none; gossip's zero is its default
+	}
+	if cfg.MaxStaleness == 0 {
+		cfg.MaxStaleness = -1 // the flag's 0 is "no waiting"; gossip's zero is its default
 	}
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = -1 // the flag's 0 is "never"; gossip's zero is its default

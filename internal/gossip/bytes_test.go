@@ -31,6 +31,7 @@ type costRun struct {
 	lim    window.Limit
 	run    time.Duration
 	oneWay time.Duration
+	stale  time.Duration // Config.MaxStaleness; 0: the default
 }
 
 // costResult is what a costRun measured.
@@ -86,6 +87,7 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		cfg := testConfig()
 		cfg.FlushInterval, cfg.HeartbeatInterval, cfg.PushPullInterval = DefaultFlushInterval, DefaultHeartbeatInterval, 10*time.Second
 		cfg.Name, cfg.Region, cfg.SecretKey = r+"-0", r, key
+		cfg.MaxStaleness = c.stale
 		cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", 8000+len(nodes))
 		cfg.Transport = NewFaultTransport(nt, fn, r)
 		if seed != "" {
@@ -138,7 +140,6 @@ func measureCost(tb testing.TB, c costRun) costResult {
 		}
 		return p, by, w
 	}
-	p0, by0, w0 := snapshot()
 	// Each region offers perKey/3 hits per second to every key, keys in
 	// turn, catching up every 10 ms on what the elapsed time owes (so that
 	// a late tick on a loaded machine does not lower the load).
@@ -169,7 +170,8 @@ func measureCost(tb testing.TB, c costRun) costResult {
 					}
 					if out[0].Allowed {
 						admitted++
-						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local})
+						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local, Halves: out[0].LocalHalves,
+							Limit: c.lim.Limit, Estimate: out[0].Estimate + 1})
 					}
 				}
 				return true
@@ -180,11 +182,20 @@ func measureCost(tb testing.TB, c costRun) costResult {
 			mu.Unlock()
 		}()
 	}
-	polltest.Until(tb, 2*c.run+10*time.Second, "the load period to pass", func() bool { return time.Since(started) >= c.run })
+	// Measure the steady state: from one maximum staleness into the load
+	// (when far keys have begun to go out) for c.run.
+	warm := c.stale
+	if warm <= 0 {
+		warm = DefaultMaxStaleness
+	}
+	polltest.Until(tb, 2*warm+10*time.Second, "the warm-up to pass", func() bool { return time.Since(started) >= warm })
+	p0, by0, w0 := snapshot()
+	measured := time.Now()
+	polltest.Until(tb, 2*c.run+10*time.Second, "the load period to pass", func() bool { return time.Since(measured) >= c.run })
 	close(stop)
 	wg.Wait()
 	p1, by1, w1 := snapshot()
-	res.run = time.Since(started)
+	res.run = time.Since(measured)
 	res.keys = c.keys
 	res.payload = p1 - p0
 	res.wire = w1 - w0
@@ -207,22 +218,29 @@ func farAndNear(keys int, run time.Duration) (far, near costRun) {
 
 // TestReplicationCost measures what replication spends per active key, for
 // keys far below their limit and keys near it, and checks the figures are
-// those of a working replication: something is sent for every key, and no
-// more than every total in every flush to both other regions could cost.
+// those of the urgency policy: far keys go only when their oldest unsent
+// hit is a maximum staleness (1 s here) old, near keys at every flush in
+// which they changed, echoed at the next; something is sent for every
+// key, and no more than every total in every flush to both other regions
+// could cost.
 func TestReplicationCost(t *testing.T) {
 	far, near := farAndNear(100, 3*time.Second)
+	far.stale, near.stale = time.Second, time.Second
+	got := map[string]costResult{}
 	for _, c := range []struct {
-		name string
-		run  costRun
-	}{{"far from limit", far}, {"near limit", near}} {
+		name      string
+		run       costRun
+		sent, not string // a reason bytes must be counted for, and one they must not
+	}{{"far from limit", far, reasonPeriodic, reasonUrgent}, {"near limit", near, reasonUrgent, reasonPeriodic}} {
 		r := measureCost(t, c.run)
+		got[c.name] = r
 		t.Logf("%s: %v", c.name, r)
 		// Each flush (every 20 ms) sends each changed total to two regions,
-		// once more as an echo: with about 30 bytes per entry that is at most
-		// 3 nodes * 2 * 2 * 30 * 50 = 18,000 bytes per key per second; a
+		// once more as an echo: with about 45 bytes per entry that is at most
+		// 3 nodes * 2 * 2 * 45 * 50 = 27,000 bytes per key per second; a
 		// figure above it means totals go out more often than flushes do.
-		if got := r.perKeySecond(); got <= 0 || got > 18000 {
-			t.Errorf("%s: %.0f payload bytes per active key per second, want 1 to 18000", c.name, got)
+		if got := r.perKeySecond(); got <= 0 || got > 27000 {
+			t.Errorf("%s: %.0f payload bytes per active key per second, want 1 to 27000", c.name, got)
 		}
 		if r.admitted == 0 {
 			t.Errorf("%s: nothing admitted", c.name)
@@ -234,21 +252,38 @@ func TestReplicationCost(t *testing.T) {
 		if math.Abs(sum-r.payload) > 1 {
 			t.Errorf("%s: bytes by reason sum to %.0f, bytes by kind to %.0f", c.name, sum, r.payload)
 		}
-		// Every key changes in about one flush in five here, so most totals
-		// are echoed; heartbeats go out every 100 ms.
-		for _, why := range []string{reasonFlush, reasonEcho, reasonHeartbeat} {
+		// Near totals are echoed at the next flush; a far key changes
+		// before its echo would be due, so its next send stands for it.
+		for _, why := range []string{c.sent, reasonHeartbeat} {
 			if r.byReason[why] <= 0 {
 				t.Errorf("%s: no bytes counted as %s: %v", c.name, why, r.byReason)
 			}
 		}
+		for _, why := range []string{c.not, reasonFlush} {
+			if r.byReason[why] != 0 {
+				t.Errorf("%s: %.0f bytes counted as %s, want none: %v", c.name, r.byReason[why], why, r.byReason)
+			}
+		}
+	}
+	// A far key goes about once a second instead of in about one flush in
+	// five (each region offers it a hit every 300 ms) plus its echo: well
+	// under half what a near key costs.
+	if r := got["near limit"]; r.byReason[reasonEcho] <= 0 {
+		t.Errorf("near limit: no bytes counted as echo: %v", r.byReason)
+	}
+	if f, n := got["far from limit"].perKeySecond(), got["near limit"].perKeySecond(); f > n/2 {
+		t.Errorf("far keys cost %.0f bytes per key per second, near ones %.0f: want far at most half", f, n)
 	}
 }
 
 // BenchmarkReplicationCost measures replication bytes per active key per
 // second for 300 keys offered 10 hits per second each (three regions of
 // one node), far from and near their limit, and reports whether keys below
-// half their limit meet the goal of bytesGoal. RLCLUSTER_COST_SECONDS sets
-// the load period (default 20). It measures once, whatever b.N.
+// half their limit meet the goal of bytesGoal (and fails when they do
+// not). Each measurement starts one maximum staleness into the load.
+// RLCLUSTER_COST_SECONDS sets the measured period (default 20);
+// RLCLUSTER_COST_KEYS=keys,rate the keys and the hits per second offered
+// to each (default 300,10). It measures once, whatever b.N.
 //
 //	go test ./internal/gossip -run '^$' -bench ReplicationCost -benchtime 1x
 func BenchmarkReplicationCost(b *testing.B) {
@@ -260,7 +295,14 @@ func BenchmarkReplicationCost(b *testing.B) {
 		}
 		run = d
 	}
-	far, near := farAndNear(300, run)
+	keys, perKey := 300, 10.0
+	if s := os.Getenv("RLCLUSTER_COST_KEYS"); s != "" {
+		if _, err := fmt.Sscanf(s, "%d,%g", &keys, &perKey); err != nil || keys < 1 || perKey <= 0 {
+			b.Fatalf("RLCLUSTER_COST_KEYS=%q: want keys,hits-per-key-per-second (e.g. 10000,1): %v", s, err)
+		}
+	}
+	far, near := farAndNear(keys, run)
+	far.perKey, near.perKey = perKey, perKey
 	for b.Loop() {
 		rf := measureCost(b, far)
 		rn := measureCost(b, near)
@@ -274,5 +316,8 @@ func BenchmarkReplicationCost(b *testing.B) {
 		b.Logf("near limit: %v", rn)
 		b.Logf("goal: <= %d payload bytes per active key per second for keys below half their limit (all nodes, three regions): %s (%.0f)",
 			bytesGoal, verdict, rf.perKeySecond())
+		if rf.perKeySecond() > bytesGoal {
+			b.Errorf("far from limit: %.0f payload bytes per active key per second, want <= %d", rf.perKeySecond(), bytesGoal)
+		}
 	}
 }

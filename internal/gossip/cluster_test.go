@@ -217,6 +217,7 @@ func TestOverAdmission(t *testing.T) {
 		}
 	}
 	h := lossyWAN(t, 2, oneWay)
+	h.urgent = true
 	lim := window.Limit{Limit: L, Window: W}
 	key := "login:global"
 

@@ -73,11 +73,21 @@ type Config struct {
 	// FlushInterval is how often dirty totals go to the other regions.
 	// Default 20 ms.
 	FlushInterval time.Duration
+	// MaxStaleness is the longest a key's hits wait before they go to the
+	// other regions when the key is far below its limit: a key's total
+	// goes at the next flush once its hits not yet sent reach its
+	// allowance (floor((limit/2 - estimate)/replicas), 0 at or above half
+	// the limit), and at the latest MaxStaleness after its oldest unsent
+	// hit (see urgency.go). Default 5 s; negative: every changed total
+	// goes at the next flush, whatever its limit.
+	MaxStaleness time.Duration
 	// Grace is how long after a bucket closes its reconciliation runs.
 	// Default one FlushInterval.
 	Grace time.Duration
-	// MaxDirty bounds the totals waiting for the next flush; Dirty drops
-	// (and counts) new keys beyond it. Default 100000.
+	// MaxDirty bounds the totals waiting to be sent; Dirty drops (and
+	// counts) new keys beyond it. It also bounds the totals of open
+	// buckets whose urgency is tracked; a total beyond that goes at the
+	// next flush. Default 100000.
 	MaxDirty int
 	// MaxTouched bounds the buckets remembered for reconciliation.
 	// Default 1000000.
@@ -165,7 +175,9 @@ type Config struct {
 // Defaults.
 const (
 	DefaultFlushInterval = 20 * time.Millisecond
-	DefaultBindAddr      = "0.0.0.0:7946"
+	// DefaultMaxStaleness is Config.MaxStaleness's default.
+	DefaultMaxStaleness = 5 * time.Second
+	DefaultBindAddr     = "0.0.0.0:7946"
 )
 
 func (c Config) withDefaults() Config {
@@ -184,6 +196,7 @@ func (c Config) withDefaults() Config {
 	}
 	d(&c.FlushInterval, DefaultFlushInterval)
 	d(&c.Grace, c.FlushInterval)
+	d(&c.MaxStaleness, DefaultMaxStaleness)
 	d(&c.HeartbeatInterval, DefaultHeartbeatInterval)
 	d(&c.Suspicion, DefaultSuspicion)
 	d(&c.GuardMargin, DefaultGuardMargin)

@@ -3,20 +3,28 @@ package gossip
 import "github.com/rlcluster/rlcluster/internal/region"
 
 // cost names what a send is for, for rlcluster_gossip_sent_bytes_total:
-// reason is one of the reasons below, and echo the share of the bytes
-// that are echoes of totals already sent in the previous flush (counted
-// under "echo" instead of reason).
+// reason is one of the reasons below, and share, when set, the shares of
+// the bytes sent for other reasons (a flush frame mixes urgent, periodic
+// and echoed totals); the rest counts under reason.
 type cost struct {
 	reason string
-	echo   float64
+	share  map[string]float64
 }
 
 // The reasons replication bytes are sent for.
 const (
-	// reasonFlush: a periodic flush's new totals.
+	// reasonFlush: new totals sent at the next flush because nothing says
+	// they may wait (no limit given, or a final flush at shutdown).
 	reasonFlush = "flush"
-	// reasonEcho: a previous flush's totals sent once more, to repair a
-	// lost packet one flush later.
+	// reasonUrgent: new totals whose unsent hits reached the key's
+	// allowance (every changed total of a key at or above half its limit).
+	reasonUrgent = "urgent"
+	// reasonPeriodic: new totals of keys far below their limit, sent
+	// because their oldest unsent hit reached the maximum staleness.
+	reasonPeriodic = "periodic"
+	// reasonEcho: totals sent once more, to repair a lost packet: an
+	// urgent total at the next flush, a periodic one a maximum staleness
+	// later, unless a newer one went.
 	reasonEcho = "echo"
 	// reasonHeartbeat: the empty frames that tell other regions this one
 	// is alive.
@@ -35,7 +43,7 @@ const (
 	reasonRejoin = "rejoin"
 )
 
-var reasons = []string{reasonFlush, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin}
+var reasons = []string{reasonFlush, reasonUrgent, reasonPeriodic, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin}
 
 // costOf is the reason a frame of kind is sent for unless the sender says
 // otherwise.
@@ -57,21 +65,25 @@ func costOf(k Kind) cost {
 	return cost{reason: k.String()}
 }
 
-// echoCost is the cost of a flush's group of totals to one destination:
-// the share of its entry bytes that are echoes (totals not in the flush's
-// dirty set).
-func echoCost[V any](group []region.Total, dirty map[dref]V) cost {
-	var all, echo int
+// mixCost is the cost of a flush's group of totals to one destination:
+// each reason's share of its entry bytes, by why (dref -> reason).
+func mixCost(group []region.Total, why map[dref]string) cost {
+	by := map[string]int{}
+	var all int
 	for _, t := range group {
 		size := entrySize(t)
 		all += size
-		if _, ok := dirty[dref{ref{t.Key, t.Window, t.Bucket}, t.Region}]; !ok {
-			echo += size
-		}
+		by[why[dref{ref{t.Key, t.Window, t.Bucket}, t.Region}]] += size
 	}
 	c := cost{reason: reasonFlush}
-	if all > 0 {
-		c.echo = float64(echo) / float64(all)
+	if all == 0 {
+		return c
+	}
+	c.share = make(map[string]float64, len(by))
+	for r, b := range by {
+		if r != "" && r != reasonFlush {
+			c.share[r] = float64(b) / float64(all)
+		}
 	}
 	return c
 }

@@ -31,13 +31,17 @@
 //
 //   - Dirty records the local total of a (key, window, bucket) after each
 //     admitted decision, in a bounded map.
-//   - Every FlushInterval the node sends the dirty totals to each other
-//     region, batched per destination, to the key's owner there (rendezvous
-//     hashing over that region's live members); the owner merges each
-//     batch with one Store.Merge call. Each total is sent in two
-//     consecutive flushes unless a newer one replaces it (the echo), so a
-//     lost UDP packet is repaired a flush later. It also tells one other node of its
-//     own region (the key's local owner, "buddy") which buckets it touched.
+//   - Every FlushInterval the node sends the dirty totals that are due to
+//     each other region, batched per destination, to the key's owner there
+//     (rendezvous hashing over that region's live members); the owner
+//     merges each batch with one Store.Merge call. A total is due when its
+//     unsent hits reach the key's allowance, floor((limit/2 -
+//     estimate)/replicas) (every change of a key at or above half its
+//     limit), or MaxStaleness after its oldest unsent hit (urgency.go). An
+//     urgent total is sent in two consecutive flushes unless a newer one
+//     replaces it (the echo), so a lost UDP packet is repaired a flush
+//     later. It also tells one other node of its own region (the key's
+//     local owner, "buddy") which buckets it touched.
 //   - A bucket's end plus Grace after, every node that touched it (or heard
 //     of it from a buddy) reads its vector with Store.Vectors and sends its
 //     own region's totals in it to every other region over TCP, retrying
@@ -112,7 +116,9 @@
 //	config.go      Config and its defaults
 //	membership.go  the join and reconnect loops, members, readiness, clocks
 //	delegate.go    memberlist's callbacks: metadata, messages, events
-//	flush.go       Dirty, and sending the dirty totals every FlushInterval
+//	flush.go       Dirty, and sending the due totals every FlushInterval
+//	urgency.go     which dirty totals are due: allowance, staleness, echoes
+//	cost.go        the reasons sent bytes are counted under
 //	receive.go     the merge loop: validating and max-merging received totals
 //	reconcile.go   exchanging a closed bucket's full vector
 //	route.go       which node of a region owns a key (rendezvous hashing)

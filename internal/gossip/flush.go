@@ -19,9 +19,12 @@ const maxUDPFrames = 4
 // Dirty records the local region's new total for a key's bucket, as returned
 // by the decision (region.Result.Local). An empty t.Region means the local
 // region; another region is the local store's fallback region (see
-// region.Failover), whose totals replicate like any region's. It never
-// blocks on I/O: it updates a bounded map under a short lock. When MaxDirty keys wait already, a new key is dropped and
-// counted: a later total or the reconciliation repairs it.
+// region.Failover), whose totals replicate like any region's. t.Limit and
+// t.Estimate, when set, say how urgent the total is (see urgency.go): a
+// total without them goes out at the next flush. It never blocks on I/O:
+// it updates bounded maps under a short lock. When MaxDirty keys wait
+// already, a new key is dropped and counted: a later total or the
+// reconciliation repairs it.
 func (n *Node) Dirty(t region.Total) {
 	if t.Count == 0 || len(t.Key) == 0 {
 		return
@@ -40,6 +43,7 @@ func (n *Node) Dirty(t region.Total) {
 	k := ref{t.Key, t.Window, t.Bucket}
 	dk := dref{k, t.Region}
 	due := (t.Bucket + 1) * t.Window.Milliseconds()
+	now := n.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
@@ -53,6 +57,7 @@ func (n *Node) Dirty(t region.Total) {
 	} else {
 		n.dirty[dk] = tally{t.Count, t.Halves}
 	}
+	n.note(dk, t, due, now)
 	set := n.touched[due]
 	if set == nil {
 		set = map[ref]struct{}{}
@@ -87,45 +92,29 @@ func (c *tally) merge(t region.Total) {
 // flushLoop flushes the dirty totals every FlushInterval.
 func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false) }) }
 
-// flush sends the dirty totals to every other region and the first touches
-// to the local buddy. A final flush (from Close) sends everything over TCP
+// flush sends the dirty totals that are due (see urgency.go) to every
+// other region, the echoes that are due, and the first touches to the
+// local buddy. A final flush (from Close) sends every dirty total over TCP
 // and waits for it, so that totals admitted before a graceful shutdown are
 // not left to UDP.
 func (n *Node) flush(final bool) {
+	now := n.cfg.Now()
+	v := n.view()
 	n.mu.Lock()
-	var dirty map[dref]tally
+	out := n.due(now, v.replicas(), final)
 	var notice map[ref]uint64
-	if len(n.dirty) > 0 {
-		dirty, n.dirty = n.dirty, make(map[dref]tally, len(n.dirty))
-	}
-	echo := n.echo
-	n.echo = dirty // read-only from here on: n.dirty is a new map
 	if len(n.notice) > 0 {
 		notice, n.notice = n.notice, map[ref]uint64{}
 	}
 	n.mu.Unlock()
-	// Every total goes out in two consecutive flushes, unless a newer one
-	// supersedes it: a single lost UDP packet is then repaired one flush
-	// interval later, even for a key that saw no more traffic, instead of at
-	// the bucket's reconciliation. Keys that stay busy cost nothing more
-	// (totals only grow, so the dirty one is the newer).
-	totals := make([]region.Total, 0, len(dirty)+len(echo))
-	for k, c := range dirty {
-		totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c.n, Halves: c.h})
-	}
-	for k, c := range echo {
-		if _, newer := dirty[k]; !newer {
-			totals = append(totals, region.Total{Key: k.key, Window: k.window, Bucket: k.bucket, Region: k.region, Count: c.n, Halves: c.h})
-		}
-	}
-	if len(totals) == 0 && len(notice) == 0 {
+	n.met.observeStaleness(out.stale)
+	if len(out.totals) == 0 && len(notice) == 0 {
 		return
 	}
-	v := n.view()
-	if len(totals) > 0 {
+	if len(out.totals) > 0 {
 		for _, ms := range v.remote {
-			for dest, group := range route(totals, ms) {
-				n.sendFor(final, KindFlush, echoCost(group, dirty), dest, group)
+			for dest, group := range route(out.totals, ms) {
+				n.sendFor(final, KindFlush, mixCost(group, out.why), dest, group)
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit) bool {
 	}
 	g.Done(now, key, lim.Limit, 1, &v, &res[0])
 	if res[0].Allowed {
-		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local})
+		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local, Limit: lim.Limit, Estimate: res[0].Estimate + 1})
 	}
 	return res[0].Allowed
 }

@@ -75,6 +75,10 @@ type harness struct {
 	// readers, when set, are what agree and vectors read a region's counts
 	// from instead of its store (a failover store's Redis, say).
 	readers map[string]region.Store
+	// urgent, when set, has hit tell Dirty the limit and estimate, as the
+	// decision path does, so that replication goes by urgency; unset,
+	// every admitted total goes at the next flush.
+	urgent bool
 
 	mu    sync.Mutex
 	truth map[truthKey]uint64 // largest local total Check acknowledged
@@ -236,7 +240,11 @@ func (h *harness) hit(tn *tnode, key string, lim window.Limit) (bool, error) {
 	}
 	h.mu.Unlock()
 	if !tn.dead.Load() {
-		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local})
+		t := region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: reg, Count: r.Local}
+		if h.urgent {
+			t.Limit, t.Estimate = lim.Limit, r.Estimate+1
+		}
+		tn.node.Dirty(t)
 	}
 	return true, nil
 }

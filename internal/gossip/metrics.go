@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -26,6 +28,7 @@ type metrics struct {
 	repairTs    prometheus.Counter
 	resends     prometheus.Counter
 	skew        prometheus.Counter
+	staleness   *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -36,7 +39,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		msgsSent:  cv("messages_sent_total", "Replication frames sent, by kind.", "kind"),
 		bytesSent: cv("bytes_sent_total", "Replication frame bytes sent (payload), by kind.", "kind"),
-		bytesWhy:  cv("sent_bytes_total", "Replication frame bytes sent (payload), by reason (flush, echo, heartbeat, reconcile, state, touch, repair, rejoin).", "reason"),
+		bytesWhy:  cv("sent_bytes_total", "Replication frame bytes sent (payload), by reason (urgent, periodic, flush, echo, heartbeat, reconcile, state, touch, repair, rejoin).", "reason"),
 		msgsRecv:  cv("messages_received_total", "Replication frames received and decoded, by kind.", "kind"),
 		bytesRecv: cv("bytes_received_total", "Replication frame bytes received (payload), by kind.", "kind"),
 		merges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "merges_total",
@@ -62,6 +65,11 @@ func newMetrics() *metrics {
 		Help: "Open-bucket totals re-sent to regions whose members came (back) alive."})
 	m.skew = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "clock_skew_exceeded_total",
 		Help: "Times a peer's clock offset went past the bound (250 ms): run NTP."})
+	m.staleness = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "staleness_seconds",
+		Help:    "How long the oldest hit of a total waited before the total went to the other regions, by key class (near: at or above half its limit, or no limit given; far: below half).",
+		Buckets: []float64{.005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10, 30, 60}}, []string{"class"})
+	m.staleness.WithLabelValues(classNear)
+	m.staleness.WithLabelValues(classFar)
 	m.repairs.WithLabelValues("requested")
 	m.repairs.WithLabelValues("answered")
 	// Make the common label values appear at zero.
@@ -86,11 +94,27 @@ func (m *metrics) sent(k Kind, bytes int) { m.sentFor(k, costOf(k), bytes) }
 func (m *metrics) sentFor(k Kind, c cost, bytes int) {
 	m.msgsSent.WithLabelValues(k.String()).Inc()
 	m.bytesSent.WithLabelValues(k.String()).Add(float64(bytes))
-	echo := float64(bytes) * c.echo
-	if echo > 0 {
-		m.bytesWhy.WithLabelValues(reasonEcho).Add(echo)
+	rest := float64(bytes)
+	for r, f := range c.share {
+		if b := float64(bytes) * f; b > 0 {
+			m.bytesWhy.WithLabelValues(r).Add(b)
+			rest -= b
+		}
 	}
-	m.bytesWhy.WithLabelValues(c.reason).Add(float64(bytes) - echo)
+	if rest > 1e-6*float64(bytes) || len(c.share) == 0 { // not a rounding error
+		m.bytesWhy.WithLabelValues(c.reason).Add(max(rest, 0))
+	}
+}
+
+// observeStaleness records the staleness of the totals a flush sent, by
+// key class.
+func (m *metrics) observeStaleness(by map[string][]time.Duration) {
+	for class, ds := range by {
+		o := m.staleness.WithLabelValues(class)
+		for _, d := range ds {
+			o.Observe(d.Seconds())
+		}
+	}
 }
 
 func (m *metrics) received(k Kind, bytes int) {
@@ -118,7 +142,7 @@ func (m *metrics) dropCount(r string) float64 {
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.met
 	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.bytesWhy, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
-		m.repairs, m.repairTs, m.resends, m.skew, (*stateCollector)(m)}
+		m.repairs, m.repairTs, m.resends, m.skew, m.staleness, (*stateCollector)(m)}
 }
 
 // stateCollector reports the gauges computed from the node's state at
@@ -165,6 +189,19 @@ func counterValue(c prometheus.Counter) float64 {
 		return 0
 	}
 	return d.GetCounter().GetValue()
+}
+
+// stalenessCount is how many stalenesses were observed for class.
+func (m *metrics) stalenessCount(class string) uint64 {
+	o, err := m.staleness.GetMetricWithLabelValues(class)
+	if err != nil {
+		return 0
+	}
+	var d dto.Metric
+	if err := o.(prometheus.Histogram).Write(&d); err != nil {
+		return 0
+	}
+	return d.GetHistogram().GetSampleCount()
 }
 
 // bytesSent returns the payload bytes sent so far, all kinds together.

@@ -77,7 +77,8 @@ type Node struct {
 
 	mu       sync.Mutex
 	dirty    map[dref]tally
-	echo     map[dref]tally             // the previous flush's totals, sent once more
+	echo     map[dref]tally             // the previous flush's urgent totals, sent once more
+	urg      urgency                    // the replication policy's state (urgency.go)
 	notice   map[ref]uint64             // first touches, for the local buddy
 	touched  map[int64]map[ref]struct{} // bucket end (Unix ms) -> buckets
 	nTouched int

@@ -111,6 +111,7 @@ func (n *Node) handle(b []byte) {
 		}
 		n.met.merged(len(remote))
 		n.hear(now, remote)
+		n.heardTotals(remote)
 	}
 	if m.From == n.cfg.Region {
 		return // a peer of this region: no remote freshness

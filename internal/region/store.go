@@ -136,6 +136,12 @@ type Total struct {
 	// at most Count (zero when the region's hits were counted without
 	// halves).
 	Halves window.Halves
+	// Limit and Estimate, when Limit is not zero, are the limit of the
+	// decision that produced this total and the estimate it admitted at
+	// (its hits included). They are not replicated: replication reads them
+	// to judge how soon the total must reach the other regions (a key near
+	// its limit at once, a key far below it later). Zero: at once.
+	Limit, Estimate uint64
 }
 
 // ValidHalves reports whether t's halves may be merged: valid for its

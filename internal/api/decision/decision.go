@@ -596,6 +596,10 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 				Region: reg,
 				Count:  res.Local,
 				Halves: res.LocalHalves,
+				// How urgent the total is: the rule's limit (not the
+				// burst guard's store limit) and the estimate admitted at.
+				Limit:    r.Store.Limit.Limit,
+				Estimate: res.Estimate + r.Store.Hits,
 			})
 		}
 	}
