@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +149,37 @@ func TestParse(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| cold 10x constant @0.90 | 3900 | 1.000 | 1.897 | 1.900 | 1.000 |") {
 		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// The fallback count comes from a node's /metrics, and a node without the
+// metric (the memory store) has none.
+func TestFallbacks(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		body string
+		want uint64
+	}{
+		{"# TYPE rlcluster_store_fallback_decisions_total counter\nrlcluster_store_fallback_decisions_total 483\nrlcluster_store_failures_total 48\n", 483},
+		{"rlcluster_store_fallback_decisions_total 1.2e+06\n", 1_200_000},
+		{"go_goroutines 7\n", 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/metrics" {
+				http.NotFound(w, r)
+				return
+			}
+			io.WriteString(w, tt.body)
+		}))
+		got, err := fallbacks(context.Background(), srv.Client(), srv.URL+"/")
+		srv.Close()
+		if err != nil || got != tt.want {
+			t.Errorf("fallbacks(%q) = %d, %v; want %d", tt.body, got, err, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	report(&out, []row{{sc: scenario{name: "cold 10x constant @0.10", rate: 10}, st: stats{admitted: 1, max: 1, steadyMin: -1}, fallback: 12}})
+	if !strings.Contains(out.String(), "| cold 10x constant @0.10 (12 decided by the fallback) |") || !strings.Contains(out.String(), "12 decisions were made by the node's in-memory fallback") {
+		t.Errorf("report:\n%s", out.String())
 	}
 }

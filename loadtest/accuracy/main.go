@@ -163,6 +163,9 @@ type row struct {
 	sc  scenario
 	st  stats
 	lag int64 // against a node: the latest request's delay, ms
+	// against a node: its decisions made by the in-memory fallback during
+	// the scenario (Redis slower than the node's store timeout)
+	fallback uint64
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -210,13 +213,22 @@ func measure(ctx context.Context, c config, s counter) ([]row, error) {
 	for i, sc := range scenarios(c.rates, c.phases, c.arrivals, onOff) {
 		var admitted []int64
 		var from, lag int64
+		var fb uint64
 		if c.node != "" {
-			var err error
+			before, err := fallbacks(ctx, client, c.node)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: %w", sc.name, err)
+			}
 			key := fmt.Sprintf("accuracy-%d-%d", runID, i)
 			admitted, from, lag, err = nodeRun(ctx, client, c.node, s.limit, sc, c.windows, c.workers, key)
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", sc.name, err)
 			}
+			after, err := fallbacks(ctx, client, c.node)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: %w", sc.name, err)
+			}
+			fb = after - min(before, after)
 		} else {
 			admitted, from = simulate(s, sc, c.windows)
 		}
@@ -224,7 +236,7 @@ func measure(ctx context.Context, c config, s counter) ([]row, error) {
 		if sc.onOff {
 			steadyFrom = 1 << 62 // bursts have no steady state
 		}
-		rows = append(rows, row{sc: sc, st: trailing(admitted, c.window, c.limit, steadyFrom), lag: lag})
+		rows = append(rows, row{sc: sc, st: trailing(admitted, c.window, c.limit, steadyFrom), lag: lag, fallback: fb})
 	}
 	return rows, nil
 }
@@ -235,8 +247,10 @@ func report(out io.Writer, rows []row) {
 	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
 	worst, constMin, poissonMin := 0.0, 2.0, 2.0
 	var lag int64
+	var fb uint64
 	for _, r := range rows {
 		lag = max(lag, r.lag)
+		fb += r.fallback
 		m := "-"
 		if r.st.steadyMin >= 0 {
 			m = fmt.Sprintf("%.3f", r.st.steadyMin)
@@ -249,7 +263,11 @@ func report(out io.Writer, rows []row) {
 			}
 		}
 		worst = max(worst, r.st.max)
-		fmt.Fprintf(out, "| %s | %d | %.3f | %.3f | %.3f | %s |\n", r.sc.name, r.st.admitted, r.st.p50, r.st.p999, r.st.max, m)
+		name := r.sc.name
+		if r.fallback > 0 {
+			name += fmt.Sprintf(" (%d decided by the fallback)", r.fallback)
+		}
+		fmt.Fprintf(out, "| %s | %d | %.3f | %.3f | %.3f | %s |\n", name, r.st.admitted, r.st.p50, r.st.p999, r.st.max, m)
 	}
 	fmt.Fprintf(out, "\nworst max %.3f", worst)
 	if constMin <= 1 {
@@ -260,6 +278,9 @@ func report(out io.Writer, rows []row) {
 	}
 	if lag > 0 {
 		fmt.Fprintf(out, "; requests went out up to %d ms late", lag)
+	}
+	if fb > 0 {
+		fmt.Fprintf(out, "; %d decisions were made by the node's in-memory fallback (its store answered later than --store-timeout)", fb)
 	}
 	fmt.Fprintln(out)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -144,4 +145,42 @@ func check(ctx context.Context, client *http.Client, url string, body []byte, w 
 	}
 	mid := sent.Add(got.Sub(sent) / 2)
 	return mid.UnixMilli(), out.Allowed, nil
+}
+
+// fallbackMetric counts a node's decisions made by its in-memory fallback
+// while its Redis was slower than --store-timeout or unavailable.
+const fallbackMetric = "rlcluster_store_fallback_decisions_total"
+
+// fallbacks returns the node's count of fallback decisions so far, read
+// from its /metrics (0 when it exports none, as on the memory store). A
+// scenario whose decisions fell back was not decided by Redis alone.
+func fallbacks(ctx context.Context, client *http.Client, base string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, fmt.Errorf("make metrics request: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("read metrics: %s", resp.Status)
+	}
+	for line := range strings.Lines(string(raw)) {
+		v, ok := strings.CutPrefix(line, fallbackMetric+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return 0, fmt.Errorf("read metrics: %s %q: %w", fallbackMetric, v, err)
+		}
+		return uint64(f), nil
+	}
+	return 0, nil
 }
