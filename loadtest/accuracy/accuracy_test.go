@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // The acceptance table: limit 1000 per 4 s, cold starts at phases 0.1 to
@@ -181,5 +186,44 @@ func TestFallbacks(t *testing.T) {
 	report(&out, []row{{sc: scenario{name: "cold 10x constant @0.10", rate: 10}, st: stats{admitted: 1, max: 1, steadyMin: -1}, fallback: 12}})
 	if !strings.Contains(out.String(), "| cold 10x constant @0.10 (12 decided by the fallback) |") || !strings.Contains(out.String(), "12 decisions were made by the node's in-memory fallback") {
 		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// nodeRun opens its workers' connections with a warm-up request each, for a
+// key of its own, before the first scheduled request.
+func TestNodeRunWarmsUp(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		keys = append(keys, in.Key)
+		mu.Unlock()
+		now := time.Now().UnixMilli()
+		fmt.Fprintf(w, `{"allowed":true,"stats":{"bucket":"%d","elapsedMs":"%d"}}`, now/1000, now%1000)
+	}))
+	defer srv.Close()
+	l := window.Limit{Limit: 10, Window: time.Second}
+	sc := scenario{name: "cold 1x", rate: 1, phase: 0.5, seed: 1}
+	admitted, _, _, err := nodeRun(context.Background(), srv.Client(), srv.URL, l, sc, 3, 4, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 4+len(admitted) {
+		t.Fatalf("%d requests for %d admissions, want 4 warm-ups more", len(keys), len(admitted))
+	}
+	for i, k := range keys {
+		if want := map[bool]string{true: "k/warmup", false: "k"}[i < 4]; k != want {
+			t.Errorf("request %d for key %q, want %q", i, k, want)
+		}
 	}
 }

@@ -28,15 +28,6 @@ import (
 // pattern too much and is an error.
 func nodeRun(ctx context.Context, client *http.Client, base string, l window.Limit, sc scenario, windows, workers int, key string) (admitted []int64, loadStart, lag int64, err error) {
 	w := l.WindowMs()
-	now := time.Now().UnixMilli()
-	start := (now/w + 1) * w
-	if start-now < 1000 {
-		start += w
-	}
-	arr := sc.arrivals(l, start, windows)
-	if len(arr) == 0 {
-		return nil, start, 0, nil
-	}
 	limit := map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())}
 	if l.Algorithm == window.SlidingWindowTwoBucket {
 		limit["algorithm"] = "ALGORITHM_SLIDING_WINDOW_TWO_BUCKET"
@@ -49,6 +40,18 @@ func nodeRun(ctx context.Context, client *http.Client, base string, l window.Lim
 		return nil, 0, 0, fmt.Errorf("encode request: %w", err)
 	}
 	url := strings.TrimSuffix(base, "/") + "/ratelimit.v1.RateLimitService/Check"
+	if err := warmUp(ctx, client, url, limit, key, workers, w); err != nil {
+		return nil, 0, 0, err
+	}
+	now := time.Now().UnixMilli()
+	start := (now/w + 1) * w
+	if start-now < 1000 {
+		start += w
+	}
+	arr := sc.arrivals(l, start, windows)
+	if len(arr) == 0 {
+		return nil, start, 0, nil
+	}
 
 	jobs := make(chan int64, len(arr))
 	var (
@@ -103,6 +106,30 @@ dispatch:
 	}
 	slices.Sort(admitted)
 	return admitted, arr[0], lag, nil
+}
+
+// warmUp opens the workers' connections before the load starts, with one
+// request each for a key of its own: dialing them all at the first
+// scheduled instant would send the first scenario's opening requests late.
+func warmUp(ctx context.Context, client *http.Client, url string, limit map[string]any, key string, workers int, w int64) error {
+	body, err := json.Marshal(map[string]any{"key": key + "/warmup", "limit": limit})
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			_, _, err := check(ctx, client, url, body, w)
+			errs <- err
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("warm up: %w", err)
+		}
+	}
+	return first
 }
 
 // check sends one Check and returns the instant the node decided it at
