@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -224,6 +225,53 @@ func TestNodeRunWarmsUp(t *testing.T) {
 	for i, k := range keys {
 		if want := map[bool]string{true: "k/warmup", false: "k"}[i < 4]; k != want {
 			t.Errorf("request %d for key %q, want %q", i, k, want)
+		}
+	}
+}
+
+// With -retries, a scenario whose requests went out late is run again on a
+// fresh key, and the report says so; without, it is an error.
+func TestNodeRetriesLateRuns(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			return
+		}
+		var in struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if strings.HasSuffix(in.Key, "-0") {
+			time.Sleep(300 * time.Millisecond) // the first run's requests queue behind one worker
+		}
+		now := time.Now().UnixMilli()
+		fmt.Fprintf(w, `{"allowed":true,"stats":{"bucket":"%d","elapsedMs":"%d"}}`, now/1000, now%1000)
+	}))
+	defer srv.Close()
+	for _, retries := range []int{0, 1} {
+		c := config{mode: "default", limit: 10, window: time.Second, rates: []float64{1}, arrivals: []string{"constant"},
+			phases: []float64{0.5}, windows: 3, node: srv.URL, workers: 1, retries: retries}
+		s, err := c.counter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := measure(context.Background(), c, s)
+		if retries == 0 {
+			if !errors.Is(err, errLate) {
+				t.Errorf("no retries: error %v, want one for late requests", err)
+			}
+			continue
+		}
+		if err != nil || len(rows) != 1 || rows[0].retried != 1 || rows[0].st.admitted != 30 {
+			t.Fatalf("retries 1: rows %+v, error %v; want one row, retried once, 30 admitted", rows, err)
+		}
+		var out bytes.Buffer
+		report(&out, rows)
+		if !strings.Contains(out.String(), "1 runs of scenarios dropped and run again") {
+			t.Errorf("report:\n%s", out.String())
 		}
 	}
 }

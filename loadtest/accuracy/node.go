@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/window"
 )
+
+// errLate is nodeRun's error when requests went out too late.
+var errLate = errors.New("requests late")
 
 // nodeRun drives a running node: it offers sc's arrivals over the node's
 // Connect JSON API (Check with an inline limit) at their wall-clock instants,
@@ -102,7 +106,7 @@ dispatch:
 		return nil, 0, 0, fmt.Errorf("drive node: %w", err)
 	}
 	if lag > w/10 {
-		return nil, 0, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule; lower the rate or add -workers", lag)
+		return nil, 0, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule (lower the rate, add -workers or -retries): %w", lag, errLate)
 	}
 	slices.Sort(admitted)
 	return admitted, arr[0], lag, nil
