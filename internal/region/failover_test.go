@@ -377,3 +377,40 @@ func TestFailoverShortFailureWritesBack(t *testing.T) {
 		}
 	})
 }
+
+// TestFailoverFallbackKeepsHalves: the fallback learns where the primary's
+// hits fell in the bucket, not only how many there were, so that after an
+// early burst it frees the capacity the primary would: a burst at 100 ms of
+// a 10 s bucket has left the trailing window 200 ms into the next bucket,
+// and the fallback admits the whole limit again (counted without its
+// halves, the burst would count whole until the middle of that bucket).
+func TestFailoverFallbackKeepsHalves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := window.Limit{Limit: 10, Window: 10 * time.Second}
+		wMs := l.WindowMs()
+		b := window.Bucket(1_760_000_010_000, l.Window)
+		now := time.UnixMilli(b*wMs + 100)
+		p := newFlaky("here")
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, Now: func() time.Time { return now }})
+		for i := range 8 {
+			if r := storetest.Check(t, f, region.Request{Key: "k", Limit: l, Hits: 1, Now: now}); !r.Allowed {
+				t.Fatalf("primary decision %d: denied, want allowed", i)
+			}
+		}
+		p.set("fail")
+		now = time.UnixMilli((b+1)*wMs + 200)
+		allowed := 0
+		for i := range 12 {
+			r := storetest.Check(t, f, region.Request{Key: "k", Limit: l, Hits: 1, Now: now})
+			if r.LocalRegion != f.FallbackRegion() {
+				t.Fatalf("decision %d: LocalRegion = %q, want the fallback's %q", i, r.LocalRegion, f.FallbackRegion())
+			}
+			if r.Allowed {
+				allowed++
+			}
+		}
+		if got, want := allowed, 10; got != want {
+			t.Errorf("fallback admitted %d of 12 after the burst left the window, want %d", got, want)
+		}
+	})
+}

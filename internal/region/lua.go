@@ -131,24 +131,13 @@ if c <= cap then
     if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
   elseif mode >= '2' and #prev > 0 then
     local strict = mode == '3'
-    -- Per region: its count, its oldest half (the one holding e's
-    -- offset: '0' while e < H, else '1'), and the other half's count.
-    local counts, olds, others = {}, {}, {}
-    for i = 1, #prev, 2 do
-      local f = prev[i]
-      if string.byte(f, -2) == 255 then
-        if string.sub(f, -1) == hk then
-          olds[string.sub(f, 1, -3)] = prev[i + 1]
-        else
-          local v = prev[i + 1]
-          local x = 0
-          if #v == 40 then x = struct.unpack('<d', v) end
-          others[string.sub(f, 1, -3)] = x
-        end
-      else
-        counts[f] = tonumber(prev[i + 1])
-      end
-    end
+    -- The previous bucket's fields by name. Per region (a field without
+    -- the separator), its count, its oldest half (the one holding e's
+    -- offset: '0' while e < H, else '1') and the other half's count.
+    local pv = {}
+    for i = 1, #prev, 2 do pv[prev[i]] = prev[i + 1] end
+    local so, sx = '\255' .. hk, '\2551'
+    if hk == '1' then sx = '\2550' end
     -- n hits spread over a..b at e (window's evenTerm).
     local function term(n, a, b)
       local den = b - a + 1
@@ -160,37 +149,41 @@ if c <= cap then
       if num == 0 or n == 0 then return 0 end
       return muldiv(n, num, den)
     end
-    local function parse(s)
-      if not s then return 0, 0, 0, 0, 0 end
-      if #s ~= 40 then return 0, -1, -1, 0, 0 end
-      local n, f, l, r, b = struct.unpack('<ddddd', s)
-      return n, f, l, r, b
-    end
     local lo, hi = 0, H
     if e >= H then lo, hi = H, W end
     local late = 0
-    for r, n in pairs(counts) do
-      local on, of, ol, orr, ob = parse(olds[r])
-      local other = others[r] or 0
-      local bad = false
-      -- Hits counted without halves (the count's excess over both) join
-      -- the late half as spread over all of it.
-      if hk == '0' then
-        if n - on > other then other = n - on end
-        late = late + other
-      elseif n - other > on then
-        on, bad = n - other, true
-      end
-      if on > 0 then
-        -- window.Half.Valid
-        if bad or of < lo or ol >= hi or of > ol then bad = true
-        elseif not ((orr == 0 and ob == 0) or (of < orr and orr <= ol and ob > 0 and ob < on)) then bad = true end
-        if bad then
-          wp = wp + term(on, lo, hi - 1)
-        elseif ob == 0 then
-          wp = wp + term(on, of, ol)
-        else
-          wp = wp + term(ob, orr - 1, orr - 1) + term(on - ob, orr, ol)
+    for i = 1, #prev, 2 do
+      local r = prev[i]
+      if string.byte(r, -2) ~= 255 then
+        local n = tonumber(prev[i + 1])
+        local on, of, ol, orr, ob = 0, 0, 0, 0, 0
+        local s = pv[r .. so]
+        if s then
+          if #s == 40 then on, of, ol, orr, ob = struct.unpack('<ddddd', s) else of, ol = -1, -1 end
+        end
+        local other = 0
+        s = pv[r .. sx]
+        if s and #s == 40 then other = struct.unpack('<d', s) end
+        local bad = false
+        -- Hits counted without halves (the count's excess over both) join
+        -- the late half as spread over all of it.
+        if hk == '0' then
+          if n - on > other then other = n - on end
+          late = late + other
+        elseif n - other > on then
+          on, bad = n - other, true
+        end
+        if on > 0 then
+          -- window.Half.Valid
+          if bad or of < lo or ol >= hi or of > ol then bad = true
+          elseif not ((orr == 0 and ob == 0) or (of < orr and orr <= ol and ob > 0 and ob < on)) then bad = true end
+          if bad then
+            wp = wp + term(on, lo, hi - 1)
+          elseif ob == 0 then
+            wp = wp + term(on, of, ol)
+          else
+            wp = wp + term(ob, orr - 1, orr - 1) + term(on - ob, orr, ol)
+          end
         end
       end
     end

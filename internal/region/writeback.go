@@ -99,7 +99,9 @@ func (f *Failover) writeBack() {
 }
 
 // mirror max-merges the per-region counts of the primary's counter
-// decisions into the fallback.
+// decisions into the fallback, with their halves (the default sliding
+// window), so that the fallback weighs a burst over the span its hits fell
+// in as the primary does instead of over a whole half.
 func (f *Failover) mirror(reqs []Request, res []Result) {
 	var totals []Total
 	for i := range reqs {
@@ -109,10 +111,10 @@ func (f *Failover) mirror(reqs []Request, res []Result) {
 		}
 		for _, rc := range res[i].Regions {
 			if rc.Current > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current})
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current, Halves: rc.CurrentHalves})
 			}
 			if rc.Previous > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous})
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous, Halves: rc.PreviousHalves})
 			}
 		}
 	}

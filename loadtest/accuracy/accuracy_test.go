@@ -3,9 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // measureScenarios measures c on its counter, checks that it ran want
@@ -144,5 +153,123 @@ func TestParse(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| cold 10x constant @0.90 | 3900 | 1.000 | 1.897 | 1.900 | 1.000 |") {
 		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// The fallback count comes from a node's /metrics, and a node without the
+// metric (the memory store) has none.
+func TestFallbacks(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		body string
+		want uint64
+	}{
+		{"# TYPE rlcluster_store_fallback_decisions_total counter\nrlcluster_store_fallback_decisions_total 483\nrlcluster_store_failures_total 48\n", 483},
+		{"rlcluster_store_fallback_decisions_total 1.2e+06\n", 1_200_000},
+		{"go_goroutines 7\n", 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/metrics" {
+				http.NotFound(w, r)
+				return
+			}
+			io.WriteString(w, tt.body)
+		}))
+		got, err := fallbacks(context.Background(), srv.Client(), srv.URL+"/")
+		srv.Close()
+		if err != nil || got != tt.want {
+			t.Errorf("fallbacks(%q) = %d, %v; want %d", tt.body, got, err, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	report(&out, []row{{sc: scenario{name: "cold 10x constant @0.10", rate: 10}, st: stats{admitted: 1, max: 1, steadyMin: -1}, fallback: 12}})
+	if !strings.Contains(out.String(), "| cold 10x constant @0.10 (12 decided by the fallback) |") || !strings.Contains(out.String(), "12 decisions were made by the node's in-memory fallback") {
+		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// nodeRun opens its workers' connections with a warm-up request each, for a
+// key of its own, before the first scheduled request.
+func TestNodeRunWarmsUp(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		keys = append(keys, in.Key)
+		mu.Unlock()
+		now := time.Now().UnixMilli()
+		fmt.Fprintf(w, `{"allowed":true,"stats":{"bucket":"%d","elapsedMs":"%d"}}`, now/1000, now%1000)
+	}))
+	defer srv.Close()
+	l := window.Limit{Limit: 10, Window: time.Second}
+	sc := scenario{name: "cold 1x", rate: 1, phase: 0.5, seed: 1}
+	admitted, _, _, err := nodeRun(context.Background(), srv.Client(), srv.URL, l, sc, 3, 4, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 4+len(admitted) {
+		t.Fatalf("%d requests for %d admissions, want 4 warm-ups more", len(keys), len(admitted))
+	}
+	for i, k := range keys {
+		if want := map[bool]string{true: "k/warmup", false: "k"}[i < 4]; k != want {
+			t.Errorf("request %d for key %q, want %q", i, k, want)
+		}
+	}
+}
+
+// With -retries, a scenario whose requests went out late is run again on a
+// fresh key, and the report says so; without, it is an error.
+func TestNodeRetriesLateRuns(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			return
+		}
+		var in struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if strings.HasSuffix(in.Key, "-0") {
+			time.Sleep(300 * time.Millisecond) // the first run's requests queue behind one worker
+		}
+		now := time.Now().UnixMilli()
+		fmt.Fprintf(w, `{"allowed":true,"stats":{"bucket":"%d","elapsedMs":"%d"}}`, now/1000, now%1000)
+	}))
+	defer srv.Close()
+	for _, retries := range []int{0, 1} {
+		c := config{mode: "default", limit: 10, window: time.Second, rates: []float64{1}, arrivals: []string{"constant"},
+			phases: []float64{0.5}, windows: 3, node: srv.URL, workers: 1, retries: retries}
+		s, err := c.counter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := measure(context.Background(), c, s)
+		if retries == 0 {
+			if !errors.Is(err, errLate) {
+				t.Errorf("no retries: error %v, want one for late requests", err)
+			}
+			continue
+		}
+		if err != nil || len(rows) != 1 || rows[0].retried != 1 || rows[0].st.admitted != 30 {
+			t.Fatalf("retries 1: rows %+v, error %v; want one row, retried once, 30 admitted", rows, err)
+		}
+		var out bytes.Buffer
+		report(&out, rows)
+		if !strings.Contains(out.String(), "1 runs of scenarios dropped and run again") {
+			t.Errorf("report:\n%s", out.String())
+		}
 	}
 }

@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
 )
+
+// errLate is nodeRun's error when requests went out too late.
+var errLate = errors.New("requests late")
 
 // nodeRun drives a running node: it offers sc's arrivals over the node's
 // Connect JSON API (Check with an inline limit) at their wall-clock instants,
@@ -27,15 +32,6 @@ import (
 // pattern too much and is an error.
 func nodeRun(ctx context.Context, client *http.Client, base string, l window.Limit, sc scenario, windows, workers int, key string) (admitted []int64, loadStart, lag int64, err error) {
 	w := l.WindowMs()
-	now := time.Now().UnixMilli()
-	start := (now/w + 1) * w
-	if start-now < 1000 {
-		start += w
-	}
-	arr := sc.arrivals(l, start, windows)
-	if len(arr) == 0 {
-		return nil, start, 0, nil
-	}
 	limit := map[string]any{"limit": l.Limit, "window": fmt.Sprintf("%gs", l.Window.Seconds())}
 	if l.Algorithm == window.SlidingWindowTwoBucket {
 		limit["algorithm"] = "ALGORITHM_SLIDING_WINDOW_TWO_BUCKET"
@@ -48,6 +44,18 @@ func nodeRun(ctx context.Context, client *http.Client, base string, l window.Lim
 		return nil, 0, 0, fmt.Errorf("encode request: %w", err)
 	}
 	url := strings.TrimSuffix(base, "/") + "/ratelimit.v1.RateLimitService/Check"
+	if err := warmUp(ctx, client, url, limit, key, workers, w); err != nil {
+		return nil, 0, 0, err
+	}
+	now := time.Now().UnixMilli()
+	start := (now/w + 1) * w
+	if start-now < 1000 {
+		start += w
+	}
+	arr := sc.arrivals(l, start, windows)
+	if len(arr) == 0 {
+		return nil, start, 0, nil
+	}
 
 	jobs := make(chan int64, len(arr))
 	var (
@@ -98,10 +106,34 @@ dispatch:
 		return nil, 0, 0, fmt.Errorf("drive node: %w", err)
 	}
 	if lag > w/10 {
-		return nil, 0, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule; lower the rate or add -workers", lag)
+		return nil, 0, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule (lower the rate, add -workers or -retries): %w", lag, errLate)
 	}
 	slices.Sort(admitted)
 	return admitted, arr[0], lag, nil
+}
+
+// warmUp opens the workers' connections before the load starts, with one
+// request each for a key of its own: dialing them all at the first
+// scheduled instant would send the first scenario's opening requests late.
+func warmUp(ctx context.Context, client *http.Client, url string, limit map[string]any, key string, workers int, w int64) error {
+	body, err := json.Marshal(map[string]any{"key": key + "/warmup", "limit": limit})
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			_, _, err := check(ctx, client, url, body, w)
+			errs <- err
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("warm up: %w", err)
+		}
+	}
+	return first
 }
 
 // check sends one Check and returns the instant the node decided it at
@@ -144,4 +176,42 @@ func check(ctx context.Context, client *http.Client, url string, body []byte, w 
 	}
 	mid := sent.Add(got.Sub(sent) / 2)
 	return mid.UnixMilli(), out.Allowed, nil
+}
+
+// fallbackMetric counts a node's decisions made by its in-memory fallback
+// while its Redis was slower than --store-timeout or unavailable.
+const fallbackMetric = "rlcluster_store_fallback_decisions_total"
+
+// fallbacks returns the node's count of fallback decisions so far, read
+// from its /metrics (0 when it exports none, as on the memory store). A
+// scenario whose decisions fell back was not decided by Redis alone.
+func fallbacks(ctx context.Context, client *http.Client, base string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, fmt.Errorf("make metrics request: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("read metrics: %s", resp.Status)
+	}
+	for line := range strings.Lines(string(raw)) {
+		v, ok := strings.CutPrefix(line, fallbackMetric+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return 0, fmt.Errorf("read metrics: %s %q: %w", fallbackMetric, v, err)
+		}
+		return uint64(f), nil
+	}
+	return 0, nil
 }

@@ -262,6 +262,9 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 			return fmt.Errorf("rlnode (%s store) exited during %s: %s", store, r.Workload, pr.Tail())
 		}
 	}
+	if len(h.cfg.Algorithms) > 0 {
+		return h.compareAlgorithms(ctx, tg, store, redisAddr)
+	}
 	return nil
 }
 

@@ -79,6 +79,10 @@ type Config struct {
 	ProfileURL  string
 	Only        string
 	EnvoyPort   string
+	// Algorithms and AlgorithmRounds configure the algorithm comparison
+	// (algorithms.go).
+	Algorithms      []string
+	AlgorithmRounds int
 }
 
 // Values of -envoy-port.
@@ -107,7 +111,11 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
 	fs.StringVar(&c.EnvoyPort, "envoy-port", envoyPortGRPC, "where the Envoy RLS rows call the node: grpc (its --grpc-listen port, grpc-go's transport) or main (its --listen port, Connect over net/http's HTTP/2)")
+	checkAlgorithms := addAlgorithmFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := checkAlgorithms(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
