@@ -429,14 +429,18 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 		res.setScriptCalls(after - before)
 	}
+	scripts := ""
+	if res.ScriptCalls != nil && o.Allowed+o.Denied > 0 {
+		scripts = fmt.Sprintf("  script calls %.3f/decision", float64(*res.ScriptCalls)/float64(o.Allowed+o.Denied))
+	}
 	h.results = append(h.results, res)
 	name := r.Workload
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  allowed %d denied %d errors %d unsent %d\n",
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  allowed %d denied %d errors %d unsent %d%s\n",
 		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
-		cpuSplit(res), res.Allowed, res.Denied, res.Errors, res.Unsent)
+		cpuSplit(res), res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}
