@@ -90,15 +90,17 @@ type RedisConfig struct {
 // log is bounded by its limit; the total is bounded by Redis's maxmemory,
 // not by the store.
 type Redis struct {
-	c        redis.UniversalClient
-	region   string
-	marginMs int64
-	server   bool // RedisConfig.ServerClock
-	nonce    atomic.Uint64
-	node     string
-	co       *coalescer
-	batch    bool // one script call for many decisions (see batchScript)
-	cluster  bool // batches hold only decisions of one hash slot
+	c      redis.UniversalClient
+	region string
+	// regionArg is region boxed once for the counter script's arguments.
+	regionArg any
+	marginMs  int64
+	server    bool // RedisConfig.ServerClock
+	nonce     atomic.Uint64
+	node      string
+	co        *coalescer
+	batch     bool // one script call for many decisions (see batchScript)
+	cluster   bool // batches hold only decisions of one hash slot
 
 	mismatches     atomic.Uint64
 	pipelines      atomic.Uint64
@@ -137,6 +139,7 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
+	r.regionArg = r.region
 	r.co = newCoalescer(cfg.Coalesce, r)
 	r.batch = !cfg.Coalesce.Unbatched
 	_, r.cluster = c.(*redis.ClusterClient)
@@ -243,7 +246,14 @@ func escapeKey(key string) string {
 
 // CounterKey returns the Redis key of a counter bucket.
 func CounterKey(key string, w time.Duration, bucket int64) string {
-	return "rl:{" + escapeKey(key) + "}:" + strconv.FormatInt(w.Milliseconds(), 10) + ":" + strconv.FormatInt(bucket, 10)
+	var buf [96]byte // one allocation, the string, for keys up to about 50 bytes
+	b := append(buf[:0], "rl:{"...)
+	b = append(b, escapeKey(key)...)
+	b = append(b, "}:"...)
+	b = strconv.AppendInt(b, w.Milliseconds(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, bucket, 10)
+	return string(b)
 }
 
 func gcraKey(key string, wMs int64) string {
@@ -383,11 +393,18 @@ func isReply(err error) bool {
 	return errors.As(err, &re) && !strings.HasPrefix(re.Error(), "CLUSTERDOWN")
 }
 
-func boolArg(b bool) string {
+// Script arguments boxed once: boxing a string computed at run time
+// allocates.
+var (
+	argTrue, argFalse any = "1", "0"
+	modeArgs              = [4]any{"0", "1", "2", "3"}
+)
+
+func boolArg(b bool) any {
 	if b {
-		return "1"
+		return argTrue
 	}
-	return "0"
+	return argFalse
 }
 
 // decision is one request's script call.
@@ -415,7 +432,7 @@ func (r *Redis) decision(q *Request) decision {
 	if r.server {
 		keys = append(keys, CounterKey(q.Key, q.Limit.Window, b+1), CounterKey(q.Key, q.Limit.Window, b-2))
 	}
-	return decision{0, keys, []any{nowMs, wMs, q.Limit.Limit, q.Hits, r.region, boolArg(q.Peek),
+	return decision{0, keys, []any{nowMs, wMs, q.Limit.Limit, q.Hits, r.regionArg, boolArg(q.Peek),
 		counterMode(q.Limit), 2*wMs + r.marginMs, boolArg(r.server)}}
 }
 
@@ -506,16 +523,16 @@ func collect(cmd *redis.Cmd, idx []int, out []reply) {
 }
 
 // counterMode returns counterScript's mode argument for l.
-func counterMode(l window.Limit) string {
+func counterMode(l window.Limit) any {
 	switch {
 	case l.Algorithm == window.FixedWindow:
-		return "1"
+		return modeArgs[1]
 	case !l.Algorithm.Spans():
-		return "0"
+		return modeArgs[0]
 	case l.Strict:
-		return "3"
+		return modeArgs[3]
 	}
-	return "2"
+	return modeArgs[2]
 }
 
 // result turns a script's reply into a Result, deciding in Go from the

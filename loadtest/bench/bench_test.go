@@ -286,9 +286,9 @@ func TestApplyRatios(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rs := []Result{
-		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004},
+		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004, CPUPerReqUs: 25.04},
 		{Workload: "hotkey", Mode: "open", Rate: 20000, Protocol: protoGRPC, Store: "redis", Conns: 64, ReqPerSec: 19999.6, DecPerSec: 19999.6, P99Ms: 1.5,
-			CeilingRatio: ptr(0.8), RedisRatio: ptr(0.4), ScriptPerDenied: ptr(0.0), Errors: 2},
+			CeilingRatio: ptr(0.8), RedisRatio: ptr(0.4), ScriptPerDenied: ptr(0.0), Errors: 2, CPUPerReqUs: 30, RedisCPUPerReqUs: ptr(12.5)},
 	}
 	var b bytes.Buffer
 	if err := WriteTable(&b, rs); err != nil {
@@ -299,9 +299,9 @@ func TestWriteTable(t *testing.T) {
 		t.Fatalf("WriteTable() printed %d lines, want %d:\n%s", got, want, b.String())
 	}
 	wantFields := [][]string{
-		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
-		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "-", "-", "-", "-"},
-		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "0.80", "0.40", "-", "0.000"},
+		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "CPU", "us/req", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
+		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "25.0", "-", "-", "-", "-"},
+		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "42.5", "0.80", "0.40", "-", "0.000"},
 	}
 	for i, want := range wantFields {
 		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {
@@ -571,6 +571,40 @@ func TestSummarize(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("WriteSummary() = %q, want it to contain %q", b.String(), want)
 		}
+	}
+}
+
+// TestSummarizeCPU checks the CPU ratio: the ceiling's CPU per request
+// (its paired row's when paired) over the node's with its Redis's.
+func TestSummarizeCPU(t *testing.T) {
+	rs := []Result{
+		{Workload: "ceiling", Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 20000, CPUPerReqUs: 40},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 9000, CPUPerReqUs: 60, RedisCPUPerReqUs: ptr(20.0)},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, CPUPerReqUs: 50,
+			PairedCeiling: ptr(10000.0), PairedCeilingCPU: 45},
+	}
+	gs := Summarize(rs)
+	if got, want := len(gs), 2; got != want {
+		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
+	}
+	red, mem := gs[0], gs[1]
+	if red.CPUPerReqUs != 80 || red.CeilingCPUPerReqUs != 40 || red.CPURatio == nil || *red.CPURatio != 0.5 {
+		t.Errorf("redis goal = %+v (CPU ratio %s), want 80 us/req against 40, ratio 0.5", red, fmtp(red.CPURatio))
+	}
+	if mem.CPUPerReqUs != 50 || mem.CeilingCPUPerReqUs != 45 || mem.CPURatio == nil || *mem.CPURatio != 0.9 {
+		t.Errorf("memory goal = %+v (CPU ratio %s), want 50 us/req against its paired ceiling's 45, ratio 0.9", mem, fmtp(mem.CPURatio))
+	}
+	var b bytes.Buffer
+	if err := WriteSummary(&b, gs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"80.0", "40.0", "0.50", "45.0", "0.90"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteSummary() = %q, want it to contain %q", b.String(), want)
+		}
+	}
+	if got := cpuSplit(rs[1]); got != "node 60.0 + redis 20.0" {
+		t.Errorf("cpuSplit() = %q, want node 60.0 + redis 20.0", got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -40,4 +41,21 @@ func procCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTick, nil
+}
+
+// procsCPU returns the CPU time of each process of pids, in order; an
+// error when there is none or one cannot be read.
+func procsCPU(pids []int) ([]time.Duration, error) {
+	if len(pids) == 0 {
+		return nil, errors.New("no server process")
+	}
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		d, err := procCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
 }

@@ -344,6 +344,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		return err
 	}
 	var pairRate *float64
+	var pairCPU float64
 	if h.paired(store, r) {
 		h.inPair = true
 		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", modeClose, r.Protocol}, "")
@@ -354,6 +355,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		c := &h.results[len(h.results)-1]
 		c.Workload, c.PairedWith = pairedCeiling, rowName(r.Workload, r.Mode, r.Protocol, store)
 		pairRate = ptr(c.ReqPerSec)
+		pairCPU = c.CPUPerReqUs
 	}
 	w := h.workload(r.Workload, r.Protocol)
 	var c Client
@@ -384,17 +386,17 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			return err
 		}
 	}
-	var cpu0 time.Duration
-	cpuErr := errors.New("no server process")
-	if len(tg.pid) > 0 {
-		cpu0, cpuErr = procCPU(tg.pid[0])
-	}
+	cpu0, cpuErr := procsCPU(tg.pid)
 	prof := h.startProfile(ctx, tg, store, r)
 	o := Run(ctx, c, w, l)
 	if cpuErr == nil {
-		cpu1, err := procCPU(tg.pid[0])
+		cpu1, err := procsCPU(tg.pid)
 		cpuErr = err
-		cpu0 = cpu1 - cpu0
+		for i := range cpu0 {
+			if cpuErr == nil {
+				cpu0[i] = cpu1[i] - cpu0[i]
+			}
+		}
 	}
 	if prof != nil {
 		if msg := <-prof; msg != "" {
@@ -405,7 +407,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
 		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
 		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
-		PairedCeiling: pairRate,
+		PairedCeiling: pairRate, PairedCeilingCPU: pairCPU,
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
@@ -414,7 +416,10 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
 	}
 	if cpuErr == nil && o.Requests > 0 {
-		res.CPUPerReqUs = float64(cpu0.Microseconds()) / float64(o.Requests)
+		res.CPUPerReqUs = float64(cpu0[0].Microseconds()) / float64(o.Requests)
+		if len(cpu0) > 1 {
+			res.RedisCPUPerReqUs = ptr(float64(cpu0[1].Microseconds()) / float64(o.Requests))
+		}
 	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
@@ -427,14 +432,18 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 		res.setScriptCalls(after - before)
 	}
+	scripts := ""
+	if res.ScriptCalls != nil && o.Allowed+o.Denied > 0 {
+		scripts = fmt.Sprintf("  script calls %.3f/decision", float64(*res.ScriptCalls)/float64(o.Allowed+o.Denied))
+	}
 	h.results = append(h.results, res)
 	name := r.Workload
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req  allowed %d denied %d errors %d unsent %d\n",
-		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.CPUPerReqUs,
-		res.Allowed, res.Denied, res.Errors, res.Unsent)
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  allowed %d denied %d errors %d unsent %d%s\n",
+		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
+		cpuSplit(res), res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}

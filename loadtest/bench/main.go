@@ -15,9 +15,11 @@
 // on HTTP/1.1, over Connect's gRPC on h2c, and over Envoy's RLS v3 with
 // go-control-plane's grpc-go client (N workers on 4 HTTP/2 connections, as
 // Envoy calls it), counts Redis script calls per decision from INFO
-// commandstats, and prints one table, then each path's ratio to its
-// ceiling and its open-loop p99 against the goals (and, with -out, the
-// same as JSON). With -profile it records a CPU profile of the server
+// commandstats, reads the CPU time each request cost the server and its
+// Redis from /proc, and prints one table, then each path's ratio to its
+// ceiling (by rate, and by CPU per request, which other work on the
+// machine skews less) and its open-loop p99 against the goals (and, with
+// -out, the same as JSON). With -profile it records a CPU profile of the server
 // under each closed-loop JSON and Envoy row: from /debug/pprof when the
 // node serves it, else with perf record.
 //

@@ -38,8 +38,12 @@ type Result struct {
 	// CPUPerReqUs is the server process's CPU time (user plus system,
 	// from /proc) per request over the measured run, in microseconds: a
 	// cost that load from other work on the machine skews less than
-	// req/s. Its Redis's is not included.
+	// req/s. Its Redis's is RedisCPUPerReqUs.
 	CPUPerReqUs float64 `json:"server_cpu_us_per_request,omitempty"`
+	// RedisCPUPerReqUs is the same for the node's redis-server (Redis
+	// store only): the two share CPU 0, so their sum is what a request
+	// costs that core.
+	RedisCPUPerReqUs *float64 `json:"redis_cpu_us_per_request,omitempty"`
 
 	// CeilingRatio is req/s over the ceiling's req/s for the same protocol
 	// and mode (closed loop only).
@@ -63,6 +67,8 @@ type Result struct {
 	// PairedCeiling is the req/s of the ceiling measured right before
 	// this row (-pair); the ratios use it when set.
 	PairedCeiling *float64 `json:"paired_ceiling_req_per_sec,omitempty"`
+	// PairedCeilingCPU is that ceiling's CPU time per request.
+	PairedCeilingCPU float64 `json:"paired_ceiling_cpu_us_per_request,omitempty"`
 	// PairedWith names the node row a paired ceiling row (workload
 	// pairedCeiling) was measured for.
 	PairedWith string `json:"paired_with,omitempty"`
@@ -95,6 +101,22 @@ type Report struct {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// serverCPU is the CPU time per request of the server and its Redis.
+func (r *Result) serverCPU() float64 {
+	if r.RedisCPUPerReqUs == nil {
+		return r.CPUPerReqUs
+	}
+	return r.CPUPerReqUs + *r.RedisCPUPerReqUs
+}
+
+// cpuSplit says what serverCPU adds up: "node" or "node N + redis M".
+func cpuSplit(r Result) string {
+	if r.RedisCPUPerReqUs == nil {
+		return "node"
+	}
+	return fmt.Sprintf("node %.1f + redis %.1f", r.CPUPerReqUs, *r.RedisCPUPerReqUs)
+}
 
 // setLatencies fills the latency and rate fields from samples.
 func (r *Result) setLatencies(l Latencies) {
@@ -156,11 +178,11 @@ func applyRatios(rs []Result) {
 // WriteTable prints rs as an aligned text table.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
+	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tCPU us/req\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			r.Workload, modeLabel(r), r.Protocol, r.Store, r.ReqPerSec, r.DecPerSec,
-			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors,
+			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors, r.serverCPU(),
 			optf(r.CeilingRatio, 2), optf(r.RedisRatio, 2),
 			optf(r.ScriptPerAdmitted, 3), optf(r.ScriptPerDenied, 3))
 	}
@@ -254,9 +276,16 @@ type GoalResult struct {
 	ReqPerSec        float64  `json:"req_per_sec"`
 	CeilingReqPerSec float64  `json:"ceiling_req_per_sec"`
 	Ratio            *float64 `json:"ratio,omitempty"`
-	OpenRate         float64  `json:"open_rate,omitempty"`
-	OpenP99Ms        *float64 `json:"open_p99_ms,omitempty"`
-	OpenUnsent       int64    `json:"open_unsent,omitempty"`
+	// CPUPerReqUs is the node's CPU time per request (with its Redis's on
+	// the Redis store), CeilingCPUPerReqUs the ceiling's: their ratio,
+	// CPURatio, is the rate ratio the two would reach on a core each had
+	// to itself, less skewed by other work on the machine than Ratio.
+	CPUPerReqUs        float64  `json:"cpu_us_per_request,omitempty"`
+	CeilingCPUPerReqUs float64  `json:"ceiling_cpu_us_per_request,omitempty"`
+	CPURatio           *float64 `json:"cpu_ratio,omitempty"`
+	OpenRate           float64  `json:"open_rate,omitempty"`
+	OpenP99Ms          *float64 `json:"open_p99_ms,omitempty"`
+	OpenUnsent         int64    `json:"open_unsent,omitempty"`
 }
 
 // Met reports whether the measured ratio and open-loop p99 meet the goal;
@@ -269,15 +298,16 @@ func (g GoalResult) Met() bool {
 // Summarize measures every Goal from rs; goals with no closed-loop row in
 // rs are left out.
 func Summarize(rs []Result) []GoalResult {
-	ceiling := map[string]float64{}
+	ceiling, ceilingCPU := map[string]float64{}, map[string]float64{}
 	for _, r := range rs {
 		if r.Workload == "ceiling" && r.Mode == modeClose {
 			ceiling[r.Protocol] = r.ReqPerSec
+			ceilingCPU[r.Protocol] = r.CPUPerReqUs
 		}
 	}
 	var out []GoalResult
 	for _, g := range Goals {
-		gr := GoalResult{Goal: g, CeilingReqPerSec: ceiling[g.Protocol]}
+		gr := GoalResult{Goal: g, CeilingReqPerSec: ceiling[g.Protocol], CeilingCPUPerReqUs: ceilingCPU[g.Protocol]}
 		found := false
 		for _, r := range rs {
 			if r.Workload != g.Workload || r.Protocol != g.Protocol || r.Store != g.Store {
@@ -290,8 +320,15 @@ func Summarize(rs []Result) []GoalResult {
 				if r.PairedCeiling != nil {
 					gr.CeilingReqPerSec = *r.PairedCeiling
 				}
+				if r.PairedCeilingCPU > 0 {
+					gr.CeilingCPUPerReqUs = r.PairedCeilingCPU
+				}
 				if gr.CeilingReqPerSec > 0 {
 					gr.Ratio = ptr(r.ReqPerSec / gr.CeilingReqPerSec)
+				}
+				gr.CPUPerReqUs = r.serverCPU()
+				if gr.CPUPerReqUs > 0 && gr.CeilingCPUPerReqUs > 0 {
+					gr.CPURatio = ptr(gr.CeilingCPUPerReqUs / gr.CPUPerReqUs)
 				}
 			case modeOpen:
 				gr.OpenRate, gr.OpenP99Ms, gr.OpenUnsent = r.Rate, ptr(r.P99Ms), r.Unsent
@@ -307,7 +344,7 @@ func Summarize(rs []Result) []GoalResult {
 // WriteSummary prints the goals as a table.
 func WriteSummary(w io.Writer, gs []GoalResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\tceiling\treq/s\tceiling req/s\tratio\tratio goal\topen p99 ms @ req/s\tp99 goal\tmet\t")
+	fmt.Fprintln(tw, "path\tceiling\treq/s\tceiling req/s\tratio\tratio goal\tCPU us/req\tceiling CPU us/req\tCPU ratio\topen p99 ms @ req/s\tp99 goal\tmet\t")
 	for _, g := range gs {
 		ceil := "trivial net/http handler"
 		if g.Protocol == protoEnvoy {
@@ -328,8 +365,9 @@ func WriteSummary(w io.Writer, gs []GoalResult) error {
 		if g.Met() {
 			met = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t<= %.0f ms\t%s\t\n",
-			g.Path, ceil, g.ReqPerSec, g.CeilingReqPerSec, optf(g.Ratio, 2), goal, p99, MaxOpenP99Ms, met)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t<= %.0f ms\t%s\t\n",
+			g.Path, ceil, g.ReqPerSec, g.CeilingReqPerSec, optf(g.Ratio, 2), goal,
+			g.CPUPerReqUs, g.CeilingCPUPerReqUs, optf(g.CPURatio, 2), p99, MaxOpenP99Ms, met)
 	}
 	return tw.Flush()
 }
