@@ -17,34 +17,24 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "scriptcost:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("scriptcost", run) }
 
 // mode is one counter mode measured.
 type mode struct {
