@@ -247,17 +247,7 @@ func (n *Node) keepRecent(ts []region.Total) {
 // MaxStateBytes.
 func (n *Node) localState() []byte {
 	now := n.cfg.Now()
-	n.stateMu.Lock()
-	ts := make([]region.Total, 0, len(n.recent))
-	for i := range n.recent {
-		// Walk newest first: the slot before next is the newest.
-		j := (n.next - 1 - i + 2*len(n.recent)) % len(n.recent)
-		t := n.recent[j]
-		if now.Before(n.expiry(t.Window, t.Bucket)) {
-			ts = append(ts, t)
-		}
-	}
-	n.stateMu.Unlock()
+	ts := n.recentTotals(cap(n.recent))
 	if len(ts) == 0 {
 		return nil
 	}
