@@ -18,13 +18,14 @@ import (
 //     of another region (one memberlist holds failed, for its first minute
 //     gone, or one this node has heard nothing from for three heartbeat
 //     intervals) its own region's totals of every open bucket it touched
-//     and of the reconciliations waiting for that member's region, over
-//     UDP, when they fit in maxUDPFrames packets per member. Lost while the
-//     partition lasts, the first one to cross after the heal carries every
-//     total the other side lacks: agreement one probe interval plus one
-//     one-way delay after the heal. Bounded: at most probeMembers members
-//     and probeBuckets buckets read from the store per probe, and only
-//     while some member is silent.
+//     and of the reconciliations waiting for or just sent to that member's
+//     region, over UDP, when they fit in maxUDPFrames packets per region.
+//     Lost while the partition lasts, the first one to cross after the
+//     heal carries every total the other side lacks: agreement within one
+//     probe interval plus one one-way delay after the heal. Bounded: at
+//     most maxUDPFrames packets per silent region and probeMembers members
+//     per probe, at most probeBuckets buckets read from the store per
+//     probe, and only while some member is silent.
 //   - Heartbeats go to failed members too (see heartbeat), every
 //     heartbeat interval for a member's first minute gone, every tenth
 //     one after that, so that a longer split is noticed as soon as it
@@ -161,13 +162,27 @@ func (n *Node) probe() {
 		if len(totals) == 0 {
 			continue
 		}
+		type send struct {
+			dest   *member
+			frames [][]byte
+		}
+		var sends []send
+		packets := 0
 		for dest, group := range route(totals, ms) {
 			frames, err := Encode(KindFlush, now, n.self(), group, n.cfg.UDPBudget)
-			if err != nil || len(frames) > maxUDPFrames {
-				continue // too many for a probe: the re-send after the heal carries them
+			if err != nil {
+				n.met.drop("encode")
+				continue
 			}
-			for _, f := range frames {
-				if err := n.ml.SendBestEffort(&dest.node, f); err != nil {
+			sends = append(sends, send{dest, frames})
+			packets += len(frames)
+		}
+		if packets > maxUDPFrames {
+			continue // too many for a probe: the re-send on the first frame after the heal carries them
+		}
+		for _, s := range sends {
+			for _, f := range s.frames {
+				if err := n.ml.SendBestEffort(&s.dest.node, f); err != nil {
 					n.met.drop("send_error")
 					continue
 				}
