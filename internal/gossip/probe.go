@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"maps"
 	"sort"
 	"time"
 
@@ -94,12 +95,7 @@ func (n *Node) failedMembers(now time.Time, old bool) []*member {
 func (n *Node) silentMembers(now time.Time) map[string][]*member {
 	ms := n.failedMembers(now, false)
 	clock := n.cfg.Now()
-	n.freshMu.Lock()
-	heard := make(map[string]time.Time, len(n.fresh.node))
-	for k, v := range n.fresh.node {
-		heard[k] = v
-	}
-	n.freshMu.Unlock()
+	heard := n.heardNodes()
 	n.memMu.RLock()
 	for _, m := range n.members {
 		if !n.replicates(m) || m.state != "alive" {
@@ -249,12 +245,7 @@ func (n *Node) revive(s *member) {
 // still holds failed and that sent nothing for Config.Suspicion.
 func (n *Node) unrevive() {
 	clock := n.cfg.Now()
-	n.freshMu.Lock()
-	heard := make(map[string]time.Time, len(n.fresh.node))
-	for k, v := range n.fresh.node {
-		heard[k] = v
-	}
-	n.freshMu.Unlock()
+	heard := n.heardNodes()
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
 	for _, m := range n.members {
@@ -278,4 +269,11 @@ func (n *Node) recentTotals(limit int) []region.Total {
 		}
 	}
 	return out
+}
+
+// heardNodes returns a copy of when each member was last heard from.
+func (n *Node) heardNodes() map[string]time.Time {
+	n.freshMu.Lock()
+	defer n.freshMu.Unlock()
+	return maps.Clone(n.fresh.node)
 }
