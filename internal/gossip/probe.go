@@ -17,8 +17,8 @@ import (
 //
 //   - Probes. Every two flush intervals, a node sends each silent member
 //     of another region (one memberlist holds failed, for its first minute
-//     gone, or one this node has heard nothing from for three heartbeat
-//     intervals) its own region's totals of every open bucket it touched
+//     gone, or one this node has heard nothing from for Config.Suspicion)
+//     its own region's totals of every open bucket it touched
 //     and of the reconciliations waiting for or just sent to that member's
 //     region, over UDP, when they fit in maxUDPFrames packets per region.
 //     Lost while the partition lasts, the first one to cross after the
@@ -90,8 +90,9 @@ func (n *Node) failedMembers(now time.Time, old bool) []*member {
 }
 
 // silentMembers returns, by region, the members to probe: those failed for
-// less than probeFor, and alive ones unheard for silentAfter (whose frames
-// came before), at most probeMembers, the most recently failed first.
+// less than probeFor, and alive ones unheard for Config.Suspicion (whose
+// frames came before), at most probeMembers, the most recently failed
+// first.
 func (n *Node) silentMembers(now time.Time) map[string][]*member {
 	ms := n.failedMembers(now, false)
 	clock := n.cfg.Now()
@@ -101,7 +102,7 @@ func (n *Node) silentMembers(now time.Time) map[string][]*member {
 		if !n.replicates(m) || m.state != "alive" {
 			continue
 		}
-		if h, ok := heard[m.node.Name]; ok && clock.Sub(h) > n.silentAfter() {
+		if h, ok := heard[m.node.Name]; ok && clock.Sub(h) > n.cfg.Suspicion {
 			ms = append(ms, m)
 		}
 	}

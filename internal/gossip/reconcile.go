@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -247,7 +248,7 @@ func (n *Node) keepRecent(ts []region.Total) {
 // MaxStateBytes.
 func (n *Node) localState() []byte {
 	now := n.cfg.Now()
-	ts := n.recentTotals(cap(n.recent))
+	ts := n.recentTotals(math.MaxInt)
 	if len(ts) == 0 {
 		return nil
 	}
