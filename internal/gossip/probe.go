@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -90,23 +91,33 @@ func (n *Node) failedMembers(now time.Time, old bool) []*member {
 }
 
 // silentMembers returns, by region, the members to probe: those failed for
-// less than probeFor, and alive ones unheard for Config.Suspicion (whose
-// frames came before), at most probeMembers, the most recently failed
-// first.
+// less than probeFor (but not those of a region another member of which,
+// sharing its store, was heard from within Config.Suspicion), and alive
+// ones unheard for Config.Suspicion (whose frames came before), at most
+// probeMembers, the most recently failed first.
 func (n *Node) silentMembers(now time.Time) map[string][]*member {
-	ms := n.failedMembers(now, false)
+	failed := n.failedMembers(now, false)
 	clock := n.cfg.Now()
 	heard := n.heardNodes()
+	var ms []*member
+	fresh := map[string]bool{} // regions with a shared-store member heard within Suspicion
 	n.memMu.RLock()
 	for _, m := range n.members {
 		if !n.replicates(m) || m.state != "alive" {
 			continue
 		}
-		if h, ok := heard[m.node.Name]; ok && clock.Sub(h) > n.cfg.Suspicion {
+		switch h, ok := heard[m.node.Name]; {
+		case ok && clock.Sub(h) > n.cfg.Suspicion:
 			ms = append(ms, m)
+		case ok && !m.ownStore:
+			fresh[m.region] = true
 		}
 	}
 	n.memMu.RUnlock()
+	// A failed member of a region that is heard from through another
+	// member (a crashed node) needs no probe: that member gets the totals.
+	failed = slices.DeleteFunc(failed, func(m *member) bool { return !m.ownStore && fresh[m.region] })
+	ms = append(failed, ms...)
 	out := map[string][]*member{}
 	for _, m := range ms[:min(len(ms), probeMembers)] {
 		out[m.region] = append(out[m.region], m)

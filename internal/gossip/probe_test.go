@@ -108,3 +108,41 @@ func TestReviveOnlyAuthenticated(t *testing.T) {
 		t.Errorf("a second silence within a second: re-sends queued for %v, want none", got)
 	}
 }
+
+// TestProbeTargets: probes go to failed members of regions not heard from
+// otherwise and to members silent for the suspicion timeout, not to a
+// crashed node whose region-mate is heard from, nor to healthy members.
+func TestProbeTargets(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	now := t0
+	n.cfg.Now = func() time.Time { return now }
+	for _, r := range testRegions {
+		n.heardFrom(n.members[testSender(r).Node], now)
+	}
+	n.setMember(memberNode("us-2", "us", 7), "dead") // crashed; node-us is heard from
+	n.setMember(memberNode("xx-1", "xx", 7), "dead") // a region cut off
+	names := func() map[string]bool {
+		out := map[string]bool{}
+		for _, ms := range n.silentMembers(time.Now()) {
+			for _, m := range ms {
+				out[m.node.Name] = true
+			}
+		}
+		return out
+	}
+	if got := names(); len(got) != 1 || !got["xx-1"] {
+		t.Errorf("probe targets = %v, want only xx-1", got)
+	}
+	now = now.Add(n.cfg.Suspicion / 2)
+	n.heardFrom(n.members[testSender("ap").Node], now) // only ap keeps talking
+	now = now.Add(n.cfg.Suspicion/2 + time.Millisecond)
+	got := names()
+	for _, r := range testRegions {
+		if want := r != "ap" && r != "eu"; got[testSender(r).Node] != want {
+			t.Errorf("after a silence: %s probed = %v, want %v", testSender(r).Node, got[testSender(r).Node], want)
+		}
+	}
+	if !got["us-2"] || !got["xx-1"] {
+		t.Errorf("after a silence: probe targets = %v, want us-2 (its region went silent) and xx-1 too", got)
+	}
+}
