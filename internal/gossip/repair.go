@@ -223,7 +223,9 @@ func (n *Node) answerRepair(s *member) {
 		}
 	}
 	n.mu.Unlock()
+	n.memMu.RLock() // reconnect and revive write some fields in place
 	dest := *s
+	n.memMu.RUnlock()
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
