@@ -14,11 +14,10 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// guardHit decides one hit as the decision path does: the guard, the
-// store against the limit the guard returns, the guard's record, and the
-// replication of an admitted total.
-func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit) bool {
-	now := tn.now()
+// guardHit decides one hit at now (tn's clock) as the decision path does:
+// the guard, the store against the limit the guard returns, the guard's
+// record, and the replication of an admitted total.
+func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit, now time.Time) bool {
 	v := tn.node.GuardView(now)
 	ok, sl, _ := g.Admit(now, key, lim.Limit, 1, &v)
 	if !ok {
@@ -67,7 +66,7 @@ func TestGuardBurst(t *testing.T) {
 				for range 100 {
 					var ok bool
 					if guarded {
-						ok = guardHit(tn, g, key, lim)
+						ok = guardHit(tn, g, key, lim, tn.now())
 					} else {
 						ok, _ = h.hit(tn, key, lim)
 					}
@@ -170,16 +169,19 @@ func TestGuardPartition(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			tick(stop, every, func(int) bool {
-				if guardHit(tn, g, "guarded", lim) {
+				// Admissions are stamped with the instant they were
+				// decided at, so that a slow call cannot move one
+				// into another's trailing window.
+				if now := tn.now(); guardHit(tn, g, "guarded", lim, now) {
 					mu.Lock()
-					s.guarded = append(s.guarded, time.Now())
+					s.guarded = append(s.guarded, now)
 					mu.Unlock()
 				}
 				if tn.region != threeRegions[2] { // the minority and one majority region
 					for range 2 {
-						if guardHit(tn, gs, "solo", strict) {
+						if now := tn.now(); guardHit(tn, gs, "solo", strict, now) {
 							mu.Lock()
-							s.solo = append(s.solo, time.Now())
+							s.solo = append(s.solo, now)
 							mu.Unlock()
 						}
 					}
