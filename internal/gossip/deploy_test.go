@@ -32,8 +32,8 @@ func promtool(t *testing.T) string {
 
 // TestAlertRules: the example alert rules are valid, the demo's
 // Prometheus config loads them, and their unit tests (alerts_test.yml:
-// over-admission above 1.05 for 10 minutes fires, a stale admitting
-// region fires, an idle one does not) pass.
+// over-admission above 1.05 for 10 minutes fires, a region unheard for
+// seconds fires, one heard does not) pass.
 func TestAlertRules(t *testing.T) {
 	bin := promtool(t)
 	for _, args := range [][]string{

@@ -26,16 +26,27 @@ const (
 type freshness struct {
 	heard map[string]time.Time     // region -> receipt of its last valid frame
 	rtt   map[string]time.Duration // region -> last ping round trip
+	node  map[string]time.Time     // member -> receipt of its last valid frame
 }
 
-// heardFrom records a valid frame from region r at now (this node's clock).
-func (n *Node) heardFrom(r string, now time.Time) {
-	if r == n.cfg.Region {
-		return
+func (f *freshness) init() {
+	if f.heard == nil {
+		f.heard, f.rtt, f.node = map[string]time.Time{}, map[string]time.Duration{}, map[string]time.Time{}
 	}
+}
+
+// heardFrom records a valid frame from member s at now (this node's
+// clock) and returns when s was heard from before (zero: never).
+func (n *Node) heardFrom(s *member, now time.Time) (prev time.Time) {
 	n.freshMu.Lock()
-	n.fresh.made().heard[r] = now
-	n.freshMu.Unlock()
+	defer n.freshMu.Unlock()
+	n.fresh.init()
+	prev = n.fresh.node[s.node.Name]
+	n.fresh.node[s.node.Name] = now
+	if s.region != n.cfg.Region {
+		n.fresh.heard[s.region] = now
+	}
+	return prev
 }
 
 // noteRTT records a ping round trip to a member of region r.
@@ -44,37 +55,44 @@ func (n *Node) noteRTT(r string, rtt time.Duration) {
 		return
 	}
 	n.freshMu.Lock()
-	n.fresh.made().rtt[r] = rtt
+	n.fresh.init()
+	n.fresh.rtt[r] = rtt
 	n.freshMu.Unlock()
-}
-
-// made returns f with its maps made (a Node's zero value has none).
-func (f *freshness) made() *freshness {
-	if f.heard == nil {
-		f.heard, f.rtt = map[string]time.Time{}, map[string]time.Duration{}
-	}
-	return f
 }
 
 // heartbeatLoop sends an empty flush frame to every alive member of the
 // other regions every HeartbeatInterval, so that an idle region is known
-// to be alive and its silence means something.
-func (n *Node) heartbeatLoop() { n.every(n.cfg.HeartbeatInterval, n.heartbeat) }
+// to be alive and its silence means something; and to the failed ones
+// too (every HeartbeatInterval for their first minute gone, every tenth
+// time after that), so that a healed split is noticed by its first
+// packets, not by the failure detector (see probe.go).
+func (n *Node) heartbeatLoop() {
+	beat := 0
+	n.every(n.cfg.HeartbeatInterval, func() {
+		beat++
+		n.heartbeat(beat%slowBeat == 0)
+	})
+}
 
-func (n *Node) heartbeat() {
+// heartbeat sends the empty frame to the alive and recently failed members
+// of the other regions, and to the long failed ones too when old.
+func (n *Node) heartbeat(old bool) {
 	e, err := newEncoder(KindFlush, n.cfg.Now(), n.self(), nil)
 	if err != nil {
 		return
 	}
 	frame := e.header(n.cfg.UDPBudget) // a frame of zero totals
+	var to []*member
 	for _, ms := range n.view().remote {
-		for _, m := range ms {
-			if err := n.ml.SendBestEffort(&m.node, frame); err != nil {
-				n.met.drop("send_error")
-				continue
-			}
-			n.met.sentFor(KindFlush, cost{reason: reasonHeartbeat}, len(frame))
+		to = append(to, ms...)
+	}
+	to = append(to, n.failedMembers(time.Now(), old)...)
+	for _, m := range to {
+		if err := n.ml.SendBestEffort(&m.node, frame); err != nil {
+			n.met.drop("send_error")
+			continue
 		}
+		n.met.sentFor(KindFlush, cost{reason: reasonHeartbeat}, len(frame))
 	}
 }
 

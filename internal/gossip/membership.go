@@ -30,6 +30,9 @@ type member struct {
 	// member (only the reconnect loop touches them, under memMu).
 	retryAt time.Time
 	backoff time.Duration
+	// heardOnly: memberlist holds the member failed, but its frames
+	// arrive, so it is alive for replication (see revive in probe.go).
+	heardOnly bool
 }
 
 // maxBackoff caps the join and reconnect loops' retry delays.
@@ -131,7 +134,7 @@ func (n *Node) reconnect() {
 	n.pruneMembers(now)
 	n.memMu.Lock()
 	for _, m := range n.members {
-		if m.state != "dead" || now.Before(m.retryAt) {
+		if (m.state != "dead" && !m.heardOnly) || now.Before(m.retryAt) {
 			continue
 		}
 		addrs = append(addrs, m.node.Address())
@@ -304,7 +307,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	if state == "alive" && (old == nil || old.state != "alive" || old.token != m.token) {
 		n.memberUp(m) // new, back from dead, or restarted under its name
 	}
-	if old != nil && old.state == state && state == "dead" {
+	if old != nil && (old.state == state || old.heardOnly) && state == "dead" {
 		m.retryAt, m.backoff = old.retryAt, old.backoff
 	}
 	if state != "alive" {
@@ -346,6 +349,10 @@ func (n *Node) pruneMembers(now time.Time) {
 	for _, m := range n.members {
 		regions[m.region] = true
 	}
+	names := make(map[string]bool, len(n.members))
+	for name := range n.members {
+		names[name] = true
+	}
 	n.memMu.Unlock()
 	n.ageMu.Lock()
 	for r := range n.newest {
@@ -354,6 +361,13 @@ func (n *Node) pruneMembers(now time.Time) {
 		}
 	}
 	n.ageMu.Unlock()
+	n.freshMu.Lock()
+	for name := range n.fresh.node {
+		if !names[name] {
+			delete(n.fresh.node, name)
+		}
+	}
+	n.freshMu.Unlock()
 }
 
 // frameSender returns the member that sent m when m may be accepted from it: a

@@ -171,6 +171,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.goLoop(n.receiveLoop)
 	n.goLoop(n.reconnectLoop)
 	n.goLoop(n.heartbeatLoop)
+	n.goLoop(n.probeLoop)
 	n.goLoop(n.rejoinLoop)
 	if len(cfg.Join) > 0 {
 		n.goLoop(n.joinLoop)

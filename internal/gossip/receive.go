@@ -63,7 +63,7 @@ func (n *Node) handle(b []byte) {
 		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
 		return
 	}
-	n.heardFrom(m.From, now)
+	n.noteFrame(sender, n.heardFrom(sender, now), now)
 	if m.Kind == KindTouch { // check let through touches of this region only
 		n.remember(now, m.Totals)
 		return

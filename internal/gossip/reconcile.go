@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -275,15 +276,7 @@ func (n *Node) keepRecent(ts []region.Total) {
 // MaxStateBytes.
 func (n *Node) localState() []byte {
 	now := n.cfg.Now()
-	n.stateMu.Lock()
-	ts := make([]region.Total, 0, n.recent.len())
-	for i := range n.recent.len() {
-		t := n.recent.newest(i)
-		if now.Before(n.expiry(t.Window, t.Bucket)) {
-			ts = append(ts, t)
-		}
-	}
-	n.stateMu.Unlock()
+	ts := n.recentTotals(math.MaxInt)
 	if len(ts) == 0 {
 		return nil
 	}

@@ -223,7 +223,9 @@ func (n *Node) answerRepair(s *member) {
 		}
 	}
 	n.mu.Unlock()
+	n.memMu.RLock() // reconnect and revive write some fields in place
 	dest := *s
+	n.memMu.RUnlock()
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
@@ -436,10 +438,13 @@ func (n *Node) resendOpen(regions map[string]bool) {
 	if len(refs) > 0 {
 		open = n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
 	}
+	// Closed buckets whose reconciliation is still trying (a dial to a
+	// region cut off takes a round trip to fail) are in neither list.
+	recent := n.recentTotals(probeBuckets)
 	v := n.view()
 	n.log.Debug("re-sending open totals", "open", len(open), "waiting", len(waiting), "regions", len(regions))
 	for reg := range regions {
-		if fast := append(append([]region.Total(nil), open...), waiting[reg]...); len(fast) > 0 {
+		if fast := append(append(append([]region.Total(nil), open...), waiting[reg]...), recent...); len(fast) > 0 {
 			for dest, group := range route(fast, v.remote[reg]) {
 				n.sendAsyncFor(KindReconcile, cost{reason: reasonRejoin}, dest, group)
 			}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,99 +248,6 @@ func TestRedisRestartRepair(t *testing.T) {
 		t.Errorf("a hit on %s was admitted against a limit of 20 after the repair restored its 20", keys[len(keys)-1])
 	}
 	checkTiming(t, "repair after the restart", took, 5*testConfig().ReconnectInterval)
-}
-
-// TestHealAgreement: region us is cut off from ap and eu until they
-// declare its node dead, while every region admits hits on keys with a
-// long window (their bucket stays open) and a short one (buckets close
-// during the partition). Traffic stops; the partition heals. Once the
-// nodes see each other alive again, every region holds the same vector
-// for every open and closed bucket within two flush intervals plus the
-// one-way delay (asserted with checkTiming's margin for a loaded machine),
-// because each side re-sends its open totals, and retries its waiting
-// reconciliations, as soon as it sees the other alive.
-func TestHealAgreement(t *testing.T) {
-	const oneWay = 60 * time.Millisecond
-	fn := NewFaultNetwork(3)
-	wan(fn, threeRegions, oneWay)
-	h := newHarness(t, fn, threeRegions, 1)
-	open := window.Limit{Limit: 1 << 40, Window: time.Hour}
-	short := window.Limit{Limit: 1 << 40, Window: time.Second}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	var hits atomic.Int64
-	for _, tn := range h.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick(stop, 5*time.Millisecond, func(i int) bool {
-				lim := open
-				if i%2 == 1 {
-					lim = short
-				}
-				if _, err := h.hit(tn, fmt.Sprintf("h%d", i%8), lim); err != nil {
-					t.Error(err)
-					return false
-				}
-				hits.Add(1)
-				return true
-			})
-		}()
-	}
-	// Traffic before the cut, replicated as usual: some hits in both
-	// windows.
-	waitFor(t, 20*time.Second, "traffic before the cut", func() bool { return hits.Load() >= int64(10*len(h.nodes)) })
-	h.fn.Partition("us", "ap")
-	h.fn.Partition("us", "eu")
-	waitFor(t, 20*time.Second, "ap and eu declare us dead", func() bool {
-		for _, tn := range h.nodes {
-			for _, m := range tn.node.Members() {
-				if m.Region == "us" && tn.region != "us" && m.State == "alive" {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	close(stop)
-	wg.Wait()
-	h.fn.HealAll()
-	healAt := time.Now()
-	rejoin := h.waitAlive(len(h.nodes), 20*time.Second)
-	aliveAt := healAt.Add(rejoin)
-	want := h.truthVecs(nil)
-	var nOpen, nClosed int
-	for br := range want {
-		if br.Window == open.Window {
-			nOpen++
-		} else {
-			nClosed++
-		}
-	}
-	var diff, last string
-	if _, ok := poll(20*time.Second, func() bool {
-		ok, d := h.agree(want)
-		if !ok {
-			diff, last = d, fmt.Sprintf("%s at %v", d, time.Since(aliveAt).Round(time.Millisecond))
-		}
-		return ok
-	}); !ok {
-		t.Fatalf("regions do not agree 20s after the heal: %s", diff)
-	}
-	t.Logf("last difference seen: %s", last)
-	took := time.Since(aliveAt)
-	bound := 2*testConfig().FlushInterval + oneWay
-	t.Logf("heal: members alive %v after the heal; %d open and %d closed buckets agreed in every region %v after that (bound: two flush intervals + one-way delay = %v)",
-		rejoin.Round(time.Millisecond), nOpen, nClosed, took.Round(time.Millisecond), bound)
-	if nOpen == 0 || nClosed == 0 {
-		t.Fatalf("%d open and %d closed buckets hit, want some of each", nOpen, nClosed)
-	}
-	checkTiming(t, "agreement after the members saw each other alive", took, bound)
-	for _, tn := range h.nodes {
-		if got := counterValue(tn.node.met.resends); got == 0 && tn.region == "us" {
-			t.Errorf("%s re-sent no open totals after the heal", tn.name)
-		}
-	}
 }
 
 // TestClockSkewBound: an offset past MaxClockSkew is counted once per
