@@ -666,11 +666,12 @@ func TestReplicator(t *testing.T) {
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
 	// The totals carry where in the bucket the hits fell (30 s in: the late
-	// half), for the default sliding window.
+	// half), for the default sliding window, and the limit and the estimate
+	// admitted at, for replication by urgency.
 	at := func(n uint64) window.Halves { return window.Halves{Late: window.Half{N: n, First: 30000, Last: 30000}} }
 	want := []region.Total{
-		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Halves: at(2)},
-		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Halves: at(1)},
+		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Halves: at(2), Limit: 10, Estimate: 6},
+		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Halves: at(1), Limit: 5, Estimate: 1},
 	}
 	if len(rep.dirty) != len(want) {
 		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
