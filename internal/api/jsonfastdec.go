@@ -155,22 +155,16 @@ func (f *checkFields) parseLimit(p *parser) bool {
 		if !once(&f.seenLimitFields, 4) {
 			return false
 		}
-		var s string
-		if s, ok = p.str(); ok {
-			var v int32
-			v, ok = ratelimitv1.Algorithm_value[s]
-			f.algo = ratelimitv1.Algorithm(v)
-		}
+		var v int32
+		v, ok = p.enum(ratelimitv1.Algorithm_value)
+		f.algo = ratelimitv1.Algorithm(v)
 	case "scope":
 		if !once(&f.seenLimitFields, 8) {
 			return false
 		}
-		var s string
-		if s, ok = p.str(); ok {
-			var v int32
-			v, ok = ratelimitv1.Scope_value[s]
-			f.scope = ratelimitv1.Scope(v)
-		}
+		var v int32
+		v, ok = p.enum(ratelimitv1.Scope_value)
+		f.scope = ratelimitv1.Scope(v)
 	case "strict":
 		if !once(&f.seenLimitFields, 16) {
 			return false
@@ -278,6 +272,17 @@ func (p *parser) rawStr() []byte {
 
 // key reads an object key.
 func (p *parser) key() []byte { return p.rawStr() }
+
+// enum reads a string naming a value of a proto enum (its generated
+// <Enum>_value map); an unknown name is not ok.
+func (p *parser) enum(names map[string]int32) (int32, bool) {
+	s, ok := p.str()
+	if !ok {
+		return 0, false
+	}
+	v, ok := names[s]
+	return v, ok
+}
 
 func (p *parser) str() (string, bool) {
 	s := p.rawStr()

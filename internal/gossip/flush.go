@@ -58,21 +58,8 @@ func (n *Node) Dirty(t region.Total) {
 		n.dirty[dk] = tally{t.Count, t.Halves}
 	}
 	n.note(dk, t, due, now)
-	set := n.touched[due]
-	if set == nil {
-		set = map[ref]struct{}{}
-		n.touched[due] = set
-	}
-	if _, ok := set[k]; !ok {
-		if n.nTouched >= n.cfg.MaxTouched {
-			n.met.drop("touched_full")
-			return
-		}
-		set[k] = struct{}{}
-		n.nTouched++
-		if len(n.notice) < n.cfg.MaxDirty {
-			n.notice[k] = t.Count
-		}
+	if added, _ := n.touchLocked(k, false); added && len(n.notice) < n.cfg.MaxDirty {
+		n.notice[k] = t.Count
 	}
 }
 
