@@ -161,7 +161,7 @@ func (f *Failover) probeLoop() {
 		f.open.Store(false)
 		f.mu.Unlock()
 		f.log.Info("store: primary answers again, deciding with it", "outage", outage.Round(time.Millisecond))
-		f.writeBack()
+		f.writeBackRetrying()
 		return
 	}
 }

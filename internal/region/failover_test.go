@@ -22,6 +22,9 @@ type flaky struct {
 	state   string // "ok", "fail", "hang"
 	release chan struct{}
 	calls   int
+	// mergeFails is how many Merges fail (a primary whose connections a
+	// restart reset) before Merge follows state again.
+	mergeFails int
 }
 
 func (f *flaky) callCount() int {
@@ -70,6 +73,15 @@ func (f *flaky) Check(ctx context.Context, reqs []region.Request, res []region.R
 }
 
 func (f *flaky) Merge(ctx context.Context, totals []region.Total) error {
+	f.mu.Lock()
+	refuse := f.mergeFails > 0
+	if refuse {
+		f.mergeFails--
+	}
+	f.mu.Unlock()
+	if refuse {
+		return fmt.Errorf("flaky merge: %w", region.ErrUnavailable)
+	}
 	if err := f.gate(ctx); err != nil {
 		return err
 	}
@@ -293,6 +305,42 @@ func TestFailoverLocalCounts(t *testing.T) {
 		}
 		if got := vectorOf(t, p, "k", b); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("primary vector after write-back = %v, want %v", got, want)
+		}
+	})
+}
+
+// TestWriteBackRetriesWithoutTraffic: a write-back the primary refuses
+// on recovery (a restarted Redis resets the pool's connections) is tried
+// again with the probes' backoff, not left for a next call that a node
+// whose traffic stopped never makes.
+func TestWriteBackRetriesWithoutTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.UnixMilli(1_760_000_010_000)
+		p := newFlaky("here")
+		const probeMin = 10 * time.Millisecond
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: func() time.Time { return now }})
+		p.set("fail")
+		if r := storetest.Check(t, f, req("k", now)); r.LocalRegion != f.FallbackRegion() || !r.Allowed {
+			t.Fatalf("decision during the outage = %+v, want allowed by the fallback", r)
+		}
+		p.mu.Lock()
+		p.mergeFails = 1
+		p.mu.Unlock()
+		p.set("ok")
+		time.Sleep(probeMin) // the probe succeeds; its write-back is refused
+		synctest.Wait()
+		if got := f.Status().WriteBacks; got != 0 {
+			t.Fatalf("WriteBacks after a refused write-back = %d, want 0", got)
+		}
+		time.Sleep(probeMin) // no call comes; the retry does
+		synctest.Wait()
+		if got := f.Status().WriteBacks; got != 1 {
+			t.Errorf("WriteBacks one backoff after the refused write-back, with no traffic = %d, want 1", got)
+		}
+		b := window.Bucket(window.Ms(now), time.Minute)
+		want := map[string]uint64{f.FallbackRegion(): 1}
+		if got := vectorOf(t, p, "k", b); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("primary vector after the retried write-back = %v, want %v", got, want)
 		}
 	})
 }

@@ -24,8 +24,31 @@ func (f *Failover) writeBackSoon() {
 	go func() {
 		defer f.probes.Done()
 		defer f.wbOn.Store(false)
-		f.writeBack()
+		f.writeBackRetrying()
 	}()
+}
+
+// writeBackRetrying writes back, and after a failure tries again with the
+// probes' backoff (ProbeMin doubling up to ProbeMax) while the breaker
+// stays closed and the Failover open: the next call would start a new
+// write-back too, but a node whose traffic stopped makes none, and the
+// fallback's counts would wait for it. When the breaker opens again, the
+// recovery's write-back takes over.
+func (f *Failover) writeBackRetrying() {
+	delay := f.cfg.ProbeMin
+	for !f.writeBack() {
+		t := time.NewTimer(delay)
+		select {
+		case <-f.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if f.open.Load() {
+			return
+		}
+		delay = min(2*delay, f.cfg.ProbeMax)
+	}
 }
 
 // remember records a bucket the fallback admitted into or merged into while
@@ -47,8 +70,9 @@ func (f *Failover) remember(r BucketRef) {
 // writeBack merges into the primary the fallback's totals of the buckets
 // still alive that it admitted into or merged while the breaker was open:
 // the fallback region's own and the other regions' (never the primary's
-// region, which only its decisions change).
-func (f *Failover) writeBack() {
+// region, which only its decisions change). It reports false when the
+// primary refused them: the buckets are kept for the next write-back.
+func (f *Failover) writeBack() bool {
 	f.wbMu.Lock()
 	refs := make([]BucketRef, 0, len(f.wb))
 	nowMs := window.Ms(f.cfg.Now())
@@ -62,7 +86,7 @@ func (f *Failover) writeBack() {
 	f.wbAny.Store(false)
 	f.wbMu.Unlock()
 	if len(refs) == 0 {
-		return
+		return true
 	}
 	vecs, _ := f.fallback.Vectors(context.Background(), refs)
 	var totals []Total
@@ -92,10 +116,11 @@ func (f *Failover) writeBack() {
 		}
 		f.wbMu.Unlock()
 		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
-		return
+		return false
 	}
 	f.writeBacks.Add(uint64(len(totals)))
 	f.log.Info("store: wrote the fallback's counts back", "totals", len(totals), "fallback_region", f.fbRegion)
+	return true
 }
 
 // mirror max-merges the per-region counts of the primary's counter
