@@ -212,10 +212,11 @@ type Failover struct {
 	failures, timeouts, fbDecisions atomic.Uint64
 	writeBacks, wbDropped           atomic.Uint64
 
-	wbMu  sync.Mutex
-	wb    map[BucketRef]struct{} // buckets the fallback admitted into
-	wbOn  atomic.Bool            // a write-back runs outside an outage
-	wbAny atomic.Bool            // wb is not empty
+	wbMu    sync.Mutex
+	wb      map[BucketRef]struct{} // buckets the fallback admitted into
+	wbOn    atomic.Bool            // a write-back runs outside an outage
+	wbLater atomic.Bool            // a writeBackLater is waiting
+	wbAny   atomic.Bool            // wb is not empty
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -344,6 +345,11 @@ func (f *Failover) Check(ctx context.Context, reqs []Request, res []Result) erro
 			return fmt.Errorf("region: check: %w", cerr)
 		}
 		f.failed(err)
+		f.decideFallback(reqs, res)
+		if f.cfg.Policy == PolicyLocal {
+			f.writeBackLater()
+		}
+		return nil
 	}
 	f.decideFallback(reqs, res)
 	return nil

@@ -345,6 +345,31 @@ func TestWriteBackRetriesWithoutTraffic(t *testing.T) {
 	})
 }
 
+// TestWriteBackAfterShortFailureWithoutTraffic: a fallback decision after
+// a failure too short to open the breaker is written back once the
+// primary answers, even when no call follows it.
+func TestWriteBackAfterShortFailureWithoutTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.UnixMilli(1_760_000_010_000)
+		p := newFlaky("here")
+		const probeMin = 10 * time.Millisecond
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 3, ProbeMin: probeMin, Now: func() time.Time { return now }})
+		p.set("fail")
+		if r := storetest.Check(t, f, req("k", now)); r.LocalRegion != f.FallbackRegion() || !r.Allowed {
+			t.Fatalf("decision on a failure = %+v, want allowed by the fallback", r)
+		}
+		if f.Status().Mode != region.ModePrimary {
+			t.Fatalf("mode after one failure = %v, want primary (threshold 3)", f.Status().Mode)
+		}
+		p.set("ok")
+		time.Sleep(probeMin) // no call comes
+		synctest.Wait()
+		if got := f.Status().WriteBacks; got != 1 {
+			t.Errorf("WriteBacks a probe interval after the failure, with no traffic = %d, want 1", got)
+		}
+	})
+}
+
 // vectorOf returns s's per-region counts of key's bucket b of lim.
 func vectorOf(t *testing.T, s region.Store, key string, b int64) map[string]uint64 {
 	t.Helper()

@@ -28,6 +28,28 @@ func (f *Failover) writeBackSoon() {
 	}()
 }
 
+// writeBackLater calls writeBackSoon ProbeMin from now, unless a call is
+// waiting already or the breaker is open (the recovery writes back): what
+// the fallback counted after a failure too short to open the breaker is
+// written back even if no call follows it (a node whose traffic stopped).
+func (f *Failover) writeBackLater() {
+	if f.open.Load() || !f.wbLater.CompareAndSwap(false, true) {
+		return
+	}
+	f.probes.Add(1)
+	go func() {
+		defer f.probes.Done()
+		defer f.wbLater.Store(false)
+		t := time.NewTimer(f.cfg.ProbeMin)
+		defer t.Stop()
+		select {
+		case <-f.stop:
+		case <-t.C:
+			f.writeBackSoon()
+		}
+	}()
+}
+
 // writeBackRetrying writes back, and after a failure tries again with the
 // probes' backoff (ProbeMin doubling up to ProbeMax) while the breaker
 // stays closed and the Failover open: the next call would start a new
