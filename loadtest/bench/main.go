@@ -39,12 +39,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
@@ -52,15 +51,7 @@ import (
 // binary honours it in TestMain.
 const subcommandEnv = "RLBENCH_SUBCOMMAND"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("bench", run) }
 
 // Config is the harness's configuration, from flags.
 type Config struct {

@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,17 +30,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "keyflood:", err)
-		os.Exit(1)
-	}
+	command.Main("keyflood", func(ctx context.Context, args []string, out io.Writer) error {
+		_, err := run(ctx, args, out)
+		return err
+	})
 }
 
 // config is the flood's configuration, from flags.
