@@ -173,14 +173,11 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err
 	var pr *Proc
 	var tg target
 	for try := 0; try < 3; try++ {
-		port, err := rlbuild.FreePort()
+		ports, err := rlbuild.FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		gport, err := rlbuild.FreePort()
-		if err != nil {
-			return nil, err
-		}
+		port, gport := ports[0], ports[1]
 		tg.base = "http://127.0.0.1:" + strconv.Itoa(port)
 		tg.envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
 		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling",

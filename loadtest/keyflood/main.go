@@ -131,14 +131,11 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
-	apiPort, err := rlbuild.FreePort()
+	ports, err := rlbuild.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	gossipPort, err := rlbuild.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	apiPort, gossipPort := ports[0], ports[1]
 	base := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	nodeArgs := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--max-keys", strconv.Itoa(c.MaxKeys),
 		"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", gossipPort), "--node-name", "flood", "--log-level", "warn"}, c.NodeArgs...)
