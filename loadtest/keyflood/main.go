@@ -21,16 +21,15 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rlcluster/rlcluster/loadtest/internal/command"
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
@@ -139,27 +138,22 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	nodeArgs := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--max-keys", strconv.Itoa(c.MaxKeys),
 		"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", gossipPort), "--node-name", "flood", "--log-level", "warn"}, c.NodeArgs...)
-	var logBuf bytes.Buffer
-	cmd := exec.Command(bin, nodeArgs...)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start rlnode: %w", err)
+	children := &procs.Group{Dir: dir}
+	defer children.Close()
+	node, err := children.Start("rlnode", bin, nil, nodeArgs...)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	if err := waitReady(ctx, base); err != nil {
-		return nil, fmt.Errorf("%w; rlnode log: %s", err, logBuf.String())
+	if err := node.WaitReady(ctx, 30*time.Second, func() error { return ready(ctx, base) }); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(out, "rlnode pid %d: %s\n", cmd.Process.Pid, strings.Join(nodeArgs, " "))
+	fmt.Fprintf(out, "rlnode pid %d: %s\n", node.Pid(), strings.Join(nodeArgs, " "))
 	fmt.Fprintf(out, "%d distinct keys (window %s) in CheckBatch calls of %d over %d connections\n\n", c.Keys, c.Window, c.Batch, c.Conns)
 
 	res := &Result{}
 	sample := func(keys int) error {
 		s := Sample{Keys: keys}
-		if s.RSS, s.HWM, err = procStatus(cmd.Process.Pid); err != nil {
+		if s.RSS, s.HWM, err = procStatus(node.Pid()); err != nil {
 			return err
 		}
 		if s.Metrics, err = scrape(ctx, base); err != nil {
@@ -315,21 +309,19 @@ func scrape(ctx context.Context, base string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-func waitReady(ctx context.Context, base string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+// ready reports whether the node at base answers /readyz with 200 OK.
+func ready(ctx context.Context, base string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+	if err != nil {
+		return err
 	}
-	return errors.New("rlnode not ready after 30s")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s", resp.Status)
+	}
+	return nil
 }
