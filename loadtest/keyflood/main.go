@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := node.WaitReady(ctx, 30*time.Second, func() error { return ready(ctx, base) }); err != nil {
+	if err := node.WaitReady(ctx, 30*time.Second, procs.HTTPOK(ctx, base+"/readyz")); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "rlnode pid %d: %s\n", node.Pid(), strings.Join(nodeArgs, " "))
@@ -307,21 +307,4 @@ func scrape(ctx context.Context, base string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-// ready reports whether the node at base answers /readyz with 200 OK.
-func ready(ctx context.Context, base string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s", resp.Status)
-	}
-	return nil
 }

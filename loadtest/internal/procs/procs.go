@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,5 +131,25 @@ func (p *Group) Close() {
 	p.mu.Unlock()
 	for _, pr := range list {
 		pr.Stop()
+	}
+}
+
+// HTTPOK returns a readiness check for WaitReady: a GET of url that must
+// answer 200 OK.
+func HTTPOK(ctx context.Context, url string) func() error {
+	return func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
 	}
 }
