@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("redis-server: %w", err)
 	}
-	children := &procs.Group{Dir: dir}
+	children := &procs.Group{Dir: dir, WorkDir: dir}
 	defer children.Close()
 	var pinGen []string
 	if ts, err := exec.LookPath("taskset"); cfg.Pin && err == nil && numCPU() >= 2 {

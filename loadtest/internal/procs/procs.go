@@ -20,6 +20,7 @@ import (
 // child is in its own process group and gets SIGKILL if the harness dies.
 type Group struct {
 	Dir     string // logs go here
+	WorkDir string // the children's working directory; empty means this process's
 	Taskset string // path of taskset; empty means no pinning
 	CPU     string // the CPU list children are pinned to, for example "0"
 
@@ -50,7 +51,7 @@ func (p *Group) Start(name, bin string, env []string, args ...string) (*Proc, er
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Dir = p.Dir
+	cmd.Dir = p.WorkDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
