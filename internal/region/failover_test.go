@@ -247,7 +247,6 @@ func TestFailoverLocalCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.UnixMilli(1_760_000_010_000)
 		p := newFlaky("here")
-		const probeMin = 10 * time.Millisecond
 		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: func() time.Time { return now }})
 		for range 4 {
 			storetest.Check(t, f, req("k", now))
@@ -315,14 +314,7 @@ func TestFailoverLocalCounts(t *testing.T) {
 // whose traffic stopped never makes.
 func TestWriteBackRetriesWithoutTraffic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		now := time.UnixMilli(1_760_000_010_000)
-		p := newFlaky("here")
-		const probeMin = 10 * time.Millisecond
-		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: func() time.Time { return now }})
-		p.set("fail")
-		if r := storetest.Check(t, f, req("k", now)); r.LocalRegion != f.FallbackRegion() || !r.Allowed {
-			t.Fatalf("decision during the outage = %+v, want allowed by the fallback", r)
-		}
+		p, f, now := fallbackDecision(t, 1)
 		p.mu.Lock()
 		p.mergeFails = 1
 		p.mu.Unlock()
@@ -345,29 +337,56 @@ func TestWriteBackRetriesWithoutTraffic(t *testing.T) {
 	})
 }
 
-// TestWriteBackAfterShortFailureWithoutTraffic: a fallback decision after
-// a failure too short to open the breaker is written back once the
-// primary answers, even when no call follows it.
-func TestWriteBackAfterShortFailureWithoutTraffic(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		now := time.UnixMilli(1_760_000_010_000)
-		p := newFlaky("here")
-		const probeMin = 10 * time.Millisecond
-		f := newFailover(t, p, region.FailoverConfig{Threshold: 3, ProbeMin: probeMin, Now: func() time.Time { return now }})
-		p.set("fail")
-		if r := storetest.Check(t, f, req("k", now)); r.LocalRegion != f.FallbackRegion() || !r.Allowed {
-			t.Fatalf("decision on a failure = %+v, want allowed by the fallback", r)
-		}
-		if f.Status().Mode != region.ModePrimary {
-			t.Fatalf("mode after one failure = %v, want primary (threshold 3)", f.Status().Mode)
-		}
-		p.set("ok")
-		time.Sleep(probeMin) // no call comes
-		synctest.Wait()
-		if got := f.Status().WriteBacks; got != 1 {
-			t.Errorf("WriteBacks a probe interval after the failure, with no traffic = %d, want 1", got)
-		}
-	})
+// TestFailoverShortFailureWritesBack: a failure too short to open the
+// breaker still decides from the fallback; its admission reaches the
+// primary once the primary answers again: on the next call, or a probe
+// interval later when no call follows.
+func TestFailoverShortFailureWritesBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call bool // a call follows the recovery
+	}{{"a call follows", true}, {"no call follows", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, f, now := fallbackDecision(t, 3)
+				if st := f.Status(); st.Mode != region.ModePrimary {
+					t.Fatalf("one failure opened the breaker: %+v", st)
+				}
+				p.set("ok")
+				if tc.call {
+					storetest.Check(t, f, req("k", now)) // the primary answers: the write-back follows
+				} else {
+					time.Sleep(probeMin)
+				}
+				synctest.Wait()
+				if got := f.Status().WriteBacks; got != 1 {
+					t.Errorf("WriteBacks = %d, want 1", got)
+				}
+				b := window.Bucket(window.Ms(now), lim.Window)
+				if got := vectorOf(t, p, "k", b)[f.FallbackRegion()]; got != 1 {
+					t.Errorf("the fallback's admission in the primary = %d, want 1", got)
+				}
+			})
+		})
+	}
+}
+
+// probeMin is the ProbeMin of fallbackDecision's Failover.
+const probeMin = 10 * time.Millisecond
+
+// fallbackDecision returns a Failover over a flaky primary (with the
+// given breaker threshold, ProbeMin probeMin and a clock stopped at now)
+// after one call that the primary failed and the fallback allowed.
+func fallbackDecision(t *testing.T, threshold int) (*flaky, *region.Failover, time.Time) {
+	t.Helper()
+	now := time.UnixMilli(1_760_000_010_000)
+	p := newFlaky("here")
+	f := newFailover(t, p, region.FailoverConfig{Threshold: threshold, ProbeMin: probeMin, Now: func() time.Time { return now }})
+	p.set("fail")
+	if r := storetest.Check(t, f, req("k", now)); r.LocalRegion != f.FallbackRegion() || !r.Allowed {
+		t.Fatalf("decision on a failure = %+v, want allowed by the fallback", r)
+	}
+	return p, f, now
 }
 
 // vectorOf returns s's per-region counts of key's bucket b of lim.
@@ -423,32 +442,6 @@ func TestFailoverPing(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestFailoverShortFailureWritesBack: a failure too short to open the
-// breaker still decides from the fallback; its admission reaches the
-// primary as soon as the primary answers again.
-func TestFailoverShortFailureWritesBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		now := time.UnixMilli(1_760_000_010_000)
-		p := newFlaky("here")
-		f := newFailover(t, p, region.FailoverConfig{Threshold: 3, Now: func() time.Time { return now }})
-		p.set("fail")
-		r := storetest.Check(t, f, req("k", now))
-		if !r.Allowed || r.LocalRegion != f.FallbackRegion() {
-			t.Fatalf("decision during the failure = %+v, want allowed by the fallback", r)
-		}
-		if st := f.Status(); st.Mode != region.ModePrimary {
-			t.Fatalf("one failure opened the breaker: %+v", st)
-		}
-		p.set("ok")
-		storetest.Check(t, f, req("k", now)) // the primary answers: the write-back follows
-		synctest.Wait()
-		b := window.Bucket(window.Ms(now), lim.Window)
-		if got := vectorOf(t, p, "k", b)[f.FallbackRegion()]; got != 1 {
-			t.Errorf("the fallback's admission in the primary = %d, want 1", got)
-		}
-	})
 }
 
 // TestFailoverFallbackKeepsHalves: the fallback learns where the primary's

@@ -558,6 +558,15 @@ func withExcess(n uint64, h window.Halves, wMs int64) window.Halves {
 	return h
 }
 
+// halves returns the halves a RegionCount reports for c: with spans, c's
+// with any count they lack put late (withExcess); without, none.
+func (c regionN) halves(wMs int64, spans bool) window.Halves {
+	if !spans {
+		return window.Halves{}
+	}
+	return withExcess(c.n, c.h, wMs)
+}
+
 // regionCounts lists the per-region counts of cur and prev, sorted by
 // region, with local always present. It takes O(n log n) for n regions, so
 // that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
@@ -574,20 +583,12 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []R
 	out[0] = RegionCount{Region: local}
 	if cur != nil {
 		for _, c := range cur.counts {
-			rc := RegionCount{Region: c.region, Current: c.n}
-			if spans {
-				rc.CurrentHalves = withExcess(c.n, c.h, wMs)
-			}
-			out = append(out, rc)
+			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentHalves: c.halves(wMs, spans)})
 		}
 	}
 	if prev != nil {
 		for _, c := range prev.counts {
-			rc := RegionCount{Region: c.region, Previous: c.n}
-			if spans {
-				rc.PreviousHalves = withExcess(c.n, c.h, wMs)
-			}
-			out = append(out, rc)
+			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousHalves: c.halves(wMs, spans)})
 		}
 	}
 	sortRegions(out)

@@ -22,16 +22,20 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each kind parses into its own options type; all of them get cfg's
+	// settings through the same clientOptions.
+	var (
+		opts  clientOptions
+		build func() redis.UniversalClient
+	)
 	switch kind {
 	case "cluster":
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("region: parse cluster URL: %w", urlError(err))
 		}
-		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
-			return nil, err
-		}
-		return redis.NewClusterClient(o), nil
+		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
+		build = func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(u)
 		if err != nil {
@@ -45,20 +49,20 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 			// master alike.
 			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
 		}
-		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
-			return nil, err
-		}
-		return redis.NewFailoverClient(o), nil
+		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
+		build = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	default:
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("region: parse redis URL: %w", urlError(err))
 		}
-		if err := cfg.fill(clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}); err != nil {
-			return nil, err
-		}
-		return redis.NewClient(o), nil
+		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
+		build = func() redis.UniversalClient { return redis.NewClient(o) }
 	}
+	if err := cfg.fill(opts); err != nil {
+		return nil, err
+	}
+	return build(), nil
 }
 
 // clientOptions points at the fields that every kind of go-redis options

@@ -403,6 +403,15 @@ func ceilingServer(t *testing.T) string {
 	return apitest.Serve(t, CeilingHandler()).URL
 }
 
+// ceilingJSON returns a JSON client with conns connections to a ceiling
+// server; both close when t ends.
+func ceilingJSON(t *testing.T, conns int) Client {
+	t.Helper()
+	c := NewJSONClient(ceilingServer(t), conns)
+	t.Cleanup(c.Close)
+	return c
+}
+
 func TestClientsAgainstCeiling(t *testing.T) {
 	base := ceilingServer(t)
 	ctx := context.Background()
@@ -423,9 +432,7 @@ func TestClientsAgainstCeiling(t *testing.T) {
 }
 
 func TestRunClosed(t *testing.T) {
-	base := ceilingServer(t)
-	c := NewJSONClient(base, 4)
-	t.Cleanup(c.Close)
+	c := ceilingJSON(t, 4)
 	o := Run(context.Background(), c, testUniform(), Load{Conns: 4, Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond})
 	if o.Requests == 0 || o.Errors != 0 || o.Allowed != o.Requests || o.Denied != 0 {
 		t.Errorf("Run() = %+v (first error %v), want requests, all allowed, no errors", o, o.FirstErr)
@@ -524,9 +531,7 @@ func TestEnvoyWorkloads(t *testing.T) {
 }
 
 func TestRunMaxRequests(t *testing.T) {
-	base := ceilingServer(t)
-	c := NewJSONClient(base, 4)
-	t.Cleanup(c.Close)
+	c := ceilingJSON(t, 4)
 	for _, rate := range []float64{0, 5000} {
 		o := Run(context.Background(), c, testUniform(), Load{Conns: 4, Rate: rate, Duration: 5 * time.Second, MaxRequests: 100})
 		if got := o.Requests + o.Errors; got == 0 || got > 100 {
@@ -563,11 +568,18 @@ func TestSummarize(t *testing.T) {
 	if js.Ratio == nil || *js.Ratio != 0.5 || js.Met() {
 		t.Errorf("json hot key goal = %+v (ratio %s), want ratio 0.5, not met", js, fmtp(js.Ratio))
 	}
+	summaryContains(t, gs, "trivial grpc-go server", "0.60", "1.50 @ 12000", "(3 unsent)", ">= 0.75")
+}
+
+// summaryContains fails t unless WriteSummary's table of gs contains
+// each of wants.
+func summaryContains(t *testing.T, gs []GoalResult, wants ...string) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := WriteSummary(&b, gs); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"trivial grpc-go server", "0.60", "1.50 @ 12000", "(3 unsent)", ">= 0.75"} {
+	for _, want := range wants {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("WriteSummary() = %q, want it to contain %q", b.String(), want)
 		}
@@ -594,24 +606,14 @@ func TestSummarizeCPU(t *testing.T) {
 	if mem.CPUPerReqUs != 50 || mem.CeilingCPUPerReqUs != 45 || mem.CPURatio == nil || *mem.CPURatio != 0.9 {
 		t.Errorf("memory goal = %+v (CPU ratio %s), want 50 us/req against its paired ceiling's 45, ratio 0.9", mem, fmtp(mem.CPURatio))
 	}
-	var b bytes.Buffer
-	if err := WriteSummary(&b, gs); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"80.0", "40.0", "0.50", "45.0", "0.90"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("WriteSummary() = %q, want it to contain %q", b.String(), want)
-		}
-	}
+	summaryContains(t, gs, "80.0", "40.0", "0.50", "45.0", "0.90")
 	if got := cpuSplit(rs[1]); got != "node 60.0 + redis 20.0" {
 		t.Errorf("cpuSplit() = %q, want node 60.0 + redis 20.0", got)
 	}
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
-	base := ceilingServer(t)
-	c := NewJSONClient(base, 2)
-	t.Cleanup(c.Close)
+	c := ceilingJSON(t, 2)
 	for _, rate := range []float64{0, 1000} {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		start := time.Now()

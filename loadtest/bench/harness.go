@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
@@ -78,7 +79,7 @@ type target struct {
 // harness runs the plan and collects results.
 type harness struct {
 	cfg     Config
-	procs   *Procs
+	procs   *procs.Group
 	out     io.Writer
 	pinGen  []string // taskset prefix for load generators run as processes
 	results []Result
@@ -170,17 +171,14 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err
 	if err != nil {
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
-	var pr *Proc
+	var pr *procs.Proc
 	var tg target
 	for try := 0; try < 3; try++ {
-		port, err := rlbuild.FreePort()
+		ports, err := rlbuild.FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		gport, err := rlbuild.FreePort()
-		if err != nil {
-			return nil, err
-		}
+		port, gport := ports[0], ports[1]
 		tg.base = "http://127.0.0.1:" + strconv.Itoa(port)
 		tg.envoyBase = "http://127.0.0.1:" + strconv.Itoa(gport)
 		pr, err = h.procs.Start("ceiling", self, []string{subcommandEnv + "=ceiling"}, "ceiling",
@@ -210,7 +208,7 @@ func (h *harness) ceiling(ctx context.Context, rows []planRow) (stop func(), err
 // node starts rlnode on the given store, measures rows against it and
 // stops it. redisAddr, when set, is watched for script calls.
 func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, rows []planRow) error {
-	var pr *Proc
+	var pr *procs.Proc
 	var base, envoyBase string
 	rules := filepath.Join(h.procs.Dir, "envoy-rules.yaml")
 	err := os.WriteFile(rules, []byte(envoyRules), 0o600)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +72,18 @@ func merge(ts []*tally, elapsed time.Duration, extra []time.Duration) Outcome {
 	return o
 }
 
+// startWorkers starts n workers on wg, each running work with a tally of
+// its own (with room for expect latencies), and returns the tallies.
+func startWorkers(wg *sync.WaitGroup, n, expect int, work func(t *tally)) []*tally {
+	ts := make([]*tally, n)
+	for k := range ts {
+		t := &tally{lat: make([]time.Duration, 0, expect)}
+		ts[k] = t
+		wg.Go(func() { work(t) })
+	}
+	return ts
+}
+
 // Run drives w through c as l says and returns what it measured. It stops
 // at the end of l.Warmup+l.Duration or when ctx is done, whichever is first;
 // requests in flight at the end get a grace of a few seconds.
@@ -91,36 +102,27 @@ func runClosed(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 	end := measureFrom.Add(l.Duration)
 	rctx, cancel := context.WithDeadline(ctx, end.Add(5*time.Second))
 	defer cancel()
-	ts := make([]*tally, l.Conns)
 	expect := int(float64(l.Duration/time.Second+1) * 2000)
 	if l.MaxRequests > 0 {
 		expect = min(expect, int(l.MaxRequests/int64(l.Conns))+16)
 	}
 	var sent atomic.Int64
 	var wg sync.WaitGroup
-	for k := range ts {
-		t := &tally{lat: make([]time.Duration, 0, expect)}
-		ts[k] = t
-		wg.Go(func() {
-			var buf bytes.Buffer
-			n := w.Len()
-			for rctx.Err() == nil {
-				i := 0
-				if n > 1 {
-					i = rand.IntN(n)
-				}
-				t0 := time.Now()
-				if !t0.Before(end) || (l.MaxRequests > 0 && sent.Add(1) > l.MaxRequests) {
-					return
-				}
-				a, d, err := c.Do(rctx, w, i, &buf)
-				if t0.Before(measureFrom) {
-					continue
-				}
-				t.record(time.Since(t0), a, d, err)
+	ts := startWorkers(&wg, l.Conns, expect, func(t *tally) {
+		var buf bytes.Buffer
+		for rctx.Err() == nil {
+			i := w.random()
+			t0 := time.Now()
+			if !t0.Before(end) || (l.MaxRequests > 0 && sent.Add(1) > l.MaxRequests) {
+				return
 			}
-		})
-	}
+			a, d, err := c.Do(rctx, w, i, &buf)
+			if t0.Before(measureFrom) {
+				continue
+			}
+			t.record(time.Since(t0), a, d, err)
+		}
+	})
 	wg.Wait()
 	elapsed := l.Duration
 	if now := time.Now(); now.Before(end) { // stopped early by ctx or MaxRequests
@@ -149,36 +151,26 @@ func runOpen(ctx context.Context, c Client, w *Workload, l Load) Outcome {
 	due := make(chan time.Time, l.Conns)
 	var stopped atomic.Bool
 	var finished time.Time // written before stopped is set
-	ts := make([]*tally, l.Conns)
 	expect := int(l.Rate*l.Duration.Seconds()/float64(l.Conns)) + 16
 	var wg sync.WaitGroup
-	for k := range ts {
-		t := &tally{lat: make([]time.Duration, 0, expect)}
-		ts[k] = t
-		wg.Go(func() {
-			var buf bytes.Buffer
-			n := w.Len()
-			for at := range due {
-				if stopped.Load() {
-					// Queued but not sent before the end.
-					t.unsent++
-					if !at.Before(measureFrom) {
-						t.lat = append(t.lat, finished.Sub(at))
-					}
-					continue
+	ts := startWorkers(&wg, l.Conns, expect, func(t *tally) {
+		var buf bytes.Buffer
+		for at := range due {
+			if stopped.Load() {
+				// Queued but not sent before the end.
+				t.unsent++
+				if !at.Before(measureFrom) {
+					t.lat = append(t.lat, finished.Sub(at))
 				}
-				i := 0
-				if n > 1 {
-					i = rand.IntN(n)
-				}
-				a, d, err := c.Do(rctx, w, i, &buf)
-				if at.Before(measureFrom) {
-					continue
-				}
-				t.record(time.Since(at), a, d, err)
+				continue
 			}
-		})
-	}
+			a, d, err := c.Do(rctx, w, w.random(), &buf)
+			if at.Before(measureFrom) {
+				continue
+			}
+			t.record(time.Since(at), a, d, err)
+		}
+	})
 
 	// Dispatch: hand out every request that is due, then sleep until the
 	// next one. A full channel blocks the dispatcher; due times keep their

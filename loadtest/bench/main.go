@@ -39,12 +39,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
@@ -52,15 +52,7 @@ import (
 // binary honours it in TestMain.
 const subcommandEnv = "RLBENCH_SUBCOMMAND"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("bench", run) }
 
 // Config is the harness's configuration, from flags.
 type Config struct {
@@ -184,14 +176,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("redis-server: %w", err)
 	}
-	procs := &Procs{Dir: dir}
-	defer procs.Close()
+	children := &procs.Group{Dir: dir, WorkDir: dir}
+	defer children.Close()
 	var pinGen []string
 	if ts, err := exec.LookPath("taskset"); cfg.Pin && err == nil && numCPU() >= 2 {
 		if err := PinSelf(ts, "1"); err != nil {
 			return err
 		}
-		procs.Taskset, procs.CPU = ts, "0"
+		children.Taskset, children.CPU = ts, "0"
 		pinGen = []string{ts, "-c", "1"}
 		rep.Machine.Pinned = true
 		rep.Machine.Pinning = "node, its Redis and the ceiling on CPU 0 (taskset -c 0); load generator and redis-benchmark on CPU 1 (taskset -c 1)"
@@ -200,7 +192,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "machine: %d CPUs, %s; pinning: %s\n", rep.Machine.NProc, rep.Machine.CPUModel, rep.Machine.Pinning)
 
-	h := &harness{cfg: cfg, procs: procs, out: stdout, pinGen: pinGen}
+	h := &harness{cfg: cfg, procs: children, out: stdout, pinGen: pinGen}
 	runErr := h.all(ctx, redisBin)
 	rep.Results = h.results
 	rep.Machine.LoadAvg[1] = loadAvg()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
@@ -26,7 +27,7 @@ return 0`
 
 // StartRedis starts a redis-server without persistence on a free loopback
 // port and returns it with its address.
-func StartRedis(ctx context.Context, p *Procs, bin string) (*Proc, string, error) {
+func StartRedis(ctx context.Context, p *procs.Group, bin string) (*procs.Proc, string, error) {
 	var last error
 	for range 5 {
 		port, err := rlbuild.FreePort()

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"time"
@@ -37,6 +38,14 @@ type Workload struct {
 
 // Len is the number of prepared requests.
 func (w *Workload) Len() int { return max(len(w.json), len(w.envoy)) }
+
+// random returns the index of a request of w drawn uniformly.
+func (w *Workload) random() int {
+	if n := w.Len(); n > 1 {
+		return rand.IntN(n)
+	}
+	return 0
+}
 
 // Workload parameters.
 const (

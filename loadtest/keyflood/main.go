@@ -21,27 +21,23 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "keyflood:", err)
-		os.Exit(1)
-	}
+	command.Main("keyflood", func(ctx context.Context, args []string, out io.Writer) error {
+		_, err := run(ctx, args, out)
+		return err
+	})
 }
 
 // config is the flood's configuration, from flags.
@@ -134,38 +130,30 @@ func run(ctx context.Context, args []string, out io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
-	apiPort, err := rlbuild.FreePort()
+	ports, err := rlbuild.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	gossipPort, err := rlbuild.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	apiPort, gossipPort := ports[0], ports[1]
 	base := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	nodeArgs := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--max-keys", strconv.Itoa(c.MaxKeys),
 		"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", gossipPort), "--node-name", "flood", "--log-level", "warn"}, c.NodeArgs...)
-	var logBuf bytes.Buffer
-	cmd := exec.Command(bin, nodeArgs...)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start rlnode: %w", err)
+	children := &procs.Group{Dir: dir}
+	defer children.Close()
+	node, err := children.Start("rlnode", bin, nil, nodeArgs...)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	if err := waitReady(ctx, base); err != nil {
-		return nil, fmt.Errorf("%w; rlnode log: %s", err, logBuf.String())
+	if err := node.WaitReady(ctx, 30*time.Second, procs.HTTPOK(ctx, base+"/readyz")); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(out, "rlnode pid %d: %s\n", cmd.Process.Pid, strings.Join(nodeArgs, " "))
+	fmt.Fprintf(out, "rlnode pid %d: %s\n", node.Pid(), strings.Join(nodeArgs, " "))
 	fmt.Fprintf(out, "%d distinct keys (window %s) in CheckBatch calls of %d over %d connections\n\n", c.Keys, c.Window, c.Batch, c.Conns)
 
 	res := &Result{}
 	sample := func(keys int) error {
 		s := Sample{Keys: keys}
-		if s.RSS, s.HWM, err = procStatus(cmd.Process.Pid); err != nil {
+		if s.RSS, s.HWM, err = procStatus(node.Pid()); err != nil {
 			return err
 		}
 		if s.Metrics, err = scrape(ctx, base); err != nil {
@@ -319,23 +307,4 @@ func scrape(ctx context.Context, base string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-func waitReady(ctx context.Context, base string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return errors.New("rlnode not ready after 30s")
 }

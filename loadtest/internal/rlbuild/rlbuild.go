@@ -15,12 +15,27 @@ import (
 
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago (all held open together while they are found, so that no two are
+// the same).
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find free port: %w", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
 }
 
 // Rlnode builds ./cmd/rlnode of the module containing the working

@@ -1,23 +1,26 @@
-package main
+// Package procs starts the child processes of a load harness (rlnode,
+// redis-server, a ceiling server), each with its log in a file, waits
+// until one is ready, and kills them all when the harness ends or dies.
+package procs
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// Procs starts child processes and kills every one of them on Close. Each
+// Group starts child processes and kills every one of them on Close. Each
 // child is in its own process group and gets SIGKILL if the harness dies.
-type Procs struct {
+type Group struct {
 	Dir     string // logs go here
+	WorkDir string // the children's working directory; empty means this process's
 	Taskset string // path of taskset; empty means no pinning
 	CPU     string // the CPU list children are pinned to, for example "0"
 
@@ -35,7 +38,7 @@ type Proc struct {
 }
 
 // Start starts bin with args, pinned when p.Taskset is set.
-func (p *Procs) Start(name, bin string, env []string, args ...string) (*Proc, error) {
+func (p *Group) Start(name, bin string, env []string, args ...string) (*Proc, error) {
 	argv := append([]string{bin}, args...)
 	if p.Taskset != "" {
 		argv = append([]string{p.Taskset, "-c", p.CPU}, argv...)
@@ -48,7 +51,7 @@ func (p *Procs) Start(name, bin string, env []string, args ...string) (*Proc, er
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Dir = p.Dir
+	cmd.Dir = p.WorkDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -122,7 +125,7 @@ func (pr *Proc) WaitReady(ctx context.Context, timeout time.Duration, ready func
 }
 
 // Close kills every child still running.
-func (p *Procs) Close() {
+func (p *Group) Close() {
 	p.mu.Lock()
 	list := p.list
 	p.list = nil
@@ -132,15 +135,22 @@ func (p *Procs) Close() {
 	}
 }
 
-func numCPU() int { return runtime.NumCPU() }
-
-// PinSelf pins every thread of this process to cpu with taskset and sets
-// GOMAXPROCS to 1, so the load generator stays off the node's core.
-func PinSelf(taskset, cpu string) error {
-	out, err := exec.Command(taskset, "-a", "-p", "-c", cpu, strconv.Itoa(os.Getpid())).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("taskset self: %w: %s", err, out)
+// HTTPOK returns a readiness check for WaitReady: a GET of url that must
+// answer 200 OK.
+func HTTPOK(ctx context.Context, url string) func() error {
+	return func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
 	}
-	runtime.GOMAXPROCS(1)
-	return nil
 }
