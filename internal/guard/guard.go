@@ -198,11 +198,10 @@ func (e *entry) pending(now time.Time) uint64 {
 	if e.pend == 0 {
 		return 0
 	}
-	el := now.Sub(e.start)
-	if el >= e.horizon {
+	if now.Sub(e.start) >= e.horizon {
 		return 0
 	}
-	return window.MulDivCeil(e.pend, uint64(e.horizon-el), uint64(e.horizon))
+	return e.pend
 }
 
 // setQuota raises the horizon's quota to this node's share of headroom h
