@@ -94,12 +94,14 @@ func TestGuardBurst(t *testing.T) {
 }
 
 // maxTrailing returns the largest count of instants in any trailing
-// window (t-w, t] ending at one of them from the instant from on.
+// window (t-w, t] ending at one of them from the instant from on, on the
+// millisecond clock the counters decide on (a hit at 1000.9 ms and one at
+// 2000.1 ms are a whole 1 s window apart to them).
 func maxTrailing(ts []time.Time, w time.Duration, from time.Time) int {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
 	best, lo := 0, 0
 	for i, t := range ts {
-		for !ts[lo].After(t.Add(-w)) {
+		for ts[lo].UnixMilli() <= t.UnixMilli()-w.Milliseconds() {
 			lo++
 		}
 		if !t.Before(from) {
