@@ -128,10 +128,11 @@ func maxTrailing(ts []time.Time, w time.Duration, from time.Time) int {
 //     replication delay hides from each other (each takes the other's
 //     share of the previous horizon off its headroom until it arrives),
 //     so the majority keeps within the limit and the minority within its
-//     share, each up to the default counter's own error in one region
-//     (2.5%: one hit either side here), asserted; the pool within
-//     1 + 1/R plus exactly what each side measured over its bound (at
-//     most one hit, the counter's).
+//     share, each up to one hit, asserted: the default counter's own
+//     error in one region (2.5%: one hit of 60), and for the majority
+//     also the guard's rounding of shares up (two regions each rounding
+//     up half a free hit). The pool is asserted within 1 + 1/R plus
+//     exactly what each side measured over its bound.
 //
 // The ratios are of trailing windows that end after the first two
 // seconds (a cold start errs on its own).
@@ -224,8 +225,9 @@ func TestGuardPartition(t *testing.T) {
 	}{
 		{"one majority region active: the pool", soloAll, 1 + 1.0/3},
 		{"one majority region active: the minority", soloMin, share},
-		// The default counter errs by up to 2.5% in one region: one hit
-		// either side here.
+		// One hit either side: the default counter errs by up to 2.5% in
+		// one region, and two majority regions may each round half a
+		// free hit up.
 		{"both majority regions active: the minority", minOn, math.Ceil(1.025*share*float64(lim.Limit)) / float64(lim.Limit)},
 		{"both majority regions active: the majority", majOn, math.Floor(1.025*float64(lim.Limit)) / float64(lim.Limit)},
 		{"both majority regions active: the pool (1 + 1/R plus the counter's error each side measured)", allOn, 1 + 1.0/3 + max(majOn-1, 0) + max(minOn-share, 0)},
