@@ -127,7 +127,7 @@ func (n *Node) silentMembers(now time.Time) map[string][]*member {
 	return out
 }
 
-// probeLoop probes the silent members every two flush intervals.
+// probeLoop probes the silent members every flush interval.
 func (n *Node) probeLoop() { n.every(n.cfg.FlushInterval, n.probe) }
 
 // probe fails again the revived members that went silent and sends each
