@@ -42,9 +42,9 @@
 // the others' admissions of the previous one on top of the limit:
 // measured, two regions 60 ms apart offered 50 hits/s each against 60 per
 // second admitted 1.017 to 1.083 x the limit, and three regions offered
-// 10x from idle on 1 s windows 1.47 x in the simulator, as each took the
+// 10x from idle on 1 s windows 1.46 x in the simulator, as each took the
 // whole headroom in its second horizon before it heard of the others'
-// first (with what follows: 0.967 to 1.017 x and 1.033 x). So each node
+// first (with what follows: 0.967 to 1.017 x and 1.04 x). So each node
 // also keeps the other regions' shares of the headroom its quotas were
 // set on in the current horizon,
 //
