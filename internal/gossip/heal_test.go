@@ -17,10 +17,12 @@ import (
 // during the partition). Traffic stops; the partition heals. From the
 // instant the link heals, every region holds the same vector for every
 // open and closed bucket within two flush intervals plus the one-way
-// delay (asserted with checkTiming's margin for a loaded machine): each
-// node probes the members it holds failed with its open and waiting
-// totals every two flush intervals, so the first probe to cross carries
-// them, without waiting for memberlist to see the members alive again.
+// delay (asserted with checkTiming's margin for a loaded machine here,
+// exactly on the bubble's clock in TestSimHealAgreement): each node
+// probes the members it holds failed with its open and waiting totals
+// every flush interval, so the first probe to cross carries them, within
+// a flush interval plus the one-way delay, without waiting for memberlist
+// to see the members alive again.
 func TestHealAgreement(t *testing.T) {
 	const oneWay = 60 * time.Millisecond
 	fn := NewFaultNetwork(3)

@@ -16,7 +16,7 @@ import (
 // to 250 ms after the link heals at 60 ms one way, and longer with
 // production timings. Replication does not wait for it:
 //
-//   - Probes. Every two flush intervals, a node sends each silent member
+//   - Probes. Every flush interval, a node sends each silent member
 //     of another region (one memberlist holds failed, for its first minute
 //     gone, or one this node has heard nothing from for Config.Suspicion)
 //     its own region's totals of every open bucket it touched
@@ -24,7 +24,9 @@ import (
 //     region, over UDP, when they fit in maxUDPFrames packets per region.
 //     Lost while the partition lasts, the first one to cross after the
 //     heal carries every total the other side lacks: agreement within one
-//     probe interval plus one one-way delay after the heal. Bounded: at
+//     flush interval plus one one-way delay after the heal, under the
+//     target of two flush intervals plus the one-way delay
+//     (TestSimHealAgreement asserts it on the exact clock). Bounded: at
 //     most maxUDPFrames packets per silent region and probeMembers members
 //     per probe, at most probeBuckets buckets read from the store per
 //     probe, and only while some member is silent.
@@ -125,8 +127,8 @@ func (n *Node) silentMembers(now time.Time) map[string][]*member {
 	return out
 }
 
-// probeLoop probes the silent members every two flush intervals.
-func (n *Node) probeLoop() { n.every(2*n.cfg.FlushInterval, n.probe) }
+// probeLoop probes the silent members every flush interval.
+func (n *Node) probeLoop() { n.every(n.cfg.FlushInterval, n.probe) }
 
 // probe fails again the revived members that went silent and sends each
 // silent member its region's share of this region's open and waiting

@@ -300,3 +300,85 @@ func closeAllAtOnce(t *testing.T, round int) {
 		s.close()
 	}
 }
+
+// TestSimHealAgreement is TestHealAgreement on the bubble's exact clock:
+// us is cut off from ap and eu until they see it dead, while every region
+// admits hits in a long window (its bucket stays open) and a short one
+// (its buckets close during the split). From the instant the link heals,
+// every region holds every other region's count of every bucket hit
+// within two flush intervals plus the one-way delay: each node probes the
+// members it holds failed with its open and waiting totals every flush
+// interval, so the first probe to cross lands within one flush interval
+// plus the one-way delay of the heal.
+func TestSimHealAgreement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const oneWay = 60 * time.Millisecond
+		regions := []string{"ap", "eu", "us"}
+		s := newSim(t, regions, 1, oneWay)
+		defer s.close()
+		open := window.Limit{Limit: 1 << 40, Window: time.Hour}
+		short := window.Limit{Limit: 1 << 40, Window: time.Second}
+		type ref struct {
+			key string
+			lim window.Limit
+			b   int64
+		}
+		hit := map[ref]bool{}
+		round := func() {
+			for i, r := range regions {
+				for j, lim := range []window.Limit{open, short} {
+					key := fmt.Sprintf("h%d%d", i, j)
+					b, _ := s.hit(s.nodes[r+"-0"], key, lim)
+					hit[ref{key, lim, b}] = true
+				}
+			}
+		}
+		round()
+		time.Sleep(200 * time.Millisecond)
+		s.fn.Partition("us", "ap")
+		s.fn.Partition("us", "eu")
+		waitFor(t, 30*time.Second, "ap and eu see us dead and us sees them dead", func() bool {
+			return memberState(s.nodes["ap-0"], "us-0") == "dead" && memberState(s.nodes["eu-0"], "us-0") == "dead" &&
+				memberState(s.nodes["us-0"], "ap-0") == "dead"
+		})
+		for range 3 {
+			round()
+			time.Sleep(700 * time.Millisecond) // the short buckets close
+		}
+		agree := func() (bool, string) {
+			for r := range hit {
+				for _, at := range regions {
+					for _, from := range regions {
+						if got, want := s.count(at, from, r.key, r.lim.Window, r.b), s.count(from, from, r.key, r.lim.Window, r.b); got != want {
+							return false, fmt.Sprintf("%s holds %s's %s/%v/%d at %d, want %d", at, from, r.key, r.lim.Window, r.b, got, want)
+						}
+					}
+				}
+			}
+			return true, ""
+		}
+		if ok, _ := agree(); ok {
+			t.Fatal("the regions agree before the heal: the split cost nothing to repair")
+		}
+		s.fn.HealAll()
+		healed := time.Now()
+		bound := 2*testConfig().FlushInterval + oneWay
+		var diff string
+		for {
+			ok, d := agree()
+			if ok {
+				break
+			}
+			diff = d
+			if time.Since(healed) > 10*time.Second {
+				t.Fatalf("no agreement 10s after the heal: %s", diff)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(healed)
+		t.Logf("heal: every region agreed on %d buckets %v after the heal (bound %v); last difference: %s", len(hit), took, bound, diff)
+		if took > bound {
+			t.Errorf("agreement %v after the heal, want <= %v (two flush intervals + one-way delay)", took, bound)
+		}
+	})
+}

@@ -181,14 +181,14 @@ func TestAloneOnSpanCounter(t *testing.T) {
 // headroom, while the first horizon of a burst from idle is still shared.
 func TestQuotaLoneRegion(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
-	if got := quota(10, 100, 0, 0, v, DefaultFloor); got != 4 {
-		t.Errorf("quota from idle = %d, want 4 = ceil(10/3)", got)
+	if got, others := quota(10, 100, 0, 0, v, DefaultFloor); got != 4 || others != 6 {
+		t.Errorf("quota from idle = %d (others %d), want 4 = ceil(10/3) (others floor(10*2/3) = 6)", got, others)
 	}
-	if got := quota(100, 100, 150, 150, v, DefaultFloor); got != 100 {
-		t.Errorf("quota alone = %d, want 100", got)
+	if got, others := quota(100, 100, 150, 150, v, DefaultFloor); got != 100 || others != 0 {
+		t.Errorf("quota alone = %d (others %d), want 100 (others 0)", got, others)
 	}
-	// f = 100/(3*8) = 4: ceil(100 * 154 / 172) = 90.
-	if got := quota(100, 100, 150, 160, v, DefaultFloor); got != 90 {
-		t.Errorf("quota with another region's 10 = %d, want 90", got)
+	// f = 100/(3*8) = 4: ceil(100 * 154 / 172) = 90, the others floor(100 * 18 / 172) = 10.
+	if got, others := quota(100, 100, 150, 160, v, DefaultFloor); got != 90 || others != 10 {
+		t.Errorf("quota with another region's 10 = %d (others %d), want 90 (others 10)", got, others)
 	}
 }

@@ -55,6 +55,7 @@ func scenarios(keys, reqs int) []scenario {
 		add("single 10x", time.Second, 100, steady(10, 5, 0))
 		add("single 10x", 60*time.Second, 1000, steady(10, 5, 0))
 		add("all 10x", 10*time.Second, 100, steady(10, 5, seq(rd.r)...))
+		add("all 10x", time.Second, 100, steady(10, 5, seq(rd.r)...))
 		add("partition", 10*time.Second, 100, partition)
 		add(fmt.Sprintf("zipf %d keys", keys), 10*time.Second, 100, zipf(reqs, keys))
 	}
