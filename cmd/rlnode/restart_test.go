@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/looptest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
@@ -68,8 +68,6 @@ func TestRollingRestart(t *testing.T) {
 		retried  atomic.Uint64
 		failed   atomic.Uint64
 		firstErr atomic.Value
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
 	)
 	client := &http.Client{Timeout: 5 * time.Second}
 	checkOn := func(node *euNode, k int) (bool, error) {
@@ -89,42 +87,31 @@ func TestRollingRestart(t *testing.T) {
 		}
 		return r.Allowed, nil
 	}
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := (w*7 + i) % keys
-				var err error
-				var ok bool
-				// Try the nodes in turn, at most 50 times in all (a
-				// restarting node refuses connections for a moment).
-				for attempt := range 50 {
-					ok, err = checkOn(nodes[(w+i+attempt)%len(nodes)], k)
-					if err == nil {
-						break
-					}
-					retried.Add(1)
-					time.Sleep(10 * time.Millisecond)
-				}
-				requests.Add(1)
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				if ok {
-					admitted[k].Add(1)
-				}
-				time.Sleep(2 * time.Millisecond)
+	stop := looptest.Start(t, 4, func(w, i int) {
+		k := (w*7 + i) % keys
+		var err error
+		var ok bool
+		// Try the nodes in turn, at most 50 times in all (a
+		// restarting node refuses connections for a moment).
+		for attempt := range 50 {
+			ok, err = checkOn(nodes[(w+i+attempt)%len(nodes)], k)
+			if err == nil {
+				break
 			}
-		}()
-	}
+			retried.Add(1)
+			time.Sleep(10 * time.Millisecond)
+		}
+		requests.Add(1)
+		if err != nil {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, err.Error())
+			return
+		}
+		if ok {
+			admitted[k].Add(1)
+		}
+		time.Sleep(2 * time.Millisecond)
+	})
 
 	// Let the load run, then restart each eu node in turn.
 	polltest.Until(t, 10*time.Second, "load to start", func() bool { return requests.Load() > 100 })
@@ -138,8 +125,7 @@ func TestRollingRestart(t *testing.T) {
 		startEU(n)
 		polltest.Until(t, 10*time.Second, n.name+" to serve again", func() bool { return requests.Load() > before+100 })
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if f := failed.Load(); f != 0 {
 		t.Errorf("%d of %d requests failed on every retry; first error: %v", f, requests.Load(), firstErr.Load())
 	}

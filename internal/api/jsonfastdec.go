@@ -40,7 +40,7 @@ func decodeFast(b []byte, m any) bool {
 		var checks []*ratelimitv1.CheckRequest
 		seen := false
 		ok := parseWhole(b, func(p *parser) bool {
-			if seen || string(p.key()) != "checks" || !p.colon() || !p.byte('[') {
+			if seen || string(p.name()) != "checks" || !p.byte('[') {
 				return false
 			}
 			seen = true
@@ -100,78 +100,56 @@ func once(seen *uint8, bit uint8) bool {
 	return true
 }
 
-// parse parses one member of a CheckRequest object.
+// parse parses one member of a CheckRequest object. Each known member has
+// a bit in f.seen; an unknown or repeated one is not ok.
 func (f *checkFields) parse(p *parser) bool {
-	k := p.key()
-	if k == nil || !p.colon() {
-		return false
-	}
+	var bit uint8
 	var ok bool
-	switch string(k) {
+	switch string(p.name()) {
 	case "key":
-		if !once(&f.seen, 1) {
-			return false
-		}
+		bit = 1
 		f.key, ok = p.str()
 	case "hits":
-		if !once(&f.seen, 2) {
-			return false
-		}
+		bit = 2
 		f.hits, ok = p.uint()
 	case "rule":
-		if !once(&f.seen, 4) {
-			return false
-		}
+		bit = 4
 		f.rule, ok = p.str()
 	case "limit":
-		if !once(&f.seen, 8) {
-			return false
-		}
+		bit = 8
 		f.hasLimit = true
 		ok = p.object(f.parseLimit)
 	}
-	return ok
+	return ok && once(&f.seen, bit)
 }
 
-// parseLimit parses one member of a Limit object.
+// parseLimit parses one member of a Limit object, as parse does with the
+// bits of f.seenLimitFields.
 func (f *checkFields) parseLimit(p *parser) bool {
-	k := p.key()
-	if k == nil || !p.colon() {
-		return false
-	}
+	var bit uint8
 	var ok bool
-	switch string(k) {
+	switch string(p.name()) {
 	case "limit":
-		if !once(&f.seenLimitFields, 1) {
-			return false
-		}
+		bit = 1
 		f.limitN, ok = p.uint()
 	case "window":
-		if !once(&f.seenLimitFields, 2) {
-			return false
-		}
+		bit = 2
 		f.window, ok = p.duration()
 	case "algorithm":
-		if !once(&f.seenLimitFields, 4) {
-			return false
-		}
+		bit = 4
 		var v int32
 		v, ok = p.enum(ratelimitv1.Algorithm_value)
 		f.algo = ratelimitv1.Algorithm(v)
 	case "scope":
-		if !once(&f.seenLimitFields, 8) {
-			return false
-		}
+		bit = 8
 		var v int32
 		v, ok = p.enum(ratelimitv1.Scope_value)
 		f.scope = ratelimitv1.Scope(v)
 	case "strict":
-		if !once(&f.seenLimitFields, 16) {
-			return false
-		}
+		bit = 16
 		f.strict, ok = p.boolean()
 	}
-	return ok
+	return ok && once(&f.seenLimitFields, bit)
 }
 
 // boolean reads true or false.
@@ -272,6 +250,16 @@ func (p *parser) rawStr() []byte {
 
 // key reads an object key.
 func (p *parser) key() []byte { return p.rawStr() }
+
+// name reads an object member's key and the colon after it, and returns
+// the key, or nil.
+func (p *parser) name() []byte {
+	k := p.key()
+	if k == nil || !p.colon() {
+		return nil
+	}
+	return k
+}
 
 // enum reads a string naming a value of a proto enum (its generated
 // <Enum>_value map); an unknown name is not ok.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/looptest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
@@ -53,46 +54,33 @@ func TestFailoverRedisOutage(t *testing.T) {
 				allowed = map[string]int{}
 				denied  = map[string]int{}
 				errs    []error
-				stop    = make(chan struct{})
-				wg      sync.WaitGroup
 			)
 			phase.Store("healthy")
-			for w := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						reqs := make([]region.Request, 1+i%3)
-						for j := range reqs {
-							reqs[j] = region.Request{Key: fmt.Sprintf("out/%d/%d", w, j), Limit: l, Hits: 1, Now: time.Now()}
-						}
-						res := make([]region.Result, len(reqs))
-						ph := phase.Load().(string)
-						start := time.Now()
-						err := f.Check(context.Background(), reqs, res)
-						el := time.Since(start)
-						mu.Lock()
-						lat[ph] = append(lat[ph], el)
-						if err != nil {
-							errs = append(errs, fmt.Errorf("%s: %w", ph, err))
-						}
-						for _, x := range res {
-							if x.Allowed {
-								allowed[ph]++
-							} else {
-								denied[ph]++
-							}
-						}
-						mu.Unlock()
-						time.Sleep(time.Millisecond)
+			stop := looptest.Start(t, 8, func(w, i int) {
+				reqs := make([]region.Request, 1+i%3)
+				for j := range reqs {
+					reqs[j] = region.Request{Key: fmt.Sprintf("out/%d/%d", w, j), Limit: l, Hits: 1, Now: time.Now()}
+				}
+				res := make([]region.Result, len(reqs))
+				ph := phase.Load().(string)
+				start := time.Now()
+				err := f.Check(context.Background(), reqs, res)
+				el := time.Since(start)
+				mu.Lock()
+				lat[ph] = append(lat[ph], el)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ph, err))
+				}
+				for _, x := range res {
+					if x.Allowed {
+						allowed[ph]++
+					} else {
+						denied[ph]++
 					}
-				}()
-			}
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+			})
 			waitCount := func(ph string, n int) {
 				t.Helper()
 				polltest.Until(t, 20*time.Second, fmt.Sprintf("%d decisions in phase %s", n, ph), func() bool {
@@ -118,8 +106,7 @@ func TestFailoverRedisOutage(t *testing.T) {
 			polltest.Until(t, 20*time.Second, "the node to return to Redis", func() bool { return f.Status().Mode == region.ModePrimary })
 			phase.Store("recovered")
 			waitCount("recovered", 200)
-			close(stop)
-			wg.Wait()
+			stop()
 
 			for _, err := range errs[:min(len(errs), 5)] {
 				t.Errorf("decision error: %v", err)

@@ -152,46 +152,79 @@ const (
 	t9 = t0 + 30_000
 )
 
-func TestFixedWindowSteps(t *testing.T) {
+// TestSteps steps each algorithm through the instants t0 to t9, 3 or 4
+// hits per 10 s: every answer and its exactness.
+func TestSteps(t *testing.T) {
 	t.Parallel()
-	l := Limit{Limit: 3, Window: 10 * time.Second, Algorithm: FixedWindow}
 	s := time.Millisecond
-	runSteps(t, l, []step{
-		{t: t0, hits: 1, allowed: true, remain: 2, reset: 10_000 * s},
-		{t: t1, hits: 2, allowed: true, remain: 0, reset: 9_000 * s},
-		{t: t2, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 7_500 * s},
-		{t: t3, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 1 * s},
-		{t: t4, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
-		{t: t5, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 7_500 * s},
-		{t: t8, hits: 4, allowed: false, remain: 3, retry: Never},
-		{t: t8, hits: 2, allowed: true, remain: 1, reset: 10_000 * s},
-		{t: t9, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
-	})
-}
-
-func TestSlidingWindowSteps(t *testing.T) {
-	t.Parallel()
-	l := Limit{Limit: 4, Window: 10 * time.Second}
-	s := time.Millisecond
-	runSteps(t, l, []step{
-		// Bucket 0: 4 hits fill it. The full limit is back once the estimate
-		// is 0, in the next bucket at floor(prev * (W - e) / W) = 0.
-		{t: t0, hits: 2, allowed: true, remain: 2, reset: 15_001 * s}, // prev 2: e > 5000
-		{t: t2, hits: 2, allowed: true, remain: 0, reset: 15_001 * s}, // prev 4: e > 7500
-		{t: t3, hits: 1, allowed: false, remain: 0, retry: 2 * s, reset: 7_502 * s},
-		// Bucket 1, prev 4: estimate 4 at e = 0, 3 from e = 1 ms.
-		{t: t4, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 7_501 * s},
-		// e = 2500: floor(4 * 0.75) = 3, a hit fits; then 1 + 3 = 4.
-		{t: t5, hits: 1, allowed: true, remain: 0, reset: 7_501 * s},
-		// e = 5000: 1 + floor(4 * 0.5) = 3, a hit fits; then 2 + 2 = 4.
-		{t: t6, hits: 1, allowed: true, remain: 0, reset: 10_001 * s},
-		// e = 7500: 2 + floor(4 * 0.25) = 3; 2 hits fit once floor(...) = 0.
-		{t: t7, hits: 2, allowed: false, remain: 1, retry: 1 * s, reset: 7_501 * s},
-		// Bucket 2, prev 2: estimate 2, 2 hits fit.
-		{t: t8, hits: 2, allowed: true, remain: 0, reset: 15_001 * s},
-		// Bucket 3, prev 2 (bucket 2), cur 0: estimate 2 until e > 5000.
-		{t: t9, hits: 4, allowed: false, remain: 2, retry: 5_001 * s, reset: 5_001 * s},
-	})
+	for _, tc := range []struct {
+		name  string
+		l     Limit
+		steps []step
+	}{
+		{"fixed_window", Limit{Limit: 3, Window: 10 * time.Second, Algorithm: FixedWindow}, []step{
+			{t: t0, hits: 1, allowed: true, remain: 2, reset: 10_000 * s},
+			{t: t1, hits: 2, allowed: true, remain: 0, reset: 9_000 * s},
+			{t: t2, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 7_500 * s},
+			{t: t3, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 1 * s},
+			{t: t4, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
+			{t: t5, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 7_500 * s},
+			{t: t8, hits: 4, allowed: false, remain: 3, retry: Never},
+			{t: t8, hits: 2, allowed: true, remain: 1, reset: 10_000 * s},
+			{t: t9, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
+		}},
+		{"sliding_window", Limit{Limit: 4, Window: 10 * time.Second}, []step{
+			// Bucket 0: 4 hits fill it. The full limit is back once the estimate
+			// is 0, in the next bucket at floor(prev * (W - e) / W) = 0.
+			{t: t0, hits: 2, allowed: true, remain: 2, reset: 15_001 * s}, // prev 2: e > 5000
+			{t: t2, hits: 2, allowed: true, remain: 0, reset: 15_001 * s}, // prev 4: e > 7500
+			{t: t3, hits: 1, allowed: false, remain: 0, retry: 2 * s, reset: 7_502 * s},
+			// Bucket 1, prev 4: estimate 4 at e = 0, 3 from e = 1 ms.
+			{t: t4, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 7_501 * s},
+			// e = 2500: floor(4 * 0.75) = 3, a hit fits; then 1 + 3 = 4.
+			{t: t5, hits: 1, allowed: true, remain: 0, reset: 7_501 * s},
+			// e = 5000: 1 + floor(4 * 0.5) = 3, a hit fits; then 2 + 2 = 4.
+			{t: t6, hits: 1, allowed: true, remain: 0, reset: 10_001 * s},
+			// e = 7500: 2 + floor(4 * 0.25) = 3; 2 hits fit once floor(...) = 0.
+			{t: t7, hits: 2, allowed: false, remain: 1, retry: 1 * s, reset: 7_501 * s},
+			// Bucket 2, prev 2: estimate 2, 2 hits fit.
+			{t: t8, hits: 2, allowed: true, remain: 0, reset: 15_001 * s},
+			// Bucket 3, prev 2 (bucket 2), cur 0: estimate 2 until e > 5000.
+			{t: t9, hits: 4, allowed: false, remain: 2, retry: 5_001 * s, reset: 5_001 * s},
+		}},
+		{"sliding_log", Limit{Limit: 3, Window: 10 * time.Second, Algorithm: SlidingLog}, []step{
+			{t: t0, hits: 1, allowed: true, remain: 2, reset: 10_000 * s},
+			{t: t1, hits: 2, allowed: true, remain: 0, reset: 10_000 * s},
+			// The t0 entry must leave: it expires at t0 + W.
+			{t: t2, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 8_500 * s},
+			{t: t3, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 1_001 * s},
+			{t: t4, hits: 1, allowed: true, remain: 0, reset: 10_000 * s},
+			// t1's entry has expired at t5 (t1 <= t5 - W).
+			{t: t5, hits: 2, allowed: true, remain: 0, reset: 10_000 * s},
+			{t: t6, hits: 1, allowed: false, remain: 0, retry: 5_000 * s, reset: 7_500 * s},
+			{t: t8, hits: 4, allowed: false, remain: 1, retry: Never, reset: 2_500 * s},
+			{t: t8, hits: 1, allowed: true, remain: 0, reset: 10_000 * s},
+			{t: t9, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
+		}},
+		// 3 per 10 s as a token bucket: a hit costs c = 3333334 µs and the
+		// capacity is 10000002 µs (TestGCRACapacity).
+		{"token_bucket", Limit{Limit: 3, Window: 10 * time.Second, Algorithm: TokenBucket}, []step{
+			{t: t0, hits: 1, allowed: true, remain: 2, reset: 3_334 * s},
+			{t: t1, hits: 2, allowed: true, remain: 0, reset: 9_000 * s},
+			// TAT - now = 9000001 µs; one more hit needs TAT + c - now <= cap.
+			{t: t2, hits: 1, allowed: false, remain: 0, retry: 834 * s, reset: 7_500 * s},
+			{t: t3, hits: 1, allowed: true, remain: 1, reset: 3_335 * s},
+			{t: t4, hits: 3, allowed: false, remain: 2, retry: 3_334 * s, reset: 3_334 * s},
+			{t: t8, hits: 4, allowed: false, remain: 3, retry: Never},
+			{t: t8, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
+			{t: t9, hits: 1, allowed: true, remain: 2, reset: 3_334 * s},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			runSteps(t, tc.l, tc.steps)
+		})
+	}
 }
 
 // Windows from 1 s to 7 days and limits up to 2^53: the estimate and the

@@ -5,26 +5,6 @@ import (
 	"time"
 )
 
-func TestSlidingLogSteps(t *testing.T) {
-	t.Parallel()
-	l := Limit{Limit: 3, Window: 10 * time.Second, Algorithm: SlidingLog}
-	s := time.Millisecond
-	runSteps(t, l, []step{
-		{t: t0, hits: 1, allowed: true, remain: 2, reset: 10_000 * s},
-		{t: t1, hits: 2, allowed: true, remain: 0, reset: 10_000 * s},
-		// The t0 entry must leave: it expires at t0 + W.
-		{t: t2, hits: 1, allowed: false, remain: 0, retry: 7_500 * s, reset: 8_500 * s},
-		{t: t3, hits: 1, allowed: false, remain: 0, retry: 1 * s, reset: 1_001 * s},
-		{t: t4, hits: 1, allowed: true, remain: 0, reset: 10_000 * s},
-		// t1's entry has expired at t5 (t1 <= t5 - W).
-		{t: t5, hits: 2, allowed: true, remain: 0, reset: 10_000 * s},
-		{t: t6, hits: 1, allowed: false, remain: 0, retry: 5_000 * s, reset: 7_500 * s},
-		{t: t8, hits: 4, allowed: false, remain: 1, retry: Never, reset: 2_500 * s},
-		{t: t8, hits: 1, allowed: true, remain: 0, reset: 10_000 * s},
-		{t: t9, hits: 3, allowed: true, remain: 0, reset: 10_000 * s},
-	})
-}
-
 func TestDecideLog(t *testing.T) {
 	t.Parallel()
 	l := Limit{Limit: 5, Window: time.Second, Algorithm: SlidingLog}

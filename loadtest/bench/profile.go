@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 )
 
 // profiled reports whether row r against store gets a CPU profile: the
@@ -54,16 +56,7 @@ func (h *harness) startProfile(ctx context.Context, tg target, store string, r p
 func servesPprof(ctx context.Context, base string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/debug/pprof/cmdline", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return procs.HTTPOK(ctx, base+"/debug/pprof/cmdline")() == nil
 }
 
 func (h *harness) pprof(ctx context.Context, base, path string, secs int) <-chan string {
