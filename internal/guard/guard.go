@@ -406,7 +406,8 @@ func (g *Guard) shard(key string) *shard {
 // Admit reports whether key may spend hits of limit at now under v, before
 // the store decides, and the limit the store must decide against: limit
 // less the silent regions' charge when this side of a split charges them
-// (see [View.Charge]), else limit. When it may, the hits are reserved in
+// (see [View.Charge]), else limit, and lower still for a probe past this
+// node's quota (see the package doc). When it may, the hits are reserved in
 // the current horizon and the caller must call [Guard.Done] with the
 // store's answer. When it may not, retryAfter is the time left in the
 // horizon (at least 1 ms). Under a View that is Off it always admits,
