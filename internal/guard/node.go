@@ -113,10 +113,13 @@ func (n *Node) Admit(now time.Time, key string, limit, hits uint64) (t Ticket, o
 	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: limit, hits: hits}, ok, retry
 }
 
-// Done is [Guard.Done] for a ticket that Admit let through.
-func (n *Node) Done(t *Ticket, res *region.Result) {
+// Done is [Guard.Done] for a ticket that Admit let through: it returns
+// the retry-after of a guard denial when the store's denial is the
+// guard's (a probe decided against a limit lowered to this node's share),
+// else 0.
+func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 	if t.v == nil {
-		return
+		return 0
 	}
-	n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
+	return n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
 }

@@ -14,7 +14,8 @@
 //     in every region;
 //   - single: one region offered 10x the limit's rate, the others idle;
 //   - all: every region offered 10x together;
-//   - partition: every region at 10x, region 0 cut off for two windows;
+//   - partition: every region at 10x, region 0 cut off for two windows
+//     (also on the strict counter, which never errs in one region);
 //   - zipf: Poisson requests over many keys with Zipf popularity.
 //
 // Usage:
@@ -57,6 +58,7 @@ func scenarios(keys, reqs int) []scenario {
 		add("all 10x", 10*time.Second, 100, steady(10, 5, seq(rd.r)...))
 		add("all 10x", time.Second, 100, steady(10, 5, seq(rd.r)...))
 		add("partition", 10*time.Second, 100, partition)
+		out = append(out, scenario{Name: "partition strict", Regions: rd.r, Delay: rd.d, Window: 10 * time.Second, Limit: 100, Strict: true, run: partition})
 		add(fmt.Sprintf("zipf %d keys", keys), 10*time.Second, 100, zipf(reqs, keys))
 	}
 	return out

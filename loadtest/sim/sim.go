@@ -28,8 +28,10 @@ type world struct {
 	// admitted holds every admission's instant per key, for the exact
 	// trailing-window counts.
 	admitted map[string][]int64
-	offered  int
-	guardNo  int // denials by the guard
+	// by holds, parallel to admitted, the region of each admission.
+	by      map[string][]int
+	offered int
+	guardNo int // denials by the guard
 }
 
 // config is one simulated run.
@@ -89,7 +91,7 @@ func (q *events) Pop() any {
 }
 
 func newWorld(cfg config, startMs int64) *world {
-	w := &world{cfg: cfg, admitted: map[string][]int64{}, now: startMs}
+	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.Total]uint64{}, heard: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
@@ -186,6 +188,7 @@ func (w *world) decide(e *event) {
 		return
 	}
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
+	w.by[e.key] = append(w.by[e.key], e.to)
 	k := region.Total{Key: e.key, Window: l.Window, Bucket: res[0].Bucket, Region: n.name}
 	n.dirty[k] = max(n.dirty[k], res[0].Local)
 	n.own[region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket}] = res[0].Local
@@ -263,6 +266,7 @@ type scenario struct {
 	Delay   time.Duration
 	Window  time.Duration
 	Limit   uint64
+	Strict  bool // the strict counter instead of the default
 	run     func(w *world) (steadyFromMs int64)
 	Keys    int
 }
@@ -343,7 +347,7 @@ func runScenario(sc scenario) result {
 	out := result{scenario: sc}
 	for _, g := range []bool{false, true} {
 		cfg := config{Regions: sc.Regions, Delay: sc.Delay, Flush: 20 * time.Millisecond,
-			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window}}
+			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict}}
 		w := newWorld(cfg, epoch)
 		from := sc.run(w)
 		st := w.stats(from)

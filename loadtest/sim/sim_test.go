@@ -11,7 +11,8 @@ import (
 // 100 per 10 s (and per 1 s for a single region). The guard keeps a
 // simultaneous burst within 1.10 x the limit (3 x without it), leaves a
 // single active region at least 0.95 of the limit in steady state, and
-// holds a partition within 1 + 1/R of the limit.
+// holds a partition within 1 + 1/R of the limit (plus, on the default
+// counter, that counter's own error across regions).
 func TestGoals(t *testing.T) {
 	t.Parallel()
 	d := 60 * time.Millisecond
@@ -21,8 +22,10 @@ func TestGoals(t *testing.T) {
 		{Name: "single", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: steady(10, 5, 0)},
 		{Name: "partition", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: partition},
 		{Name: "single", Regions: 3, Delay: d, Window: time.Second, Limit: 100, run: steady(10, 5, 0)},
+		{Name: "partition strict", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, Strict: true, run: partition},
+		{Name: "all", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: 100, run: steady(10, 5, 0, 1, 2)},
 	})
-	burst3, burst10, single, part, single1s := rows[0], rows[1], rows[2], rows[3], rows[4]
+	burst3, burst10, single, part, single1s, partStrict, all := rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6]
 	if got, want := burst3.Off.Max, 3.0; got != want {
 		t.Errorf("burst without guard: max %v, want %v (the test must see the problem)", got, want)
 	}
@@ -48,10 +51,17 @@ func TestGoals(t *testing.T) {
 	}
 	// During a split the pool admits at most 1 + 1/R of the limit: the
 	// majority its limit (its two regions take off each other's shares
-	// of the previous horizon until they arrive) and the minority its
-	// share (L - (R-1) ceil(L/R) = 32 here).
-	if got, want := part.On.Max, 1+1.0/3; got > want {
-		t.Errorf("partition, guard: max %v, want <= %v", got, want)
+	// of the previous horizon until they arrive, and round their shares
+	// to sum to the headroom) and the minority its share (L - (R-1)
+	// ceil(L/R) = 32 here). Exactly on the strict counter, which never
+	// errs in one region; the default counter errs on its own across
+	// regions (the "all" row: every region at 10x without a split), and
+	// the split adds at most the minority's share to that.
+	if got, want := partStrict.On.Max, 1+1.0/3; got > want {
+		t.Errorf("partition, strict counter, guard: max %v, want <= %v", got, want)
+	}
+	if got, want := part.On.Max, all.On.Max+1.0/3; got > want {
+		t.Errorf("partition, guard: max %v, want <= %v (the %v of every region at 10x without a split, plus 1/3)", got, want, all.On.Max)
 	}
 	if part.Off.Max < 1.9 {
 		t.Errorf("partition without guard: max %v, want the unguarded error (>= 1.9) to show", part.Off.Max)

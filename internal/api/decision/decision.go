@@ -72,8 +72,11 @@ type Guard interface {
 	// Admit reports whether the hits may go to the store, and with which
 	// limit (t.StoreLimit); when not, how long until they might.
 	Admit(now time.Time, key string, limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
-	// Done tells the guard the store's answer to an admitted ticket.
-	Done(t *guard.Ticket, res *region.Result)
+	// Done tells the guard the store's answer to an admitted ticket. It
+	// returns a retry-after when the store's denial is the guard's (the
+	// store decided against a limit lowered to this region's share, and
+	// the full limit would have admitted the hits), else 0.
+	Done(t *guard.Ticket, res *region.Result) (guardRetry time.Duration)
 }
 
 // Config configures a [Decider]. Every field is required unless it says

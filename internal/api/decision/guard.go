@@ -39,9 +39,7 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 		t, ok, retry := d.cfg.Guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit.Limit, r.Store.Hits)
 		if !ok {
 			skip[i] = true
-			out[i] = d.record(r, region.Result{Decision: window.Decision{
-				Limit: r.Store.Limit.Limit, RetryAfter: retry, ResetAfter: max(retry, time.Millisecond),
-			}}, true)
+			out[i] = d.guardDenial(r, retry)
 			continue
 		}
 		tickets[i] = t
@@ -50,10 +48,20 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 	return tickets, skip
 }
 
+// guardDenial records r as denied by the guard, retryable after retry.
+func (d *Decider) guardDenial(r *Request, retry time.Duration) Outcome {
+	return d.record(r, region.Result{Decision: window.Decision{
+		Limit: r.Store.Limit.Limit, RetryAfter: retry, ResetAfter: max(retry, time.Millisecond),
+	}}, true)
+}
+
 // decideGuarded is Decide's store step when the guard is on: the store
 // decides the requests the guard let through, in one call, the guard is
 // told each answer, and every answer reports the full limit (a minority's
-// charge lowers what it admits, not the limit callers see).
+// charge, or a probe's share, lowers what it admits, not the limit callers
+// see). A store's denial that the guard claims (a probe decided against a
+// limit lowered to this region's share, which the full limit would have
+// admitted) is answered as a guard denial.
 func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []region.Request, res []region.Result, out []Outcome, tickets []guard.Ticket, skip []bool) error {
 	idx := make([]int, 0, len(reqs))
 	for i := range reqs {
@@ -87,7 +95,10 @@ func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []reg
 	for j, i := range idx {
 		r := res[j]
 		if d.guarded(&reqs[i]) {
-			d.cfg.Guard.Done(&tickets[i], &r)
+			if retry := d.cfg.Guard.Done(&tickets[i], &r); retry > 0 && !r.Allowed {
+				out[i] = d.guardDenial(&reqs[i], retry)
+				continue
+			}
 			r.Limit = reqs[i].Store.Limit.Limit
 		}
 		out[i] = d.record(&reqs[i], r, false)

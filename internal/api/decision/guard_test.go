@@ -22,13 +22,20 @@ type fakeGuard struct {
 	allow      map[string]bool
 	storeLimit uint64
 	done       []region.Result
+	retry      time.Duration // what Done returns
 }
 
 func (f *fakeGuard) Admit(now time.Time, key string, limit, hits uint64) (guard.Ticket, bool, time.Duration) {
 	return guard.Ticket{StoreLimit: f.storeLimit}, f.allow[key], 70 * time.Millisecond
 }
 
-func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) { f.done = append(f.done, *res) }
+func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) time.Duration {
+	f.done = append(f.done, *res)
+	if res.Allowed {
+		return 0
+	}
+	return f.retry
+}
 
 func TestGuardBeforeTheStore(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -80,5 +87,43 @@ func TestGuardBeforeTheStore(t *testing.T) {
 	r, _ := d.Validate(Input{NS: Inline, Key: "no", Limit: lim, Now: now, Peek: true})
 	if err := d.Decide(context.Background(), []Request{r}, out[:1]); err != nil || out[0].GuardDenied {
 		t.Errorf("Peek: err %v, guard denied %v; want nil, false", err, out[0].GuardDenied)
+	}
+}
+
+// A store's denial that the guard claims as its own (a probe decided
+// against a limit lowered to this region's share) is answered as a guard
+// denial, with the guard's retry-after, not the store's against the
+// lowered limit.
+func TestGuardClaimsStoreDenial(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	store := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	g := &fakeGuard{allow: map[string]bool{"i:ok": true}, storeLimit: 1, retry: 40 * time.Millisecond}
+	d, err := New(Config{Store: store, Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
+		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Hour)}
+	now := time.Unix(1_700_000_000, 0)
+	out := make([]Outcome, 1)
+	for i, want := range []struct {
+		allowed, guardDenied bool
+		retry                time.Duration
+	}{{true, false, 0}, {false, true, 40 * time.Millisecond}} {
+		r, err := d.Validate(Input{NS: Inline, Key: "ok", Limit: lim, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Decide(context.Background(), []Request{r}, out); err != nil {
+			t.Fatal(err)
+		}
+		if o := out[0]; o.Allowed != want.allowed || o.GuardDenied != want.guardDenied || o.RetryAfter != want.retry || o.Limit != 10 {
+			t.Errorf("request %d = allowed %v, guard denied %v, retry %v, limit %d; want %v, %v, %v, 10", i, o.Allowed, o.GuardDenied, o.RetryAfter, o.Limit, want.allowed, want.guardDenied, want.retry)
+		}
+	}
+	for outcome, want := range map[string]float64{OutcomeAllowed: 1, OutcomeDenied: 0, OutcomeGuardDenied: 1} {
+		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, outcome)); got != want {
+			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
 	}
 }
