@@ -286,7 +286,7 @@ func TestApplyRatios(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rs := []Result{
-		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004, CPUPerReqUs: 25.04},
+		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004, CPUPerReqUs: 25.04, GenBusy: 0.974},
 		{Workload: "hotkey", Mode: "open", Rate: 20000, Protocol: protoGRPC, Store: "redis", Conns: 64, ReqPerSec: 19999.6, DecPerSec: 19999.6, P99Ms: 1.5,
 			CeilingRatio: ptr(0.8), RedisRatio: ptr(0.4), ScriptPerDenied: ptr(0.0), Errors: 2, CPUPerReqUs: 30, RedisCPUPerReqUs: ptr(12.5)},
 	}
@@ -299,9 +299,9 @@ func TestWriteTable(t *testing.T) {
 		t.Fatalf("WriteTable() printed %d lines, want %d:\n%s", got, want, b.String())
 	}
 	wantFields := [][]string{
-		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "CPU", "us/req", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
-		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "25.0", "-", "-", "-", "-"},
-		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "42.5", "0.80", "0.40", "-", "0.000"},
+		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "CPU", "us/req", "generator", "busy", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
+		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "25.0", "97%", "-", "-", "-", "-"},
+		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "42.5", "0%", "0.80", "0.40", "-", "0.000"},
 	}
 	for i, want := range wantFields {
 		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -385,8 +386,15 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 	}
 	cpu0, cpuErr := procsCPU(tg.pid)
+	gen0, genErr := procCPU(os.Getpid())
 	prof := h.startProfile(ctx, tg, store, r)
 	o := Run(ctx, c, w, l)
+	if genErr == nil {
+		var gen1 time.Duration
+		if gen1, genErr = procCPU(os.Getpid()); genErr == nil {
+			gen0 = gen1 - gen0
+		}
+	}
 	if cpuErr == nil {
 		cpu1, err := procsCPU(tg.pid)
 		cpuErr = err
@@ -419,6 +427,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			res.RedisCPUPerReqUs = ptr(float64(cpu0[1].Microseconds()) / float64(o.Requests))
 		}
 	}
+	if genErr == nil && o.Elapsed > 0 {
+		res.GenBusy = gen0.Seconds() / o.Elapsed.Seconds() / float64(runtime.GOMAXPROCS(0))
+	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
 		res.FirstError = o.FirstErr.Error()
@@ -439,9 +450,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  allowed %d denied %d errors %d unsent %d%s\n",
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
 		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
-		cpuSplit(res), res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
+		cpuSplit(res), 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}

@@ -44,6 +44,11 @@ type Result struct {
 	// store only): the two share CPU 0, so their sum is what a request
 	// costs that core.
 	RedisCPUPerReqUs *float64 `json:"redis_cpu_us_per_request,omitempty"`
+	// GenBusy is the load generator's own CPU time over the measured run
+	// per core it may use (GOMAXPROCS; 1 when pinned): near 1, the
+	// generator itself limits the rate and adds to the latencies, so a
+	// row's figures say more about it than about the server.
+	GenBusy float64 `json:"generator_cpu_busy,omitempty"`
 
 	// CeilingRatio is req/s over the ceiling's req/s for the same protocol
 	// and mode (closed loop only).
@@ -178,11 +183,11 @@ func applyRatios(rs []Result) {
 // WriteTable prints rs as an aligned text table.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tCPU us/req\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
+	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tCPU us/req\tgenerator busy\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t\n",
 			r.Workload, modeLabel(r), r.Protocol, r.Store, r.ReqPerSec, r.DecPerSec,
-			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors, r.serverCPU(),
+			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors, r.serverCPU(), 100*r.GenBusy,
 			optf(r.CeilingRatio, 2), optf(r.RedisRatio, 2),
 			optf(r.ScriptPerAdmitted, 3), optf(r.ScriptPerDenied, 3))
 	}
