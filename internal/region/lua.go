@@ -36,7 +36,9 @@ const halfSep = "\xff"
 // the region shares, when it falls in bucket b-1, b or b+1 of now_ms (a
 // node clock off by less than a window); otherwise now_ms stands. The
 // prologue below picks the instant and the bucket pair; the rest of the
-// script reads only now, kcur and kprev.
+// script reads only now, kcur and kprev. TIME is read through serverTime
+// (see timeAlone): the decisions of one batch script call, which runs
+// atomically, share one reading of it.
 //
 // In the span modes it decides exactly as window.Limit.DecideSpans on the
 // regions' halves (a region's count above its halves' is added to its late
@@ -45,16 +47,25 @@ const halfSep = "\xff"
 // HGETALL current, HGETALL previous, the estimate, now_ms used}, the hashes
 // read before the update; the estimate is "-1" when the current bucket alone
 // denies, and at least 2^53 when it passes that.
-var counterScript = redis.NewScript(counterSource)
+var counterScript = redis.NewScript(timeAlone + counterSource)
 
-// counterSource is counterScript's Lua source (the batch script wraps it too).
+// timeAlone defines serverTime, Redis's TIME in Unix ms, for counterSource
+// run on its own; the batch script defines it once per call instead
+// (batch.go).
+const timeAlone = `local function serverTime()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+// counterSource is counterScript's Lua source (the batch script wraps it
+// too), after a definition of serverTime.
 const counterSource = `
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local kcur, kprev = KEYS[1], KEYS[2]
 if ARGV[9] == '1' then
-  local t = redis.call('TIME')
-  local rnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local rnow = serverTime()
   local d = (rnow - math.fmod(rnow, W)) / W - (now - math.fmod(now, W)) / W
   if d == 0 then
     now = rnow
