@@ -575,31 +575,29 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		slices.SortStableFunc(log, func(a, b window.LogEntry) int { return int(a.AtMs - b.AtMs) })
 		out.Decision = q.Limit.DecideLog(nowMs, log, q.Hits)
 	default:
-		if len(arr) < 3 {
+		// {allowed, estimate, now_ms, HGETALL previous, the elements of
+		// HGETALL current}: see counterScript.
+		if len(arr) < 4 {
 			return fmt.Errorf("region: redis check %q: unexpected reply length %d", q.Key, len(arr))
 		}
-		cur, err := parseVector(arr[1])
+		cur, err := parseVector(arr[4:])
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		prev, err := parseVector(arr[2])
+		raw, _ := arr[3].([]any)
+		prev, err := parseVector(raw)
 		if err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		if len(arr) > 4 {
-			if used, ok := arr[4].(int64); ok {
-				nowMs = used // the script's instant: Redis's TIME with ServerClock
-			}
+		if used, ok := arr[2].(int64); ok {
+			nowMs = used // the script's instant: Redis's TIME with ServerClock
 		}
 		var spans bool
 		out.Decision, spans = decideCounter(q, nowMs, r.region, cur, prev)
-		if len(arr) > 3 {
-			// The script's estimate, when it computed one below 2^53, is the
-			// Go one.
-			s, _ := arr[3].(string)
-			if est, err := strconv.ParseUint(s, 10, 64); err == nil && est < 1<<53 && est != out.Estimate {
-				r.mismatches.Add(1)
-			}
+		// The script's estimate, when it computed one below 2^53, is the Go
+		// one.
+		if est, _ := arr[1].(int64); est >= 0 && est < 1<<53 && uint64(est) != out.Estimate {
+			r.mismatches.Add(1)
 		}
 		wMs := q.Limit.WindowMs()
 		if allowed == 1 && !q.Peek {
@@ -618,9 +616,8 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 	return nil
 }
 
-// parseVector parses an HGETALL reply into a bucket.
-func parseVector(v any) (*memBucket, error) {
-	raw, _ := v.([]any)
+// parseVector parses the elements of an HGETALL reply into a bucket.
+func parseVector(raw []any) (*memBucket, error) {
 	b := &memBucket{used: true, counts: make([]regionN, 0, len(raw)/2)}
 	var halves []string // region, half ('0'/'1'), value
 	for i := 0; i+1 < len(raw); i += 2 {
