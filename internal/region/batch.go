@@ -14,9 +14,9 @@ import (
 // decisions of one call run atomically, at one instant):
 //
 //	KEYS    every decision's keys, one after the other
-//	ARGV    n; then per decision: script (1 counter, 2 gcra, 3 log),
-//	        its key count, its argument count; then every decision's
-//	        arguments, one after the other
+//	ARGV    a header of three bytes per decision: its script (1 counter,
+//	        2 gcra, 3 log), its key count, its argument count; then
+//	        every decision's arguments, one after the other
 //
 // It returns {outcomes, reply 1, ..., reply n}: outcomes holds one
 // character per decision, '1' when its reply is its own script's reply,
@@ -56,14 +56,14 @@ local decide = {}
 	for i, src := range sources {
 		fmt.Fprintf(&b, "decide[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
 	}
-	b.WriteString(`local n = tonumber(ARGV[1])
+	b.WriteString(`local hdr = ARGV[1]
+local n = #hdr / 3
 local out, oks = {}, {}
 local k, a = {}, {}
-local ki, ai, mk, ma = 1, 2 + 3 * n, 0, 0
+local ki, ai, mk, ma = 1, 2, 0, 0
 for i = 1, n do
-  local h = 3 * i - 1
-  local f = decide[tonumber(ARGV[h])]
-  local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  local s, nk, na = string.byte(hdr, 3 * i - 2, 3 * i)
+  local f = decide[s]
   for j = 1, nk do k[j] = KEYS[ki]; ki = ki + 1 end
   for j = nk + 1, mk do k[j] = nil end
   for j = 1, na do a[j] = ARGV[ai]; ai = ai + 1 end

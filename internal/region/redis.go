@@ -409,9 +409,9 @@ func boolArg(b bool) any {
 
 // decision is one request's script call.
 type decision struct {
-	script int // index in singleScripts and batchSources
-	keys   []string
-	args   []any
+	script int      // index in singleScripts and batchSources
+	keys   []string // at most 255 (the batch header's byte): 4 at most
+	args   []any    // at most 255 (the batch header's byte): 9 at most
 }
 
 // decision returns the script call for one request.
@@ -481,21 +481,24 @@ func send(ctx context.Context, c redis.Scripter, ds []decision, idx []int) *redi
 		d := &ds[idx[0]]
 		return singleScripts[d.script].EvalSha(ctx, c, d.keys, d.args...)
 	}
-	nk, na := 0, 1+3*len(idx)
+	nk, na := 0, 1
 	for _, i := range idx {
 		nk += len(ds[i].keys)
 		na += len(ds[i].args)
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, 1, na)
-	args[0] = len(idx)
+	// The header, three bytes per decision (see batchScript): as three
+	// arguments per decision it cost Redis 6k of the counter decision's
+	// 133k instructions in calls of 8 (parsing them, and tonumber's
+	// strtod; callgrind, one region, ServerClock).
+	hdr := make([]byte, 0, 3*len(idx))
 	for _, i := range idx {
 		keys = append(keys, ds[i].keys...)
-		args = append(args, ds[i].script+1, len(ds[i].keys), len(ds[i].args))
-	}
-	for _, i := range idx {
+		hdr = append(hdr, byte(ds[i].script+1), byte(len(ds[i].keys)), byte(len(ds[i].args)))
 		args = append(args, ds[i].args...)
 	}
+	args[0] = hdr
 	return batchScript.EvalSha(ctx, c, keys, args...)
 }
 
