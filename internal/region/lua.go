@@ -56,7 +56,10 @@ const halfSep = "\xff"
 // inline (unpack, one C call) and the estimate as an integer took the
 // decision from 137k to 132k Redis instructions, in calls of 8 decisions,
 // one region (callgrind); flattening the previous hash or the batch
-// script's replies by copying cost more than it saved.
+// script's replies by copying cost more than it saved. (unpack returns at
+// most about 8,000 values, Lua's C stack; a bucket hash holds at most
+// three fields per region, MaxRegionsPerBucket and the local region, so
+// at most 1,542.)
 var counterScript = redis.NewScript(timeAlone + counterSource)
 
 // timeAlone defines serverTime, Redis's TIME in Unix ms, for counterSource
