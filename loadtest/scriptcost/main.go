@@ -9,6 +9,14 @@
 // around each mode's decisions. Instruction counts do
 // not depend on the machine's load, so modes compare exactly.
 //
+// It then counts the default mode as loadtest/bench's uniform10k rows run
+// it: one region, 2,000 keys each with a previous and a current bucket,
+// decided in calls of 8 (one batch script call each, as coalescing makes
+// them), at the wall clock's instant, with the node's clock and with
+// Redis's (ServerClock, rlnode's default). The window is an hour, so that
+// both rows fall in the same bucket, and almost always in the same half of
+// it, the one thing the wall clock changes.
+//
 // Usage:
 //
 //	go run ./loadtest/scriptcost [-n 1000] [-valgrind valgrind] [-redis-server redis-server]
@@ -135,7 +143,79 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if n := s.Mismatches(); n != 0 {
 		return fmt.Errorf("%d decisions of the script disagreed with the Go math", n)
 	}
+	for k, server := range []bool{false, true} {
+		ir, n, err := batched(ctx, url, pid, dir, len(modes)+k+1, server)
+		if err != nil {
+			return err
+		}
+		name := "default, one region, calls of 8"
+		if server {
+			name += ", Redis's clock"
+		}
+		fmt.Fprintf(out, "| %s | %d |\n", name, ir/int64(n))
+	}
 	return nil
+}
+
+// batched makes two passes of decisions in calls of 8 over 2,000 keys of
+// one region, each with a previous and a current bucket, and returns the
+// instructions of the second pass (callgrind's dump number dump) and its
+// number of decisions. With server the instant is Redis's clock.
+func batched(ctx context.Context, url, pid, dir string, dump int, server bool) (int64, int, error) {
+	cfg := region.RedisConfig{URL: url, Region: "bench", ReadTimeout: time.Minute, Coalesce: region.Coalesce{Disabled: true}}
+	seed, err := region.NewRedis(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer seed.Close()
+	cfg.ServerClock = server
+	s, err := region.NewRedis(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.Close()
+	const keys, batch = 2000, 8
+	l := window.Limit{Limit: 1 << 30, Window: time.Hour}
+	prefix := fmt.Sprintf("batched/%v/", server)
+	reqs, res := make([]region.Request, batch), make([]region.Result, batch)
+	check := func(st *region.Redis, k0 int, at time.Time) error {
+		for i := range reqs {
+			reqs[i] = region.Request{Key: prefix + strconv.Itoa((k0+i)%keys), Limit: l, Hits: 1, Now: at}
+		}
+		if err := st.Check(ctx, reqs, res); err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		return nil
+	}
+	// The previous bucket, starting at t0, gets hits in both halves.
+	t0 := time.Now().Truncate(l.Window).Add(-l.Window)
+	for k := 0; k < keys; k += batch {
+		if err := check(seed, k, t0.Add(10*time.Minute)); err != nil {
+			return 0, 0, err
+		}
+		if err := check(seed, k, t0.Add(40*time.Minute)); err != nil {
+			return 0, 0, err
+		}
+		if err := check(s, k, time.Now()); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := callgrind(ctx, "-z", pid); err != nil {
+		return 0, 0, err
+	}
+	for k := 0; k < keys; k += batch {
+		if err := check(s, k, time.Now()); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := callgrind(ctx, "-d", pid); err != nil {
+		return 0, 0, err
+	}
+	if n := s.Mismatches() + seed.Mismatches(); n != 0 {
+		return 0, 0, fmt.Errorf("%d decisions of the script disagreed with the Go math", n)
+	}
+	ir, err := dumped(dir, dump)
+	return ir, keys, err
 }
 
 // connect waits for Redis (slow to start under valgrind) and returns a
