@@ -37,15 +37,21 @@ func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) time.Duration {
 	return f.retry
 }
 
-func TestGuardBeforeTheStore(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	store := region.NewMemory(region.MemoryConfig{Region: "eu"})
-	g := &fakeGuard{allow: map[string]bool{"i:ok": true}, storeLimit: 2}
-	d, err := New(Config{Store: store, Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
-		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg}, nil)
+// guardedDecider returns a Decider in region eu on the in-memory store,
+// with g as its guard.
+func guardedDecider(t *testing.T, g Guard) *Decider {
+	t.Helper()
+	d, err := New(Config{Store: region.NewMemory(region.MemoryConfig{Region: "eu"}), Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
+		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+func TestGuardBeforeTheStore(t *testing.T) {
+	g := &fakeGuard{allow: map[string]bool{"i:ok": true}, storeLimit: 2}
+	d := guardedDecider(t, g)
 	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}
 	now := time.Unix(1_700_000_000, 0)
 	var reqs []Request
@@ -95,14 +101,8 @@ func TestGuardBeforeTheStore(t *testing.T) {
 // denial, with the guard's retry-after, not the store's against the
 // lowered limit.
 func TestGuardClaimsStoreDenial(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	store := region.NewMemory(region.MemoryConfig{Region: "eu"})
 	g := &fakeGuard{allow: map[string]bool{"i:ok": true}, storeLimit: 1, retry: 40 * time.Millisecond}
-	d, err := New(Config{Store: store, Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
-		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := guardedDecider(t, g)
 	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Hour)}
 	now := time.Unix(1_700_000_000, 0)
 	out := make([]Outcome, 1)
