@@ -275,8 +275,10 @@ type entry struct {
 
 // pending is what the other alive regions admitted in the previous horizon
 // that may still be on its way here at now: their shares of its headroom,
-// arriving over this horizon (a hit admitted elsewhere arrives within one
-// horizon), taken to arrive evenly.
+// held in full until this horizon ends (a hit admitted elsewhere arrives
+// within one horizon; what arrived earlier is in the store's estimate too,
+// so until then it may be counted twice, which errs on the side of the
+// limit).
 func (e *entry) pending(now time.Time) uint64 {
 	if e.pend == 0 {
 		return 0
