@@ -9,9 +9,9 @@ import (
 
 // The batch script runs many decisions in one EVALSHA. It is built at init
 // from the per-decision scripts' own source (lua.go's constants), each wrapped unchanged in a
-// Lua function whose parameters KEYS and ARGV shadow the globals, after a
-// serverTime that reads Redis's TIME (in Unix ms) once for the whole call (the
-// decisions of one call run atomically, at one instant):
+// Lua function whose parameters KEYS and ARGV shadow the globals, after
+// timeAlone's serverTime, wrapped to read Redis's TIME once for the whole
+// call (the decisions of one call run atomically, at one instant):
 //
 //	KEYS    every decision's keys, one after the other
 //	ARGV    a header of three bytes per decision: its script (1 counter,
@@ -43,12 +43,10 @@ func newBatchScript(sources ...string) *redis.Script {
 	// decision it cost Redis 14k of the counter script's 150k instructions
 	// per decision in calls of 8 decisions with ServerClock, 4k once per
 	// call (callgrind, one region, as loadtest/scriptcost counts).
-	b.WriteString(`local clock
-local function serverTime()
-  if not clock then
-    local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+	b.WriteString(timeAlone)
+	b.WriteString(`local readTime, clock = serverTime, nil
+serverTime = function()
+  if not clock then clock = readTime() end
   return clock
 end
 local decide = {}

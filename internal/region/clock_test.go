@@ -2,6 +2,7 @@ package region_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,6 +61,35 @@ func TestRedisServerClock(t *testing.T) {
 		}
 		if n := bucketCount(t, shared, "sk", w, before); n < uint64(len(got)) {
 			t.Errorf("Redis's bucket %d holds %d, want at least %d (one hash for every skewed node)", before, n, len(got))
+		}
+		break
+	}
+	// One call of several decisions (the batch script): every decision
+	// in Redis's bucket, and at the one instant of the call's single TIME.
+	for try := 0; ; try++ {
+		before := redisBucket()
+		skews := []time.Duration{-4 * time.Second, 0, 4 * time.Second, 9 * time.Second}
+		reqs := make([]region.Request, len(skews))
+		for i, skew := range skews {
+			reqs[i] = region.Request{Key: fmt.Sprintf("batch%d", i), Limit: lim, Hits: 1, Now: time.Now().Add(skew)}
+		}
+		res := make([]region.Result, len(reqs))
+		if err := shared.Check(ctx, reqs, res); err != nil {
+			t.Fatalf("Check(%d requests) error = %v", len(reqs), err)
+		}
+		if after := redisBucket(); after != before {
+			if try < 5 {
+				continue
+			}
+			t.Fatalf("Redis's bucket kept moving")
+		}
+		for i, r := range res {
+			if !r.Allowed || r.Bucket != before {
+				t.Errorf("batch decision %d: allowed %v, bucket %d; want allowed in Redis's %d", i, r.Allowed, r.Bucket, before)
+			}
+			if got, want := r.ElapsedMs, res[0].ElapsedMs; got != want {
+				t.Errorf("batch decision %d: elapsed %d ms, want %d (one TIME per call)", i, got, want)
+			}
 		}
 		break
 	}

@@ -63,8 +63,8 @@ const halfSep = "\xff"
 var counterScript = redis.NewScript(timeAlone + counterSource)
 
 // timeAlone defines serverTime, Redis's TIME in Unix ms, for counterSource
-// run on its own; the batch script defines it once per call instead
-// (batch.go).
+// run on its own; the batch script (batch.go) wraps it to read TIME once
+// per call.
 const timeAlone = `local function serverTime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
