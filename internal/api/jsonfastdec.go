@@ -248,13 +248,10 @@ func (p *parser) rawStr() []byte {
 	return nil
 }
 
-// key reads an object key.
-func (p *parser) key() []byte { return p.rawStr() }
-
 // name reads an object member's key and the colon after it, and returns
 // the key, or nil.
 func (p *parser) name() []byte {
-	k := p.key()
+	k := p.rawStr()
 	if k == nil || !p.colon() {
 		return nil
 	}
