@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -11,11 +12,20 @@ import (
 // Coalesce configures how a [Redis] store gathers concurrent Check calls
 // into shared pipelines. The zero value is on, with the defaults below.
 //
-// A Check that finds no round trip in flight is sent at once, so a lone
-// request at low load is never delayed. While a round trip is in flight,
-// later calls gather into the next batch, which is sent when the round trip
-// in flight returns, when MaxWait has passed since the batch's first call, or
-// when it holds MaxBatch requests, whichever comes first. Each batch is one
+// A Check that finds no round trip in flight leads a new batch: it yields
+// the processor once (runtime.Gosched), again while yielding brings more
+// calls, so that requests already read and ready to run join it, and then
+// sends it. A lone request at low load is not delayed: its yield returns at
+// once. Without the yield the leader went alone and the requests that came
+// with it waited a round trip for the next batch: on one core shared with
+// Redis, 0.21-0.27 script calls per decision, most of them lone, against
+// 0.04-0.05 with it, and 12-17% less CPU per decision, node and Redis
+// together (loadtest/bench, uniform10k over Connect JSON and Envoy RLS).
+//
+// While a round trip is in flight, later calls gather into the next batch,
+// which is sent when the round trip in flight returns, when MaxWait has
+// passed since the batch's first call, or when it holds MaxBatch requests,
+// whichever comes first. Each batch is one
 // round trip, its decisions one script call (see [Redis]); each call still
 // gets its own results and its own error.
 type Coalesce struct {
@@ -38,6 +48,10 @@ type Coalesce struct {
 	// script that runs them all, one per hash slot on a Redis Cluster.
 	Unbatched bool
 }
+
+// maxYields bounds how often a leading call yields for others to join its
+// batch (see coalescer.check).
+const maxYields = 8
 
 // roundTripper is what a coalescer sends through: the [Redis] store, or a
 // fake in tests.
@@ -104,6 +118,40 @@ func newCoalescer(cfg Coalesce, r roundTripper) *coalescer {
 // hits may count), and res is left alone.
 func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) error {
 	c.mu.Lock()
+	if !c.closed && len(reqs) < c.maxBatch && c.inFlight == 0 && c.pending == nil {
+		// Lead a batch: open it and yield, so that the goroutines ready to
+		// run reach it first (requests that arrived together then share
+		// this round trip), again while yielding brings more; then send
+		// it. On an idle node the first yield returns at once, with no one
+		// joined, and the call goes alone.
+		b := &batch{}
+		c.pending = b
+		for range maxYields {
+			n := len(b.calls)
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+			if c.pending != b || len(b.calls) == n {
+				break
+			}
+		}
+		if c.pending == b {
+			if len(b.calls) == 0 {
+				c.pending = nil
+				c.inFlight++
+				c.mu.Unlock()
+				err := c.r.checkDirect(ctx, reqs, res)
+				c.done()
+				return err
+			}
+			cl := c.join(b, reqs)
+			c.take()
+			c.mu.Unlock()
+			c.send(b)
+			return c.wait(ctx, cl, res)
+		}
+		// b went without this call (it filled up, or the coalescer closed).
+	}
 	if c.closed || len(reqs) >= c.maxBatch || (c.inFlight == 0 && c.pending == nil) {
 		c.inFlight++
 		c.mu.Unlock()
@@ -111,17 +159,13 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 		c.done()
 		return err
 	}
-	cl := c.calls.Get().(*call)
-	cl.reqs = append(cl.reqs[:0], reqs...)
-	cl.res = slices.Grow(cl.res[:0], len(reqs))[:len(reqs)]
 	b := c.pending
 	if b == nil {
 		b = &batch{}
 		c.pending = b
 		b.timer = time.AfterFunc(c.maxWait, func() { c.fire(b) })
 	}
-	b.calls = append(b.calls, cl)
-	b.n += len(reqs)
+	cl := c.join(b, reqs)
 	var full *batch
 	if b.n >= c.maxBatch {
 		full = c.take()
@@ -130,6 +174,21 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 	if full != nil {
 		c.send(full)
 	}
+	return c.wait(ctx, cl, res)
+}
+
+// join adds a call for reqs to b. c.mu is held.
+func (c *coalescer) join(b *batch, reqs []Request) *call {
+	cl := c.calls.Get().(*call)
+	cl.reqs = append(cl.reqs[:0], reqs...)
+	cl.res = slices.Grow(cl.res[:0], len(reqs))[:len(reqs)]
+	b.calls = append(b.calls, cl)
+	b.n += len(reqs)
+	return cl
+}
+
+// wait waits for cl's batch to hand it its results, or for ctx to end.
+func (c *coalescer) wait(ctx context.Context, cl *call, res []Result) error {
 	select {
 	case err := <-cl.done:
 		if err == nil {
@@ -147,7 +206,9 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 func (c *coalescer) take() *batch {
 	b := c.pending
 	c.pending = nil
-	b.timer.Stop()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
 	c.inFlight++
 	return b
 }

@@ -3,7 +3,10 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -142,6 +145,66 @@ func TestCoalescerTiming(t *testing.T) {
 		wg.Wait()
 		if got := f.got(); len(got) != 5 || got[4][0] != "after" {
 			t.Errorf("round trips = %v, want a direct one after close", got)
+		}
+	})
+}
+
+// TestCoalescerLeaderGathersReadyCalls checks that calls ready to run
+// together share one round trip that goes at once: the first opens a batch
+// and yields, the others join it, and no call waits for MaxWait. A call
+// that finds a round trip in flight would wait for it, so without the
+// leader's yield the first call goes alone and the others a round trip
+// later. The scheduler sometimes resumes a yielding goroutine before the
+// ready ones (it takes from its global queue every 61st time), so each
+// round may split; over the rounds most must not.
+func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const rtt, calls, rounds = time.Millisecond, 20, 10
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTrips{rtt: rtt}
+		c := newCoalescer(Coalesce{MaxWait: time.Hour, MaxBatch: 64}, f)
+		whole := 0
+		for range rounds {
+			before := len(f.got())
+			start := time.Now()
+			var late atomic.Int64
+			var wg sync.WaitGroup
+			for i := range calls {
+				wg.Go(func() {
+					res := make([]Result, 1)
+					if err := c.check(context.Background(), reqsFor(fmt.Sprint("k", i)), res); err != nil {
+						t.Error(err)
+					}
+					if time.Since(start) > rtt {
+						late.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			trips := f.got()[before:]
+			if len(trips) > 2 {
+				t.Errorf("round trips = %v, want at most two", trips)
+			}
+			if len(trips) == 1 && len(trips[0]) == calls && late.Load() == 0 {
+				whole++
+			}
+		}
+		if whole < rounds/2 {
+			t.Errorf("%d of %d rounds sent all %d ready calls in one round trip answered after %v, want most", whole, rounds, calls, rtt)
+		}
+
+		// A call that finds no one ready still goes alone, at once.
+		before := len(f.got())
+		start := time.Now()
+		res := make([]Result, 1)
+		if err := c.check(context.Background(), reqsFor("alone"), res); err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got != rtt {
+			t.Errorf("lone call answered after %v, want %v", got, rtt)
+		}
+		if trips := f.got()[before:]; len(trips) != 1 || len(trips[0]) != 1 {
+			t.Errorf("round trips = %v, want the lone call's own", trips)
 		}
 	})
 }
