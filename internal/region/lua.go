@@ -236,7 +236,11 @@ if allowed == 1 and ARGV[6] ~= '1' then
   else
     redis.call('HINCRBY', kcur, me, ARGV[4])
   end
-  redis.call('PEXPIRE', kcur, ARGV[8])
+  -- A bucket needs to live two windows from its start (current, then
+  -- previous), and this write is at or after its start: the expiry set when
+  -- the write creates it (ttl_ms, two windows and the margin) holds it long
+  -- enough; every other writer (mergeScript) sets one when it creates one.
+  if #cur == 0 then redis.call('PEXPIRE', kcur, ARGV[8]) end
 end
 if est > TWO53 then est = TWO53 end
 return {allowed, est, now, prev, unpack(cur)}

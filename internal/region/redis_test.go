@@ -59,6 +59,18 @@ func TestRedisKeysExpire(t *testing.T) {
 	if ttl := c.PTTL(ctx, region.CounterKey("m", time.Minute, b)).Val(); ttl <= 0 || ttl > 2*time.Minute+10*time.Second {
 		t.Errorf("merged bucket PTTL = %v, want about two windows", ttl)
 	}
+	// An admission into a bucket that exists leaves its expiry alone: the
+	// one set when the bucket was created covers its two windows.
+	mk := region.CounterKey("m", time.Minute, b)
+	if err := c.PExpire(ctx, mk, 90*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := check(t, s, region.Request{Key: "m", Limit: window.Limit{Limit: 5, Window: time.Minute}, Hits: 1, Now: t0}); err != nil || !r.Allowed {
+		t.Fatalf("Check = %+v, %v", r.Decision, err)
+	}
+	if ttl := c.PTTL(ctx, mk).Val(); ttl <= 0 || ttl > 90*time.Second {
+		t.Errorf("PTTL after an admission into an existing bucket = %v, want its own 90s or less", ttl)
+	}
 }
 
 func TestRedisClusterBucketsShareASlot(t *testing.T) {
