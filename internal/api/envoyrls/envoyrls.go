@@ -159,7 +159,28 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		}
 	}
 
-	statuses := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))
+	// The response, its statuses and, for one descriptor (the common
+	// case), that status's messages come in one allocation.
+	var resp *rlsv3.RateLimitResponse
+	var statuses []*rlsv3.RateLimitResponse_DescriptorStatus
+	var first *statusMsgs
+	if len(descs) == 1 {
+		one := new(struct {
+			resp     rlsv3.RateLimitResponse
+			statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+			first    statusMsgs
+		})
+		resp, statuses, first = &one.resp, one.statuses[:], &one.first
+	} else {
+		resp = new(rlsv3.RateLimitResponse)
+		statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))
+	}
+	msgs := func(i int) *statusMsgs {
+		if i == 0 && first != nil {
+			return first
+		}
+		return new(statusMsgs)
+	}
 	var reqBuf [smallBatch]decision.Request
 	var indexBuf [smallBatch]int
 	reqs, index := reqBuf[:0], indexBuf[:0]
@@ -178,7 +199,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 			// asking the store (OK for a shadow_mode limit).
 			b := window.Bucket(window.Ms(now), lim.Limit.Window)
 			o := s.cfg.Decider.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
-			statuses[i] = envoyStatus(lim, o.Allowed, 0, b, now)
+			statuses[i] = msgs(i).status(lim, o.Allowed, 0, b, now)
 		default:
 			// The outcome step answers a shadow_mode limit's denial as
 			// allowed; global shadow mode keeps the status and changes only
@@ -209,13 +230,14 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 				}
 				allowed = true
 			}
-			st := envoyStatus(descs[i].lim, allowed, remaining, 0, now)
-			st.DurationUntilReset = durationpb.New(o.ResetAfter)
+			m := msgs(i)
+			st := m.status(descs[i].lim, allowed, remaining, 0, now)
+			st.DurationUntilReset = m.duration(o.ResetAfter)
 			statuses[i] = st
 		}
 	}
 
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: statuses}
+	resp.OverallCode, resp.Statuses = rlsv3.RateLimitResponse_OK, statuses
 	for _, st := range statuses {
 		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -320,22 +342,34 @@ func overrideLimit(domName string, o *commonv3.RateLimitDescriptor_RateLimitOver
 	}, nil
 }
 
-// envoyStatus builds a descriptor's status. When resetBucket is not zero,
+// statusMsgs holds the messages of one descriptor's status, allocated
+// together.
+type statusMsgs struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	lim rlsv3.RateLimitResponse_RateLimit
+	dur durationpb.Duration
+}
+
+// status builds a descriptor's status in m. When resetBucket is not zero,
 // duration_until_reset is the time to the end of that bucket.
-func envoyStatus(lim *rules.EnvoyLimit, allowed bool, remaining uint64, resetBucket int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:           rlsv3.RateLimitResponse_OVER_LIMIT,
-		CurrentLimit:   &rlsv3.RateLimitResponse_RateLimit{Name: lim.Name, RequestsPerUnit: clamp32(lim.Limit.Limit), Unit: lim.Unit},
-		LimitRemaining: clamp32(remaining),
-	}
+func (m *statusMsgs) status(lim *rules.EnvoyLimit, allowed bool, remaining uint64, resetBucket int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+	m.lim.Name, m.lim.RequestsPerUnit, m.lim.Unit = lim.Name, clamp32(lim.Limit.Limit), lim.Unit
+	st := &m.st
+	st.Code, st.CurrentLimit, st.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, &m.lim, clamp32(remaining)
 	if allowed {
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
 	if resetBucket != 0 {
 		end := time.UnixMilli((resetBucket + 1) * lim.Limit.WindowMs())
-		st.DurationUntilReset = durationpb.New(end.Sub(now))
+		st.DurationUntilReset = m.duration(end.Sub(now))
 	}
 	return st
+}
+
+// duration sets m's duration to d, as durationpb.New does, and returns it.
+func (m *statusMsgs) duration(d time.Duration) *durationpb.Duration {
+	m.dur.Seconds, m.dur.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return &m.dur
 }
 
 func clamp32(n uint64) uint32 {
