@@ -150,7 +150,8 @@ func (f *Failover) writeBack() bool {
 // window), so that the fallback weighs a burst over the span its hits fell
 // in as the primary does instead of over a whole half.
 func (f *Failover) mirror(reqs []Request, res []Result) {
-	var totals []Total
+	var buf [8]Total // a decision of one or two regions needs no more
+	totals := buf[:0]
 	for i := range reqs {
 		q := &reqs[i]
 		if !q.Limit.Algorithm.Counted() {
