@@ -624,3 +624,29 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCPUTimes(t *testing.T) {
+	for _, tt := range []struct {
+		stat         string
+		total, steal uint64
+		ok           bool
+	}{
+		// user nice system idle iowait irq softirq steal guest guest_nice
+		{"cpu  100 2 30 800 5 1 2 60 7 0\ncpu0 50 1 15 400 2 0 1 30 3 0\n", 1000, 60, true},
+		{"cpu  100 2 30 800 5 1 2 0\n", 940, 0, true},
+		{"cpu  100 2 30 800 5 1 2\n", 0, 0, false},
+		{"intr 1 2 3 4 5 6 7 8 9\n", 0, 0, false},
+		{"cpu  100 2 30 800 5 1 2 x\n", 0, 0, false},
+	} {
+		total, steal, ok := parseCPUTimes(tt.stat)
+		if total != tt.total || steal != tt.steal || ok != tt.ok {
+			t.Errorf("parseCPUTimes(%q) = %d, %d, %v, want %d, %d, %v", tt.stat, total, steal, ok, tt.total, tt.steal, tt.ok)
+		}
+	}
+	if got := stealShare(1000, 60, true, 2000, 110, true); got != 0.05 {
+		t.Errorf("stealShare = %v, want 0.05", got)
+	}
+	if got := stealShare(1000, 60, false, 2000, 110, true); got != -1 {
+		t.Errorf("stealShare with a failed reading = %v, want -1", got)
+	}
+}

@@ -193,11 +193,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "machine: %d CPUs, %s; pinning: %s\n", rep.Machine.NProc, rep.Machine.CPUModel, rep.Machine.Pinning)
 
 	h := &harness{cfg: cfg, procs: children, out: stdout, pinGen: pinGen}
+	t0, s0, ok0 := cpuTimes()
 	runErr := h.all(ctx, redisBin)
 	rep.Results = h.results
 	rep.Machine.LoadAvg[1] = loadAvg()
+	t1, s1, ok1 := cpuTimes()
+	rep.Machine.Steal = stealShare(t0, s0, ok0, t1, s1, ok1)
 	applyRatios(rep.Results)
-	fmt.Fprintf(stdout, "\nload average at start %s, at end %s\n", rep.Machine.LoadAvg[0], rep.Machine.LoadAvg[1])
+	fmt.Fprintf(stdout, "\nload average at start %s, at end %s", rep.Machine.LoadAvg[0], rep.Machine.LoadAvg[1])
+	if rep.Machine.Steal >= 0 {
+		fmt.Fprintf(stdout, "; CPU time stolen by the hypervisor over the run %.1f%%", 100*rep.Machine.Steal)
+	}
+	fmt.Fprintln(stdout)
 	if err := WriteTable(stdout, rep.Results); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -93,6 +94,11 @@ type Machine struct {
 	// LoadAvg is /proc/loadavg at the start and at the end of the run:
 	// other work on the machine skews every figure.
 	LoadAvg [2]string `json:"loadavg"`
+	// Steal is the share of the machine's CPU time, over the run, that a
+	// hypervisor gave to other guests while this one had work (/proc/stat's
+	// steal): on a shared VM it is what makes rows of one run disagree.
+	// -1 where /proc/stat has no steal.
+	Steal float64 `json:"steal"`
 }
 
 // Report is the whole run, as written by -out.
@@ -235,6 +241,51 @@ func machineInfo() Machine {
 		}
 	}
 	return m
+}
+
+// cpuTimes returns the machine's CPU time in all and the part of it stolen
+// by the hypervisor, in ticks, from /proc/stat; ok is false where there is
+// none.
+func cpuTimes() (total, steal uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseCPUTimes(string(b))
+}
+
+// parseCPUTimes reads /proc/stat's first line, "cpu  user nice system idle
+// iowait irq softirq steal ...": the sum of its times, and steal, the
+// eighth (ok is false when the line is not there or has fewer times).
+func parseCPUTimes(stat string) (total, steal uint64, ok bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		// guest and guest_nice (9th and 10th) are already in user and nice.
+		if i < 8 {
+			total += n
+		}
+		if i == 7 {
+			steal = n
+		}
+	}
+	return total, steal, true
+}
+
+// stealShare returns the share of the CPU time between two cpuTimes
+// readings that was stolen, or -1 when either reading failed.
+func stealShare(t0, s0 uint64, ok0 bool, t1, s1 uint64, ok1 bool) float64 {
+	if !ok0 || !ok1 || t1 <= t0 || s1 < s0 {
+		return -1
+	}
+	return float64(s1-s0) / float64(t1-t0)
 }
 
 // loadAvg returns the first three fields of /proc/loadavg, or "".

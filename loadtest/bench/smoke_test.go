@@ -57,6 +57,9 @@ func TestShortModeEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("decode -out: %v", err)
 	}
+	if s := rep.Machine.Steal; s != -1 && (s < 0 || s > 1) {
+		t.Errorf("steal = %v, want a share from 0 to 1 (or -1 without /proc/stat)", s)
+	}
 	stores := map[string]int{}
 	envoy := map[string]bool{}
 	for _, r := range rep.Results {
