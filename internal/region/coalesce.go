@@ -147,7 +147,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 			cl := c.join(b, reqs)
 			c.take()
 			c.mu.Unlock()
-			c.send(b)
+			go c.send(b)
 			return c.wait(ctx, cl, res)
 		}
 		// b went without this call (it filled up, or the coalescer closed).
@@ -172,7 +172,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 	}
 	c.mu.Unlock()
 	if full != nil {
-		c.send(full)
+		go c.send(full)
 	}
 	return c.wait(ctx, cl, res)
 }
@@ -240,7 +240,9 @@ func (c *coalescer) done() {
 	}
 }
 
-// send runs b as one round trip and hands each call its results.
+// send runs b as one round trip and hands each call its results. A caller
+// that sends a batch does so on a goroutine of its own and then waits like
+// the batch's other calls, so that it too leaves at its deadline.
 func (c *coalescer) send(b *batch) {
 	c.r.checkCalls(context.Background(), b.calls)
 	c.done()

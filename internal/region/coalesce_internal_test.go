@@ -35,7 +35,11 @@ func (f *fakeTrips) record(reqs []Request) {
 
 func (f *fakeTrips) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
 	f.record(reqs)
-	time.Sleep(f.rtt)
+	select {
+	case <-time.After(f.rtt):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	for i := range res {
 		res[i] = Result{Decision: window.Decision{Allowed: true}, Local: uint64(i)}
 	}
@@ -191,6 +195,34 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 		}
 		if whole < rounds/2 {
 			t.Errorf("%d of %d rounds sent all %d ready calls in one round trip answered after %v, want most", whole, rounds, calls, rtt)
+		}
+
+		// No call waits past its deadline, whoever sends its round trip: a
+		// leader that sends its batch, or a call that fills one.
+		for _, maxBatch := range []int{64, 2} {
+			c := newCoalescer(Coalesce{MaxWait: time.Hour, MaxBatch: maxBatch}, &fakeTrips{rtt: 10 * rtt})
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range calls {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), rtt)
+					defer cancel()
+					err := c.check(ctx, reqsFor(fmt.Sprint("d", i)), make([]Result, 1))
+					if took := time.Since(start); took != rtt || !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("MaxBatch %d, call %d: %v after %v, want DeadlineExceeded after %v (its deadline, not the %v round trip)", maxBatch, i, err, took, rtt, 10*rtt)
+					}
+				})
+			}
+			wg.Wait()
+			for { // the abandoned round trips end
+				c.mu.Lock()
+				idle := c.inFlight == 0 && c.pending == nil
+				c.mu.Unlock()
+				if idle {
+					break
+				}
+				time.Sleep(rtt)
+			}
 		}
 
 		// A call that finds no one ready still goes alone, at once.
