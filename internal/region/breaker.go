@@ -60,14 +60,21 @@ func (f *Failover) neverReached() bool {
 	return f.unreached.Load() && f.cfg.Policy != PolicyOpen
 }
 
-// callPrimary runs primary.Check with a deadline of Timeout; it writes
-// res only on success that the caller may trust.
+// callPrimary runs primary.Check within Timeout: a primary that bounds
+// its own calls (Redis: one timer per round trip) does so, others get a
+// context with that deadline. It writes res only on success that the
+// caller may trust.
 func (f *Failover) callPrimary(ctx context.Context, reqs []Request, res []Result) error {
-	tctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
-	err := f.primary.Check(tctx, reqs, res)
-	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
-		return fmt.Errorf("%w after %v", ErrTimeout, f.cfg.Timeout)
+	var err error
+	if f.bounded {
+		err = f.primary.Check(ctx, reqs, res)
+	} else {
+		tctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+		err = f.primary.Check(tctx, reqs, res)
+		cancel()
+		if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+			err = fmt.Errorf("%w after %v", ErrTimeout, f.cfg.Timeout)
+		}
 	}
 	if err == nil && f.unreached.Load() {
 		f.unreached.Store(false)

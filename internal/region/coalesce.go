@@ -56,7 +56,9 @@ const maxYields = 8
 // roundTripper is what a coalescer sends through: the [Redis] store, or a
 // fake in tests.
 type roundTripper interface {
-	// checkDirect decides reqs in one round trip.
+	// checkDirect decides reqs in one round trip. Like go-redis, it may
+	// outlast ctx's deadline (until the client's read timeout): a call
+	// that must leave at a deadline does not run it inline.
 	checkDirect(ctx context.Context, reqs []Request, res []Result) error
 	// checkCalls decides the requests of every call in one round trip and
 	// sends each call its own error on its done channel, after writing its
@@ -65,11 +67,15 @@ type roundTripper interface {
 }
 
 // coalescer gathers Check calls into batches. No lock is held across I/O;
-// each batch has at most one timer.
+// each batch has at most two timers.
 type coalescer struct {
 	r        roundTripper
+	gather   bool
 	maxWait  time.Duration
 	maxBatch int
+	// timeout, when set, bounds each call's wait (see [Redis.bound]); it
+	// is set before the first call.
+	timeout time.Duration
 
 	// calls holds spare calls, per coalescer so that no call (and its
 	// channel) outlives the coalescer's goroutines.
@@ -84,8 +90,14 @@ type coalescer struct {
 // batch is the calls gathered for one pipeline.
 type batch struct {
 	calls []*call
-	n     int // requests in calls
-	timer *time.Timer
+	n     int         // requests in calls
+	timer *time.Timer // sends the batch at MaxWait
+	// expired is closed the coalescer's timeout after the batch opened;
+	// nil without a timeout. One timer per batch bounds every call in it,
+	// where a context per call cost each decision a timer and about six
+	// allocations.
+	expired  chan struct{}
+	deadline *time.Timer
 }
 
 // call is one Check waiting in a batch. The batch reads only the call's own
@@ -98,33 +110,33 @@ type call struct {
 	done chan error
 }
 
+// newCoalescer returns a coalescer sending through r; with cfg.Disabled it
+// gathers nothing, and only bounds each call's wait.
 func newCoalescer(cfg Coalesce, r roundTripper) *coalescer {
-	if cfg.Disabled {
-		return nil
-	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 2 * time.Millisecond
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
 	}
-	c := &coalescer{r: r, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
+	c := &coalescer{r: r, gather: !cfg.Disabled, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
 	c.calls.New = func() any { return &call{done: make(chan error, 1)} }
 	return c
 }
 
-// check decides reqs through a shared pipeline. When ctx ends first it
-// returns ctx's error at once; the batch still runs the call (in doubt: its
-// hits may count), and res is left alone.
+// check decides reqs through a shared pipeline. When ctx ends, or the
+// coalescer's timeout passes, first it returns at once (with ctx's error,
+// or one wrapping [ErrTimeout]); the batch still runs the call (in doubt:
+// its hits may count), and res is left alone.
 func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) error {
 	c.mu.Lock()
-	if !c.closed && len(reqs) < c.maxBatch && c.inFlight == 0 && c.pending == nil {
+	if c.gather && !c.closed && len(reqs) < c.maxBatch && c.inFlight == 0 && c.pending == nil {
 		// Lead a batch: open it and yield, so that the goroutines ready to
 		// run reach it first (requests that arrived together then share
 		// this round trip), again while yielding brings more; then send
 		// it. On an idle node the first yield returns at once, with no one
 		// joined, and the call goes alone.
-		b := &batch{}
+		b := c.open()
 		c.pending = b
 		for range maxYields {
 			n := len(b.calls)
@@ -136,7 +148,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 			}
 		}
 		if c.pending == b {
-			if len(b.calls) == 0 {
+			if len(b.calls) == 0 && c.inline(ctx) {
 				c.pending = nil
 				c.inFlight++
 				c.mu.Unlock()
@@ -148,20 +160,16 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 			c.take()
 			c.mu.Unlock()
 			go c.send(b)
-			return c.wait(ctx, cl, res)
+			return c.wait(ctx, b, cl, res)
 		}
 		// b went without this call (it filled up, or the coalescer closed).
 	}
-	if c.closed || len(reqs) >= c.maxBatch || (c.inFlight == 0 && c.pending == nil) {
-		c.inFlight++
-		c.mu.Unlock()
-		err := c.r.checkDirect(ctx, reqs, res)
-		c.done()
-		return err
+	if !c.gather || c.closed || len(reqs) >= c.maxBatch || (c.inFlight == 0 && c.pending == nil) {
+		return c.alone(ctx, reqs, res)
 	}
 	b := c.pending
 	if b == nil {
-		b = &batch{}
+		b = c.open()
 		c.pending = b
 		b.timer = time.AfterFunc(c.maxWait, func() { c.fire(b) })
 	}
@@ -174,7 +182,43 @@ func (c *coalescer) check(ctx context.Context, reqs []Request, res []Result) err
 	if full != nil {
 		go c.send(full)
 	}
-	return c.wait(ctx, cl, res)
+	return c.wait(ctx, b, cl, res)
+}
+
+// inline reports whether a call may run its own round trip inline: only
+// when nothing bounds its wait, for the round trip may outlast ctx (see
+// [roundTripper]).
+func (c *coalescer) inline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return c.timeout == 0 && !ok
+}
+
+// alone sends reqs as a round trip of their own: inline when nothing
+// bounds the call's wait, else as a batch of one on a goroutine. c.mu is
+// held, and alone unlocks it.
+func (c *coalescer) alone(ctx context.Context, reqs []Request, res []Result) error {
+	c.inFlight++
+	if c.inline(ctx) {
+		c.mu.Unlock()
+		err := c.r.checkDirect(ctx, reqs, res)
+		c.done()
+		return err
+	}
+	b := c.open()
+	cl := c.join(b, reqs)
+	c.mu.Unlock()
+	go c.send(b)
+	return c.wait(ctx, b, cl, res)
+}
+
+// open returns a new batch, whose timeout (if any) starts now.
+func (c *coalescer) open() *batch {
+	b := &batch{}
+	if c.timeout > 0 {
+		b.expired = make(chan struct{})
+		b.deadline = time.AfterFunc(c.timeout, func() { close(b.expired) })
+	}
+	return b
 }
 
 // join adds a call for reqs to b. c.mu is held.
@@ -187,19 +231,31 @@ func (c *coalescer) join(b *batch, reqs []Request) *call {
 	return cl
 }
 
-// wait waits for cl's batch to hand it its results, or for ctx to end.
-func (c *coalescer) wait(ctx context.Context, cl *call, res []Result) error {
+// wait waits for cl's batch b to hand it its results, for ctx to end, or
+// for b's timeout; an answer that is ready wins.
+func (c *coalescer) wait(ctx context.Context, b *batch, cl *call, res []Result) error {
+	var err error
 	select {
-	case err := <-cl.done:
-		if err == nil {
-			copy(res, cl.res)
-		}
-		clear(cl.reqs) // drop the keys for the GC; the buffers are reused
-		c.calls.Put(cl)
-		return err
+	case err = <-cl.done:
 	case <-ctx.Done():
-		return fmt.Errorf("region: check: %w", ctx.Err())
+		select {
+		case err = <-cl.done:
+		default:
+			return fmt.Errorf("region: check: %w", ctx.Err())
+		}
+	case <-b.expired:
+		select {
+		case err = <-cl.done:
+		default:
+			return fmt.Errorf("region: check: %w after %v", ErrTimeout, c.timeout)
+		}
 	}
+	if err == nil {
+		copy(res, cl.res)
+	}
+	clear(cl.reqs) // drop the keys for the GC; the buffers are reused
+	c.calls.Put(cl)
+	return err
 }
 
 // take removes the pending batch and counts it in flight. c.mu is held.
@@ -245,6 +301,9 @@ func (c *coalescer) done() {
 // the batch's other calls, so that it too leaves at its deadline.
 func (c *coalescer) send(b *batch) {
 	c.r.checkCalls(context.Background(), b.calls)
+	if b.deadline != nil {
+		b.deadline.Stop()
+	}
 	c.done()
 }
 

@@ -33,13 +33,11 @@ func (f *fakeTrips) record(reqs []Request) {
 	f.mu.Unlock()
 }
 
+// checkDirect takes the whole rtt whatever ctx's deadline, as go-redis
+// does with ContextTimeoutEnabled off.
 func (f *fakeTrips) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
 	f.record(reqs)
-	select {
-	case <-time.After(f.rtt):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	time.Sleep(f.rtt)
 	for i := range res {
 		res[i] = Result{Decision: window.Decision{Allowed: true}, Local: uint64(i)}
 	}
@@ -67,6 +65,20 @@ func (f *fakeTrips) got() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([][]string(nil), f.trips...)
+}
+
+// waitIdle returns once c has nothing in flight or gathered, checking
+// every step of the bubble's time.
+func waitIdle(c *coalescer, step time.Duration) {
+	for {
+		c.mu.Lock()
+		idle := c.inFlight == 0 && c.pending == nil
+		c.mu.Unlock()
+		if idle {
+			return
+		}
+		time.Sleep(step)
+	}
 }
 
 func reqsFor(keys ...string) []Request {
@@ -214,15 +226,7 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			for { // the abandoned round trips end
-				c.mu.Lock()
-				idle := c.inFlight == 0 && c.pending == nil
-				c.mu.Unlock()
-				if idle {
-					break
-				}
-				time.Sleep(rtt)
-			}
+			waitIdle(c, rtt) // the abandoned round trips end
 		}
 
 		// A call that finds no one ready still goes alone, at once.
@@ -237,6 +241,48 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 		}
 		if trips := f.got()[before:]; len(trips) != 1 || len(trips[0]) != 1 {
 			t.Errorf("round trips = %v, want the lone call's own", trips)
+		}
+	})
+}
+
+// TestCoalescerTimeout checks that a coalescer bounded at a timeout (as a
+// Failover bounds Redis) returns ErrTimeout to every call at that timeout
+// while the round trip goes on, however the call is sent: alone on an
+// idle coalescer, as a leader with others, gathered while a round trip is
+// in flight, too large to gather, or with gathering disabled. A call
+// whose answer comes in time gets it.
+func TestCoalescerTimeout(t *testing.T) {
+	const timeout, slow = time.Millisecond, 10 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		for _, cfg := range []Coalesce{{MaxWait: time.Hour, MaxBatch: 4}, {Disabled: true}} {
+			f := &fakeTrips{rtt: slow}
+			c := newCoalescer(cfg, f)
+			c.timeout = timeout
+			check := func(name string, keys ...string) {
+				t.Helper()
+				start := time.Now()
+				err := c.check(context.Background(), reqsFor(keys...), make([]Result, len(keys)))
+				if took := time.Since(start); took != timeout || !errors.Is(err, ErrTimeout) {
+					t.Errorf("disabled %v, %s: %v after %v, want ErrTimeout after %v (not the %v round trip)", cfg.Disabled, name, err, took, timeout, slow)
+				}
+			}
+			check("lone call", "a")
+			var wg sync.WaitGroup
+			for i := range 6 { // leaders, gathered calls, full batches
+				wg.Go(func() { check(fmt.Sprint("concurrent call ", i), fmt.Sprint("c", i)) })
+			}
+			wg.Go(func() { check("large call", "l1", "l2", "l3", "l4", "l5") })
+			wg.Wait()
+			waitIdle(c, slow) // the abandoned round trips end
+			if n := len(f.got()); n < 3 {
+				t.Errorf("disabled %v: %d round trips, want every call sent", cfg.Disabled, n)
+			}
+
+			f.rtt = timeout / 2
+			res := make([]Result, 1)
+			if err := c.check(context.Background(), reqsFor("fast"), res); err != nil || !res[0].Allowed {
+				t.Errorf("disabled %v: a round trip within the timeout: %v, %+v, want its answer", cfg.Disabled, err, res[0])
+			}
 		}
 	})
 }

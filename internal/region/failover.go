@@ -198,6 +198,7 @@ type Failover struct {
 	cfg      FailoverConfig
 	log      *slog.Logger
 	fbRegion string
+	bounded  bool // the primary bounds its calls at Timeout itself
 
 	open      atomic.Bool  // breaker not closed: decide under the policy
 	fails     atomic.Int64 // consecutive failures while closed
@@ -244,7 +245,8 @@ func FallbackRegion(region string) string {
 // NewFailover returns a Failover over primary with fallback, which must
 // count under a region other than cfg.Region: make it with
 // NewMemory(MemoryConfig{Region: FallbackRegion(cfg.Region)}). Close closes
-// both stores.
+// both stores. A [Redis] primary is bounded at cfg.Timeout from then on, for
+// every caller (see [Redis.Check]).
 func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover, error) {
 	switch {
 	case primary == nil || fallback == nil:
@@ -283,7 +285,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Failover{
+	f := &Failover{
 		primary:  primary,
 		fallback: fallback,
 		cfg:      cfg,
@@ -291,7 +293,12 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		fbRegion: fallback.Region(),
 		wb:       map[BucketRef]struct{}{},
 		stop:     make(chan struct{}),
-	}, nil
+	}
+	if r, ok := primary.(*Redis); ok {
+		r.bound(cfg.Timeout)
+		f.bounded = true
+	}
+	return f, nil
 }
 
 // Region returns the local region's name.

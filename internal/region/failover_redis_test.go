@@ -178,6 +178,63 @@ func TestFailoverRedisOutage(t *testing.T) {
 	}
 }
 
+// TestFailoverRedisStallOneCaller checks the store timeout where no other
+// call shares the round trip: a node deciding one request at a time, and
+// its readiness probe, while its redis-server is stalled (SIGSTOP). Each
+// call must leave at about the timeout: go-redis itself would read until
+// its 3s read timeout, whatever the caller's deadline.
+func TestFailoverRedisStallOneCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
+		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 50 * time.Millisecond
+	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
+	f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Timeout: timeout, Threshold: 3, ProbeMin: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	l := window.Limit{Limit: 1 << 40, Window: time.Minute}
+	decide := func() (time.Duration, error) {
+		res := make([]region.Result, 1)
+		start := time.Now()
+		err := f.Check(context.Background(), []region.Request{{Key: "one", Limit: l, Hits: 1, Now: time.Now()}}, res)
+		if err == nil && !res[0].Allowed {
+			err = fmt.Errorf("denied under limit %d", l.Limit)
+		}
+		return time.Since(start), err
+	}
+	if _, err := decide(); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	start := time.Now()
+	err = f.Ping(context.Background())
+	took := time.Since(start)
+	t.Logf("readiness probe while stalled: %v after %v", err, took)
+	if took > 10*timeout {
+		t.Errorf("readiness probe took %v while Redis was stalled, want about the %v timeout", took, timeout)
+	}
+	for i := range 3 { // the probe counted one failure; these open the breaker
+		took, err := decide()
+		t.Logf("decision %d while stalled: %v, err %v", i, took, err)
+		if err != nil {
+			t.Errorf("decision %d: %v", i, err)
+		}
+		if took > 10*timeout {
+			t.Errorf("decision %d took %v while Redis was stalled, want about the %v timeout (far below the 3s read timeout)", i, took, timeout)
+		}
+	}
+	if st := f.Status(); st.Mode != region.ModeFallback || st.Timeouts < 3 {
+		t.Errorf("status after the stalled calls: mode %s, %d timeouts; want fallback after at least 3", st.ModeName(), st.Timeouts)
+	}
+}
+
 // testWriter sends log lines to t.Log.
 type testWriter struct{ t *testing.T }
 

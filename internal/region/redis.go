@@ -219,9 +219,7 @@ func (r *Redis) Stats() RedisStats {
 
 // Close stops coalescing and closes the client.
 func (r *Redis) Close() error {
-	if r.co != nil {
-		r.co.close()
-	}
+	r.co.close()
 	return r.c.Close()
 }
 
@@ -286,12 +284,22 @@ func logKey(key string, wMs int64) string {
 
 // Check decides each request; see [Store]. Concurrent calls are coalesced
 // into shared pipelines unless RedisConfig.Coalesce disables it.
+//
+// A call leaves when ctx ends or, once a [Failover] bounds the store, when
+// its timeout passes, even while the round trip goes on: go-redis reads a
+// reply until its own read timeout, whatever ctx's deadline (its
+// ContextTimeoutEnabled is off, so that a caller's deadline never closes a
+// connection that other calls' pipelines share). Such a call is in doubt:
+// its hits may count.
 func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
-	if r.co != nil {
-		return r.co.check(ctx, reqs, res)
-	}
-	return r.checkDirect(ctx, reqs, res)
+	return r.co.check(ctx, reqs, res)
 }
+
+// bound makes every later Check wait at most d for its answer and then
+// return an error wrapping [ErrTimeout]; the round trip goes on. One timer
+// per round trip bounds all the calls it carries. [NewFailover] sets it,
+// before the first Check.
+func (r *Redis) bound(d time.Duration) { r.co.timeout = d }
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
