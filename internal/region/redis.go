@@ -436,35 +436,44 @@ func boolArg(b bool) any {
 }
 
 // decision is one request's script call. Its keys and arguments live in
-// the decision itself (keyBuf, argBuf), so that a round trip's decisions
-// take one allocation, not two more each; with one allocation for a
+// the decision itself (keyBuf, argBuf, nums), so that a round trip's
+// decisions take one allocation, not two more each; with one allocation for a
 // decision's keys (counterKeys) and none for parseVector's halves, that
 // took BenchmarkRedisCheck from 30 to 26 allocations per decision (two
-// keys; four with ServerClock save two more).
+// keys; four with ServerClock save two more). Its integer arguments are
+// passed as pointers into nums, and its keys as pointers into keyBuf (see
+// evalsha): boxing an integer of 256 or more, or a string, allocates, a
+// pointer does not (go-redis writes both as their values).
 type decision struct {
 	script int      // index in singleScripts and batchSources
 	keys   []string // at most 255 (the batch header's byte): 4 at most
 	args   []any    // at most 255 (the batch header's byte): 9 at most
 	keyBuf [4]string
 	argBuf [9]any
+	nums   [3]int64
+	counts [2]uint64 // the limit and the hits
 }
 
 // setDecision makes d the script call for one request.
 func (r *Redis) setDecision(d *decision, q *Request) {
 	nowMs := window.Ms(q.Now)
 	wMs := q.Limit.WindowMs()
+	n, c := &d.nums, &d.counts
+	*c = [2]uint64{q.Limit.Limit, q.Hits}
 	switch q.Limit.Algorithm {
 	case window.TokenBucket:
 		d.script = 1
 		d.keyBuf[0] = gcraKey(q.Key, wMs)
-		d.argBuf = [9]any{nowMs * 1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity(), boolArg(q.Peek)}
+		*n = [3]int64{nowMs * 1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity()}
+		d.argBuf = [9]any{&n[0], &n[1], &n[2], boolArg(q.Peek)}
 		d.keys, d.args = d.keyBuf[:1], d.argBuf[:4]
 		return
 	case window.SlidingLog:
 		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
 		d.script = 2
 		d.keyBuf[0] = logKey(q.Key, wMs)
-		d.argBuf = [9]any{nowMs, wMs, q.Limit.Limit, q.Hits, boolArg(q.Peek), member, wMs + r.marginMs}
+		*n = [3]int64{nowMs, wMs, wMs + r.marginMs}
+		d.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], boolArg(q.Peek), member, &n[2]}
 		d.keys, d.args = d.keyBuf[:1], d.argBuf[:7]
 		return
 	}
@@ -475,8 +484,9 @@ func (r *Redis) setDecision(d *decision, q *Request) {
 	}
 	counterKeys(d.keyBuf[:nk], q.Key, q.Limit.Window, [4]int64{b, b - 1, b + 1, b - 2})
 	d.script = 0
-	d.argBuf = [9]any{nowMs, wMs, q.Limit.Limit, q.Hits, r.regionArg, boolArg(q.Peek),
-		counterMode(q.Limit), 2*wMs + r.marginMs, boolArg(r.server)}
+	*n = [3]int64{nowMs, wMs, 2*wMs + r.marginMs}
+	d.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
+		counterMode(q.Limit), &n[2], boolArg(r.server)}
 	d.keys, d.args = d.keyBuf[:nk], d.argBuf[:9]
 }
 
@@ -520,10 +530,10 @@ func (r *Redis) groups(ds []decision, idx []int) [][]int {
 
 // send queues (or runs) one script call for the decisions ds[i] of idx:
 // the decision's own script when alone, else the batch script.
-func send(ctx context.Context, c redis.Scripter, ds []decision, idx []int) *redis.Cmd {
+func send(ctx context.Context, c doer, ds []decision, idx []int) *redis.Cmd {
 	if len(idx) == 1 {
 		d := &ds[idx[0]]
-		return singleScripts[d.script].EvalSha(ctx, c, d.keys, d.args...)
+		return evalsha(ctx, c, singleHashes[d.script], d.keys, d.args)
 	}
 	nk, na := 0, 1
 	for _, i := range idx {
@@ -543,7 +553,39 @@ func send(ctx context.Context, c redis.Scripter, ds []decision, idx []int) *redi
 		args = append(args, ds[i].args...)
 	}
 	args[0] = hdr
-	return batchScript.EvalSha(ctx, c, keys, args...)
+	return evalsha(ctx, c, batchHash, keys, args)
+}
+
+// doer runs or queues a command: a client, or a pipeline.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// The scripts' SHA1s, boxed once.
+var (
+	singleHashes = func() []any {
+		out := make([]any, len(singleScripts))
+		for i, s := range singleScripts {
+			out[i] = s.Hash()
+		}
+		return out
+	}()
+	batchHash any = batchScript.Hash()
+)
+
+// evalsha queues (or runs) EVALSHA of the script sha with keys and args
+// on c. It passes each key as a pointer into keys, which must stay
+// unchanged until the command has run: go-redis's own EvalSha boxes each
+// key, an allocation per key, and reads a *string key as the key itself,
+// for writing it and for a Redis Cluster's routing alike. Unlike EvalSha,
+// a NOSCRIPT reply stays a NOSCRIPT error.
+func evalsha(ctx context.Context, c doer, sha any, keys []string, args []any) *redis.Cmd {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", sha, len(keys))
+	for i := range keys {
+		cmd = append(cmd, &keys[i])
+	}
+	return c.Do(ctx, append(cmd, args...)...)
 }
 
 // collect stores the replies of the script call cmd, made by send for the
