@@ -45,6 +45,7 @@ type config struct {
 	DenyCacheKeys       int
 	MaxConnections      int
 	ShutdownTimeout     time.Duration
+	GCHeadroomMiB       int
 
 	// Bounds on input (see api.Config).
 	MaxBatch        int
@@ -128,6 +129,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
 	fs.BoolVar(&c.RedisClock, "redis-clock", true, "take the instant (and so the bucket) of sliding and fixed window decisions from Redis's clock (TIME), which all nodes of the region share; false: each node's own clock")
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
+	fs.IntVar(&c.GCHeadroomMiB, "gc-headroom", 64, "how far the heap may grow between garbage collections, in `MiB`, while the live heap is smaller (a small live heap is otherwise collected dozens of times a second under load); larger live heaps are paced by GOGC; 0, or GOGC set: Go's own pacing")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
@@ -280,6 +282,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
+	}
+	if c.GCHeadroomMiB < 0 || c.GCHeadroomMiB > 1<<20 {
+		errs = append(errs, fmt.Errorf("--gc-headroom: %d, want 0 (off) to %d MiB", c.GCHeadroomMiB, 1<<20))
 	}
 	if c.DenyCacheKeys < 0 {
 		errs = append(errs, fmt.Errorf("--deny-cache-keys: %d, want 0 (off) or more", c.DenyCacheKeys))

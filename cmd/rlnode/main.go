@@ -30,6 +30,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
+	"github.com/rlcluster/rlcluster/internal/gctune"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	defer tuneGC(ctx, &c, getenv, log)()
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -344,5 +346,28 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// tuneGC paces the garbage collector by --gc-headroom (see package gctune)
+// until ctx ends or the returned func is called, which waits for the GC
+// percent to be restored. With GOGC set, the runtime's pacing stands.
+func tuneGC(ctx context.Context, c *config, getenv func(string) string, log *slog.Logger) func() {
+	if c.GCHeadroomMiB == 0 {
+		return func() {}
+	}
+	if v := getenv("GOGC"); v != "" {
+		log.Info("GOGC is set: --gc-headroom left alone", "GOGC", v, "gc_headroom_mib", c.GCHeadroomMiB)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		gctune.Run(ctx, gctune.Config{Headroom: uint64(c.GCHeadroomMiB) << 20})
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
