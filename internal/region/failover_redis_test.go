@@ -18,6 +18,27 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// newRedisFailover returns a Failover for region "here" over a Redis
+// store on srv, whose client waits 3s for a reply (far longer than any
+// store timeout the tests set), with an in-memory fallback; cfg's Region
+// is set.
+func newRedisFailover(t *testing.T, srv *redistest.Server, cfg region.FailoverConfig) (*region.Redis, *region.Memory, *region.Failover) {
+	t.Helper()
+	r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
+		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
+	cfg.Region = "here"
+	f, err := region.NewFailover(r, fb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return r, fb, f
+}
+
 // TestFailoverRedisOutage runs steady load against a Failover over a real
 // redis-server while the server first stalls (SIGSTOP: commands hang), then
 // dies (SIGKILL: connections refused), then restarts on the same port. Under
@@ -32,19 +53,9 @@ func TestFailoverRedisOutage(t *testing.T) {
 	for _, policy := range []region.Policy{region.PolicyLocal, region.PolicyOpen, region.PolicyClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
-				ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
 			const timeout = 50 * time.Millisecond
-			fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
-			f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Policy: policy, Timeout: timeout,
+			r, fb, f := newRedisFailover(t, srv, region.FailoverConfig{Policy: policy, Timeout: timeout,
 				ProbeMin: 20 * time.Millisecond, ProbeMax: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = f.Close() })
 
 			l := window.Limit{Limit: 1 << 40, Window: time.Minute}
 			var (
@@ -185,18 +196,8 @@ func TestFailoverRedisOutage(t *testing.T) {
 // its 3s read timeout, whatever the caller's deadline.
 func TestFailoverRedisStallOneCaller(t *testing.T) {
 	srv := redistest.Start(t)
-	r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
-		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const timeout = 50 * time.Millisecond
-	fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
-	f, err := region.NewFailover(r, fb, region.FailoverConfig{Region: "here", Timeout: timeout, Threshold: 3, ProbeMin: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
+	_, _, f := newRedisFailover(t, srv, region.FailoverConfig{Timeout: timeout, Threshold: 3, ProbeMin: time.Hour})
 	l := window.Limit{Limit: 1 << 40, Window: time.Minute}
 	decide := func() (time.Duration, error) {
 		res := make([]region.Result, 1)
@@ -214,7 +215,7 @@ func TestFailoverRedisStallOneCaller(t *testing.T) {
 	srv.Pause(t)
 	t.Cleanup(func() { srv.Resume(t) })
 	start := time.Now()
-	err = f.Ping(context.Background())
+	err := f.Ping(context.Background())
 	took := time.Since(start)
 	t.Logf("readiness probe while stalled: %v after %v", err, took)
 	if took > 10*timeout {
