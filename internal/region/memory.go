@@ -635,21 +635,38 @@ func (m *Memory) Restore(ctx context.Context, totals []Total) error {
 	return nil
 }
 
+// merge max-merges totals. Consecutive totals of one key and window (a
+// decision's buckets and regions, as the failover's mirror passes them)
+// share one lock and one lookup of their entry.
 func (m *Memory) merge(totals []Total, own bool) {
-	for _, t := range totals {
+	var (
+		s *memShard // locked while e is set
+		e *memEntry
+		k memKey
+	)
+	for i := range totals {
+		t := &totals[i]
 		if (t.Region == m.region && !own) || t.Region == "" || t.Window < time.Millisecond {
 			continue
 		}
-		k := memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
-		s := m.shard(t.Key)
-		s.mu.Lock()
+		if e == nil || t.Key != k.key || t.Window.Milliseconds() != k.wMs {
+			if e != nil {
+				s.mu.Unlock()
+			}
+			k = memKey{key: t.Key, wMs: t.Window.Milliseconds(), kind: kindCounter}
+			s = m.shard(t.Key)
+			s.mu.Lock()
+			e = m.lookup(s, k, true)
+		}
 		h := t.Halves
-		if !ValidHalves(t) {
+		if !ValidHalves(*t) {
 			h = window.Halves{}
 		}
-		if b := m.lookup(s, k, true).ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count, h) {
+		if b := e.ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count, h) {
 			m.dropped.Add(1)
 		}
+	}
+	if e != nil {
 		s.mu.Unlock()
 	}
 }

@@ -3,6 +3,8 @@ package region
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -88,5 +90,57 @@ func TestMemoryBoundConcurrent(t *testing.T) {
 	}
 	if got, want := m.Evictions(), uint64(workers*perWorker-maxKeys); got != want {
 		t.Errorf("Evictions() = %d, want %d", got, want)
+	}
+}
+
+// TestMemoryMergeRuns checks that merging totals in one call, where runs
+// of one key and window share a lookup, leaves the same counts as merging
+// them one at a time: random totals over a few keys, windows, buckets and
+// regions, the local region's (ignored by Merge) among them.
+func TestMemoryMergeRuns(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys, windows := []string{"a", "b", "c"}, []time.Duration{time.Minute, time.Hour}
+	regions := []string{"here", "eu", "us", "ap"}
+	b0 := window.Bucket(1_700_000_000_000, time.Minute)
+	for round := range 50 {
+		totals := make([]Total, 1+rng.IntN(40))
+		var refs []BucketRef
+		for i := range totals {
+			w := windows[rng.IntN(len(windows))]
+			b := window.Bucket(1_700_000_000_000, w) - int64(rng.IntN(2))
+			if w == time.Minute {
+				b = b0 - int64(rng.IntN(2))
+			}
+			totals[i] = Total{Key: keys[rng.IntN(len(keys))], Window: w, Bucket: b,
+				Region: regions[rng.IntN(len(regions))], Count: uint64(1 + rng.IntN(100))}
+			refs = append(refs, BucketRef{Key: totals[i].Key, Window: w, Bucket: b})
+		}
+		whole := NewMemory(MemoryConfig{Region: "here"})
+		single := NewMemory(MemoryConfig{Region: "here"})
+		if err := whole.Merge(ctx, totals); err != nil {
+			t.Fatal(err)
+		}
+		for i := range totals {
+			if err := single.Merge(ctx, totals[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := whole.Vectors(ctx, refs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := single.Vectors(ctx, refs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range refs {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("round %d, %+v: merged in one call %v, one at a time %v", round, refs[i], got[i], want[i])
+			}
+		}
+		if whole.Keys() != single.Keys() {
+			t.Fatalf("round %d: %d keys merged in one call, %d one at a time", round, whole.Keys(), single.Keys())
+		}
 	}
 }
