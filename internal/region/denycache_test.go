@@ -14,23 +14,8 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
-	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
-
-func TestDenyCacheStore(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			return region.NewDenyCache(region.NewMemory(region.MemoryConfig{Region: reg}), region.DenyCacheConfig{})
-		})
-	})
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			return region.NewDenyCache(newRedisStore(t, srv.URL(), reg, region.Coalesce{}), region.DenyCacheConfig{})
-		})
-	})
-}
 
 // TestDenyCacheNeverDeniesWhatTheStoreAllows drives random traffic through
 // a DenyCache and, after every request it answered from memory, asks the

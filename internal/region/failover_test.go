@@ -102,14 +102,6 @@ func newFailover(t *testing.T, primary region.Store, cfg region.FailoverConfig) 
 	return f
 }
 
-// TestFailoverContract: with a healthy primary, a Failover is a Store like
-// any other.
-func TestFailoverContract(t *testing.T) {
-	storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-		return newFailover(t, region.NewMemory(region.MemoryConfig{Region: reg}), region.FailoverConfig{Region: reg})
-	})
-}
-
 func TestNewFailoverValidates(t *testing.T) {
 	p := region.NewMemory(region.MemoryConfig{Region: "here"})
 	cases := []struct {

@@ -20,31 +20,6 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// TestStackStore runs the contract over the stacks rlnode opens: the
-// in-memory store, and Redis behind the failover and the deny cache.
-func TestStackStore(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			s := storetest.Open(t, region.Config{Region: reg})
-			if s.Memory == nil || s.Redis != nil || s.Failover != nil || s.DenyCache != nil || s.Store != s.Memory {
-				t.Fatalf("memory stack = %+v, want the in-memory store alone", s)
-			}
-			return s
-		})
-	})
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		storetest.RunStoreTests(t, func(t *testing.T, reg string) region.Store {
-			s := storetest.Open(t, region.Config{Region: reg, Redis: region.RedisConfig{URL: srv.URL()},
-				Failover: region.FailoverConfig{Timeout: 10 * time.Second}, DenyCache: &region.DenyCacheConfig{}})
-			if s.Redis == nil || s.Failover == nil || s.DenyCache == nil || s.Store != s.DenyCache || s.Memory.Region() == reg {
-				t.Fatalf("redis stack = %+v, want deny cache, failover, Redis and a fallback", s)
-			}
-			return s
-		})
-	})
-}
-
 // TestOpenRedisDownAtStart: a Redis that does not answer at start does not
 // stop Open. The stack decides under the failure policy, is not ready under
 // local (nor closed) until Redis first answers, is ready under open, and
