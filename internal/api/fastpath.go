@@ -77,8 +77,8 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	var callErr error
 	// Each arm calls its method directly. Through one generic helper that
 	// takes the method as a func value, the request and its connect.Request
-	// escape to the heap: two more allocations and about 4% more time per
-	// call (BenchmarkJSONServing/fastpath, 20 -> 22 allocations).
+	// escape to the heap: two more allocations per call
+	// (BenchmarkJSONServing/fastpath: 20 -> 22 allocations, +214 bytes).
 	switch path {
 	case pathCheck:
 		in := &ratelimitv1.CheckRequest{}
