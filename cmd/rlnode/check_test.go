@@ -14,9 +14,7 @@ import (
 func TestRunCheckFlags(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "rules:\n  - name: per-key\n    limit: 1\n    window: 168h\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{
+	n := startNode(t, []string{
 		"--listen=127.0.0.1:0", "--rules", path,
 		"--check-path", "/auth", "--check-default-rule", "per-key", "--legacy-headers",
 	}, env(map[string]string{
@@ -24,7 +22,7 @@ func TestRunCheckFlags(t *testing.T) {
 		"RLNODE_CHECK_DENY_STATUS": "403",
 	}))
 	for i, want := range []int{http.StatusOK, http.StatusForbidden} {
-		req, err := http.NewRequest(http.MethodGet, base+"/auth", nil)
+		req, err := http.NewRequest(http.MethodGet, n.base+"/auth", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +43,7 @@ func TestRunCheckFlags(t *testing.T) {
 			t.Errorf("request %d: X-RateLimit-Limit = %q, want 1 (--legacy-headers)", i+1, got)
 		}
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 
 	for _, tc := range []struct {
 		args []string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -39,10 +38,9 @@ func TestRunRedisOutage(t *testing.T) {
 	} {
 		t.Run(c.policy, func(t *testing.T) {
 			srv := redistest.Start(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(),
+			n := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(),
 				"--on-store-failure", c.policy, "--store-timeout", "300ms"}, env(nil))
-			defer func() { cancel(); wait(t, done, logs) }()
+			base, logs := n.base, n.logs
 			check := base + "/ratelimit.v1.RateLimitService/Check"
 			req := `{"key":"outage","limit":{"limit":1000,"window":"60s"}}`
 			if code, body := post(t, check, req); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
@@ -114,19 +112,19 @@ func regionCounts(p peekResponse) map[string]string {
 // again the fallback's count is written back to it, and both regions agree
 // on every region's count.
 func TestRunTwoRegionsRedisOutage(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
-	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
 		// A stalled Redis still trips 500ms; a busy machine's slow call does not.
 		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=500ms"}, env(nil))
+	eu, euLogs := euNode.base, euNode.logs
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
-	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s"}, env(nil))
-	defer func() { cancel(); wait(t, euDone, euLogs); wait(t, usDone, usLogs) }()
+	us := usNode.base
+	defer stopNodes(euNode, usNode)
 	fbm := regexp.MustCompile(`fallback_region=(\S+)`).FindStringSubmatch(euLogs.String())
 	if fbm == nil {
 		t.Fatalf("eu's logs lack its fallback region:\n%s", euLogs)
@@ -144,11 +142,9 @@ func TestRunTwoRegionsRedisOutage(t *testing.T) {
 	}
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s; eu %v, us %v\neu logs:\n%s", what,
-					regionCounts(peek(t, eu, body)), regionCounts(peek(t, us, body)), euLogs)
-			}
+		if _, ok := polltest.Poll(20*time.Second, cond); !ok {
+			t.Fatalf("timed out waiting until %s; eu %v, us %v\neu logs:\n%s", what,
+				regionCounts(peek(t, eu, body)), regionCounts(peek(t, us, body)), euLogs)
 		}
 	}
 	checkEU(5)
@@ -189,9 +185,8 @@ func TestRunTwoRegionsRedisOutage(t *testing.T) {
 func TestRunRedisDownAtStart(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--log-level", "debug"}, env(nil))
-	defer func() { cancel(); wait(t, done, logs) }()
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--log-level", "debug"}, env(nil))
+	base, logs := n.base, n.logs
 
 	check := base + "/ratelimit.v1.RateLimitService/Check"
 	req := `{"key":"down-at-start","limit":{"limit":100,"window":"3600s"}}`
@@ -220,9 +215,9 @@ func TestRunRedisDownAtStart(t *testing.T) {
 		t.Fatalf("Check once Redis answers: %d %s", code, body)
 	}
 	// Another node on the same Redis sees the count: it is in Redis.
-	other, otherDone, otherLogs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL()}, env(nil))
-	defer func() { cancel(); wait(t, otherDone, otherLogs) }()
-	if got := regionCounts(peek(t, other, req))["local"]; got != "1" {
+	other := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL()}, env(nil))
+	defer stopNodes(other, n)
+	if got := regionCounts(peek(t, other.base, req))["local"]; got != "1" {
 		t.Errorf("Redis's count of region local = %q, want 1 (the Check made once Redis answered)", got)
 	}
 }
@@ -235,19 +230,17 @@ func TestRunRedisPasswordFile(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", pass)
 	file := filepath.Join(t.TempDir(), "redis-pass")
 	writeFile(t, file, pass+"\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL()},
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL()},
 		env(map[string]string{"RLNODE_REDIS_PASSWORD_FILE": file}))
-	if code, body := get(t, base+"/readyz"); code != http.StatusOK || body != "ok (store: primary)\n" {
+	if code, body := get(t, n.base+"/readyz"); code != http.StatusOK || body != "ok (store: primary)\n" {
 		t.Errorf("/readyz = %d %q, want the node on Redis", code, body)
 	}
-	if code, body := post(t, base+"/ratelimit.v1.RateLimitService/Check", `{"key":"pw","limit":{"limit":1,"window":"60s"}}`); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
+	if code, body := post(t, n.base+"/ratelimit.v1.RateLimitService/Check", `{"key":"pw","limit":{"limit":1,"window":"60s"}}`); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
 		t.Errorf("Check: %d %s", code, body)
 	}
-	cancel()
-	wait(t, done, logs)
-	if strings.Contains(logs.String(), pass) {
-		t.Errorf("logs show the password:\n%s", logs)
+	n.stop()
+	if strings.Contains(n.logs.String(), pass) {
+		t.Errorf("logs show the password:\n%s", n.logs)
 	}
 
 	checkRefused(t, []refusal{

@@ -64,23 +64,23 @@ type peekResponse struct {
 // and us enforces the global limit.
 func TestRunTwoRegions(t *testing.T) {
 	key := "VDwDX4d26734mkWuXLk4PxnsqiMu8OfyxxvfoTN/UwE="
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
-	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
 		// Exact counts below: a long store timeout keeps a busy machine from
 		// deciding any of them in the failover's fallback.
 		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=2s"}, env(map[string]string{"RLNODE_GOSSIP_KEY": key}))
+	eu, euLogs := euNode.base, euNode.logs
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
-	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", key, "--store-timeout=2s",
 		// us's 4 checks below come faster than the burst guard's horizon,
 		// which would spread them over several; this test is about
 		// replication (internal/gossip's TestGuardBurst covers the guard).
 		"--burst-guard=false"}, env(nil))
+	us, usLogs := usNode.base, usNode.logs
 	if strings.Contains(euLogs.String()+usLogs.String(), key) {
 		t.Errorf("the gossip key appears in the logs")
 	}
@@ -100,15 +100,14 @@ func TestRunTwoRegions(t *testing.T) {
 			t.Fatalf("Check %d on eu (try %d): %d %s", i+1, tries+1, code, b)
 		}
 	}
-	start := time.Now()
 	var last peekResponse
-	polltest.Until(t, 15*time.Second, "us sees eu's 6 hits", func() bool {
+	took := polltest.Until(t, 15*time.Second, "us sees eu's 6 hits", func() bool {
 		last = peek(t, us, body)
 		return last.Response.Stats.Current == "6"
 	})
 	// One flush interval (20 ms) plus loopback transit; the margin is for
 	// a loaded machine.
-	if took := time.Since(start); took > 2*time.Second {
+	if took > 2*time.Second {
 		t.Errorf("eu's 6 hits visible in us after %v, want <= 2s", took.Round(time.Millisecond))
 	}
 	var sawEU bool
@@ -150,9 +149,7 @@ func TestRunTwoRegions(t *testing.T) {
 	}
 	checkStatus(t, us, "us-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "eu")
 	checkStatus(t, eu, "eu-1", map[string]string{"us": "us-1", "eu": "eu-1"}, "")
-	cancel()
-	wait(t, euDone, euLogs)
-	wait(t, usDone, usLogs)
+	stopNodes(euNode, usNode)
 	if !strings.Contains(usLogs.String(), "gossip node left") {
 		t.Errorf("us did not leave the pool on shutdown:\n%s", usLogs)
 	}
@@ -212,8 +209,6 @@ func checkStatus(t *testing.T, base, node string, members map[string]string, lag
 // or through a rule, and accepts it with scope region. Region-scoped counts
 // stay in their region while global ones replicate.
 func TestScopeThreeRegions(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeAtomic(t, rulesFile, `rules:
   - {name: burst, limit: 10, window: 1m, algorithm: token_bucket}
@@ -226,7 +221,8 @@ func TestScopeThreeRegions(t *testing.T) {
 		}
 		return a
 	}
-	eu, euDone, euLogs := start(t, ctx, args("eu"), env(nil))
+	euNode := startNode(t, args("eu"), env(nil))
+	eu, euLogs := euNode.base, euNode.logs
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
@@ -244,9 +240,9 @@ func TestScopeThreeRegions(t *testing.T) {
 		t.Errorf("eu alone: Check global token bucket = %d %s, want allowed with SCOPE_GLOBAL", code, b)
 	}
 
-	us, usDone, usLogs := start(t, ctx, args("us", m[1]), env(nil))
-	ap, apDone, apLogs := start(t, ctx, args("ap", m[1]), env(nil))
-	nodes := map[string]string{"eu": eu, "us": us, "ap": ap}
+	usNode, apNode := startNode(t, args("us", m[1]), env(nil)), startNode(t, args("ap", m[1]), env(nil))
+	us := usNode.base
+	nodes := map[string]string{"eu": eu, "us": us, "ap": apNode.base}
 	for name, base := range nodes {
 		polltest.Until(t, 15*time.Second, name+" sees three regions alive", func() bool {
 			_, metrics := get(t, base+"/metrics")
@@ -300,10 +296,7 @@ func TestScopeThreeRegions(t *testing.T) {
 		t.Errorf("eu: region-scoped Peek current = %s, want 4", p.Response.Stats.Current)
 	}
 
-	cancel()
-	wait(t, euDone, euLogs)
-	wait(t, usDone, usLogs)
-	wait(t, apDone, apLogs)
+	stopNodes(euNode, usNode, apNode)
 }
 
 func TestGossipFlags(t *testing.T) {
@@ -334,57 +327,50 @@ func TestGossipFlags(t *testing.T) {
 // without a key refuses to start and says how to make a key;
 // --gossip-insecure starts it anyway.
 func TestGossipClosedByDefault(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var logs logtest.Buffer
-	err := run(ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0"}, env(nil), io.Discard, &logs)
+	err := run(context.Background(), []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0"}, env(nil), io.Discard, &logs)
 	if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") || !strings.Contains(err.Error(), "--gossip-insecure") {
 		t.Fatalf("run(--gossip-addr=0.0.0.0:0, no key) = %v, want an error that says how to make a key", err)
 	}
-	_, done, l := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0", "--gossip-insecure"}, env(nil))
-	if !strings.Contains(l.String(), "encrypted=false") {
-		t.Errorf("the insecure node's start line lacks encrypted=false:\n%s", l)
+	n := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=0.0.0.0:0", "--gossip-insecure"}, env(nil))
+	if !strings.Contains(n.logs.String(), "encrypted=false") {
+		t.Errorf("the insecure node's start line lacks encrypted=false:\n%s", n.logs)
 	}
-	cancel()
-	wait(t, done, l)
+	n.stop()
 }
 
 // TestWrongGossipKeyNotReady: a node whose gossip key differs from the
 // pool's cannot join; once --gossip-join-timeout has passed, /readyz says
 // it is not ready and why, while the seed (no --join) stays ready.
 func TestWrongGossipKeyNotReady(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	keyA, keyB := "VDwDX4d26734mkWuXLk4PxnsqiMu8OfyxxvfoTN/UwE=", "q6t6I4xQ0D1bX3nE7y1rj9F2a8cM0pYkV5wL3sH2uGo="
-	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+	eu := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
 		"--gossip-addr=127.0.0.1:0", "--gossip-key", keyA}, env(nil))
-	m := gossipRE.FindStringSubmatch(euLogs.String())
+	m := gossipRE.FindStringSubmatch(eu.logs.String())
 	if m == nil {
-		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+		t.Fatalf("eu's logs lack its gossip address:\n%s", eu.logs)
 	}
-	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+	us := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key", keyB, "--gossip-join-timeout=1s"}, env(nil))
 	var body string
 	polltest.Until(t, 15*time.Second, "us not ready", func() bool {
 		var code int
-		code, body = get(t, us+"/readyz")
+		code, body = get(t, us.base+"/readyz")
 		return code == http.StatusServiceUnavailable
 	})
 	if !strings.Contains(body, "no other region reachable") || !strings.Contains(body, "--gossip-key") {
 		t.Errorf("us /readyz = %q, want it to say no other region is reachable and to check --gossip-key", body)
 	}
-	if code, b := get(t, eu+"/readyz"); code != http.StatusOK {
+	if code, b := get(t, eu.base+"/readyz"); code != http.StatusOK {
 		t.Errorf("eu (no --join) /readyz = %d %q, want 200", code, b)
 	}
-	if strings.Contains(usLogs.String(), `\n\t`) {
-		t.Errorf("us's join retries log literal \\n\\t:\n%s", usLogs)
+	if strings.Contains(us.logs.String(), `\n\t`) {
+		t.Errorf("us's join retries log literal \\n\\t:\n%s", us.logs)
 	}
-	if !strings.Contains(usLogs.String(), "join gossip seeds failed, retrying") {
-		t.Errorf("us's logs lack the join retry line:\n%s", usLogs)
+	if !strings.Contains(us.logs.String(), "join gossip seeds failed, retrying") {
+		t.Errorf("us's logs lack the join retry line:\n%s", us.logs)
 	}
-	cancel()
-	wait(t, euDone, euLogs)
-	wait(t, usDone, usLogs)
+	stopNodes(eu, us)
 }
 
 // TestStatusSaysWhyNotReady: when /readyz answers 503, /status.json (and
@@ -401,15 +387,14 @@ func TestStatusSaysWhyNotReady(t *testing.T) {
 			[]string{"--redis-url", "redis://" + porttest.ClosedAddr(t), "--on-store-failure=closed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			base, done, logs := start(t, ctx, append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil))
+			n := startNode(t, append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil))
 			var ready string
 			polltest.Until(t, 15*time.Second, "/readyz 503", func() bool {
-				code, body := get(t, base+"/readyz")
+				code, body := get(t, n.base+"/readyz")
 				ready = body
 				return code == http.StatusServiceUnavailable
 			})
-			code, body := get(t, base+"/status.json")
+			code, body := get(t, n.base+"/status.json")
 			var st struct {
 				Ready    bool   `json:"ready"`
 				NotReady string `json:"not_ready"`
@@ -423,8 +408,7 @@ func TestStatusSaysWhyNotReady(t *testing.T) {
 			if got := strings.TrimSpace(strings.TrimPrefix(ready, "not ready: ")); !strings.HasPrefix(got, tc.want) {
 				t.Errorf("/readyz = %q, want %q...", ready, tc.want)
 			}
-			cancel()
-			wait(t, done, logs)
+			n.stop()
 		})
 	}
 }
@@ -434,16 +418,15 @@ func TestStatusSaysWhyNotReady(t *testing.T) {
 // own and sends it to the other, so hits at one node count at the other
 // and the limit holds across both.
 func TestRunMemoryRegion(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, aDone, aLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+	aNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
 		"--gossip-addr=127.0.0.1:0", "--gossip-join-timeout=0"}, env(nil))
-	m := gossipRE.FindStringSubmatch(aLogs.String())
+	m := gossipRE.FindStringSubmatch(aNode.logs.String())
 	if m == nil {
-		t.Fatalf("eu-1's logs lack its gossip address:\n%s", aLogs)
+		t.Fatalf("eu-1's logs lack its gossip address:\n%s", aNode.logs)
 	}
-	b, bDone, bLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-2",
+	bNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-2",
 		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-join-timeout=0"}, env(nil))
+	a, b := aNode.base, bNode.base
 	body := `{"key":"dave","limit":{"limit":10,"window":"3600s"}}`
 	polltest.Until(t, 15*time.Second, "eu-1 sees eu-2", func() bool {
 		_, s := get(t, a+"/metrics")
@@ -466,7 +449,5 @@ func TestRunMemoryRegion(t *testing.T) {
 	if _, s := get(t, b+"/metrics"); !strings.Contains(s, `rlcluster_gossip_repairs_total{direction="requested"} 1`) {
 		t.Errorf("eu-2 /metrics lacks its start-up repair request")
 	}
-	cancel()
-	wait(t, aDone, aLogs)
-	wait(t, bDone, bLogs)
+	stopNodes(aNode, bNode)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"os"
 	"path/filepath"
@@ -37,14 +36,12 @@ func TestGRPCListen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
 		"--tls-cert", srvPair.CertFile, "--tls-key", srvPair.KeyFile, "--tls-client-ca", clientCA,
 		"--auth-token-file", tokFile}, env(nil))
-	m := grpcListenRE.FindStringSubmatch(logs.String())
+	m := grpcListenRE.FindStringSubmatch(n.logs.String())
 	if m == nil {
-		t.Fatalf("logs do not give the gRPC address:\n%s", logs)
+		t.Fatalf("logs do not give the gRPC address:\n%s", n.logs)
 	}
 	addr := m[1]
 
@@ -53,6 +50,7 @@ func TestGRPCListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	ctx := t.Context()
 	var out ratelimitv1.CheckResponse
 	err = conn.Invoke(ctx, "/ratelimit.v1.RateLimitService/Check", checkMsg(), &out)
 	if got, want := status.Code(err), codes.Unauthenticated; got != want {
@@ -75,6 +73,5 @@ func TestGRPCListen(t *testing.T) {
 	if err := anon.Invoke(authed, "/ratelimit.v1.RateLimitService/Check", checkMsg(), &out); err == nil {
 		t.Error("Check without a client certificate succeeded, want refused")
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }

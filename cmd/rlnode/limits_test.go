@@ -55,9 +55,7 @@ func TestLimitFlags(t *testing.T) {
 		t.Errorf("run with 2 rules and --max-rules 1 = %v, want the rules refused", err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--max-key-bytes", "4", "--max-batch", "2", "--max-hits", "3"}, env(nil))
-	defer func() { cancel(); wait(t, done, logs) }()
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--max-key-bytes", "4", "--max-batch", "2", "--max-hits", "3"}, env(nil))
 	for _, tc := range []struct {
 		method, body, want string
 	}{
@@ -65,7 +63,7 @@ func TestLimitFlags(t *testing.T) {
 		{"Check", `{"key":"a","hits":4,"limit":{"limit":10,"window":"60s"}}`, "hits: 4 is more than the maximum of 3"},
 		{"CheckBatch", `{"checks":[{"key":"a"},{"key":"b"},{"key":"c"}]}`, "checks: 3 checks, more than the maximum of 2"},
 	} {
-		code, body := post(t, base+"/ratelimit.v1.RateLimitService/"+tc.method, tc.body)
+		code, body := post(t, n.base+"/ratelimit.v1.RateLimitService/"+tc.method, tc.body)
 		if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) || !strings.Contains(body, tc.want) {
 			t.Errorf("%s %s = %d %s, want 400 invalid_argument %q", tc.method, tc.body, code, body, tc.want)
 		}
@@ -150,9 +148,7 @@ func TestHTTPServerBounds(t *testing.T) {
 // TestMaxConnections: with --max-connections 1, a client that holds the
 // one connection keeps the next one waiting until it lets go.
 func TestMaxConnections(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--max-connections", "1"}, env(nil))
-	t.Cleanup(func() { cancel(); wait(t, done, logs) })
+	base := startNode(t, []string{"--listen", "127.0.0.1:0", "--max-connections", "1"}, env(nil)).base
 	hold, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -49,37 +50,87 @@ func checkRefused(t *testing.T, cases []refusal) []error {
 
 var listenRE = regexp.MustCompile(`msg="rlnode listening" addr=(\S+)`)
 
-// start runs run() in the background and returns the node's base URL and
-// a channel that receives run's result.
-func start(t *testing.T, ctx context.Context, args []string, getenv func(string) string) (string, <-chan error, *logtest.Buffer) {
-	t.Helper()
-	logs := &logtest.Buffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, getenv, io.Discard, logs) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listenRE.FindStringSubmatch(logs.String()); m != nil {
-			return "http://" + m[1], done, logs
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned before listening: %v\nlogs:\n%s", err, logs)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("node did not log its address within 20s; logs:\n%s", logs)
-	return "", nil, nil
+// node is an rlnode that startNode runs in the background.
+type node struct {
+	t      *testing.T
+	base   string          // the API's URL: http://host:port
+	logs   *logtest.Buffer // what the node logs
+	cancel context.CancelFunc
+	done   <-chan error // run's result
+	waited bool
 }
 
-func wait(t *testing.T, done <-chan error, logs *logtest.Buffer) {
+// startNode runs run(args, getenv) in the background and returns once the
+// node logs its address, failing t if run returns first or 20s pass. The
+// node runs until stop (or wait, after a signal); t's cleanup stops it
+// otherwise.
+func startNode(t *testing.T, args []string, getenv func(string) string) *node {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	n := &node{t: t, logs: &logtest.Buffer{}, cancel: cancel, done: done}
+	go func() { done <- run(ctx, args, getenv, io.Discard, n.logs) }()
+	t.Cleanup(n.stop)
+	var runErr error
+	_, listening := polltest.Poll(20*time.Second, func() bool {
+		if m := listenRE.FindStringSubmatch(n.logs.String()); m != nil {
+			n.base = "http://" + m[1]
+			return true
+		}
+		select {
+		case runErr = <-done:
+			n.waited = true
+			return true
+		default:
+			return false
+		}
+	})
+	switch {
+	case n.waited:
+		t.Fatalf("run returned before listening: %v\nlogs:\n%s", runErr, n.logs)
+	case !listening:
+		t.Fatalf("node did not log its address within 20s; logs:\n%s", n.logs)
+	}
+	return n
+}
+
+// stop cancels the node's run and waits for it to return, failing t
+// unless it returns nil within 20s. Calls after the first do nothing.
+func (n *node) stop() {
+	n.t.Helper()
+	n.cancel()
+	n.wait()
+}
+
+// wait waits for the node's run to return without cancelling it (as after
+// SIGTERM), failing t unless it returns nil within 20s. Calls after the
+// first do nothing.
+func (n *node) wait() {
+	n.t.Helper()
+	if n.waited {
+		return
+	}
+	n.waited = true
 	select {
-	case err := <-done:
+	case err := <-n.done:
 		if err != nil {
-			t.Fatalf("run = %v, want nil\nlogs:\n%s", err, logs)
+			n.t.Fatalf("run = %v, want nil\nlogs:\n%s", err, n.logs)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("run did not return within 20s of shutdown; logs:\n%s", logs)
+		n.t.Fatalf("run did not return within 20s of shutdown; logs:\n%s", n.logs)
+	}
+}
+
+// stopNodes stops nodes together, as cancelling a context they shared
+// would: it cancels every node's run, then waits for each in turn.
+func stopNodes(nodes ...*node) {
+	for _, n := range nodes {
+		n.t.Helper()
+		n.cancel()
+	}
+	for _, n := range nodes {
+		n.t.Helper()
+		n.stop()
 	}
 }
 
@@ -146,31 +197,29 @@ func exercise(t *testing.T, base string) {
 // TestRunMemorySIGTERM runs a node with no flags (the listen address comes
 // from the environment, to get a free port) and stops it with SIGTERM.
 func TestRunMemorySIGTERM(t *testing.T) {
-	base, done, logs := start(t, context.Background(), nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
-	if !strings.Contains(logs.String(), "store=memory") {
-		t.Errorf("logs do not name the store:\n%s", logs)
+	n := startNode(t, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
+	if !strings.Contains(n.logs.String(), "store=memory") {
+		t.Errorf("logs do not name the store:\n%s", n.logs)
 	}
-	exercise(t, base)
+	exercise(t, n.base)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, done, logs)
-	if !strings.Contains(logs.String(), "msg=stopped") {
-		t.Errorf("logs lack the shutdown:\n%s", logs)
+	n.wait()
+	if !strings.Contains(n.logs.String(), "msg=stopped") {
+		t.Errorf("logs lack the shutdown:\n%s", n.logs)
 	}
 }
 
 func TestRunRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--region", "eu"}, env(nil))
-	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) || !strings.Contains(logs.String(), "deny cache of 100000 keys") {
-		t.Errorf("logs do not name the store:\n%s", logs)
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--region", "eu"}, env(nil))
+	if !strings.Contains(n.logs.String(), "store=\"redis redis://"+srv.Addr) || !strings.Contains(n.logs.String(), "deny cache of 100000 keys") {
+		t.Errorf("logs do not name the store:\n%s", n.logs)
 	}
-	exercise(t, base)
+	exercise(t, n.base)
 	// The 4th request was denied by Redis; the 5th is denied from memory.
-	if _, body := post(t, base+"/ratelimit.v1.RateLimitService/Check", `{"key":"alice","limit":{"limit":3,"window":"604800s"}}`); !strings.Contains(body, `"allowed":false`) {
+	if _, body := post(t, n.base+"/ratelimit.v1.RateLimitService/Check", `{"key":"alice","limit":{"limit":3,"window":"604800s"}}`); !strings.Contains(body, `"allowed":false`) {
 		t.Errorf("Check 5 = %s, want denied", body)
 	}
 	want := `
@@ -178,37 +227,30 @@ func TestRunRedis(t *testing.T) {
 # TYPE rlcluster_deny_cache_hits_total counter
 rlcluster_deny_cache_hits_total 1
 `
-	if err := testutil.ScrapeAndCompare(base+"/metrics", strings.NewReader(want), "rlcluster_deny_cache_hits_total"); err != nil {
+	if err := testutil.ScrapeAndCompare(n.base+"/metrics", strings.NewReader(want), "rlcluster_deny_cache_hits_total"); err != nil {
 		t.Errorf("/metrics: %v", err)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 
 	// --deny-cache-keys 0 turns the cache off.
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	_, done, logs = start(t, ctx, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--deny-cache-keys", "0"}, env(nil))
-	if !strings.Contains(logs.String(), "store=\"redis redis://"+srv.Addr) || strings.Contains(logs.String(), "deny cache") {
-		t.Errorf("with --deny-cache-keys 0, logs do not name the store without a deny cache:\n%s", logs)
+	n = startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(), "--deny-cache-keys", "0"}, env(nil))
+	if !strings.Contains(n.logs.String(), "store=\"redis redis://"+srv.Addr) || strings.Contains(n.logs.String(), "deny cache") {
+		t.Errorf("with --deny-cache-keys 0, logs do not name the store without a deny cache:\n%s", n.logs)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 func TestRunRules(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "rules:\n  - name: per-user\n    limit: 1\n    window: 168h\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0"}, env(map[string]string{"RLNODE_RULES": path}))
-	check := base + "/ratelimit.v1.RateLimitService/Check"
+	n := startNode(t, []string{"--listen=127.0.0.1:0"}, env(map[string]string{"RLNODE_RULES": path}))
+	check := n.base + "/ratelimit.v1.RateLimitService/Check"
 	for i, want := range []string{`"allowed":true`, `"limit":"1"`} {
 		if _, body := post(t, check, `{"key":"bob","rule":"per-user"}`); !strings.Contains(body, want) || (i == 1 && strings.Contains(body, `"allowed":true`)) {
 			t.Errorf("Check %d = %s", i+1, body)
 		}
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 
 	// A bad rules file stops the node before it listens, saying why.
 	writeFile(t, path, "rules:\n  - name: x\n    limit: 0\n    window: 1m\n")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -363,12 +363,8 @@ func TestREADMEExamples(t *testing.T) {
 		}
 	}
 	awayFromMinuteBoundary()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
-	defer wait(t, done, logs)
-	defer cancel()
-	if got := runExamples(t, base, examples); got < 6 {
+	n := startNode(t, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
+	if got := runExamples(t, n.base, examples); got < 6 {
 		t.Errorf("compared %d answers with the README's, want at least 6", got)
 	}
 }
@@ -423,12 +419,8 @@ func TestREADMEEnvoyExample(t *testing.T) {
 		}
 	}
 	args = append(args, "--listen", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, args, env(nil))
-	defer wait(t, done, logs)
-	defer cancel()
-	if got := runExamples(t, base, examples); got != 1 {
+	n := startNode(t, args, env(nil))
+	if got := runExamples(t, n.base, examples); got != 1 {
 		t.Errorf("compared %d answers with the README's Envoy section, want 1", got)
 	}
 }
@@ -459,55 +451,65 @@ func runExamplesOn(t *testing.T, baseFor func(port string) string, settle time.D
 	compared := 0
 	for _, ex := range examples {
 		base := baseFor(ex.port)
-		deadline := time.Now().Add(settle)
-	again:
-		var answers []string
-		for range ex.repeat {
-			var req *http.Request
-			var err error
-			if ex.method == http.MethodGet {
-				req, err = http.NewRequest(http.MethodGet, base+ex.path+"?"+ex.query.Encode(), nil)
-			} else {
-				req, err = http.NewRequest(http.MethodPost, base+ex.path, strings.NewReader(ex.body))
-				req.Header.Set("Content-Type", "application/json")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, b := apitest.Do(t, req)
-			answers = append(answers, strings.TrimSpace(b))
+		var errs, diffs []string
+		var n int
+		polltest.Poll(settle, func() bool {
+			errs, diffs, n = runExample(t, base, ex)
+			return len(diffs) == 0 || !strings.HasSuffix(ex.path, "/Peek")
+		})
+		for _, e := range errs {
+			t.Error(e)
 		}
-		answers = answers[len(answers)-ex.keep:]
-		if len(ex.answers) == 0 {
-			continue
+		for _, d := range diffs {
+			t.Errorf("%s: %s", ex.line, d)
 		}
-		if len(answers) != len(ex.answers) {
-			t.Errorf("%s: %d answers, the README shows %d", ex.line, len(answers), len(ex.answers))
-			continue
-		}
-		for i := range answers {
-			var want, got any
-			if err := json.Unmarshal([]byte(ex.answers[i]), &want); err != nil {
-				t.Errorf("the README's answer to %s is not JSON: %v\n%s", ex.line, err, ex.answers[i])
-				continue
-			}
-			if err := json.Unmarshal([]byte(answers[i]), &got); err != nil {
-				t.Errorf("%s answered %s: %v", ex.line, answers[i], err)
-				continue
-			}
-			var diffs []string
-			compareJSON(&diffs, "answer", want, got)
-			if len(diffs) > 0 && strings.HasSuffix(ex.path, "/Peek") && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-				goto again
-			}
-			for _, d := range diffs {
-				t.Errorf("%s: %s", ex.line, d)
-			}
-			compared++
-		}
+		compared += n
 	}
 	return compared
+}
+
+// runExample sends ex once to the node at base and compares the answers
+// with the ones shown. It returns the problems with the answers, their
+// differences from the README's, and how many answers it compared.
+func runExample(t *testing.T, base string, ex readmeExample) (errs, diffs []string, compared int) {
+	t.Helper()
+	var answers []string
+	for range ex.repeat {
+		var req *http.Request
+		var err error
+		if ex.method == http.MethodGet {
+			req, err = http.NewRequest(http.MethodGet, base+ex.path+"?"+ex.query.Encode(), nil)
+		} else {
+			req, err = http.NewRequest(http.MethodPost, base+ex.path, strings.NewReader(ex.body))
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, b := apitest.Do(t, req)
+		answers = append(answers, strings.TrimSpace(b))
+	}
+	answers = answers[len(answers)-ex.keep:]
+	if len(ex.answers) == 0 {
+		return nil, nil, 0
+	}
+	if len(answers) != len(ex.answers) {
+		return []string{fmt.Sprintf("%s: %d answers, the README shows %d", ex.line, len(answers), len(ex.answers))}, nil, 0
+	}
+	for i := range answers {
+		var want, got any
+		if err := json.Unmarshal([]byte(ex.answers[i]), &want); err != nil {
+			errs = append(errs, fmt.Sprintf("the README's answer to %s is not JSON: %v\n%s", ex.line, err, ex.answers[i]))
+			continue
+		}
+		if err := json.Unmarshal([]byte(answers[i]), &got); err != nil {
+			errs = append(errs, fmt.Sprintf("%s answered %s: %v", ex.line, answers[i], err))
+			continue
+		}
+		compareJSON(&diffs, "answer", want, got)
+		compared++
+	}
+	return errs, diffs, compared
 }
 
 var (
@@ -584,10 +586,9 @@ func TestREADMETwoRegions(t *testing.T) {
 	examples := readmeExamples(t, heading)
 
 	awayFromMinuteBoundary()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	bases := map[string]string{}  // the README's listen port -> the node's URL
 	gossip := map[string]string{} // the README's gossip address -> the node's
+	var started []*node
 	for _, args := range nodes {
 		var mine []string
 		var listenPort, gossipAddr string
@@ -619,18 +620,18 @@ func TestREADMETwoRegions(t *testing.T) {
 		// A long store timeout keeps a busy machine from deciding in the
 		// failover's fallback, which would count under another replica.
 		mine = append(mine, "--store-timeout", "2s")
-		base, done, logs := start(t, ctx, mine, env(nil))
-		defer wait(t, done, logs)
-		bases[listenPort] = base
+		n := startNode(t, mine, env(nil))
+		started = append(started, n)
+		bases[listenPort] = n.base
 		if gossipAddr != "" {
-			m := gossipRE.FindStringSubmatch(logs.String())
+			m := gossipRE.FindStringSubmatch(n.logs.String())
 			if m == nil {
-				t.Fatalf("the node's logs lack its gossip address:\n%s", logs)
+				t.Fatalf("the node's logs lack its gossip address:\n%s", n.logs)
 			}
 			gossip[gossipAddr] = m[1]
 		}
 	}
-	defer cancel()
+	defer stopNodes(started...)
 	got := runExamplesOn(t, func(port string) string {
 		base, ok := bases[port]
 		if !ok {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/looptest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/porttest"
@@ -24,31 +22,25 @@ import (
 // every admitted hit is counted exactly once in eu's Redis and in us's view
 // of eu: no acknowledged count is lost or double-counted.
 func TestRollingRestart(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
-	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+	us := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0"}, env(nil))
-	seed := gossipRE.FindStringSubmatch(usLogs.String())[1]
+	seed := gossipRE.FindStringSubmatch(us.logs.String())[1]
 
 	type euNode struct {
 		name, listen string
-		cancel       context.CancelFunc
-		done         <-chan error
-		logs         *logtest.Buffer
+		*node        // the running node, replaced at each restart
 	}
 	startEU := func(n *euNode) {
 		t.Helper()
-		nctx, ncancel := context.WithCancel(ctx)
-		base, done, logs := start(t, nctx, []string{"--listen", n.listen, "--region=eu", "--node-name", n.name,
+		n.node = startNode(t, []string{"--listen", n.listen, "--region=eu", "--node-name", n.name,
 			"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--join", seed, "--shutdown-timeout=10s",
 			// In doubt (a Redis call abandoned at the timeout) counts twice;
 			// a long timeout keeps a busy machine from making doubt here.
 			"--store-timeout=2s"}, env(nil))
-		if base != "http://"+n.listen {
-			t.Fatalf("%s listens on %s, want %s", n.name, base, n.listen)
+		if n.base != "http://"+n.listen {
+			t.Fatalf("%s listens on %s, want %s", n.name, n.base, n.listen)
 		}
-		n.cancel, n.done, n.logs = ncancel, done, logs
 	}
 	nodes := []*euNode{
 		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
@@ -116,8 +108,7 @@ func TestRollingRestart(t *testing.T) {
 	// Let the load run, then restart each eu node in turn.
 	polltest.Until(t, 10*time.Second, "load to start", func() bool { return requests.Load() > 100 })
 	for _, n := range nodes {
-		n.cancel()
-		wait(t, n.done, n.logs)
+		n.stop()
 		if !strings.Contains(n.logs.String(), "gossip node left") {
 			t.Errorf("%s did not leave the pool:\n%s", n.name, n.logs)
 		}
@@ -136,7 +127,7 @@ func TestRollingRestart(t *testing.T) {
 	for k := range keys {
 		want := admitted[k].Load()
 		total += want
-		for _, base := range []string{"http://" + nodes[0].listen, us} {
+		for _, base := range []string{"http://" + nodes[0].listen, us.base} {
 			var got uint64
 			polltest.Until(t, 10*time.Second, fmt.Sprintf("%s to hold eu's %d hits on key %d", base, want, k), func() bool {
 				got = 0
@@ -156,9 +147,5 @@ func TestRollingRestart(t *testing.T) {
 	}
 	t.Logf("rolling restart of eu-1 and eu-2: %d requests, %d retried on the other node, %d failed; %d admitted hits, all counted once in eu and in us",
 		requests.Load(), retried.Load(), failed.Load(), total)
-	cancel()
-	for _, n := range nodes {
-		wait(t, n.done, n.logs)
-	}
-	wait(t, usDone, usLogs)
+	stopNodes(nodes[0].node, nodes[1].node, us)
 }

@@ -72,9 +72,8 @@ func TestRunRulesHotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
 	writeAtomic(t, path, envoyRules)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--rules", dir, "--rules-reload-interval=10ms"}, env(nil))
+	n := startNode(t, []string{"--listen=127.0.0.1:0", "--rules", dir, "--rules-reload-interval=10ms"}, env(nil))
+	base, logs := n.base, n.logs
 	if !strings.Contains(logs.String(), `rules="0 rules, 1 domain (edge: 1 limit)"`) {
 		t.Errorf("logs lack the rules summary:\n%s", logs)
 	}
@@ -104,18 +103,15 @@ func TestRunRulesHotReload(t *testing.T) {
 	if _, resp := get(t, base+"/metrics"); !strings.Contains(resp, `rlcluster_rules_reloads_total{result="rejected"} 1`) || !strings.Contains(resp, `rlcluster_rules_reloads_total{result="applied"} 1`) {
 		t.Errorf("/metrics lacks the reload counts:\n%s", resp)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 // TestRunRulesSIGHUP reloads on SIGHUP only, with polling off.
 func TestRunRulesSIGHUP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "edge.yaml")
 	writeAtomic(t, path, envoyRules)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--rules", path, "--rules-reload-interval=-1s", "--shadow-mode", "--rls-headers=x"}, env(nil))
-	c := rls(t, base)
+	n := startNode(t, []string{"--listen=127.0.0.1:0", "--rules", path, "--rules-reload-interval=-1s", "--shadow-mode", "--rls-headers=x"}, env(nil))
+	c := rls(t, n.base)
 	writeAtomic(t, path, strings.Replace(envoyRules, "10", "1", 1))
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
@@ -124,8 +120,8 @@ func TestRunRulesSIGHUP(t *testing.T) {
 		got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.9")
 		return got == 1
 	})
-	if !strings.Contains(logs.String(), "trigger=reload") {
-		t.Errorf("logs lack the SIGHUP reload:\n%s", logs)
+	if !strings.Contains(n.logs.String(), "trigger=reload") {
+		t.Errorf("logs lack the SIGHUP reload:\n%s", n.logs)
 	}
 	// --shadow-mode: over the limit, yet OK overall; --rls-headers=x.
 	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
@@ -150,12 +146,11 @@ func TestRunRulesSIGHUP(t *testing.T) {
 	}
 	// The polling above consumes hits too (one may already be denied under
 	// the new limit), so at least this request's shadow denial is counted.
-	_, m := get(t, base+"/metrics")
+	_, m := get(t, n.base+"/metrics")
 	if mm := shadowDeniedRE.FindStringSubmatch(m); mm == nil || mm[1] == "0" {
 		t.Errorf("/metrics lacks the shadow denial:\n%s", m)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 var shadowDeniedRE = regexp.MustCompile(`rlcluster_decisions_total\{outcome="shadow_denied",rule="edge.remote_address"\} (\d+)`)

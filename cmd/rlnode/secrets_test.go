@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
@@ -56,19 +57,19 @@ func TestNoSecretsInLogs(t *testing.T) {
 	writeFile(t, tokFile, fileToken+"\n")
 	writeFile(t, keyFile, gossipKeyA+"\n")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	eu, euDone, euLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1", "--log-level=debug",
+	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1", "--log-level=debug",
 		"--redis-url", euURL, "--redis-ca", ca.CertFile, "--redis-cert", cliCert.CertFile, "--redis-key", cliCert.KeyFile,
 		"--auth-token-file", tokFile, "--gossip-addr=127.0.0.1:0", "--gossip-key-file", keyFile},
 		env(map[string]string{authTokenEnv: envToken}))
+	eu, euLogs := euNode.base, euNode.logs
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
-	us, usDone, usLogs := start(t, ctx, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1", "--log-level=debug",
+	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1", "--log-level=debug",
 		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key-file", keyFile},
 		env(map[string]string{"RLNODE_REDIS_URL": usURL}))
+	us, usLogs := usNode.base, usNode.logs
 	if !strings.Contains(euLogs.String(), `store="redis rediss://rl:xxxxx@`) || !strings.Contains(euLogs.String(), "encrypted=true") {
 		t.Errorf("eu's start line lacks the redacted store URL or encryption:\n%s", euLogs)
 	}
@@ -85,12 +86,12 @@ func TestNoSecretsInLogs(t *testing.T) {
 			}
 		}
 		body := `{"key":"` + key + `","limit":{"limit":100,"window":"3600s"}}`
-		deadline := time.Now().Add(15 * time.Second)
-		for peek(t, us, body).Response.Stats.Current != "3" {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: us never saw eu's hits on %s\neu:\n%s\nus:\n%s", step, key, euLogs, usLogs)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var got string
+		if _, ok := polltest.Poll(15*time.Second, func() bool {
+			got = peek(t, us, body).Response.Stats.Current
+			return got == "3"
+		}); !ok {
+			t.Fatalf("%s: us's count of eu's hits on %s after 15s = %s, want 3\neu:\n%s\nus:\n%s", step, key, got, euLogs, usLogs)
 		}
 	}
 	replicated("key A", "k-a", 3)
@@ -149,9 +150,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		startErrs = append(startErrs, err.Error(), logs.String())
 	}
 
-	cancel()
-	wait(t, euDone, euLogs)
-	wait(t, usDone, usLogs)
+	stopNodes(euNode, usNode)
 
 	all := euLogs.String() + usLogs.String() + strings.Join(startErrs, "\n")
 	for _, s := range []string{redisDefaultPass, redisACLPass, url.QueryEscape(redisACLPass), envToken, fileToken, brokenToken,

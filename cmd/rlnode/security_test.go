@@ -26,6 +26,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/logtest"
+	"github.com/rlcluster/rlcluster/internal/polltest"
 	"github.com/rlcluster/rlcluster/internal/tlstest"
 )
 
@@ -70,11 +71,10 @@ func TestTLS(t *testing.T) {
 	tlstest.Copy(t, first.CertFile, certFile)
 	tlstest.Copy(t, first.KeyFile, keyFile)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile}, env(nil))
-	addr := strings.TrimPrefix(base, "http://")
-	base = "https://" + addr
+	ctx := t.Context()
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile}, env(nil))
+	addr, logs := strings.TrimPrefix(n.base, "http://"), n.logs
+	base := "https://" + addr
 	if !strings.Contains(logs.String(), "tls=true mtls=false") {
 		t.Errorf("logs do not say TLS is on:\n%s", logs)
 	}
@@ -137,23 +137,18 @@ func TestTLS(t *testing.T) {
 	tlstest.Copy(t, second.CertFile, certFile)
 	tlstest.Copy(t, second.KeyFile, keyFile)
 	sighup(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := serialOf(t, addr, ca.Pool())
-		if err == nil && got.Cmp(second.Serial()) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serial after reload = %v (%v), want %v; logs:\n%s", got, err, second.Serial(), logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var serial *big.Int
+	if _, ok := polltest.Poll(10*time.Second, func() bool {
+		serial, err = serialOf(t, addr, ca.Pool())
+		return err == nil && serial.Cmp(second.Serial()) == 0
+	}); !ok {
+		t.Fatalf("serial after reload = %v (%v), want %v; logs:\n%s", serial, err, second.Serial(), logs)
 	}
 	// The connection opened before the reload still serves.
 	if _, err := c2.Check(traced(), connect.NewRequest(checkMsg())); err != nil || !reused {
 		t.Errorf("Check on the old connection after reload: err %v, reused %v; want nil, true", err, reused)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 // TestMTLS requires client certificates: a client without one, or with one
@@ -166,12 +161,11 @@ func TestMTLS(t *testing.T) {
 	clientCA := filepath.Join(t.TempDir(), "clients.pem")
 	tlstest.Copy(t, ca.CertFile, clientCA)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--tls-cert", srvPair.CertFile, "--tls-key", srvPair.KeyFile,
+	ctx := t.Context()
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--tls-cert", srvPair.CertFile, "--tls-key", srvPair.KeyFile,
 		"--tls-client-ca", clientCA}, env(nil))
-	addr := strings.TrimPrefix(base, "http://")
-	base = "https://" + addr
+	addr := strings.TrimPrefix(n.base, "http://")
+	base := "https://" + addr
 
 	call := func(certs ...tls.Certificate) error {
 		c := ratelimitv1connect.NewRateLimitServiceClient(httpsClient(ca.Pool(), false, certs...), base)
@@ -199,15 +193,14 @@ func TestMTLS(t *testing.T) {
 
 	// Trust the other CA instead.
 	tlstest.Copy(t, other.CertFile, clientCA)
-	hupAndWait(t, `msg=reloaded what="tls certificates"`, logs)
+	hupAndWait(t, `msg=reloaded what="tls certificates"`, n.logs)
 	if err := call(stranger.TLS); err != nil {
 		t.Errorf("after reload, Check with the newly trusted CA's certificate: %v", err)
 	}
 	if err := call(client.TLS); err == nil {
 		t.Error("after reload, Check with the no longer trusted CA's certificate succeeded")
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 // TestAuthToken runs a node with tokens from the environment and a file:
@@ -217,10 +210,10 @@ func TestAuthToken(t *testing.T) {
 	const envTok, fileTok, newTok = "env-token-0123456789", "file-token-0123456789", "new-file-token-0123456789"
 	tokFile := filepath.Join(t.TempDir(), "tokens")
 	writeFile(t, tokFile, "# callers\n"+fileTok+"\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done, logs := start(t, ctx, []string{"--listen", "127.0.0.1:0", "--auth-token-file", tokFile},
+	ctx := t.Context()
+	n := startNode(t, []string{"--listen", "127.0.0.1:0", "--auth-token-file", tokFile},
 		env(map[string]string{authTokenEnv: envTok}))
+	base, logs := n.base, n.logs
 
 	do := func(tok string) (int, string) {
 		return postAs(t, base+"/ratelimit.v1.RateLimitService/Check", tok, `{"key":"k","limit":{"limit":9,"window":"60s"}}`)
@@ -283,8 +276,7 @@ func TestAuthToken(t *testing.T) {
 	if code, _ := do(newTok); code != http.StatusOK {
 		t.Errorf("token after a failed reload: %d, want 200", code)
 	}
-	cancel()
-	wait(t, done, logs)
+	n.stop()
 }
 
 // TestAuthOpenPaths: the forward-auth check endpoint is behind the token
@@ -300,15 +292,13 @@ func TestAuthOpenPaths(t *testing.T) {
 		{"open check", "/healthz,/check/", map[string]int{"/check/none": http.StatusBadRequest, "/metrics": http.StatusUnauthorized}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			args := []string{"--listen", "127.0.0.1:0"}
 			if tc.open != "" {
 				args = append(args, "--auth-open-paths", tc.open)
 			}
-			base, done, logs := start(t, ctx, args, env(map[string]string{authTokenEnv: "env-token-0123456789"}))
+			n := startNode(t, args, env(map[string]string{authTokenEnv: "env-token-0123456789"}))
 			for p, want := range tc.want {
-				resp, err := http.Get(base + p)
+				resp, err := http.Get(n.base + p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -317,8 +307,7 @@ func TestAuthOpenPaths(t *testing.T) {
 					t.Errorf("GET %s = %d, want %d", p, resp.StatusCode, want)
 				}
 			}
-			cancel()
-			wait(t, done, logs)
+			n.stop()
 		})
 	}
 }
@@ -367,14 +356,17 @@ func hupAndWait(t *testing.T, want string, logs ...*logtest.Buffer) {
 		before[i] = strings.Count(l.String(), want)
 	}
 	sighup(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for i, l := range logs {
-		for strings.Count(l.String(), want) <= before[i] {
-			if time.Now().After(deadline) {
-				t.Fatalf("logs lack %q within 10s:\n%s", want, l)
+	lacking, got := 0, 0
+	if _, ok := polltest.Poll(10*time.Second, func() bool {
+		for i, l := range logs {
+			if got = strings.Count(l.String(), want); got <= before[i] {
+				lacking = i
+				return false
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
+		return true
+	}); !ok {
+		t.Fatalf("logs hold %q %d times 10s after SIGHUP, want at least %d:\n%s", want, got, before[lacking]+1, logs[lacking])
 	}
 }
 
