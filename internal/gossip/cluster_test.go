@@ -68,7 +68,18 @@ func transitAllowance(oneWay time.Duration) time.Duration { return 3*oneWay + 25
 
 // load drives hits through the live nodes of h until stop is closed: each
 // worker picks a node of its region and a key, at the given interval.
-type loadStats struct{ offered, admitted, errors atomic.Int64 }
+type loadStats struct {
+	offered, admitted, errors atomic.Int64
+	firstErr                  atomic.Pointer[string] // the first Check error's text
+}
+
+// errs describes the Check errors: how many, and the first.
+func (st *loadStats) errs() string {
+	if p := st.firstErr.Load(); p != nil {
+		return fmt.Sprintf("%d Check errors, the first: %s", st.errors.Load(), *p)
+	}
+	return fmt.Sprintf("%d Check errors", st.errors.Load())
+}
 
 func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, regionName string, every time.Duration,
 	keys []string, lim window.Limit, seed uint64) {
@@ -91,6 +102,8 @@ func (h *harness) load(stop <-chan struct{}, wg *sync.WaitGroup, st *loadStats, 
 			ok, err := h.hit(tn, keys[rng.IntN(len(keys))], lim)
 			if err != nil {
 				st.errors.Add(1)
+				msg := err.Error()
+				st.firstErr.CompareAndSwap(nil, &msg)
 			} else if ok {
 				st.admitted.Add(1)
 			}
@@ -171,7 +184,7 @@ func TestConvergence(t *testing.T) {
 		t.Errorf("bandwidth: %.0f payload bytes per active key per second, want 1 to 9000", perKey)
 	}
 	if st.errors.Load() != 0 {
-		t.Errorf("%d Check errors", st.errors.Load())
+		t.Error(st.errs())
 	}
 	for _, tn := range h.nodes {
 		ages := tn.node.Ages()
@@ -278,7 +291,7 @@ func TestOverAdmission(t *testing.T) {
 	}
 	t.Logf("worst over-admission: %+.1f%% of the limit at %.0fx over %v windows, 60 ms one-way, 5%% loss", worst, overload, W)
 	if st.errors.Load() != 0 {
-		t.Errorf("%d Check errors", st.errors.Load())
+		t.Error(st.errs())
 	}
 }
 
@@ -356,7 +369,7 @@ func TestPartitionHeal(t *testing.T) {
 	checkTiming(t, "agreement after traffic stopped", final, lim.Window+20*time.Millisecond+transitAllowance(oneWay))
 	for r, s := range stats {
 		if s.errors.Load() != 0 {
-			t.Errorf("region %s: %d Check errors", r, s.errors.Load())
+			t.Errorf("region %s: %s", r, s.errs())
 		}
 	}
 }
@@ -413,7 +426,7 @@ func TestKillNode(t *testing.T) {
 	if solo.Load() == 0 {
 		t.Error("the victim admitted no hit of its own: the path where only it touched a bucket was not exercised")
 	}
-	if n := st.errors.Load(); n != 0 {
-		t.Errorf("%d Check errors", n)
+	if st.errors.Load() != 0 {
+		t.Error(st.errs())
 	}
 }

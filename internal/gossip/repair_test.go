@@ -163,7 +163,8 @@ func TestRedisRestartRepair(t *testing.T) {
 	fn := NewFaultNetwork(2)
 	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
 	srv := redistest.Start(t)
-	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true}}).Redis
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
 	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
 	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
 	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
