@@ -24,7 +24,7 @@ import (
 func TestRollingRestart(t *testing.T) {
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
 	us := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0"}, env(nil))
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=2s"}, env(nil))
 	seed := gossipRE.FindStringSubmatch(us.logs.String())[1]
 
 	type euNode struct {

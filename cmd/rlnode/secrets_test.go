@@ -57,7 +57,9 @@ func TestNoSecretsInLogs(t *testing.T) {
 	writeFile(t, tokFile, fileToken+"\n")
 	writeFile(t, keyFile, gossipKeyA+"\n")
 
-	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1", "--log-level=debug",
+	// Exact counts below: a long store timeout keeps -race on a busy
+	// machine from deciding or merging any of them in a failover's fallback.
+	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1", "--log-level=debug", "--store-timeout=2s",
 		"--redis-url", euURL, "--redis-ca", ca.CertFile, "--redis-cert", cliCert.CertFile, "--redis-key", cliCert.KeyFile,
 		"--auth-token-file", tokFile, "--gossip-addr=127.0.0.1:0", "--gossip-key-file", keyFile},
 		env(map[string]string{authTokenEnv: envToken}))
@@ -66,7 +68,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
-	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1", "--log-level=debug",
+	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1", "--log-level=debug", "--store-timeout=2s",
 		"--gossip-addr=127.0.0.1:0", "--join", m[1], "--gossip-key-file", keyFile},
 		env(map[string]string{"RLNODE_REDIS_URL": usURL}))
 	us, usLogs := usNode.base, usNode.logs
