@@ -103,6 +103,9 @@ func TestAttackForgedCountFromOutsider(t *testing.T) {
 	}
 	defer conn.Close()
 	const userMsg = 8 // memberlist's user message type
+	// Frames a member sends before the victim has seen it join are dropped
+	// as not_member too (the pool's start-up races): count from here.
+	before := p.victim.met.dropCount("not_member")
 	for _, from := range []Sender{
 		{Node: "outsider", Region: "zz", Token: 1},
 		{Node: "eu-0", Region: "eu", Token: 1}, // a real member's name, a guessed token
@@ -115,7 +118,7 @@ func TestAttackForgedCountFromOutsider(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "both forged frames dropped", func() bool { return p.victim.met.dropCount("not_member") == 2 })
+	waitFor(t, 5*time.Second, "both forged frames dropped", func() bool { return p.victim.met.dropCount("not_member") >= before+2 })
 	p.settle(t)
 	if got, want := p.vector(t, "alice", time.Minute, b), map[string]uint64{"us": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("alice's bucket = %v, want %v", got, want)
