@@ -214,10 +214,10 @@ type Failover struct {
 	writeBacks, wbDropped           atomic.Uint64
 
 	wbMu    sync.Mutex
-	wb      map[BucketRef]struct{} // buckets the fallback admitted into
-	wbOn    atomic.Bool            // a write-back runs outside an outage
-	wbLater atomic.Bool            // a writeBackLater is waiting
-	wbAny   atomic.Bool            // wb is not empty
+	wb      map[BucketRef][]Total // the totals to write back, by bucket
+	wbOn    atomic.Bool           // a write-back runs outside an outage
+	wbLater atomic.Bool           // a writeBackLater is waiting
+	wbAny   atomic.Bool           // wb is not empty
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -291,7 +291,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "store", "policy", cfg.Policy.String()),
 		fbRegion: fallback.Region(),
-		wb:       map[BucketRef]struct{}{},
+		wb:       map[BucketRef][]Total{},
 		stop:     make(chan struct{}),
 	}
 	if r, ok := primary.(*Redis); ok {
@@ -392,7 +392,8 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			}
 			res[i].LocalRegion = f.fbRegion
 			if res[i].Allowed && !q.Peek {
-				f.remember(BucketRef{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket})
+				f.remember(Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: f.fbRegion,
+					Count: res[i].Local, Halves: res[i].LocalHalves})
 			}
 		}
 	}
@@ -424,7 +425,7 @@ func (f *Failover) Merge(ctx context.Context, totals []Total) error {
 			// that the primary does not miss what other regions reported
 			// meanwhile (their reconciliation is not sent twice).
 			for _, t := range totals {
-				f.remember(BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket})
+				f.remember(t)
 			}
 			return nil
 		}

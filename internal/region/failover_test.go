@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,6 +26,9 @@ type flaky struct {
 	// mergeFails is how many Merges fail (a primary whose connections a
 	// restart reset) before Merge follows state again.
 	mergeFails int
+	// merged is every total a Merge took: the in-memory primary keeps only
+	// a key's newest two buckets, as its Vectors show.
+	merged []region.Total
 }
 
 func (f *flaky) callCount() int {
@@ -85,6 +89,9 @@ func (f *flaky) Merge(ctx context.Context, totals []region.Total) error {
 	if err := f.gate(ctx); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	f.merged = append(f.merged, totals...)
+	f.mu.Unlock()
 	return f.Memory.Merge(ctx, totals)
 }
 
@@ -325,6 +332,45 @@ func TestWriteBackRetriesWithoutTraffic(t *testing.T) {
 		want := map[string]uint64{f.FallbackRegion(): 1}
 		if got := vectorOf(t, p, "k", b); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("primary vector after the retried write-back = %v, want %v", got, want)
+		}
+	})
+}
+
+// TestWriteBackAfterTheFallbackMovedOn: an outage that spans three buckets
+// moves the fallback's key on, and the in-memory fallback keeps only a
+// key's newest two buckets. The admission it made in the oldest still
+// reaches the primary on recovery, which comes before that bucket may have
+// expired there (one window plus 10 s after it closed): the region's store
+// then agrees with the other regions, which got it by replication.
+func TestWriteBackAfterTheFallbackMovedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := lim.Window.Milliseconds()
+		b0 := int64(1_760_000_010_000) / w
+		var nowMs atomic.Int64
+		clock := func() time.Time { return time.UnixMilli(nowMs.Load()) }
+		p := newFlaky("here")
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: clock})
+		p.set("fail")
+		// One admission late in b0, one in b0+1, one early in b0+2.
+		for _, at := range []int64{b0*w + w - 10_000, (b0+1)*w + w/2, (b0+2)*w + 5_000} {
+			nowMs.Store(at)
+			if r := storetest.Check(t, f, req("k", clock())); !r.Allowed || r.LocalRegion != f.FallbackRegion() {
+				t.Fatalf("decision at %d during the outage = %+v, want allowed by the fallback", at, r)
+			}
+		}
+		p.set("ok")
+		time.Sleep(probeMin)
+		synctest.Wait()
+		got := map[int64]uint64{}
+		p.mu.Lock()
+		for _, m := range p.merged {
+			if m.Key == "k" && m.Region == f.FallbackRegion() {
+				got[m.Bucket-b0] = max(got[m.Bucket-b0], m.Count)
+			}
+		}
+		p.mu.Unlock()
+		if want := map[int64]uint64{0: 1, 1: 1, 2: 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("the fallback's admissions written back, by bucket from b0 = %v, want %v", got, want)
 		}
 	})
 }

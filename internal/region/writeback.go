@@ -73,68 +73,104 @@ func (f *Failover) writeBackRetrying() {
 	}
 }
 
-// remember records a bucket the fallback admitted into or merged into while
-// the breaker was open, for the write-back.
-func (f *Failover) remember(r BucketRef) {
+// writeBackMargin is how long past one window after a bucket closes it is
+// still written back: the Redis store keeps a bucket two windows plus its
+// TTL margin (10 s by default) after its first write, so until then a
+// write-back never re-creates a bucket the primary has dropped. Other
+// regions accept a bucket's totals as long (gossip's RetryMargin).
+const writeBackMargin = 10 * time.Second
+
+// remember records a total that the fallback admitted (its own region's)
+// or merged (another region's) while the primary could not take it, for
+// the write-back. The totals are kept here, not read back from the
+// fallback at write-back time: the in-memory fallback keeps only a key's
+// newest two buckets, and an outage of more than a window moves it on.
+func (f *Failover) remember(t Total) {
+	if t.Region == f.cfg.Region {
+		return // the primary's own region only ever changes by its decisions
+	}
+	r := BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket}
 	f.wbMu.Lock()
 	defer f.wbMu.Unlock()
-	if _, ok := f.wb[r]; ok {
-		return
-	}
-	if len(f.wb) >= f.cfg.MaxWriteBack {
+	ts, ok := f.wb[r]
+	if !ok && len(f.wb) >= f.cfg.MaxWriteBack {
 		f.wbDropped.Add(1)
 		return
 	}
-	f.wb[r] = struct{}{}
+	f.wb[r] = mergeTotal(ts, t)
 	f.wbAny.Store(true)
 }
 
-// writeBack merges into the primary the fallback's totals of the buckets
-// still alive that it admitted into or merged while the breaker was open:
-// the fallback region's own and the other regions' (never the primary's
-// region, which only its decisions change). It reports false when the
-// primary refused them: the buckets are kept for the next write-back.
-func (f *Failover) writeBack() bool {
-	f.wbMu.Lock()
-	refs := make([]BucketRef, 0, len(f.wb))
-	nowMs := window.Ms(f.cfg.Now())
-	for r := range f.wb {
-		// A bucket matters until its successor closes.
-		if (r.Bucket+2)*r.Window.Milliseconds() > nowMs {
-			refs = append(refs, r)
+// mergeTotal max-merges t into ts, which holds at most one total a region.
+func mergeTotal(ts []Total, t Total) []Total {
+	t.Limit, t.Estimate = 0, 0
+	for i := range ts {
+		if ts[i].Region == t.Region {
+			ts[i].Count = max(ts[i].Count, t.Count)
+			ts[i].Halves.Merge(t.Halves)
+			return ts
 		}
 	}
-	clear(f.wb)
+	return append(ts, t)
+}
+
+// writeBack merges into the primary the totals remembered for the buckets
+// still alive (see writeBackMargin), with the fallback's own of those
+// buckets where it still holds them: the fallback region's admissions and
+// what other regions reported while the primary could not take it (never
+// the primary's own region, which only its decisions change). It reports
+// false when the primary refused them: they are kept for the next
+// write-back.
+func (f *Failover) writeBack() bool {
+	f.wbMu.Lock()
+	wb := f.wb
+	f.wb = make(map[BucketRef][]Total, len(wb))
 	f.wbAny.Store(false)
 	f.wbMu.Unlock()
+	nowMs := window.Ms(f.cfg.Now())
+	refs := make([]BucketRef, 0, len(wb))
+	for r := range wb {
+		if (r.Bucket+2)*r.Window.Milliseconds()+writeBackMargin.Milliseconds() > nowMs {
+			refs = append(refs, r)
+		} else {
+			delete(wb, r)
+		}
+	}
 	if len(refs) == 0 {
 		return true
 	}
 	vecs, _ := f.fallback.Vectors(context.Background(), refs)
 	var totals []Total
-	for _, v := range vecs {
-		for _, t := range v {
-			// The fallback region's own admissions, and what other regions
-			// reported during the outage; the primary's own region only
-			// ever changes by its decisions.
-			if t.Region != f.cfg.Region && t.Count > 0 {
-				totals = append(totals, t)
+	for i, r := range refs {
+		ts := wb[r]
+		if i < len(vecs) {
+			for _, t := range vecs[i] {
+				// The primary's own region only ever changes by its decisions.
+				if t.Count > 0 && t.Region != f.cfg.Region {
+					ts = mergeTotal(ts, t)
+				}
 			}
 		}
+		wb[r] = ts
+		totals = append(totals, ts...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := f.primary.Merge(ctx, totals); err != nil {
-		// Keep the buckets for the next write-back (the next recovery,
-		// or the next fallback decision while the breaker is closed).
+		// Keep the totals for the next write-back (the next recovery, or
+		// the next fallback decision while the breaker is closed).
 		f.wbMu.Lock()
-		for _, r := range refs {
-			if len(f.wb) < f.cfg.MaxWriteBack {
-				f.wb[r] = struct{}{}
-				f.wbAny.Store(true)
-			} else {
+		for r, ts := range wb {
+			kept, ok := f.wb[r]
+			if !ok && len(f.wb) >= f.cfg.MaxWriteBack {
 				f.wbDropped.Add(1)
+				continue
 			}
+			for _, t := range ts {
+				kept = mergeTotal(kept, t)
+			}
+			f.wb[r] = kept
+			f.wbAny.Store(true)
 		}
 		f.wbMu.Unlock()
 		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
