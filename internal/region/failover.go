@@ -214,10 +214,10 @@ type Failover struct {
 	writeBacks, wbDropped           atomic.Uint64
 
 	wbMu    sync.Mutex
-	wb      map[BucketRef][]Total // the totals to write back, by bucket
-	wbOn    atomic.Bool           // a write-back runs outside an outage
-	wbLater atomic.Bool           // a writeBackLater is waiting
-	wbAny   atomic.Bool           // wb is not empty
+	wb      map[BucketRef]*memBucket // the totals to write back, by bucket
+	wbOn    atomic.Bool              // a write-back runs outside an outage
+	wbLater atomic.Bool              // a writeBackLater is waiting
+	wbAny   atomic.Bool              // wb is not empty
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -291,7 +291,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "store", "policy", cfg.Policy.String()),
 		fbRegion: fallback.Region(),
-		wb:       map[BucketRef][]Total{},
+		wb:       map[BucketRef]*memBucket{},
 		stop:     make(chan struct{}),
 	}
 	if r, ok := primary.(*Redis); ok {

@@ -92,26 +92,17 @@ func (f *Failover) remember(t Total) {
 	r := BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket}
 	f.wbMu.Lock()
 	defer f.wbMu.Unlock()
-	ts, ok := f.wb[r]
-	if !ok && len(f.wb) >= f.cfg.MaxWriteBack {
-		f.wbDropped.Add(1)
-		return
-	}
-	f.wb[r] = mergeTotal(ts, t)
-	f.wbAny.Store(true)
-}
-
-// mergeTotal max-merges t into ts, which holds at most one total a region.
-func mergeTotal(ts []Total, t Total) []Total {
-	t.Limit, t.Estimate = 0, 0
-	for i := range ts {
-		if ts[i].Region == t.Region {
-			ts[i].Count = max(ts[i].Count, t.Count)
-			ts[i].Halves.Merge(t.Halves)
-			return ts
+	b := f.wb[r]
+	if b == nil {
+		if len(f.wb) >= f.cfg.MaxWriteBack {
+			f.wbDropped.Add(1)
+			return
 		}
+		b = &memBucket{idx: t.Bucket}
+		f.wb[r] = b
 	}
-	return append(ts, t)
+	b.maxMerge(t.Region, t.Count, t.Halves)
+	f.wbAny.Store(true)
 }
 
 // writeBack merges into the primary the totals remembered for the buckets
@@ -124,7 +115,7 @@ func mergeTotal(ts []Total, t Total) []Total {
 func (f *Failover) writeBack() bool {
 	f.wbMu.Lock()
 	wb := f.wb
-	f.wb = make(map[BucketRef][]Total, len(wb))
+	f.wb = map[BucketRef]*memBucket{}
 	f.wbAny.Store(false)
 	f.wbMu.Unlock()
 	nowMs := window.Ms(f.cfg.Now())
@@ -132,8 +123,6 @@ func (f *Failover) writeBack() bool {
 	for r := range wb {
 		if (r.Bucket+2)*r.Window.Milliseconds()+writeBackMargin.Milliseconds() > nowMs {
 			refs = append(refs, r)
-		} else {
-			delete(wb, r)
 		}
 	}
 	if len(refs) == 0 {
@@ -142,17 +131,17 @@ func (f *Failover) writeBack() bool {
 	vecs, _ := f.fallback.Vectors(context.Background(), refs)
 	var totals []Total
 	for i, r := range refs {
-		ts := wb[r]
+		b := wb[r]
 		if i < len(vecs) {
 			for _, t := range vecs[i] {
-				// The primary's own region only ever changes by its decisions.
 				if t.Count > 0 && t.Region != f.cfg.Region {
-					ts = mergeTotal(ts, t)
+					b.maxMerge(t.Region, t.Count, t.Halves)
 				}
 			}
 		}
-		wb[r] = ts
-		totals = append(totals, ts...)
+		for _, c := range b.counts {
+			totals = append(totals, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Halves: c.h})
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -160,18 +149,19 @@ func (f *Failover) writeBack() bool {
 		// Keep the totals for the next write-back (the next recovery, or
 		// the next fallback decision while the breaker is closed).
 		f.wbMu.Lock()
-		for r, ts := range wb {
-			kept, ok := f.wb[r]
-			if !ok && len(f.wb) >= f.cfg.MaxWriteBack {
+		for _, r := range refs {
+			switch kept := f.wb[r]; {
+			case kept != nil:
+				for _, c := range wb[r].counts {
+					kept.maxMerge(c.region, c.n, c.h)
+				}
+			case len(f.wb) < f.cfg.MaxWriteBack:
+				f.wb[r] = wb[r]
+			default:
 				f.wbDropped.Add(1)
-				continue
 			}
-			for _, t := range ts {
-				kept = mergeTotal(kept, t)
-			}
-			f.wb[r] = kept
-			f.wbAny.Store(true)
 		}
+		f.wbAny.Store(len(f.wb) > 0)
 		f.wbMu.Unlock()
 		f.log.Warn("store: write back the fallback's counts, will retry", "totals", len(totals), "err", err)
 		return false
