@@ -185,7 +185,7 @@ descriptors:
 		`line 18: domain "shop": descriptors[3].descriptors[0].rate_limit.unit: "month" is not supported: windows are at most a week (use second, minute, hour, day or week)`,
 		`line 20: domain "shop": descriptors[3].descriptors[0].rate_limit.algorithm: "magic" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`,
 		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "burst" (want unit, requests_per_unit, unlimited, name, replaces, algorithm, strict or scope)`,
-		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`,
+		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, share_threshold, quota_mode, metadata, detailed_metric, value_to_metric or descriptors)`,
 		`line 27: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[0].name: "a" is this limit's own name`,
 		`line 28: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[1].name: required`,
 	}, "\n")
@@ -287,7 +287,7 @@ func TestLoadMessages(t *testing.T) {
 		{"envoy unknown algorithm", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      algorithm: leaky\n",
 			[]string{`7: domain "mail": descriptors[0].rate_limit.algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
 		{"envoy misspelled field", "domain: mail\ndescriptors:\n  - key: to\n    ratelimit: {unit: day, requests_per_unit: 5}\n",
-			[]string{`4: domain "mail": descriptors[0]: unknown field "ratelimit" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`}},
+			[]string{`4: domain "mail": descriptors[0]: unknown field "ratelimit" (want key, value, rate_limit, shadow_mode, share_threshold, quota_mode, metadata, detailed_metric, value_to_metric or descriptors)`}},
 		{"envoy wrong types", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: -1\n    descriptors: {key: x}\n",
 			[]string{
 				`6: domain "mail": descriptors[0].rate_limit.requests_per_unit: must be a whole number, got "-1"`,
@@ -316,7 +316,7 @@ func TestLoadMessages(t *testing.T) {
 // in either format, and that whatever it accepts is a set of valid,
 // uniquely named rules that a lookup finds, with a summary.
 func FuzzParseRules(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
+	files, _ := filepath.Glob("../testdata/envoyproxy*/*.yaml")
 	for _, p := range files {
 		b, err := os.ReadFile(p)
 		if err != nil {
