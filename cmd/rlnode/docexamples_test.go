@@ -69,6 +69,7 @@ func TestDocsExamples(t *testing.T) {
 		answers       int
 	}{
 		{"docs/rules.md", "## envoyproxy/ratelimit's share_threshold, quota_mode and metadata", 4},
+		{"docs/rules.md", "## Token bucket burst", 1},
 	} {
 		t.Run(tc.heading, func(t *testing.T) {
 			if got := runDocSection(t, tc.path, tc.heading); got != tc.answers {

@@ -30,6 +30,7 @@ import (
 //	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
 //	          scope: region            # rlcluster's addition; default global
 //	          strict: false            # rlcluster's addition, sliding_window only
+//	          burst: 20                # rlcluster's addition, token_bucket only
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //	    shadow_mode: true
@@ -251,6 +252,7 @@ type envoyRateLimitYAML struct {
 	Algorithm       string
 	Scope           string
 	Strict          bool
+	Burst           uint64
 
 	line  int
 	lines map[string]int // line of each field present
@@ -294,7 +296,7 @@ func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
 	r.probs = decodeFields(n, r.lines,
 		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
 		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm},
-		field{"strict", &r.Strict},
+		field{"strict", &r.Strict}, field{"burst", &r.Burst},
 		field{"scope", &r.Scope})
 	return nil
 }
@@ -403,6 +405,12 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.lineOf("strict"), ".rate_limit.strict", "applies to sliding_window only, not %s", algo)
 				ok = false
 			}
+			if _, set := rl.lines["burst"]; set && err == nil && !hasProblem(rl.probs, "burst") {
+				if p := burstProblem(algo, rl.Burst, rl.RequestsPerUnit); p != "" {
+					at(rl.lineOf("burst"), ".rate_limit.burst", "%s", p)
+					ok = false
+				}
+			}
 			scope, err := ParseScope(rl.Scope)
 			if err != nil && !hasProblem(rl.probs, "scope") {
 				at(rl.lineOf("scope"), ".rate_limit.scope", "%v", err)
@@ -431,7 +439,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				ok = false
 			default:
 				lim.Unit = u.unit
-				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict}
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict, Burst: rl.Burst}
 			}
 			if ok {
 				n.limit = lim

@@ -149,3 +149,38 @@ func TestEnvoyFeatureErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestBurst: burst sets a token bucket's capacity in both formats, and is
+// refused with any other algorithm or above 1000 times the limit.
+func TestBurst(t *testing.T) {
+	rs, err := rules.Parse([]byte("rules:\n  - name: api\n    limit: 5\n    window: 1s\n    algorithm: token_bucket\n    burst: 20\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := rs.Lookup("api"); r.Limit.Burst != 20 || r.Limit.Capacity() != 20 {
+		t.Errorf("native rule: Burst %d Capacity %d, want 20 20", r.Limit.Burst, r.Limit.Capacity())
+	}
+	rs, err = rules.Parse([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 20}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim := rs.Domain("d").Match(entries("k", "v")); lim == nil || lim.Limit.Burst != 20 {
+		t.Errorf("envoy limit: %+v, want burst 20", lim)
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"native, not a token bucket", "rules:\n  - name: a\n    limit: 5\n    window: 1s\n    burst: 20\n",
+			"line 5: rule 1 (a): burst: applies to token_bucket only, not sliding_window"},
+		{"native, too large", "rules:\n  - name: a\n    limit: 5\n    window: 1s\n    algorithm: token_bucket\n    burst: 5001\n",
+			"line 6: rule 1 (a): burst: must be at most 1000 times the limit (5), got 5001"},
+		{"native, zero", "rules:\n  - name: a\n    limit: 5\n    window: 1s\n    algorithm: token_bucket\n    burst: 0\n",
+			"line 6: rule 1 (a): burst: must be from 1 to 2^53, got 0"},
+		{"envoy, not a token bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      burst: 20\n",
+			`line 7: domain "d": descriptors[0].rate_limit.burst: applies to token_bucket only, not sliding_window`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := rules.Parse([]byte(tc.yaml)); err == nil || err.Error() != tc.want {
+				t.Errorf("Parse error = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
