@@ -6,7 +6,7 @@
 //
 //	c, err := client.New("http://rlnode:8080", client.WithFailureMode(client.FailOpen))
 //	d, err := c.Check(ctx, "alice", client.Rule("api-per-user"))
-//	if err == nil && !d.Allowed { /* wait d.RetryAfter */ }
+//	if err == nil && !d.Allowed { /* wait d.RetryAfter, or use c.Wait */ }
 //
 // A denial is a decision, not an error. Errors carry Connect codes
 // (connect.CodeOf(err)): invalid_argument for bad input such as an empty
