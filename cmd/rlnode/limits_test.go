@@ -37,7 +37,7 @@ func TestLimitFlags(t *testing.T) {
 	}
 	checkRefused(t, []refusal{
 		{[]string{"--max-batch", "0"}, "--max-batch: 0, want at least 1"},
-		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3964 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
+		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3946 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
 		{[]string{"--max-request-bytes", "10"}, "--max-request-bytes: 10, want at least 64"},
 		{[]string{"--max-hits", "0"}, "--max-hits: 0, want at least 1"},
 		{[]string{"--max-window", "200h"}, "--max-window: 200h0m0s, want 1s to 168h"},

@@ -50,6 +50,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "validate" {
 		return validate(args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "reset" {
+		return reset(ctx, args[1:], getenv, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -146,8 +149,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			DenyStatus:    c.CheckDenyStatus,
 			LegacyHeaders: c.LegacyHeaders,
 		},
-		ShadowMode: c.ShadowMode,
-		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
+		ShadowMode:   c.ShadowMode,
+		RLSHeaders:   rlsHeaderSets[c.RLSHeaders],
+		RequireAdmin: tokens != nil, // Reset needs a token with the admin scope
 	}
 	if ruleFiles != nil {
 		acfg.Rules = ruleFiles.Rules()

@@ -155,6 +155,14 @@ type Config struct {
 	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. The
 	// zero value adds none.
 	RLSHeaders envoyrls.Headers
+	// RequireAdmin, when true, refuses Reset (permission_denied) unless
+	// the caller's token has the admin scope ([auth.Scope.AllowAdmin]):
+	// set it whenever bearer tokens are required. False allows every
+	// caller that reaches the handler.
+	RequireAdmin bool
+	// ResetTTL is how long a node trusts what it read of a key's reset
+	// instant; default [decision.DefaultResetTTL].
+	ResetTTL time.Duration
 }
 
 // StoreStatuser is implemented by stores with a degraded mode
@@ -170,6 +178,7 @@ type Server struct {
 	mux    *http.ServeMux
 	health *grpchealth.StaticChecker
 	envoy  *envoyrls.Service
+	resets *prometheus.CounterVec // rule, result
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
 	errWriter *connect.ErrorWriter
@@ -179,7 +188,7 @@ var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 
 // NewHandler checks cfg and returns the API handler. It serves:
 //
-//	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek}   Connect, gRPC, gRPC-Web
+//	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek,Reset}   Connect, gRPC, gRPC-Web
 //	/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   Envoy's RLS v3
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
@@ -263,6 +272,7 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Guard != nil {
 		dcfg.Guard = cfg.Guard
 	}
+	dcfg.ResetTTL = cfg.ResetTTL
 	dec, err := decision.New(dcfg, cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -272,6 +282,9 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s := &Server{cfg: cfg, dec: dec, mux: http.NewServeMux()}
+	if s.resets, err = newResetMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 
 	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
 	if len(cfg.HandlerOptions) == 0 {

@@ -12,6 +12,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -176,6 +177,118 @@ func (Scope) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
+// ResetRequest names the counters to clear: key under a rule, or key with
+// an inline limit (whose window and algorithm do not matter: every inline
+// counter of the key is cleared; its scope does).
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the caller's key, as in CheckRequest.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// rule names a configured rule. Exactly one of rule and limit is set.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// limit is an inline limit. Exactly one of rule and limit is set.
+	Limit         *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ResetResponse says when the reset took effect.
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reset_at is the reset instant: hits counted before it no longer count.
+	ResetAt       *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResetResponse) GetResetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetAt
+	}
+	return nil
+}
+
 // Limit is an inline limit: at most limit hits per window.
 type Limit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -208,7 +321,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +333,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +346,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limit) GetLimit() uint64 {
@@ -297,7 +410,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +422,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +435,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckRequest) GetKey() string {
@@ -377,7 +490,7 @@ type RegionCount struct {
 
 func (x *RegionCount) Reset() {
 	*x = RegionCount{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +502,7 @@ func (x *RegionCount) String() string {
 func (*RegionCount) ProtoMessage() {}
 
 func (x *RegionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +515,7 @@ func (x *RegionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionCount.ProtoReflect.Descriptor instead.
 func (*RegionCount) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegionCount) GetRegion() string {
@@ -466,7 +579,7 @@ type HalfBucket struct {
 
 func (x *HalfBucket) Reset() {
 	*x = HalfBucket{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +591,7 @@ func (x *HalfBucket) String() string {
 func (*HalfBucket) ProtoMessage() {}
 
 func (x *HalfBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +604,7 @@ func (x *HalfBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HalfBucket.ProtoReflect.Descriptor instead.
 func (*HalfBucket) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HalfBucket) GetCount() uint64 {
@@ -543,7 +656,7 @@ type EstimateTerm struct {
 
 func (x *EstimateTerm) Reset() {
 	*x = EstimateTerm{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +668,7 @@ func (x *EstimateTerm) String() string {
 func (*EstimateTerm) ProtoMessage() {}
 
 func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +681,7 @@ func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateTerm.ProtoReflect.Descriptor instead.
 func (*EstimateTerm) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EstimateTerm) GetCount() uint64 {
@@ -647,7 +760,7 @@ type WindowStats struct {
 
 func (x *WindowStats) Reset() {
 	*x = WindowStats{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +772,7 @@ func (x *WindowStats) String() string {
 func (*WindowStats) ProtoMessage() {}
 
 func (x *WindowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +785,7 @@ func (x *WindowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowStats.ProtoReflect.Descriptor instead.
 func (*WindowStats) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WindowStats) GetBucket() int64 {
@@ -769,7 +882,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +894,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +907,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -864,7 +977,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +989,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1002,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckBatchRequest) GetChecks() []*CheckRequest {
@@ -913,7 +1026,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1038,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1051,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckResult) GetResult() isCheckResult_Result {
@@ -997,7 +1110,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1122,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1135,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() string {
@@ -1050,7 +1163,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1175,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1188,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckBatchResponse) GetResults() []*CheckResult {
@@ -1102,7 +1215,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1227,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1240,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -1169,7 +1282,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1294,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1307,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeekResponse) GetResponse() *CheckResponse {
@@ -1208,7 +1321,13 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe0\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"_\n" +
+	"\fResetRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12)\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"F\n" +
+	"\rResetResponse\x125\n" +
+	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xe0\x01\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
@@ -1289,12 +1408,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSCOPE_GLOBAL\x10\x01\x12\x10\n" +
-	"\fSCOPE_REGION\x10\x022\xe9\x01\n" +
+	"\fSCOPE_REGION\x10\x022\xb0\x02\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ratelimit.v1.CheckBatchRequest\x1a .ratelimit.v1.CheckBatchResponse\x12B\n" +
-	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
+	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\x05Reset\x12\x1a.ratelimit.v1.ResetRequest\x1a\x1b.ratelimit.v1.ResetResponse\"\x03\x90\x02\x02B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
 
 var (
 	file_ratelimit_v1_ratelimit_proto_rawDescOnce sync.Once
@@ -1309,56 +1429,63 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(Algorithm)(0),              // 0: ratelimit.v1.Algorithm
-	(Scope)(0),                  // 1: ratelimit.v1.Scope
-	(*Limit)(nil),               // 2: ratelimit.v1.Limit
-	(*CheckRequest)(nil),        // 3: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),         // 4: ratelimit.v1.RegionCount
-	(*HalfBucket)(nil),          // 5: ratelimit.v1.HalfBucket
-	(*EstimateTerm)(nil),        // 6: ratelimit.v1.EstimateTerm
-	(*WindowStats)(nil),         // 7: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),       // 8: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 9: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),         // 10: ratelimit.v1.CheckResult
-	(*Error)(nil),               // 11: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),  // 12: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),         // 13: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),        // 14: ratelimit.v1.PeekResponse
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(Algorithm)(0),                // 0: ratelimit.v1.Algorithm
+	(Scope)(0),                    // 1: ratelimit.v1.Scope
+	(*ResetRequest)(nil),          // 2: ratelimit.v1.ResetRequest
+	(*ResetResponse)(nil),         // 3: ratelimit.v1.ResetResponse
+	(*Limit)(nil),                 // 4: ratelimit.v1.Limit
+	(*CheckRequest)(nil),          // 5: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),           // 6: ratelimit.v1.RegionCount
+	(*HalfBucket)(nil),            // 7: ratelimit.v1.HalfBucket
+	(*EstimateTerm)(nil),          // 8: ratelimit.v1.EstimateTerm
+	(*WindowStats)(nil),           // 9: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),         // 10: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),     // 11: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),           // 12: ratelimit.v1.CheckResult
+	(*Error)(nil),                 // 13: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),    // 14: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),           // 15: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),          // 16: ratelimit.v1.PeekResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	15, // 0: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
-	0,  // 1: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	1,  // 2: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
-	2,  // 3: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	15, // 4: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	5,  // 5: ratelimit.v1.RegionCount.previous_early:type_name -> ratelimit.v1.HalfBucket
-	5,  // 6: ratelimit.v1.RegionCount.previous_late:type_name -> ratelimit.v1.HalfBucket
-	4,  // 7: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	6,  // 8: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	15, // 9: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 10: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 11: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 12: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	3,  // 13: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	8,  // 14: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	11, // 15: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	10, // 16: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	2,  // 17: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	8,  // 18: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	3,  // 19: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	9,  // 20: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	13, // 21: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	8,  // 22: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	12, // 23: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	14, // 24: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
+	17, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
+	18, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
+	4,  // 5: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	18, // 6: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	7,  // 7: ratelimit.v1.RegionCount.previous_early:type_name -> ratelimit.v1.HalfBucket
+	7,  // 8: ratelimit.v1.RegionCount.previous_late:type_name -> ratelimit.v1.HalfBucket
+	6,  // 9: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	8,  // 10: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	18, // 11: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	18, // 12: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 13: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 14: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	5,  // 15: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	10, // 16: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	13, // 17: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	12, // 18: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	4,  // 19: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	10, // 20: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	5,  // 21: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	11, // 22: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	15, // 23: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	2,  // 24: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	10, // 25: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	14, // 26: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	16, // 27: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	3,  // 28: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1366,7 +1493,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 	if File_ratelimit_v1_ratelimit_proto != nil {
 		return
 	}
-	file_ratelimit_v1_ratelimit_proto_msgTypes[8].OneofWrappers = []any{
+	file_ratelimit_v1_ratelimit_proto_msgTypes[10].OneofWrappers = []any{
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
@@ -1376,7 +1503,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,24 @@ import (
 //     descriptors, are bound by Rules and Domains instead.
 //
 // In a token file a bound token is its line's first word followed by
-// rules=a,b domains=d prefixes=p1,p2 in any order.
+// rules=a,b domains=d prefixes=p1,p2 admin in any order (admin alone
+// grants the administrative calls and binds nothing else).
 type Scope struct {
 	Rules    []string
 	Domains  []string
 	Prefixes []string
+	// Admin allows the administrative calls (Reset); the word admin in a
+	// token file's entry sets it.
+	Admin bool
+	// ID names the token in logs without telling it: "sha256:" and the
+	// first 8 hex digits of its digest. Set by [Tokens.Set].
+	ID string
 }
+
+// AllowAdmin reports whether the scope allows administrative calls such
+// as Reset. A token bound to nothing (nil) does not: admin is granted only
+// by name.
+func (s *Scope) AllowAdmin() bool { return s != nil && s.Admin }
 
 // parseEntry splits a token file entry into its token and scope (nil for
 // a token bound to nothing). Errors never show the token.
@@ -38,6 +50,13 @@ func parseEntry(entry string) (string, *Scope, error) {
 	}
 	sc := &Scope{}
 	for i, w := range words[1:] {
+		if w == "admin" {
+			if sc.Admin {
+				return "", nil, fmt.Errorf("admin given twice")
+			}
+			sc.Admin = true
+			continue
+		}
 		name, list, ok := strings.Cut(w, "=")
 		var dst *[]string
 		switch name {
@@ -53,7 +72,7 @@ func parseEntry(entry string) (string, *Scope, error) {
 		if !ok {
 			// The word is not quoted: a token with a space in it must not
 			// reach the logs.
-			return "", nil, fmt.Errorf("word %d is not rules=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)", i+2)
+			return "", nil, fmt.Errorf("word %d is not admin, or rules=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)", i+2)
 		}
 		if *dst != nil {
 			return "", nil, fmt.Errorf("%s= given twice", name)

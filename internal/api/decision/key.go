@@ -46,8 +46,9 @@ const (
 )
 
 // MaxPrefixBytes is the longest prefix a namespace adds to a caller's key:
-// the region tag, a namespace's tag, the longest rule name and its ':'.
-const MaxPrefixBytes = len(tagRegion) + len(tagRule) + rules.MaxNameBytes + 1
+// a reset generation's tag (see [GenKey]), the region tag, a namespace's
+// tag, the longest rule name and its ':'.
+const MaxPrefixBytes = maxGenPrefixBytes + len(tagRegion) + len(tagRule) + rules.MaxNameBytes + 1
 
 // MaxKeyBytes is the largest bound on a caller's key (Config.MaxKeyBytes)
 // that keeps every store key within [region.MaxKeyBytes], the longest key
