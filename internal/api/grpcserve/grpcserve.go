@@ -1,7 +1,7 @@
 // Package grpcserve serves the API's gRPC services with grpc-go's own
 // HTTP/2 transport on a listener of their own: Envoy's rate-limit service
 // (RLS v3 ShouldRateLimit), ratelimit.v1 RateLimitService (Check,
-// CheckBatch, Peek), gRPC health checking and server reflection.
+// CheckBatch, Peek, Reset), gRPC health checking and server reflection.
 //
 // Every call goes through the same methods as the Connect handler on the
 // main port ([api.Server] and [envoyrls.Service]), hence the one decision
