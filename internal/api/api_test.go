@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -665,19 +666,19 @@ func TestReplicator(t *testing.T) {
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: inline(5, time.Minute)}))
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
-	// The totals carry where in the bucket the hits fell (30 s in: the late
-	// half), for the default sliding window, and the limit and the estimate
-	// admitted at, for replication by urgency.
-	at := func(n uint64) window.Halves { return window.Halves{Late: window.Half{N: n, First: 30000, Last: 30000}} }
+	// The totals carry where in the bucket the hits fell (30 s in), as a
+	// coarse trail for the default sliding window, and the limit and the
+	// estimate admitted at, for replication by urgency.
+	at := func(n uint64) window.Trail { return window.Trail{{At: 30000, N: n}} }
 	want := []region.Total{
-		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Halves: at(2), Limit: 10, Estimate: 6},
-		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Halves: at(1), Limit: 5, Estimate: 1},
+		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Trail: at(2), Limit: 10, Estimate: 6},
+		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Trail: at(1), Limit: 5, Estimate: 1},
 	}
 	if len(rep.dirty) != len(want) {
 		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
 	}
 	for i := range want {
-		if rep.dirty[i] != want[i] {
+		if !reflect.DeepEqual(rep.dirty[i], want[i]) {
 			t.Errorf("Dirty[%d] = %v, want %v", i, rep.dirty[i], want[i])
 		}
 	}
@@ -800,8 +801,7 @@ func TestStatsRecomputeEstimate(t *testing.T) {
 		lim := inline(40, time.Minute)
 		lim.Algorithm, lim.Strict = al.algo, al.strict
 		key := fmt.Sprintf("stats-%d-%v", al.algo, al.strict)
-		wl := window.Limit{Limit: 40, Window: time.Minute}
-		remote := map[int64]*window.Halves{}
+		remote := map[int64]*window.Trail{}
 		denied := 0
 		for i := range 400 {
 			ms := base + int64(i)*450
@@ -810,11 +810,11 @@ func TestStatsRecomputeEstimate(t *testing.T) {
 			if rng.IntN(3) == 0 { // another region's hits, replicated
 				h := remote[b]
 				if h == nil {
-					h = &window.Halves{}
+					h = new(window.Trail)
 					remote[b] = h
 				}
-				h.Add(ms-b*60000, 60000, 1+rng.Uint64N(2))
-				if err := store.Merge(ctx, []region.Total{{Key: decision.InlineKey(key), Window: time.Minute, Bucket: b, Region: "eu", Count: h.Count(), Halves: *h}}); err != nil {
+				h.Add(ms-b*60000, 60000, 1+rng.Uint64N(2), false)
+				if err := store.Merge(ctx, []region.Total{{Key: decision.InlineKey(key), Window: time.Minute, Bucket: b, Region: "eu", Count: h.Count(), Trail: *h}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -833,14 +833,16 @@ func TestStatsRecomputeEstimate(t *testing.T) {
 				t.Fatalf("step %d: estimate %d, whole + terms %d, hits %d, allowed %v: %v", i, st.Estimate, est, hits, m.Allowed, st)
 			}
 			if al.algo == 0 {
-				var prev []window.Halves
+				var fromMarks uint64
 				for _, rc := range st.Regions {
-					prev = append(prev, window.Halves{Early: half(rc.PreviousEarly), Late: half(rc.PreviousLate)})
+					for _, mk := range rc.PreviousMarks {
+						if mk.AtMs > st.ElapsedMs {
+							fromMarks += mk.Count
+						}
+					}
 				}
-				l := wl
-				l.Strict = al.strict
-				if got, want := len(l.SpanTerms(st.ElapsedMs, prev)), len(st.Terms); got != want {
-					t.Fatalf("step %d: %d terms from the regions' halves, response has %d", i, got, want)
+				if got, want := st.Whole+fromMarks, st.Estimate; got != want {
+					t.Fatalf("step %d: whole + the regions' marks after e = %d, estimate %d", i, got, want)
 				}
 			}
 			if !m.Allowed {
@@ -851,12 +853,4 @@ func TestStatsRecomputeEstimate(t *testing.T) {
 			t.Errorf("%s strict %v: nothing denied, the test checks little", al.algo, al.strict)
 		}
 	}
-}
-
-// half converts a half from the wire.
-func half(h *ratelimitv1.HalfBucket) window.Half {
-	if h == nil {
-		return window.Half{}
-	}
-	return window.Half{N: h.Count, First: h.FirstMs, Last: h.LastMs, Run: h.RunMs, Before: h.Before}
 }

@@ -133,12 +133,18 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 					return dst, false
 				}
 			}
-			if h := rc.GetPreviousEarly(); h != nil {
-				dst = appendHalf(append(dst, `,"previousEarly":`...), h)
+			dst = append(dst, `,"previousMarks":[`...)
+			for i, m := range rc.GetPreviousMarks() {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, `{"atMs":`...)
+				dst = appendInt(dst, m.GetAtMs())
+				dst = append(dst, `,"count":`...)
+				dst = appendUint(dst, m.GetCount())
+				dst = append(dst, '}')
 			}
-			if h := rc.GetPreviousLate(); h != nil {
-				dst = appendHalf(append(dst, `,"previousLate":`...), h)
-			}
+			dst = append(dst, ']')
 			dst = append(dst, '}')
 		}
 		dst = append(dst, `],"elapsedMs":`...)
@@ -170,20 +176,6 @@ func appendCheckResponse(dst []byte, m *ratelimitv1.CheckResponse) ([]byte, bool
 	dst = append(dst, '"')
 	dst = append(dst, name...)
 	return append(dst, `"}`...), true
-}
-
-func appendHalf(dst []byte, h *ratelimitv1.HalfBucket) []byte {
-	dst = append(dst, `{"count":`...)
-	dst = appendUint(dst, h.Count)
-	dst = append(dst, `,"firstMs":`...)
-	dst = appendInt(dst, h.FirstMs)
-	dst = append(dst, `,"lastMs":`...)
-	dst = appendInt(dst, h.LastMs)
-	dst = append(dst, `,"runMs":`...)
-	dst = appendInt(dst, h.RunMs)
-	dst = append(dst, `,"before":`...)
-	dst = appendUint(dst, h.Before)
-	return append(dst, '}')
 }
 
 func appendUint(dst []byte, n uint64) []byte {

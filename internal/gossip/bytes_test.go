@@ -170,7 +170,7 @@ func measureCost(tb testing.TB, c costRun) costResult {
 					}
 					if out[0].Allowed {
 						admitted++
-						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local, Halves: out[0].LocalHalves,
+						rn.node.Dirty(region.Total{Key: k, Window: c.lim.Window, Bucket: out[0].Bucket, Count: out[0].Local, Trail: out[0].LocalTrail,
 							Limit: c.lim.Limit, Estimate: out[0].Estimate + 1})
 					}
 				}

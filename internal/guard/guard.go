@@ -307,30 +307,29 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	e.others = max(e.others, o)
 }
 
-// spans is the default sliding window's state (window.Limit.DecideSpans)
-// as the horizon's first store result read it: every region's halves of
+// spans is the default sliding window's state (window.Limit.DecideTrails)
+// as the horizon's first store result read it: every region's trails of
 // the previous and current buckets, and the estimate they give at t0 (the
 // request's hits included when allowed). The estimate at a later instant,
-// from the same halves, is what the window's slide freed since: the hits
-// of a half-bucket leave the window over the span they were admitted in,
-// not over the half's length, so a bunch of admissions frees its capacity
-// in a bunch.
+// from the same trails, is what the window's slide freed since: a mark's
+// hits leave the window when its last hit does, so a bunch of admissions
+// frees its capacity in a bunch.
 type spans struct {
 	l         window.Limit
 	bucket    int64
-	prev, cur []window.Halves
+	prev, cur []window.Trail
 	est0      uint64
 }
 
-// estimate is the estimate at t from the halves alone (nothing admitted
+// estimate is the estimate at t from the trails alone (nothing admitted
 // since t0).
 func (sp *spans) estimate(t time.Time) uint64 {
 	ms := t.UnixMilli()
 	switch b := ms / sp.l.WindowMs(); b {
 	case sp.bucket:
-		return sp.l.DecideSpans(ms, sp.prev, sp.cur, -1, 0).Estimate
+		return sp.l.DecideTrails(ms, sp.prev, sp.cur, -1, 0).Estimate
 	case sp.bucket + 1:
-		return sp.l.DecideSpans(ms, sp.cur, nil, -1, 0).Estimate
+		return sp.l.DecideTrails(ms, sp.cur, nil, -1, 0).Estimate
 	default:
 		return 0
 	}
@@ -345,30 +344,20 @@ func (sp *spans) freed(t time.Time) uint64 {
 	return sp.est0 - est
 }
 
-// newSpans returns the span counter's state of res, decided at now with
-// hits, or nil when res is not a span counter's result or its halves do
-// not give back its estimate (the window length is recovered from the
-// bucket index and offset: W is 2H or 2H+1, H = res.SubMs).
+// newSpans returns the trail counter's state of res, decided at now with
+// hits, or nil when res is not a trail counter's result or its trails do
+// not give back its estimate (the window is res.SubMs).
 func newSpans(now time.Time, limit, hits uint64, res *region.Result) *spans {
-	if res.SubMs <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 {
+	w := res.SubMs
+	if w <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 || res.Bucket*w+res.ElapsedMs != now.UnixMilli() {
 		return nil
 	}
-	ms := now.UnixMilli()
-	var w int64
-	for _, c := range []int64{2 * res.SubMs, 2*res.SubMs + 1} {
-		if res.Bucket*c+res.ElapsedMs == ms {
-			w = c
-		}
-	}
-	if w == 0 {
-		return nil
-	}
-	sp := &spans{bucket: res.Bucket, prev: make([]window.Halves, 0, len(res.Regions)), cur: make([]window.Halves, 0, len(res.Regions))}
+	sp := &spans{bucket: res.Bucket, prev: make([]window.Trail, 0, len(res.Regions)), cur: make([]window.Trail, 0, len(res.Regions))}
 	has := false
 	for _, rc := range res.Regions {
-		sp.prev = append(sp.prev, rc.PreviousHalves)
-		sp.cur = append(sp.cur, rc.CurrentHalves)
-		has = has || rc.PreviousHalves.Count() > 0 || rc.CurrentHalves.Count() > 0
+		sp.prev = append(sp.prev, rc.PreviousTrail)
+		sp.cur = append(sp.cur, rc.CurrentTrail)
+		has = has || rc.PreviousTrail.Count() > 0 || rc.CurrentTrail.Count() > 0
 	}
 	if !has {
 		return nil
@@ -377,13 +366,11 @@ func newSpans(now time.Time, limit, hits uint64, res *region.Result) *spans {
 	if res.Allowed {
 		want += hits
 	}
-	for _, strict := range []bool{false, true} {
-		sp.l = window.Limit{Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: window.SlidingWindow, Strict: strict}
-		if sp.est0 = sp.estimate(now); sp.est0 == want {
-			return sp
-		}
+	sp.l = window.Limit{Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: window.SlidingWindow}
+	if sp.est0 = sp.estimate(now); sp.est0 != want {
+		return nil
 	}
-	return nil
+	return sp
 }
 
 // New returns a Guard.

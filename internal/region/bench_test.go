@@ -202,11 +202,11 @@ func BenchmarkCheckModes(b *testing.B) {
 		var totals []region.Total
 		for r, name := range []string{"r1", "r2"} {
 			for _, bb := range []int64{bk - 1, bk} {
-				var h window.Halves
+				var h window.Trail
 				for i := int64(0); i < 200; i++ {
-					h.Add((i*277+int64(r)*1000)%w.Milliseconds(), w.Milliseconds(), 3)
+					h.Add((i*277+int64(r)*1000)%w.Milliseconds(), w.Milliseconds(), 3, false)
 				}
-				totals = append(totals, region.Total{Key: key, Window: w, Bucket: bb, Region: name, Count: h.Count(), Halves: h})
+				totals = append(totals, region.Total{Key: key, Window: w, Bucket: bb, Region: name, Count: h.Count(), Trail: h})
 			}
 		}
 		if err := s.Merge(context.Background(), totals); err != nil {

@@ -393,7 +393,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			res[i].LocalRegion = f.fbRegion
 			if res[i].Allowed && !q.Peek {
 				f.remember(Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: f.fbRegion,
-					Count: res[i].Local, Halves: res[i].LocalHalves})
+					Count: res[i].Local, Trail: res[i].LocalTrail})
 			}
 		}
 	}

@@ -11,7 +11,7 @@
 // A [Limit] is at most Limit hits per Window, counted by one of five
 // algorithms:
 //
-//   - [SlidingWindow], the default, decided by [Limit.DecideSpans]: each
+//   - [SlidingWindow], the default, decided by [Limit.DecideTrails]: each
 //     epoch-aligned bucket of length W is split at H = floor(W/2) into two
 //     halves, and each region keeps per half its count, the offsets of its
 //     first and last hit and where its latest run of hits began ([Half]).

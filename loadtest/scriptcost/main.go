@@ -255,13 +255,13 @@ func seed(ctx context.Context, s *region.Redis, key string, m mode) error {
 	var totals []region.Total
 	for r, name := range []string{"r1", "r2"} {
 		for _, bb := range []int64{b - 1, b} {
-			var h window.Halves
+			var h window.Trail
 			for i := int64(0); i < 200; i++ {
-				h.Add((i*277+int64(r)*1000)%wMs, wMs, 3)
+				h.Add((i*277+int64(r)*1000)%wMs, wMs, 3, false)
 			}
 			t := region.Total{Key: key, Window: w, Bucket: bb, Region: name, Count: h.Count()}
 			if m.halves {
-				t.Halves = h
+				t.Trail = h
 			}
 			totals = append(totals, t)
 		}

@@ -52,8 +52,8 @@ type node struct {
 	idx   int
 	store *region.Memory
 	guard *guard.Guard
-	dirty map[region.Total]uint64 // key/window/bucket/region (Count 0) -> count
-	heard []int64                 // per region: last frame received (ms), -inf when never
+	dirty map[region.BucketRef]region.Total // the newest own total of each bucket
+	heard []int64                           // per region: last frame received (ms), -inf when never
 	// own is the latest own total per key of the buckets an estimate
 	// reads (the current and the previous), re-sent whole to a region
 	// heard from again after it was silent.
@@ -93,7 +93,7 @@ func (q *events) Pop() any {
 func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, now: startMs}
 	for i := range cfg.Regions {
-		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.Total]uint64{}, heard: make([]int64, cfg.Regions),
+		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
 		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
 		n.guard = guard.New(guard.Config{})
@@ -189,18 +189,17 @@ func (w *world) decide(e *event) {
 	}
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
 	w.by[e.key] = append(w.by[e.key], e.to)
-	k := region.Total{Key: e.key, Window: l.Window, Bucket: res[0].Bucket, Region: n.name}
-	n.dirty[k] = max(n.dirty[k], res[0].Local)
-	n.own[region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket}] = res[0].Local
+	k := region.BucketRef{Key: e.key, Window: l.Window, Bucket: res[0].Bucket}
+	n.dirty[k] = region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
+	n.own[k] = res[0].Local
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 }
 
 func (w *world) flush(r int) {
 	n := w.regions[r]
 	var tot []region.Total
-	for k, c := range n.dirty {
-		k.Count = c
-		tot = append(tot, k)
+	for _, t := range n.dirty {
+		tot = append(tot, t)
 	}
 	clear(n.dirty)
 	sort.Slice(tot, func(i, j int) bool { return tot[i].Key < tot[j].Key })

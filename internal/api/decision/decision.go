@@ -485,7 +485,7 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 		return l, Invalid("%slimit.algorithm: unknown algorithm %d", field, int32(a))
 	}
 	if lim.GetStrict() {
-		if !l.Algorithm.Spans() {
+		if !l.Algorithm.Trails() {
 			return l, Invalid("%slimit.strict: applies to the sliding window algorithm only, not %s", field, l.Algorithm)
 		}
 		l.Strict = true
@@ -598,7 +598,7 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 				Bucket: res.Bucket,
 				Region: reg,
 				Count:  res.Local,
-				Halves: res.LocalHalves,
+				Trail:  res.LocalTrail,
 				// How urgent the total is: the rule's limit (not the
 				// burst guard's store limit) and the estimate admitted at.
 				Limit:    r.Store.Limit.Limit,
