@@ -669,7 +669,7 @@ func TestReplicator(t *testing.T) {
 	// The totals carry where in the bucket the hits fell (30 s in), as a
 	// coarse trail for the default sliding window, and the limit and the
 	// estimate admitted at, for replication by urgency.
-	at := func(n uint64) window.Trail { return window.Trail{{At: 30000, N: n}} }
+	at := func(n uint64) window.Trail { return window.Trail{{At: 30000, Cum: n}} }
 	want := []region.Total{
 		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Trail: at(2), Limit: 10, Estimate: 6},
 		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Trail: at(1), Limit: 5, Estimate: 1},

@@ -142,7 +142,7 @@ func marks(t window.Trail) []*ratelimitv1.Mark {
 	}
 	out := make([]*ratelimitv1.Mark, len(t))
 	for i, m := range t {
-		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: m.N}
+		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: t.N(i)}
 	}
 	return out
 }

@@ -108,16 +108,16 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		// within reports whether trail x is no further than y from nothing:
 		// in every coarse granule, no more hits and no later last hit.
 		within := func(x, y window.Trail) bool {
-			for _, m := range x {
+			for i, m := range x {
 				g := window.CoarseGranule(m.At, 1000)
 				var n uint64
 				last := int64(-1)
-				for _, o := range y {
+				for j, o := range y {
 					if window.CoarseGranule(o.At, 1000) == g {
-						n, last = n+o.N, o.At
+						n, last = n+y.N(j), o.At
 					}
 				}
-				if m.N > n || m.At > last {
+				if x.N(i) > n || m.At > last {
 					return false
 				}
 			}

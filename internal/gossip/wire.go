@@ -182,8 +182,8 @@ func entrySize(t region.Total) int {
 	n += binary.PutUvarint(b[:], t.Count)
 	n += binary.PutUvarint(b[:], uint64(len(t.Trail)))
 	next := int64(0)
-	for _, m := range t.Trail {
-		n += binary.PutUvarint(b[:], uint64(m.At-next)) + binary.PutUvarint(b[:], m.N)
+	for i, m := range t.Trail {
+		n += binary.PutUvarint(b[:], uint64(m.At-next)) + binary.PutUvarint(b[:], t.Trail.N(i))
 		next = m.At + 1
 	}
 	return n
@@ -282,9 +282,9 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		cur = binary.AppendUvarint(cur, t.Count)
 		cur = binary.AppendUvarint(cur, uint64(len(t.Trail)))
 		next := int64(0)
-		for _, m := range t.Trail {
+		for i, m := range t.Trail {
 			cur = binary.AppendUvarint(cur, uint64(m.At-next))
-			cur = binary.AppendUvarint(cur, m.N)
+			cur = binary.AppendUvarint(cur, t.Trail.N(i))
 			next = m.At + 1
 		}
 		n++
@@ -455,7 +455,7 @@ func decodeTrail(b []byte, t *region.Total) (int, error) {
 	if k > 0 {
 		t.Trail = make(window.Trail, k)
 	}
-	next := int64(0)
+	next, cum := int64(0), uint64(0)
 	for i := range t.Trail {
 		d, n1 := binary.Uvarint(b[p:])
 		if n1 <= 0 || d > uint64(maxWindowMs) {
@@ -467,7 +467,8 @@ func decodeTrail(b []byte, t *region.Total) (int, error) {
 			return 0, fmt.Errorf("bad mark: %w", ErrMalformed)
 		}
 		p += n2
-		t.Trail[i] = window.Mark{At: next + int64(d), N: n}
+		cum += n
+		t.Trail[i] = window.Mark{At: next + int64(d), Cum: cum}
 		next = t.Trail[i].At + 1
 	}
 	if !region.ValidTrail(*t) {
@@ -499,7 +500,7 @@ func decodeHalves(b []byte, t *region.Total) (int, error) {
 		if v[0] == 0 || v[1] > uint64(maxWindowMs) || v[2] > uint64(maxWindowMs) {
 			return 0, fmt.Errorf("empty half sent: %w", ErrMalformed)
 		}
-		t.Trail = append(t.Trail, window.Mark{At: int64(v[1] + v[2]), N: v[0]})
+		t.Trail = append(t.Trail, window.Mark{At: int64(v[1] + v[2]), Cum: t.Trail.Count() + v[0]})
 	}
 	if !region.ValidTrail(*t) {
 		return 0, fmt.Errorf("halves not valid for the window or the count: %w", ErrMalformed)

@@ -100,7 +100,7 @@ func TestFrameSize(t *testing.T) {
 		t.Errorf("entrySize(20-byte key, a full trail) = %d, want <= %d", got, 33+window.Granules*5)
 	}
 	// Keys far below their limit, a few hits each: a mark or two.
-	one.Trail = window.Trail{{At: 12000, N: 3}, {At: 30500, N: 2}}
+	one.Trail = window.Trail{{At: 12000, Cum: 3}, {At: 30500, Cum: 5}}
 	var totals []region.Total
 	for i := range 1000 {
 		tt := one
@@ -185,7 +185,7 @@ func TestDecodeVersion3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode(version 3) = %v", err)
 	}
-	want := window.Trail{{At: 120, N: 4}, {At: 30007, N: 5}}
+	want := window.Trail{{At: 120, Cum: 4}, {At: 30007, Cum: 9}}
 	if len(m.Totals) != 1 || !slices.Equal(m.Totals[0].Trail, want) || m.Totals[0].Count != 9 {
 		t.Errorf("Decode(version 3) totals = %+v, want one of count 9 with trail %v", m.Totals, want)
 	}

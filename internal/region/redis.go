@@ -770,7 +770,7 @@ func parseTrail(s string) window.Trail {
 		if !(f > float64(cum) && f <= 1<<53) || f != math.Trunc(f) || (len(t) > 0 && at <= t[len(t)-1].At) {
 			break
 		}
-		t = append(t, window.Mark{At: at, N: uint64(f) - cum})
+		t = append(t, window.Mark{At: at, Cum: uint64(f)})
 		cum = uint64(f)
 	}
 	return t
@@ -779,11 +779,9 @@ func parseTrail(s string) window.Trail {
 // formatTrail packs t as the scripts store it (see trailSuffix).
 func formatTrail(t window.Trail) string {
 	b := make([]byte, 0, len(t)*markBytes)
-	var cum uint64
 	for _, m := range t {
-		cum += m.N
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.At))
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(cum)))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(m.Cum)))
 	}
 	return string(b)
 }

@@ -697,7 +697,7 @@ func testTrailsMerge(t *testing.T, s region.Store, key string) {
 		merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Trail: h})
 	}
 	// Invalid trails are merged as counts alone.
-	bad := window.Trail{{At: 7, N: 1}, {At: 3, N: 1}}
+	bad := window.Trail{{At: 7, Cum: 1}, {At: 3, Cum: 2}}
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "r3", Count: 2, Trail: bad})
 	l := window.Limit{Limit: 1000, Window: w}
 	var here window.Trail
