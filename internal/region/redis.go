@@ -715,7 +715,7 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 // parseVector parses the elements of an HGETALL reply into b, which holds
 // no counts yet.
 func parseVector(b *memBucket, raw []any) error {
-	b.used, b.counts = true, make([]regionN, 0, len(raw)/2)
+	b.used, b.private, b.counts = true, true, make([]regionN, 0, len(raw)/2)
 	trails := false
 	for i := 0; i+1 < len(raw); i += 2 {
 		f, _ := raw[i].(string)
