@@ -542,7 +542,7 @@ func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64)
 // window.Limit.DecideTrails, and returns them with the index of region
 // (-1 when absent). A region whose count exceeds its trail's (hits counted
 // without marks) has the excess added at the bucket's last millisecond
-// (window.Trail.WithExcess). The trails alias b's: they are valid until b
+// (window.Trail.Fit). The trails alias b's: they are valid until b
 // next changes.
 func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]window.Trail, int) {
 	local := -1
@@ -553,7 +553,7 @@ func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]wind
 		if c.region == region {
 			local = len(buf)
 		}
-		buf = append(buf, c.h.WithExcess(c.n, wMs))
+		buf = append(buf, c.h.Fit(c.n, wMs))
 	}
 	return buf, local
 }
@@ -564,7 +564,7 @@ func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]wind
 func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 	h := c.h
 	if excess {
-		h = h.WithExcess(c.n, wMs)
+		h = h.Fit(c.n, wMs)
 	}
 	if !exact {
 		h = h.Coarse(wMs)

@@ -755,7 +755,7 @@ func trailField(f string) (reg string, ok bool) {
 // It stops at the first mark that does not follow from the ones before
 // (offsets not increasing, counts not growing, or not integers below
 // 2^53): the hits after it are then the count's excess, which counts as
-// late as any (window.Trail.WithExcess), as in the script.
+// late as any (window.Trail.Fit), as in the script.
 func parseTrail(s string) window.Trail {
 	k := len(s) / markBytes
 	if k == 0 {

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // Bounds of the default sliding window's state.
 const (
@@ -236,13 +239,27 @@ func granuleRun(t Trail, g, wMs int64) (k int, last int64) {
 	return k, last
 }
 
-// WithExcess returns t with the hits of count n that it lacks (a count
-// reported without its marks) added as a mark at the bucket's last
-// millisecond, wMs-1: they count as long as any hit of the bucket may.
-// It returns t itself when t holds n hits or more.
-func (t Trail) WithExcess(n uint64, wMs int64) Trail {
-	if n <= t.Count() {
+// Fit returns t as a decision reads it for a region whose count is n: the
+// count is the authority on how many hits there are, the trail on where
+// they fell. Hits of n that t lacks (a count reported without its marks)
+// are added as a mark at the bucket's last millisecond, wMs-1, so they
+// count as long as any hit of the bucket may; when t holds more hits than
+// n (two histories merged, after a restart), its earliest hits are dropped
+// until it holds n, which keeps the ones that count longest. It returns t
+// itself when t holds exactly n.
+func (t Trail) Fit(n uint64, wMs int64) Trail {
+	c := t.Count()
+	switch {
+	case n == c:
 		return t
+	case n < c:
+		drop := c - n
+		i := sort.Search(len(t), func(i int) bool { return t[i].Cum > drop })
+		out := make(Trail, len(t)-i)
+		for j, m := range t[i:] {
+			out[j] = Mark{At: m.At, Cum: m.Cum - drop}
+		}
+		return out
 	}
 	out := make(Trail, len(t), len(t)+1)
 	copy(out, t)
@@ -272,7 +289,7 @@ func (t Trail) WithExcess(n uint64, wMs int64) Trail {
 // for a coarse one.
 //
 // prev and cur are the regions' trails of buckets b-1 and b, in any order
-// (with any count reported without marks added by [Trail.WithExcess]), and
+// (fitted to each region's count by [Trail.Fit]), and
 // cur[local] is the local region's, the one an allowed request adds its
 // hits to (for ResetAfter; pass a local out of range when cur lacks it).
 // The decision does not change prev or cur: when it is allowed, the caller
