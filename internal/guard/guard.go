@@ -79,17 +79,16 @@
 // What this bounds and what it does not: the regions' horizons are not
 // aligned and their weights differ by what each has not heard, so this is
 // not a proof that the pool never takes more than the headroom. Measured
-// in the simulator on the strict counter (which never errs in one
-// region), every region at 10x the limit's rate admitted at most the
+// in the simulator, every region at 10x the limit's rate admitted at most the
 // limit in any trailing window with 2 and 3 regions on 1 s and 10 s
 // windows and with 10 regions on 1 s windows, and 1.04 x with 10 regions
 // on 10 s windows; a copy of a split (two regions of three contending for
 // 60 per second, 50 hits/s each) kept the majority within 60 and the pool
 // within 80 in every trailing window over 160 runs on both counters (`go
-// test -run TestSplit -v ./loadtest/sim/`). The default counter's own
-// error (it estimates where in the oldest half-bucket its hits fell) is
-// on top: up to 1.02 x with three regions at 10x on 10 s windows. The
-// price of the exactness is capacity where a region's share per horizon
+// test -run TestSplit -v ./loadtest/sim/`). The default counter never
+// errs above the limit in one region; across regions a remote trail is
+// coarse, so its hits may count up to 1/64 of a window late. The price of
+// the exactness is capacity where a region's share per horizon
 // is a fraction of a hit: ten regions at 10x on 1 s windows kept at least
 // 0.55 of the limit in steady state on the default counter (0.80 with
 // shares rounded up, at up to 1.10 x the limit). Reproduce with `go run
@@ -113,18 +112,13 @@
 // the full limit, so that the key stays live: only then may a node take
 // hits beyond its share, once per horizon. Within the horizon the quota
 // also grows by this region's share of what the window's slide frees,
-// which no other region's traffic can have taken. For the default sliding window (the
-// half-bucket span counter) and a region alone, what the slide frees is
-// recomputed from the halves the first result carried: a half's hits
-// leave over the span they were admitted in, so a bunch of admissions
-// frees its capacity in a bunch, much faster than the half's length. For
-// the other counters, and for the span counter with several regions
-// active, the oldest (sub-)bucket's weight is taken to fall linearly.
-// Without it a single region would keep only about 1 - H/W of the limit
-// (0.92 for 1 s windows at H = 80 ms); and on the span counter a share
-// below 1 would leave a last hit of each bunch to the next horizon's
-// probe, after a gap that starts a new run and makes the counter count
-// the whole bunch late (0.44 of the limit for 1 s windows).
+// which no other region's traffic can have taken. For the default sliding
+// window that is recomputed from the trails the horizon's first result
+// carried: a mark's hits leave the window when its last one does, so a
+// bunch of admissions frees its capacity in a bunch. For the other
+// counters the oldest bucket's weight is taken to fall linearly. Without
+// it a single region would keep only about 1 - H/W of the limit (0.92 for
+// 1 s windows at H = 80 ms).
 //
 // # The partition share
 //
@@ -544,10 +538,8 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		e.quota, e.others = 0, 0
 		e.setQuota(now, before, limit, w, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
-		if w.own > 0 && w.own == w.sum {
-			if e.spans = newSpans(now, limit, hits, res); e.spans != nil {
-				return guardRetry
-			}
+		if e.spans = newSpans(now, limit, hits, res); e.spans != nil {
+			return guardRetry
 		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {
 			e.oldest, e.subMs = res.SubOldest, res.SubMs
