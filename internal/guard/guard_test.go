@@ -100,8 +100,8 @@ func TestCharge(t *testing.T) {
 	}{
 		{"no split", []string{"a", "b", "c"}, nil, false},
 		{"minority", []string{"a"}, []string{"b", "c"}, true},
-		{"majority", []string{"b", "c"}, []string{"a"}, false},
-		{"half with the smallest", []string{"a"}, []string{"b"}, false},
+		{"majority", []string{"b", "c"}, []string{"a"}, true},
+		{"half with the smallest", []string{"a"}, []string{"b"}, true},
 		{"half without it", []string{"b"}, []string{"a"}, true},
 	}
 	for _, tt := range tests {
