@@ -16,11 +16,8 @@ import (
 // the processor once (runtime.Gosched), again while yielding brings more
 // calls, so that requests already read and ready to run join it, and then
 // sends it. A lone request at low load is not delayed: its yield returns at
-// once. Without the yield the leader went alone and the requests that came
-// with it waited a round trip for the next batch: on one core shared with
-// Redis, 0.21-0.27 script calls per decision, most of them lone, against
-// 0.04-0.05 with it, and 12-17% less CPU per decision, node and Redis
-// together (loadtest/bench, uniform10k over Connect JSON and Envoy RLS).
+// once. Without the yield the leader would go alone, and the requests that
+// came with it would wait a round trip for the next batch.
 //
 // While a round trip is in flight, later calls gather into the next batch,
 // which is sent when the round trip in flight returns, when maxWait has
@@ -37,10 +34,8 @@ const (
 	// maxWait is the longest a call waits for others to join its batch
 	// while a round trip is in flight. A batch normally goes when the
 	// round trip in flight returns, well before; the bound only sends a
-	// second round trip beside a slow one. A shorter bound split batches
-	// under load (on one core shared with Redis, 0.30-0.34 script calls
-	// per decision at 200µs against 0.18-0.24 at 2ms, and about 12% more
-	// CPU per decision; loadtest/bench, uniform10k over Connect JSON).
+	// second round trip beside a slow one. A shorter bound splits batches
+	// under load (docs/performance.md).
 	maxWait = 2 * time.Millisecond
 	// maxBatch is the most requests one gathered pipeline carries; a call
 	// with at least this many requests is sent on its own.
@@ -92,8 +87,7 @@ type batch struct {
 	timer *time.Timer // sends the batch at maxWait
 	// expired is closed the coalescer's timeout after the batch opened;
 	// nil without a timeout. One timer per batch bounds every call in it,
-	// where a context per call cost each decision a timer and about six
-	// allocations.
+	// rather than a context (and its timer) per call.
 	expired  chan struct{}
 	deadline *time.Timer
 }
