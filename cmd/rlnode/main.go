@@ -46,7 +46,14 @@ func main() {
 // run runs a node until ctx is done or the process gets SIGTERM or SIGINT,
 // then drains in-flight requests and returns nil. stdout receives -help's
 // text; stderr receives the logs.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runWithClock(ctx, args, getenv, stdout, stderr, time.Now)
+}
+
+// runWithClock is run with now as the clock of every decision, of the
+// failover and of gossip (without --redis-clock=false, Redis's TIME
+// still picks a counter decision's bucket).
+func runWithClock(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, now func() time.Time) (err error) {
 	if len(args) > 0 && args[0] == "validate" {
 		return validate(args[1:], getenv, stdout, stderr)
 	}
@@ -65,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stop()
 	defer tuneGC(ctx, &c, getenv, log)()
 
-	store, err := openStore(ctx, c, log)
+	store, err := openStore(ctx, c, log, now)
 	if err != nil {
 		return err
 	}
@@ -106,6 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	gcfg.Now = now
 	if gossipOn {
 		if store.Redis != nil {
 			gcfg.Epoch = store.Redis.Epoch // a Redis that lost its counts is repaired from its peers
@@ -131,6 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	acfg := api.Config{
 		Store:           store, // the Stack: api finds its layers through Unwrap
 		Region:          c.Region,
+		Now:             now,
 		MaxKeyBytes:     c.MaxKeyBytes,
 		MaxBatch:        c.MaxBatch,
 		MaxRequestBytes: c.MaxRequestBytes,
@@ -264,8 +273,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // that decides under --on-store-failure while Redis is unavailable, and
 // the deny cache; or the in-memory store). A Redis that does not answer at
 // start does not stop the node: it decides under the failure policy and
-// connects in the background. go-redis's own log lines go to log.
-func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, error) {
+// connects in the background. go-redis's own log lines go to log; the
+// failover reads the clock now.
+func openStore(ctx context.Context, c config, log *slog.Logger, now func() time.Time) (*region.Stack, error) {
 	cfg := region.Config{
 		Region: c.Region,
 		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
@@ -281,7 +291,7 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, 
 		}
 		policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
 		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc, ServerClock: c.RedisClock}
-		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout}
+		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout, Now: now}
 		if c.DenyCacheKeys > 0 {
 			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}
 		}

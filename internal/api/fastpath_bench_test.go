@@ -52,10 +52,7 @@ func (protojsonCodec) Unmarshal(b []byte, m any) error {
 //	           decoder and encoder inside Connect's codec interface)
 //	protojson  Connect's handler with protojson as its codec
 //
-// Measured on 2 shared cores (Go 1.26, `go test -run '^$' -bench
-// JSONServing -benchmem -count 3 ./internal/api/`), best of 3: fastpath
-// 3.8 µs, 1.0 KB, 19 allocs; connect 10.1 µs, 2.6 KB, 39 allocs;
-// protojson 23.8 µs, 5.4 KB, 101 allocs.
+// docs/performance.md gives its figures.
 func BenchmarkJSONServing(b *testing.B) {
 	newServer := func() *Server {
 		s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Registerer: prometheus.NewRegistry(), Now: time.Now})

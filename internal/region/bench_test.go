@@ -66,17 +66,18 @@ func redisCPU(b *testing.B, s *region.Redis) float64 {
 func BenchmarkRedisCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, tc := range []struct {
-		name  string
-		batch int
-		co    region.Coalesce
+		name      string
+		batch     int
+		co        region.Coalesce
+		unbatched bool
 	}{
-		{"single/coalesced", 1, region.Coalesce{}},
-		{"single/direct", 1, region.Coalesce{Disabled: true}},
-		{"batch10/coalesced", 10, region.Coalesce{}},
-		{"batch10/direct", 10, region.Coalesce{Disabled: true}},
-		{"single/coalesced/unbatched", 1, region.Coalesce{Unbatched: true}},
-		{"batch10/coalesced/unbatched", 10, region.Coalesce{Unbatched: true}},
-		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true, Unbatched: true}},
+		{"single/coalesced", 1, region.Coalesce{}, false},
+		{"single/direct", 1, region.Coalesce{Disabled: true}, false},
+		{"batch10/coalesced", 10, region.Coalesce{}, false},
+		{"batch10/direct", 10, region.Coalesce{Disabled: true}, false},
+		{"single/coalesced/unbatched", 1, region.Coalesce{}, true},
+		{"batch10/coalesced/unbatched", 10, region.Coalesce{}, true},
+		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true}, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: tc.co})
@@ -84,6 +85,9 @@ func BenchmarkRedisCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
+			if tc.unbatched {
+				region.SetUnbatched(s)
+			}
 			b.SetParallelism(16)
 			redistest.ResetStats(b, srv.Addr)
 			cpu0 := redisCPU(b, s)

@@ -69,9 +69,8 @@ type Config struct {
 
 // streamWorkers is how many goroutines serve calls, reused from call to
 // call (grpc-go starts a new goroutine for a call when they are all busy).
-// A new goroutine per call grows its stack through the decision path on
-// every call: that copying was about a quarter of the node's CPU on
-// Envoy's hot-key row of loadtest/bench.
+// A new goroutine per call would grow its stack through the decision path
+// on every call (docs/performance.md has what that copying cost).
 func streamWorkers() uint32 {
 	return uint32(max(64, 16*runtime.GOMAXPROCS(0)))
 }
