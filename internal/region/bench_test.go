@@ -295,7 +295,7 @@ func scriptMicros(b *testing.B, c redis.UniversalClient) float64 {
 //	go test ./internal/region -run '^$' -bench RedisMemoryPerKey -benchtime 1x
 func BenchmarkRedisMemoryPerKey(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here", Coalesce: region.Coalesce{Unbatched: true}})
+	s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here"})
 	if err != nil {
 		b.Fatal(err)
 	}
