@@ -27,18 +27,22 @@ func TestLimitFlags(t *testing.T) {
 		"RLNODE_MAX_BATCH": "9", "RLNODE_MAX_REQUEST_BYTES": "4096", "RLNODE_MAX_HITS": "50",
 		"RLNODE_MAX_WINDOW": "1h", "RLNODE_MAX_LOG_LIMIT": "77", "RLNODE_MAX_RULES": "3",
 		"RLNODE_ON_STORE_FAILURE": "closed", "RLNODE_STORE_TIMEOUT": "20ms",
+		"RLNODE_MAX_STREAMS": "8", "RLNODE_MAX_REQUEST_MEMORY": "2",
 	}), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.MaxBatch != 7 || c.MaxRequestBytes != 4096 || c.MaxHits != 50 || c.MaxWindow != time.Hour || c.MaxLogLimit != 77 ||
-		c.MaxRules != 3 || c.OnStoreFailure != "closed" || c.StoreTimeout != 20*time.Millisecond {
+		c.MaxRules != 3 || c.OnStoreFailure != "closed" || c.StoreTimeout != 20*time.Millisecond ||
+		c.MaxStreams != 8 || c.MaxRequestMemoryMiB != 2 {
 		t.Errorf("parseConfig = %+v", c)
 	}
 	checkRefused(t, []refusal{
 		{[]string{"--max-batch", "0"}, "--max-batch: 0, want at least 1"},
 		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3964 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
 		{[]string{"--max-request-bytes", "10"}, "--max-request-bytes: 10, want at least 64"},
+		{[]string{"--max-streams", "0"}, "--max-streams: 0, want 1 to 1000"},
+		{[]string{"--max-request-memory", "0"}, "--max-request-memory: 0, want 1 to 1048576 MiB"},
 		{[]string{"--max-hits", "0"}, "--max-hits: 0, want at least 1"},
 		{[]string{"--max-window", "200h"}, "--max-window: 200h0m0s, want 1s to 168h"},
 		{[]string{"--max-log-limit", "0"}, "--max-log-limit: 0, want at least 1"},
@@ -61,7 +65,7 @@ func TestLimitFlags(t *testing.T) {
 	}{
 		{"Check", `{"key":"12345","limit":{"limit":10,"window":"60s"}}`, "key: 5 bytes, more than the maximum of 4"},
 		{"Check", `{"key":"a","hits":4,"limit":{"limit":10,"window":"60s"}}`, "hits: 4 is more than the maximum of 3"},
-		{"CheckBatch", `{"checks":[{"key":"a"},{"key":"b"},{"key":"c"}]}`, "checks: 3 checks, more than the maximum of 2"},
+		{"CheckBatch", `{"checks":[{"key":"a"},{"key":"b"},{"key":"c"}]}`, "checks: more than the maximum of 2 checks"},
 	} {
 		code, body := post(t, n.base+"/ratelimit.v1.RateLimitService/"+tc.method, tc.body)
 		if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) || !strings.Contains(body, tc.want) {

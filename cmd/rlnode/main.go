@@ -137,17 +137,18 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	}
 
 	acfg := api.Config{
-		Store:           store, // the Stack: api finds its layers through Unwrap
-		Region:          c.Region,
-		Now:             now,
-		MaxKeyBytes:     c.MaxKeyBytes,
-		MaxBatch:        c.MaxBatch,
-		MaxRequestBytes: c.MaxRequestBytes,
-		MaxHits:         c.MaxHits,
-		MaxWindow:       c.MaxWindow,
-		MaxLogLimit:     c.MaxLogLimit,
-		Logger:          log,
-		Registerer:      reg,
+		Store:            store, // the Stack: api finds its layers through Unwrap
+		Region:           c.Region,
+		Now:              now,
+		MaxKeyBytes:      c.MaxKeyBytes,
+		MaxBatch:         c.MaxBatch,
+		MaxRequestBytes:  c.MaxRequestBytes,
+		MaxRequestMemory: int64(c.MaxRequestMemoryMiB) << 20,
+		MaxHits:          c.MaxHits,
+		MaxWindow:        c.MaxWindow,
+		MaxLogLimit:      c.MaxLogLimit,
+		Logger:           log,
+		Registerer:       reg,
 		Check: forwardauth.Config{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
@@ -183,6 +184,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	watchRules(ctx, ruleFiles, h, reload)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
+	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: c.MaxStreams}
 	if err := serveTLS(c, srv, reload); err != nil {
 		return err
 	}
@@ -314,6 +316,10 @@ const (
 	httpWriteTimeout      = 30 * time.Second
 	httpIdleTimeout       = 2 * time.Minute
 	httpMaxHeaderBytes    = 64 << 10
+	// defaultMaxStreams is --max-streams's default: HTTP/2 streams one
+	// connection may have open, each a request of up to
+	// --max-request-bytes in memory.
+	defaultMaxStreams = 32
 )
 
 // newGRPCServer returns the grpc-go server of --grpc-listen and its
@@ -323,7 +329,7 @@ func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config)
 	if c.GRPCListen == "" {
 		return nil, nil, nil
 	}
-	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout}
+	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout, MaxStreams: uint32(c.MaxStreams)}
 	if tokens != nil {
 		gcfg.Tokens, gcfg.OpenPaths = tokens, openPaths(c)
 	}

@@ -53,7 +53,11 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	if v := h.Get("Connect-Protocol-Version"); v != "" && v != "1" {
 		return false
 	}
-	if r.ContentLength > int64(s.cfg.MaxRequestBytes) {
+	limit := s.reads.check
+	if path == pathCheckBatch {
+		limit = s.reads.batch
+	}
+	if r.ContentLength > int64(limit) {
 		return false
 	}
 	bp := fastBufs.Get().(*[]byte)
@@ -62,9 +66,13 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 			fastBufs.Put(bp)
 		}
 	}()
-	body, err := readAtMost((*bp)[:0], r.Body, s.cfg.MaxRequestBytes)
+	if n := int(r.ContentLength); n > cap(*bp) {
+		// One buffer of the declared size rather than doublings up to it.
+		*bp = make([]byte, 0, n+1)
+	}
+	body, err := readAtMost((*bp)[:0], r.Body, limit)
 	*bp = body[:0]
-	if err != nil || len(body) > s.cfg.MaxRequestBytes {
+	if err != nil || len(body) > limit {
 		// Let Connect read the rest and report what is wrong.
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(bytes.Clone(body)), r.Body))
 		return false
@@ -85,7 +93,12 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		msg, callErr = respMsg(resp, err)
 	case pathCheckBatch:
 		in := &ratelimitv1.CheckBatchRequest{}
-		if !decodeFast(body, in) {
+		ok, over := decodeFastMax(body, in, s.cfg.MaxBatch)
+		if over {
+			callErr = tooManyChecks(s.cfg.MaxBatch)
+			break
+		}
+		if !ok {
 			break
 		}
 		resp, err := s.CheckBatch(ctx, connect.NewRequest(in))

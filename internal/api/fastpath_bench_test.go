@@ -62,7 +62,7 @@ func BenchmarkJSONServing(b *testing.B) {
 		return s
 	}
 	s := newServer()
-	_, connectHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, append([]connect.HandlerOption{connect.WithReadMaxBytes(s.cfg.MaxRequestBytes)}, jsonCodecs()...)...)
+	_, connectHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, append([]connect.HandlerOption{connect.WithReadMaxBytes(s.cfg.MaxRequestBytes)}, codecs(nil)...)...)
 	_, protojsonHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, connect.WithReadMaxBytes(s.cfg.MaxRequestBytes), connect.WithCodec(protojsonCodec{}))
 	for _, v := range []struct {
 		name string

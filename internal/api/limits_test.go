@@ -58,7 +58,7 @@ func TestConfiguredLimits(t *testing.T) {
 		t.Run(pr.name+"/batch", func(t *testing.T) {
 			three := []*ratelimitv1.CheckRequest{{Key: "a", Limit: inline(10, time.Minute)}, {Key: "b", Limit: inline(10, time.Minute)}, {Key: "c", Limit: inline(10, time.Minute)}}
 			_, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: three}))
-			checkInvalid(t, "CheckBatch", err, "checks: 3 checks, more than the maximum of 2")
+			checkInvalid(t, "CheckBatch", err, "checks: more than the maximum of 2 checks")
 		})
 		t.Run(pr.name+"/body", func(t *testing.T) {
 			_, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: strings.Repeat("k", 400), Limit: inline(10, time.Minute)}))

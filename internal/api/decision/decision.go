@@ -407,7 +407,7 @@ func checkScope(in Input) error {
 	case in.NS == Envoy:
 		return nil // bound by domain, in the Envoy adapter
 	case in.Rule == "" && in.NS == Inline && !sc.AllowInline():
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may only use its rules, not inline limits", f))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may not use inline limits (its scope does not name inline=yes)", f))
 	case in.Rule != "" && !sc.AllowRule(in.Rule):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
 	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
