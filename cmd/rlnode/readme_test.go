@@ -243,7 +243,13 @@ func readmeSection(t *testing.T, heading string) string {
 // after each.
 func readmeExamples(t *testing.T, heading string) []readmeExample {
 	t.Helper()
-	section := readmeSection(t, heading)
+	return parseExamples(t, readmeSection(t, heading))
+}
+
+// parseExamples parses the curl commands of a doc's section and the JSON
+// answers shown after each.
+func parseExamples(t *testing.T, section string) []readmeExample {
+	t.Helper()
 	var out []readmeExample
 	blocks := fenceRE.FindAllStringSubmatch(section, -1)
 	for i, blk := range blocks {

@@ -93,6 +93,7 @@ type checkFields struct {
 	algo            ratelimitv1.Algorithm
 	scope           ratelimitv1.Scope
 	strict          bool
+	burst           uint64
 	seenLimitFields uint8
 }
 
@@ -100,7 +101,7 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict, Burst: f.burst}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -160,6 +161,9 @@ func (f *checkFields) parseLimit(p *parser) bool {
 	case "strict":
 		bit = 16
 		f.strict, ok = p.boolean()
+	case "burst":
+		bit = 32
+		f.burst, ok = p.uint()
 	}
 	return ok && once(&f.seenLimitFields, bit)
 }

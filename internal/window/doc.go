@@ -39,8 +39,9 @@
 //     ([Trail.Merge]), so replication stays idempotent and order-free.
 //
 //   - [TokenBucket], computed as GCRA by [Limit.DecideGCRA]: one theoretical
-//     arrival time per key; limit tokens refill evenly over W and the burst
-//     is limit. It also serves as "leaky bucket as a meter".
+//     arrival time per key; limit tokens refill evenly over W into a bucket
+//     of Limit.Burst tokens (the limit by default), the most admitted at
+//     once. It also serves as "leaky bucket as a meter".
 //
 //   - [SlidingLog], decided by [Limit.DecideLog] on the timestamps of the
 //     admitted requests of the last W: exact, memory-heavy, for small limits.

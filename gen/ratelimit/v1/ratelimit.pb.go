@@ -196,7 +196,12 @@ type Limit struct {
 	// unused after bursts (measured: admissions come in bunches, and the
 	// count in the trailing window at an admission can fall to almost
 	// nothing). Only with the sliding window algorithm.
-	Strict        bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	Strict bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	// burst, with the token bucket algorithm, is the bucket's capacity: the
+	// most hits it admits at once, from a full bucket. limit tokens still
+	// refill per window. 0 means limit; at most 1000 times limit. Only with
+	// the token bucket algorithm.
+	Burst         uint64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,13 +271,21 @@ func (x *Limit) GetStrict() bool {
 	return false
 }
 
+func (x *Limit) GetBurst() uint64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 // CheckRequest asks whether key may spend hits now.
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key identifies what is limited (a user, an IP, a tenant); 1 byte to 1 KiB
 	// by default.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// hits is the number of hits to spend; 0 means 1. It may not exceed the limit.
+	// hits is the number of hits to spend; 0 means 1. It may not exceed the
+	// limit (a token bucket's burst, when it has one).
 	Hits uint64 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
 	// rule names a configured rule. Exactly one of rule and limit is set.
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -1155,13 +1168,14 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xca\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe0\x01\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12)\n" +
 	"\x05scope\x18\x05 \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\x12\x16\n" +
-	"\x06strict\x18\x06 \x01(\bR\x06strict\"s\n" +
+	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x14\n" +
+	"\x05burst\x18\a \x01(\x04R\x05burst\"s\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +

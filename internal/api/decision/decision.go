@@ -381,7 +381,10 @@ func (d *Decider) validate(in Input) (Request, error) {
 		}
 	}
 	hits := max(in.Hits, 1)
-	if ns != Envoy && hits > l.Limit {
+	if ns != Envoy && hits > l.Capacity() {
+		if l.Burst > 0 {
+			return r, Invalid("%s%s: %d is more than the burst of %d", f, hitsField, hits, l.Burst)
+		}
 		return r, Invalid("%s%s: %d is more than the limit of %d", f, hitsField, hits, l.Limit)
 	}
 	key := in.StoreKey
@@ -489,6 +492,15 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 			return l, Invalid("%slimit.strict: applies to the sliding window algorithm only, not %s", field, l.Algorithm)
 		}
 		l.Strict = true
+	}
+	if b := lim.GetBurst(); b > 0 {
+		if l.Algorithm != window.TokenBucket {
+			return l, Invalid("%slimit.burst: applies to the token bucket algorithm only, not %s", field, l.Algorithm)
+		}
+		if b/window.MaxBurstFactor > l.Limit || (b/window.MaxBurstFactor == l.Limit && b%window.MaxBurstFactor != 0) || b > window.MaxLimit {
+			return l, Invalid("%slimit.burst: must be at most %d times the limit (%d) and at most 2^53, got %d", field, window.MaxBurstFactor, l.Limit, b)
+		}
+		l.Burst = b
 	}
 	if l.Algorithm == window.SlidingLog && l.Limit > d.cfg.MaxLogLimit {
 		return l, Invalid("%slimit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", field, l.Limit, d.cfg.MaxLogLimit)
