@@ -23,11 +23,18 @@ type Config struct {
 	// (and its replicas, Region~id), the one it announced when it joined.
 	Region string
 	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
-	// Default "0.0.0.0:7946". Ignored when Transport is set.
+	// The host is an IP, a name or empty: a name is resolved (with
+	// Resolver) and every address it names is bound, and no other (see
+	// bind.go); empty, 0.0.0.0 or :: is every interface. Default
+	// "0.0.0.0:7946". Ignored when Transport is set.
 	BindAddr string
-	// AdvertiseAddr is the host:port other nodes reach this node at.
-	// Default: the bound address (a private IP when bound to 0.0.0.0).
+	// AdvertiseAddr is the host:port other nodes reach this node at; a
+	// name is resolved to its first address. Default: the first bound
+	// address (a private IP when bound to every interface).
 	AdvertiseAddr string
+	// Resolver looks up host names in BindAddr and AdvertiseAddr, at most
+	// 10 s in New. Default net.DefaultResolver.
+	Resolver *net.Resolver
 	// APIAddr is this node's API address, carried in its metadata with
 	// Region so that a status page can list every node. Optional.
 	APIAddr string
@@ -39,7 +46,8 @@ type Config struct {
 	// encryption; peers without the key are refused.
 	SecretKey []byte
 	// Insecure allows gossip without SecretKey or SecretKeys on an address
-	// other than loopback. Without a key anyone who can reach the port can
+	// other than loopback (every address BindAddr's host resolves to, and
+	// AdvertiseAddr's, must be loopback otherwise). Without a key anyone who can reach the port can
 	// join the pool, read every replicated key and report counts for a
 	// region of their own: use it only in a lab. Without it, New refuses
 	// to start keyless on such an address (ErrNoKey).
@@ -269,13 +277,12 @@ func (c Config) validate() error {
 			return bad("secret key %d: %v", i+1, err)
 		}
 	}
-	if len(c.keys()) == 0 && !c.Insecure {
-		for _, a := range []string{c.AdvertiseAddr, c.BindAddr} {
-			if a == "" || (a == c.BindAddr && c.Transport != nil) {
-				continue
-			}
-			if h, _, _ := splitHostPort(a); !loopback(h) {
-				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, a)
+	if len(c.keys()) == 0 && !c.Insecure && c.Transport == nil {
+		// A name is checked once resolved, in New (bind.go); an IP or an
+		// empty host can be refused here.
+		if h, _, _ := splitHostPort(c.BindAddr); net.ParseIP(h) != nil || h == "" {
+			if ips, any, _ := bindHosts(context.Background(), nil, h); notLoopback(ips, any) != "" {
+				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, c.BindAddr)
 			}
 		}
 	}
@@ -292,16 +299,6 @@ func (c Config) validate() error {
 		return bad("UDP budget must be from 64 to 65000 bytes, got %d", c.UDPBudget)
 	}
 	return nil
-}
-
-// loopback reports whether host names only this machine: "localhost" or a
-// loopback IP. An empty or unspecified host (every interface) is not.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func splitHostPort(s string) (string, int, error) {
@@ -324,14 +321,10 @@ func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) 
 	mc.Name = c.Name
 	if c.Transport != nil {
 		mc.Transport = c.Transport
-	} else {
-		h, p, _ := splitHostPort(c.BindAddr)
-		mc.BindAddr, mc.BindPort = h, p
-		mc.AdvertisePort = p
 	}
 	if c.AdvertiseAddr != "" {
-		h, p, _ := splitHostPort(c.AdvertiseAddr)
-		mc.AdvertiseAddr, mc.AdvertisePort = h, p
+		_, p, _ := splitHostPort(c.AdvertiseAddr)
+		mc.AdvertisePort = p // the host, resolved, is set by New
 	}
 	if keys := c.keys(); len(keys) > 0 {
 		kr, err := memberlist.NewKeyring(keys[1:], keys[0])
