@@ -67,9 +67,23 @@ func (p *attackPool) vector(t *testing.T, key string, w time.Duration, b int64) 
 // (memberlist's SendReliable), as a member that joined can.
 func (p *attackPool) sendAsRogue(t *testing.T, frame []byte) {
 	t.Helper()
-	if err := p.rogue.ml.SendReliable(p.victim.ml.LocalNode(), frame); err != nil {
+	if err := p.rogue.sendStream(memberOf(t, p.rogue, p.victim.cfg.Name), frame); err != nil {
 		t.Fatalf("SendReliable: %v", err)
 	}
+}
+
+// memberOf returns a copy of n's record of the member named name, to send
+// it frames as n does (stamped for it: see replay.go).
+func memberOf(t testing.TB, n *Node, name string) *member {
+	t.Helper()
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	m := n.members[name]
+	if m == nil {
+		t.Fatalf("%s does not know %s", n.cfg.Name, name)
+	}
+	cp := *m
+	return &cp
 }
 
 // settle sends a harmless frame from the honest member after the attack and
@@ -83,7 +97,7 @@ func (p *attackPool) settle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.honest.ml.SendReliable(p.victim.ml.LocalNode(), fs[0]); err != nil {
+	if err := p.honest.sendStream(memberOf(t, p.honest, p.victim.cfg.Name), fs[0]); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the honest frame merged", func() bool { return counterValue(p.victim.met.merges) > before })

@@ -36,8 +36,8 @@ func FuzzHandle(f *testing.F) {
 	canary := region.Total{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1000}
 	// The seeds must reach the store, or the canary check is vacuous.
 	n0 := receiver(f, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
-	n0.handle(good[0])
-	n0.handle(rec[0])
+	deliver(n0, good[0])
+	deliver(n0, rec[0])
 	if got := counterValue(n0.met.merges); got != 3 {
 		f.Fatalf("the seed frames merged %v totals, want 3", got)
 	}

@@ -16,11 +16,15 @@ import (
 
 // member is a copy of one memberlist node as this node saw it last.
 type member struct {
-	node    memberlist.Node // copy, Meta included
-	region  string
-	api     string
-	state   string // alive, dead, left
-	since   time.Time
+	node   memberlist.Node // copy, Meta included
+	region string
+	api    string
+	state  string // alive, dead, left
+	since  time.Time
+	// deadAt is when this node saw the member fail, on Config.Now (zero
+	// unless state is dead): frames sent before it are not proof of
+	// life (see replay.go).
+	deadAt  time.Time
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
 	// ownStore: the member decides from a store of its own (see
@@ -310,6 +314,12 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	if old != nil && (old.state == state || old.heardOnly) && state == "dead" {
 		m.retryAt, m.backoff = old.retryAt, old.backoff
 	}
+	if state == "dead" {
+		m.deadAt = n.cfg.Now()
+		if old != nil && old.state == "dead" && old.token == m.token {
+			m.deadAt = old.deadAt
+		}
+	}
 	if state != "alive" {
 		n.ageMu.Lock()
 		delete(n.offsets, cp.Name)
@@ -350,10 +360,13 @@ func (n *Node) pruneMembers(now time.Time) {
 		regions[m.region] = true
 	}
 	names := make(map[string]bool, len(n.members))
-	for name := range n.members {
+	tokens := make(map[string]uint64, len(n.members))
+	for name, m := range n.members {
 		names[name] = true
+		tokens[name] = m.token
 	}
 	n.memMu.Unlock()
+	n.pruneSequences(tokens)
 	n.ageMu.Lock()
 	for r := range n.newest {
 		if !regions[r] {

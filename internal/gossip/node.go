@@ -102,6 +102,7 @@ type Node struct {
 	pending []*pending // reconciliation sends to retry
 
 	rep repairState // self-repair and rejoin bookkeeping (repair.go)
+	seq sequences   // sequence numbers sent and accepted (replay.go)
 
 	inbox    chan []byte
 	inboxB   atomic.Int64 // bytes of the frames in inbox

@@ -192,7 +192,7 @@ func (n *Node) probe() {
 		}
 		for _, s := range sends {
 			for _, f := range s.frames {
-				if err := n.ml.SendBestEffort(&s.dest.node, f); err != nil {
+				if err := n.sendPacket(s.dest, f); err != nil {
 					n.met.drop("send_error")
 					continue
 				}

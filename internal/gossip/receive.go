@@ -56,6 +56,10 @@ func (n *Node) handle(b []byte) {
 		n.met.drop("not_member")
 		return
 	}
+	if reason := n.unreplayed(m, sender); reason != "" {
+		n.met.drop(reason)
+		return
+	}
 	n.met.received(m.Kind, len(b))
 	now := n.cfg.Now()
 	if reason := n.check(now, m, sender); reason != "" {
@@ -63,7 +67,9 @@ func (n *Node) handle(b []byte) {
 		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
 		return
 	}
-	n.noteFrame(sender, n.heardFrom(sender, now), now)
+	if m.Kind != KindState { // a state frame has no sequence: no proof of life
+		n.noteFrame(sender, n.heardFrom(sender, now), now)
+	}
 	if m.Kind == KindTouch { // check let through touches of this region only
 		n.remember(now, m.Totals)
 		return

@@ -157,14 +157,14 @@ func (n *Node) askRepair(m *member, kind Kind) {
 		return
 	}
 	if kind == KindRejoin {
-		if err := n.ml.SendBestEffort(&m.node, f); err == nil {
+		if err := n.sendPacket(m, f); err == nil {
 			n.met.sent(kind, len(f))
 		}
 	}
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
-		if err := n.ml.SendReliable(&m.node, f); err != nil {
+		if err := n.sendStream(m, f); err != nil {
 			n.met.drop("send_error")
 			n.log.Debug("send "+kind.String(), "to", m.node.Name, "err", err)
 			return

@@ -52,7 +52,7 @@ func TestHandleValidates(t *testing.T) {
 			if err != nil || len(fs) != 1 {
 				t.Fatalf("Encode() = %d frames, %v", len(fs), err)
 			}
-			n.handle(fs[0])
+			deliver(n, fs[0])
 			merged := counterValue(n.met.merges)
 			if c.reason == "" {
 				if got, want := merged, float64(len(c.totals)); got != want {
@@ -84,7 +84,7 @@ func TestReplicasBounded(t *testing.T) {
 		ts = append(ts, region.Total{Key: "k", Window: time.Second, Bucket: sec, Region: "a~" + string(rune('0'+i)), Count: 1})
 	}
 	fs, _ := Encode(KindFlush, t0, testSender("a"), ts, 1360)
-	n.handle(fs[0])
+	deliver(n, fs[0])
 	v, err := store.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: time.Second, Bucket: sec}})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestReplicasBounded(t *testing.T) {
 	later := t0.Add(time.Minute)
 	n.cfg.Now = func() time.Time { return later }
 	fs, _ = Encode(KindFlush, later, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: later.Unix(), Region: "a~new", Count: 1}}, 1360)
-	n.handle(fs[0])
+	deliver(n, fs[0])
 	if got, want := counterValue(n.met.merges), 5.0; got != want {
 		t.Errorf("merges = %v, want %v (the new name after the old ones expired)", got, want)
 	}
