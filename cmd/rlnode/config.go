@@ -303,8 +303,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
-	} else if len(c.Region) > 64 {
-		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most 64", len(c.Region)))
+	} else if len(c.Region) > region.MaxRegionName {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d", len(c.Region), region.MaxRegionName))
+	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
+			len(c.Region), region.MaxReplicaOf))
 	}
 	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
 		errs = append(errs, fmt.Errorf("--rls-headers: %q is not none, draft or x", c.RLSHeaders))

@@ -308,6 +308,7 @@ func TestGossipFlags(t *testing.T) {
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--region", strings.Repeat("r", 58)}, "--region: 58 bytes, want at most 57 with gossip"},
 	}) {
 		if err != nil && strings.Contains(err.Error(), "not base64!") {
 			t.Errorf("the error repeats the key: %v", err)

@@ -195,7 +195,7 @@ func TestAttackManyRegions(t *testing.T) {
 	for start := 0; start < names; start += MaxRegions - 1 {
 		var ts []region.Total
 		for i := start; i < min(start+MaxRegions-1, names); i++ {
-			ts = append(ts, region.Total{Key: "alice", Window: time.Minute, Bucket: b, Region: fmt.Sprintf("evil~%d", i), Count: 1})
+			ts = append(ts, region.Total{Key: "alice", Window: time.Minute, Bucket: b, Region: fmt.Sprintf("evil~%06x", i), Count: 1})
 		}
 		fs, err := Encode(KindFlush, now, p.rogue.self(), ts, maxReliableFrame)
 		if err != nil {
@@ -215,6 +215,36 @@ func TestAttackManyRegions(t *testing.T) {
 	}
 }
 
+// TestAttackReplicaOfAnotherRegion: a member of region eu-west reports
+// counts under a name that only looks like a replica of eu ("eu~" and 61
+// more bytes: a prefix of eu-west, cut to 64 bytes, as replica names of
+// long regions once were). It is dropped whole: a replica name is exactly
+// <region>~<6 hex digits> of the sender's own region.
+func TestAttackReplicaOfAnotherRegion(t *testing.T) {
+	p := newAttackPool(t)
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.Transport, cfg.Join = "eu-west-0", "eu-west", listenLoopback(t, nil, ""), []string{p.victim.Addr()}
+	west := startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: "eu-west"}))
+	waitFor(t, 10*time.Second, "the victim sees eu-west-0 alive", func() bool { return aliveMembers(p.victim) == 4 })
+	b := p.admit(t, "alice", window.Limit{Limit: 10, Window: time.Minute}, 1)
+	for _, name := range []string{"eu~" + strings.Repeat("0", MaxRegionLen-3), "eu~0f1e2d", "eu-west~0F1E2D"} {
+		fs, err := Encode(KindFlush, time.Now(), west.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: name, Count: 1000}}, 1360)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := west.sendStream(memberOf(t, west, p.victim.cfg.Name), fs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.settle(t)
+	if got, want := p.victim.met.dropCount("foreign_region"), 3.0; got != want {
+		t.Errorf("dropped(foreign_region) = %v, want %v", got, want)
+	}
+	if got, want := p.vector(t, "alice", time.Minute, b), map[string]uint64{"us": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("alice's bucket = %v, want %v", got, want)
+	}
+}
+
 // TestAttackBadNamesAndCounts: a region name that is not valid UTF-8 (it
 // once broke every Check on the key and /metrics) and counts that wrap
 // their sum are refused; /metrics still gathers.
@@ -231,7 +261,7 @@ func TestAttackBadNamesAndCounts(t *testing.T) {
 	// Two replicas at 2^63 each would wrap a uint64 sum to 0. Encode
 	// leaves such counts out, so the frame is patched by hand: MaxCount's
 	// last uvarint byte 0x10 (2^53) becomes 0x7f.
-	wrap, _ := Encode(KindFlush, now, p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil~1", Count: MaxCount}}, 1360)
+	wrap, _ := Encode(KindFlush, now, p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil~000001", Count: MaxCount}}, 1360)
 	w := wrap[0]
 	w[len(w)-1] = 0x7f
 	p.sendAsRogue(t, w)

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // Config configures a Node. Zero fields mean the documented default.
@@ -18,9 +19,11 @@ type Config struct {
 	// Name is the node's unique name in the pool, at most 255 bytes of
 	// UTF-8. Required. Every frame the node sends carries it.
 	Name string
-	// Region is the node's region. Required, 1 to MaxRegionLen bytes of
-	// UTF-8. Other nodes accept counts from this node only for this region
-	// (and its replicas, Region~id), the one it announced when it joined.
+	// Region is the node's region. Required, 1 to region.MaxReplicaOf (57)
+	// bytes of UTF-8, so that its replicas' names (Region~id) hold it
+	// whole. Other nodes accept counts from this node only for this region
+	// and its replicas (exactly Region~id, see region.IsReplica), the one
+	// it announced when it joined.
 	Region string
 	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
 	// The host is an IP, a name or empty: a name is resolved (with
@@ -252,7 +255,7 @@ func (c Config) validate() error {
 		return bad("name is required")
 	}
 	if !validRegion(c.Region) {
-		return bad("region must be 1 to %d bytes of UTF-8, got %q", MaxRegionLen, c.Region)
+		return bad("region must be 1 to %d bytes of UTF-8 (so that its replicas' names, region~id, hold it whole), got %q", region.MaxReplicaOf, c.Region)
 	}
 	if !utf8.ValidString(c.Name) || len(c.Name) > maxNodeName {
 		return bad("name must be at most %d bytes of UTF-8, got %q", maxNodeName, c.Name)

@@ -77,7 +77,9 @@
 // receiver's window is dropped, and so is one from a member memberlist
 // holds failed unless it is newer than every frame heard from it and sent
 // after it failed (replay.go). Then every field is
-// checked: each total names the sender's region or one of its replicas
+// checked: each total names the sender's region or one of its replicas,
+// exactly <region>~<6 hex digits> (region.IsReplica: no prefix of the
+// region, no name cut to fit; so a region name is at most 57 bytes)
 // (at most MaxReplicas replica names per region with live buckets, so a
 // bucket holds a bounded number of regions); names are valid UTF-8 within
 // region.MaxRegionName; a bucket starts no later than now plus one window

@@ -23,7 +23,7 @@ func FuzzHandle(f *testing.F) {
 	good, _ := Encode(KindFlush, t0, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: sec, Region: "a", Count: 3}}, 1360)
 	rec, _ := Encode(KindReconcile, t0, testSender("a"), []region.Total{
 		{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1},
-		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~f00d", Count: 1 << 40},
+		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~00f00d", Count: 1 << 40},
 	}, 1360)
 	touch, _ := Encode(KindTouch, t0, testSender("b"), []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
 	repair, _ := EncodeEmpty(KindRepair, t0, testSender("a"))

@@ -3,7 +3,6 @@ package gossip
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -198,29 +197,18 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// validRegion reports whether s may name a region: 1 to MaxRegionLen bytes
-// of valid UTF-8.
+// validRegion reports whether s may name a member's region: 1 to
+// region.MaxReplicaOf bytes of valid UTF-8, so that its replicas' names
+// (s~id, at most MaxRegionLen bytes) name it whole.
 func validRegion(s string) bool {
-	return len(s) > 0 && len(s) <= MaxRegionLen && utf8.ValidString(s)
+	return len(s) > 0 && len(s) <= region.MaxReplicaOf && utf8.ValidString(s)
 }
 
 // replicaOf reports whether name is the region reg itself or one of its
-// replicas: reg + "~" + id with a non-empty id, or, when that is longer
-// than MaxRegionLen, the form region.FallbackRegion makes by cutting reg to
-// fit (a MaxRegionLen-byte name whose part before its last "~" is a prefix
-// of reg).
+// replicas, exactly: reg + "~" + the 6 hex digits of a replica's id
+// (region.IsReplica). A member reports only these names: its region's.
 func replicaOf(name, reg string) bool {
-	if name == reg {
-		return true
-	}
-	if len(name) > len(reg)+1 && name[len(reg)] == '~' && name[:len(reg)] == reg {
-		return true
-	}
-	if len(name) != MaxRegionLen {
-		return false
-	}
-	i := strings.LastIndexByte(name, '~')
-	return i > 0 && i < len(name)-1 && len(reg) > i && reg[:i] == name[:i] && len(reg)+len(name)-i > MaxRegionLen
+	return name == reg || region.IsReplica(name, reg)
 }
 
 // admitReplica reports whether a total of region reg (the sender's) may be
