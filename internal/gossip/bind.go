@@ -89,8 +89,8 @@ type bound struct {
 // bind resolves c's bind and advertise hosts, refuses a keyless node on
 // any address that is not loopback (ErrNoKey) unless c.Insecure, and
 // listens on every bind address (unless c.Transport is set, whose own
-// address is checked instead).
-func (c Config) bind(ctx context.Context, keyed bool) (bound, error) {
+// address is checked instead), its log lines rate-limited by lim.
+func (c Config) bind(ctx context.Context, keyed bool, lim *logLimiter) (bound, error) {
 	var b bound
 	check := func(what, addr string, ips []net.IP, any bool) error {
 		if keyed || c.Insecure {
@@ -131,7 +131,7 @@ func (c Config) bind(ctx context.Context, keyed bool) (bound, error) {
 	if err := check("bind address", c.BindAddr, ips, any); err != nil {
 		return b, err
 	}
-	nt, err := listenHosts(hostList(h, ips, any), p, newStdLogger(c.Logger, nil))
+	nt, err := listenHosts(hostList(h, ips, any), p, newStdLogger(c.Logger, nil, lim))
 	if err != nil {
 		return b, fmt.Errorf("gossip: listen %s: %w", c.BindAddr, err)
 	}
@@ -191,7 +191,7 @@ func Listen(addr string, logger *slog.Logger) (*memberlist.NetTransport, error) 
 	if err != nil {
 		return nil, fmt.Errorf("gossip: listen %q: %w", addr, err)
 	}
-	nt, err := listenHosts(hostList(h, ips, any), p, newStdLogger(logger, nil))
+	nt, err := listenHosts(hostList(h, ips, any), p, newStdLogger(logger, nil, nil))
 	if err != nil {
 		return nil, fmt.Errorf("gossip: listen %q: %w", addr, err)
 	}

@@ -317,9 +317,9 @@ func splitHostPort(s string) (string, int, error) {
 }
 
 // memberlistConfig builds memberlist's config from c (with defaults).
-// quiet, when it returns true, demotes memberlist's errors to debug (see
-// newStdLogger).
-func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) {
+// quiet, when it returns true, demotes memberlist's errors to debug, and
+// lim rate-limits its lines (see newStdLogger).
+func (c Config) memberlistConfig(quiet func() bool, lim *logLimiter) (*memberlist.Config, error) {
 	mc := memberlist.DefaultWANConfig()
 	mc.Name = c.Name
 	if c.Transport != nil {
@@ -345,6 +345,6 @@ func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) 
 	mc.PushPullInterval = c.PushPullInterval
 	mc.TCPTimeout = c.TCPTimeout
 	mc.GossipToTheDeadTime = c.GossipToTheDeadTime
-	mc.Logger = newStdLogger(c.Logger, quiet)
+	mc.Logger = newStdLogger(c.Logger, quiet, lim)
 	return mc, nil
 }

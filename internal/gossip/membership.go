@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strconv"
@@ -297,7 +298,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 		m.since = old.since
 	}
 	if old != nil && old.region != meta.region && old.state == "alive" {
-		n.log.Warn("member announced another region, keeping the one it joined with",
+		n.logNet(slog.LevelWarn, "member announced another region, keeping the one it joined with",
 			"member", cp.Name, "member_region", old.region, "announced", meta.region)
 		meta.region = old.region
 	}
@@ -325,7 +326,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 		delete(n.offsets, cp.Name)
 		delete(n.skewed, cp.Name)
 		n.ageMu.Unlock()
-		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
+		n.logNet(slog.LevelInfo, "member "+state, "member", cp.Name, "member_region", meta.region)
 	}
 }
 

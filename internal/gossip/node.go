@@ -62,9 +62,11 @@ type Node struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
-	ml    *memberlist.Memberlist
-	met   *metrics
-	keys  *memberlist.Keyring // nil without encryption
+	// logLim rate-limits the log lines network input causes (log.go).
+	logLim *logLimiter
+	ml     *memberlist.Memberlist
+	met    *metrics
+	keys   *memberlist.Keyring // nil without encryption
 
 	token      uint64      // random, announced in the metadata, carried by every frame
 	started    time.Time   // cfg.Now() at New, for Ready
@@ -151,11 +153,12 @@ func New(cfg Config, store Store) (*Node, error) {
 	}
 	n.met.node = n
 	n.initRepair()
-	mc, err := cfg.memberlistConfig(n.stopping.Load)
+	n.logLim = newLogLimiter(cfg.Now, n.met.logSuppressed)
+	mc, err := cfg.memberlistConfig(n.stopping.Load, n.logLim)
 	if err != nil {
 		return nil, err
 	}
-	b, err := cfg.bind(context.Background(), mc.Keyring != nil)
+	b, err := cfg.bind(context.Background(), mc.Keyring != nil, n.logLim)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -249,7 +250,7 @@ func (n *Node) revive(s *member) {
 	if !ok {
 		return
 	}
-	n.log.Info("member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
+	n.logNet(slog.LevelInfo, "member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
 	if n.allow("revive\x00"+m.node.Name, now) {
 		n.queueJoined(m, true)
 	}

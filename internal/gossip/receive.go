@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -111,7 +112,7 @@ func (n *Node) handle(b []byte) {
 		cancel()
 		if err != nil {
 			n.met.drop("store_error")
-			n.log.Warn("merge remote totals", "from", m.From, "n", len(remote), "err", err)
+			n.logNet(slog.LevelWarn, "merge remote totals", "from", m.From, "n", len(remote), "err", err)
 			return
 		}
 		n.met.merged(len(remote))

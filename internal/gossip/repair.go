@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -291,7 +292,7 @@ func (n *Node) restore(now time.Time, m Message) {
 	}
 	if err != nil {
 		n.met.drop("store_error")
-		n.log.Warn("restore totals", "from", m.Node, "n", len(ts), "err", err)
+		n.logNet(slog.LevelWarn, "restore totals", "from", m.Node, "n", len(ts), "err", err)
 		n.rep.mu.Lock()
 		n.rep.again = true
 		n.rep.mu.Unlock()
