@@ -136,7 +136,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
 	fs.IntVar(&c.GCHeadroomMiB, "gc-headroom", 64, "how far the heap may grow between garbage collections, in `MiB`, while the live heap is smaller (a small live heap is otherwise collected dozens of times a second under load); larger live heaps are paced by GOGC; 0, or GOGC set: Go's own pacing")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP): a name binds every address it resolves to and no other; without a key each must be loopback; empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region); a seed that is not a live member is joined again, with backoff capped at 30s, for as long as the node runs")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
@@ -314,8 +314,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
-	} else if len(c.Region) > 64 {
-		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most 64", len(c.Region)))
+	} else if len(c.Region) > region.MaxRegionName {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d", len(c.Region), region.MaxRegionName))
+	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
+			len(c.Region), region.MaxReplicaOf))
 	}
 	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
 		errs = append(errs, fmt.Errorf("--rls-headers: %q is not none, draft or x", c.RLSHeaders))

@@ -123,7 +123,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		// The Stack: gossip merges through its outer layer and restores a
 		// lost region's own counts into Redis (or memory) directly.
 		if node, err = gossip.New(gcfg, store); err != nil {
-			return fmt.Errorf("start gossip: %w", err)
+			return gossipStartErr(err)
 		}
 		// Leave the pool on every return path; the normal path below closes
 		// it first, after draining, and this call is then a no-op.

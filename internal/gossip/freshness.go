@@ -92,7 +92,7 @@ func (n *Node) heartbeat(old bool) {
 	}
 	to = append(to, n.failedMembers(time.Now(), old)...)
 	for _, m := range to {
-		if err := n.ml.SendBestEffort(&m.node, frame); err != nil {
+		if err := n.sendPacket(m, frame); err != nil {
 			n.met.drop("send_error")
 			continue
 		}

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -192,7 +193,7 @@ func (n *Node) probe() {
 		}
 		for _, s := range sends {
 			for _, f := range s.frames {
-				if err := n.ml.SendBestEffort(&s.dest.node, f); err != nil {
+				if err := n.sendPacket(s.dest, f); err != nil {
 					n.met.drop("send_error")
 					continue
 				}
@@ -249,7 +250,7 @@ func (n *Node) revive(s *member) {
 	if !ok {
 		return
 	}
-	n.log.Info("member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
+	n.logNet(slog.LevelInfo, "member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
 	if n.allow("revive\x00"+m.node.Name, now) {
 		n.queueJoined(m, true)
 	}

@@ -234,15 +234,39 @@ var _ Store = (*Failover)(nil)
 var ErrTimeout = errors.New("region: store timeout")
 
 // FallbackRegion returns a fallback region name for region: region + "~" +
-// 6 random hex digits, at most MaxRegionName bytes (region is cut to fit).
+// 6 random hex digits, at most MaxRegionName bytes (region is cut to fit
+// when it is longer than MaxReplicaOf).
 func FallbackRegion(region string) string {
-	var id [3]byte
+	var id [replicaIDLen / 2]byte
 	_, _ = rand.Read(id[:])
 	suffix := "~" + hex.EncodeToString(id[:])
 	if len(region)+len(suffix) > MaxRegionName {
 		region = region[:MaxRegionName-len(suffix)]
 	}
 	return region + suffix
+}
+
+// replicaIDLen is the length of a replica name's id: hex digits.
+const replicaIDLen = 6
+
+// MaxReplicaOf is the longest region name whose replicas' names
+// (FallbackRegion) keep it whole: MaxRegionName less "~" and the id.
+const MaxReplicaOf = MaxRegionName - 1 - replicaIDLen
+
+// IsReplica reports whether name is exactly a name FallbackRegion makes
+// for region, uncut: region + "~" + 6 lower-case hex digits. A prefix of
+// region, or a name cut to fit, is not one.
+func IsReplica(name, region string) bool {
+	if len(region) == 0 || len(region) > MaxReplicaOf || len(name) != len(region)+1+replicaIDLen ||
+		name[:len(region)] != region || name[len(region)] != '~' {
+		return false
+	}
+	for _, c := range []byte(name[len(region)+1:]) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // NewFailover returns a Failover over primary with fallback, which must
