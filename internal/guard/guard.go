@@ -107,10 +107,11 @@
 // the full limit; otherwise every region's probe could take a hit of the
 // others' shares each horizon. A denial the full limit would not have
 // made is the guard's: [Guard.Done] returns the rest of the horizon for
-// the caller to answer as a guard denial's retry-after. When the limit is too small for this
-// node's share to hold hits at any estimate, the probe is decided against
-// the full limit, so that the key stays live: only then may a node take
-// hits beyond its share, once per horizon. Within the horizon the quota
+// the caller to answer as a guard denial's retry-after. When the limit is
+// too small for this node's share to hold hits at any estimate, the probe
+// is decided against the full limit, so that the key stays live, in this
+// region's [turn] only: the alive regions take turns, so at most one takes
+// hits beyond its share at a time. Within the horizon the quota
 // also grows by this region's share of what the window's slide frees,
 // which no other region's traffic can have taken. For the default sliding
 // window that is recomputed from the trails the horizon's first result
@@ -444,7 +445,16 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 		if !probe {
 			return false, storeLimit, retry
 		}
-		if c := probeCut(storeLimit, limit, hits, e.pending(now), e.weight, v, g.cfg.Floor); c > 0 {
+		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weight, v, g.cfg.Floor)
+		if !whole {
+			// This node's share of the limit holds no whole request at any
+			// estimate: the alive regions take turns at probing the full
+			// limit, so that at most one of them does at a time.
+			if ok, wait := turn(now, v); !ok {
+				return false, storeLimit, wait
+			}
+		}
+		if c > 0 {
 			storeLimit -= c
 			e.cut, e.cutLimit = c, storeLimit
 		}
@@ -604,23 +614,57 @@ func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) 
 }
 
 // probeCut is how much lower than storeLimit a probe past the quota is
-// decided, so that the store admits it only when this node's quota of
-// the headroom it reads (less pend) holds its hits: the quota is at least
+// decided, so that the store admits it only when this node's quota of the
+// headroom it reads (less pend) holds its hits: the quota is at least
 // floor(x * num / den) / N for a headroom x, which holds hits once
 //
 //	x >= ceil(hits * N * den / num)
 //
-// at most storeLimit - hits. It is 0 when the limit cannot give this
-// node's share hits at any estimate (a share of the whole limit below
-// hits): then the probe is decided against storeLimit, and may take hits
-// the others' shares hold.
-func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) uint64 {
+// at most storeLimit - hits. whole is false when the limit cannot give
+// this node's share hits at any estimate (a share of the whole limit below
+// hits): then the cut is 0, and the probe, decided against storeLimit,
+// may take hits the others' shares hold, which is why it waits for this
+// region's [turn].
+func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) (cut uint64, whole bool) {
 	num, den, _ := share(limit, w, v, floor)
 	need := window.MulDivCeil(hits*uint64(max(v.Nodes, 1)), den, num)
 	if storeLimit < need {
-		return 0
+		return 0, false
 	}
-	return min(pend+need, storeLimit) - hits
+	return min(pend+need, storeLimit) - hits, true
+}
+
+// turnSlot is the least length of a region's turn at probing a limit too
+// small to share (see [turn]).
+const turnSlot = time.Second
+
+// turn reports whether now is this region's turn at probing a limit its
+// share cannot hold, and if not, how long until it is. The alive regions
+// (v.Alive, sorted) take turns in slots of turnSlot aligned to the Unix
+// epoch, or of twice the horizon rounded up to whole seconds when that is
+// longer, so that every region with the same alive set agrees on whose
+// turn it is; a region probes only in the first half of its slot, so that
+// what it admitted reaches the others before the next slot begins.
+func turn(now time.Time, v *View) (mine bool, wait time.Duration) {
+	r := len(v.Alive)
+	if r <= 1 {
+		return true, 0
+	}
+	slot := max(turnSlot, (2*v.Horizon+time.Second-1)/time.Second*time.Second)
+	ms := now.UnixMilli()
+	sm := slot.Milliseconds()
+	k := ms / sm
+	me := int64(rank(v))
+	in := ms - k*sm
+	if k%int64(r) == me && in < sm/2 {
+		return true, 0
+	}
+	// The start of this region's next slot.
+	next := k - k%int64(r) + me
+	if next <= k {
+		next += int64(r)
+	}
+	return false, time.Duration(next*sm-ms) * time.Millisecond
 }
 
 // satSub returns a - b, or 0 when b > a.
