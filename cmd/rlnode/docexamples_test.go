@@ -55,8 +55,7 @@ func runDocSection(t *testing.T, path, heading string, extraArgs ...string) int 
 	if len(files) > 0 {
 		args = append(args, "--rules", dir)
 	}
-	awayFromMinuteBoundary()
-	n := startNode(t, args, env(nil))
+	n := startNodeWithClock(t, args, env(nil), earlyInMinute())
 	return runExamples(t, n.base, parseExamples(t, section))
 }
 

@@ -53,6 +53,9 @@ func (s *Server) Reset(ctx context.Context, r *connect.Request[ratelimitv1.Reset
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("reset: this token has no admin scope"))
 	}
 	in := checkInput(ctx, "", m.GetKey(), 1, m.GetRule(), m.GetLimit(), s.cfg.Now(), true)
+	if sc.AllowAdmin() {
+		in.Scope = nil // admin resets any key, whatever else its token may spend
+	}
 	key, at, err := s.dec.Reset(ctx, in)
 	switch {
 	case errors.Is(err, decision.ErrNoReset):

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +32,32 @@ func receiver(t testing.TB, regionName string, store Store) *Node {
 	return n
 }
 
+// deliver hands frame to n's receive path as its sender would send it:
+// stamped for n's incarnation with the sender's next sequence number for
+// n (a state frame, or bytes that do not decode, as they are).
+func deliver(n *Node, frame []byte) {
+	if m, err := Decode(frame); err == nil && m.Kind != KindState {
+		testSeqs.Lock()
+		if testSeqs.m == nil {
+			testSeqs.m = map[*Node]map[string]uint64{}
+		}
+		if testSeqs.m[n] == nil {
+			testSeqs.m[n] = map[string]uint64{}
+		}
+		testSeqs.m[n][m.Node]++
+		s := testSeqs.m[n][m.Node]
+		testSeqs.Unlock()
+		frame = stamp(frame, n.token, s)
+	}
+	n.handle(frame)
+}
+
+// testSeqs are the sequence numbers deliver used, per receiver and sender.
+var testSeqs struct {
+	sync.Mutex
+	m map[*Node]map[string]uint64
+}
+
 // testRegions are the regions whose test senders (testSender) a receiver
 // knows as live members.
 var testRegions = []string{"a", "b", "c", "ap", "eu", "us"}
@@ -38,7 +66,7 @@ var testRegions = []string{"a", "b", "c", "ap", "eu", "us"}
 func testSender(r string) Sender { return Sender{Node: "node-" + r, Region: r, Token: 0x5eed} }
 
 // TestMergeIdempotentOrderFree is invariant 3 as a property: regions "a"
-// and "c" count up, recording where their hits fell (window.Halves); every
+// and "c" count up, recording where their hits fell (window.Trail); every
 // total they report is encoded into frames that reach region "b"
 // duplicated, reordered and some of them lost. At every step b's state for
 // each region never goes back and never passes the truth (counts, last
@@ -58,7 +86,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 	const W = time.Second
 	type state struct {
 		n uint64
-		h window.Halves
+		h window.Trail
 	}
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -78,10 +106,10 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			st.n += hits
 			if rng.IntN(4) > 0 { // some hits are counted without halves
 				at[kr] = min(at[kr]+rng.Int64N(40), 999)
-				st.h.Add(at[kr], 1000, hits)
+				st.h.Add(at[kr], 1000, hits, false)
 			}
 			truth[kr] = st
-			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Halves: st.h}}, 1360)
+			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Trail: st.h}}, 1360)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +124,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		// Each region reports its own final totals.
 		final := map[string][]region.Total{}
 		for kr, st := range truth {
-			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: st.n, Halves: st.h})
+			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: st.n, Trail: st.h})
 		}
 		var fs [][]byte
 		for reg, ts := range final {
@@ -104,9 +132,23 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			fs = append(fs, f...)
 		}
 		last := map[[2]string]state{}
-		// within reports whether x is no further than y from nothing.
-		within := func(x, y window.Half) bool {
-			return x.N == 0 || (x.N <= y.N && x.First >= y.First && x.Last <= y.Last && x.Run <= y.Run && x.Before <= y.Before)
+		// within reports whether trail x is no further than y from nothing:
+		// in every coarse granule, no more hits and no later last hit.
+		within := func(x, y window.Trail) bool {
+			for i, m := range x {
+				g := window.CoarseGranule(m.At, 1000)
+				var n uint64
+				last := int64(-1)
+				for j, o := range y {
+					if window.CoarseGranule(o.At, 1000) == g {
+						n, last = n+y.N(j), o.At
+					}
+				}
+				if x.N(i) > n || m.At > last {
+					return false
+				}
+			}
+			return true
 		}
 		check := func(step int) {
 			refs := make([]region.BucketRef, len(keys))
@@ -120,11 +162,11 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			for i, v := range vecs {
 				for _, tt := range v {
 					kr := [2]string{keys[i], tt.Region}
-					got, was, max := state{tt.Count, tt.Halves}, last[kr], truth[kr]
-					if got.n < was.n || !within(was.h.Early, got.h.Early) || !within(was.h.Late, got.h.Late) {
+					got, was, max := state{tt.Count, tt.Trail}, last[kr], truth[kr]
+					if got.n < was.n || !within(was.h, got.h) {
 						t.Fatalf("seed %d step %d: %v went back from %+v to %+v", seed, step, kr, was, got)
 					}
-					if got.n > max.n || !within(got.h.Early, max.h.Early) || !within(got.h.Late, max.h.Late) {
+					if got.n > max.n || !within(got.h, max.h) {
 						t.Fatalf("seed %d step %d: %v = %+v passes the truth %+v", seed, step, kr, got, max)
 					}
 					last[kr] = got
@@ -135,17 +177,17 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			if rng.Float64() < 0.2 {
 				continue // lost
 			}
-			n.handle(f)
+			deliver(n, f)
 			if i%10 == 0 {
 				check(i)
 			}
 		}
 		for _, f := range fs {
-			n.handle(f)
+			deliver(n, f)
 		}
 		check(len(frames))
 		for kr, want := range truth {
-			if got := last[kr]; got != want {
+			if got := last[kr]; got.n != want.n || !slices.Equal(got.h, want.h) {
 				t.Errorf("seed %d: %v = %+v after reconciliation, want %+v", seed, kr, got, want)
 			}
 		}
@@ -160,13 +202,13 @@ func TestHandleDropsBadFrames(t *testing.T) {
 	good, _ := Encode(KindFlush, t0, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: t0.Unix(), Region: "a", Count: 3}}, 1360)
 	bad := append([]byte(nil), good[0]...)
 	bad[0] = 99
-	n.handle(bad)
-	n.handle(good[0][:5])
-	n.handle(good[0])
+	deliver(n, bad)
+	deliver(n, good[0][:5])
+	deliver(n, good[0])
 	// A total for a bucket past its successor's close plus RetryMargin is
 	// late: dropped and counted, so it cannot re-create an expired bucket.
 	late, _ := Encode(KindReconcile, t0, testSender("a"), []region.Total{{Key: "old", Window: time.Second, Bucket: t0.Unix() - 20, Region: "a", Count: 3}}, 1360)
-	n.handle(late[0])
+	deliver(n, late[0])
 	if got, want := n.met.dropCount("expired"), 1.0; got != want {
 		t.Errorf("dropped(expired) = %v, want %v", got, want)
 	}

@@ -108,6 +108,8 @@ func clone(lim limiter) limiter {
 		c := *s
 		c.c = append([]uint64(nil), s.c...)
 		return &c
+	case trailLimiter:
+		return trailLimiter{s.s.clone()}
 	}
 	panic("unknown limiter")
 }

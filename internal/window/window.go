@@ -14,11 +14,12 @@ type Algorithm uint8
 // The algorithms. The zero value means SlidingWindow.
 const (
 	// SlidingWindow is the default: a sliding window counter over
-	// epoch-aligned buckets split into two halves, each region keeping per
-	// half its count and the offsets of its first and last hit, so that the
-	// previous bucket is weighted over the span its hits actually fell in
-	// ([Limit.DecideSpans]). With Limit.Strict a half counts whole while
-	// any of its hits is in the trailing window.
+	// epoch-aligned buckets in which each region keeps a trail of marks,
+	// each some hits and the offset of the last of them, exact to the
+	// millisecond up to ExactMax and in 1/Granules of a bucket above it
+	// ([Limit.DecideTrails]). A mark counts whole while its last hit is in
+	// the trailing window, so one region never admits more than the limit
+	// in any trailing window.
 	SlidingWindow Algorithm = iota + 1
 	// FixedWindow counts hits per epoch-aligned bucket: allow = cur + hits <= limit.
 	FixedWindow
@@ -82,9 +83,9 @@ func (a Algorithm) Counted() bool {
 	return a == 0 || a == SlidingWindow || a == FixedWindow || a == SlidingWindowTwoBucket
 }
 
-// Spans reports whether the algorithm decides on half-bucket spans
-// ([Limit.DecideSpans]): SlidingWindow, the default.
-func (a Algorithm) Spans() bool { return a == 0 || a == SlidingWindow }
+// Trails reports whether the algorithm decides on trails of marks
+// ([Limit.DecideTrails]): SlidingWindow, the default.
+func (a Algorithm) Trails() bool { return a == 0 || a == SlidingWindow }
 
 // Bounds on a Limit.
 const (
@@ -118,10 +119,10 @@ type Limit struct {
 	Limit     uint64
 	Window    time.Duration
 	Algorithm Algorithm
-	// Strict makes SlidingWindow count the oldest overlapping half-bucket
-	// whole while any of its hits is in the trailing window: never more
-	// than the limit in any trailing window in one region, at the price of
-	// capacity left unused after bursts. Only for SlidingWindow.
+	// Strict is accepted for SlidingWindow only, and changes nothing: the
+	// default sliding window never admits more than the limit in any
+	// trailing window in one region. It remains so that configurations
+	// that set it keep loading.
 	Strict bool
 	// Burst is a TokenBucket's capacity in tokens, the most hits it admits
 	// at once; 0 means Limit. Limit tokens refill per Window whatever the
@@ -149,7 +150,7 @@ func (l Limit) Validate() error {
 	if l.Algorithm > SlidingWindowTwoBucket {
 		return ErrAlgo
 	}
-	if l.Strict && !l.Algorithm.Spans() {
+	if l.Strict && !l.Algorithm.Trails() {
 		return ErrStrict
 	}
 	if l.Burst > 0 && (l.Algorithm != TokenBucket || l.Burst > MaxLimit || l.Burst/MaxBurstFactor > l.Limit ||

@@ -478,12 +478,11 @@ type RegionCount struct {
 	// age is how old the newest total merged from this region is; unset for
 	// the local region and for regions never heard from.
 	Age *durationpb.Duration `protobuf:"bytes,4,opt,name=age,proto3" json:"age,omitempty"`
-	// previous_early and previous_late are the region's halves of the
-	// previous bucket, as the sliding window decided on them (unset for the
-	// other algorithms and for empty halves). Hits the region counted
-	// without halves are in previous_late, as spread over all of it.
-	PreviousEarly *HalfBucket `protobuf:"bytes,5,opt,name=previous_early,json=previousEarly,proto3" json:"previous_early,omitempty"`
-	PreviousLate  *HalfBucket `protobuf:"bytes,6,opt,name=previous_late,json=previousLate,proto3" json:"previous_late,omitempty"`
+	// previous_marks is the region's trail of the previous bucket, as the
+	// sliding window decided on it (empty for the other algorithms): each
+	// mark is count hits, the last of them at at_ms. Hits the region counted
+	// without marks are in a mark at the bucket's last millisecond.
+	PreviousMarks []*Mark `protobuf:"bytes,7,rep,name=previous_marks,json=previousMarks,proto3" json:"previous_marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,51 +545,41 @@ func (x *RegionCount) GetAge() *durationpb.Duration {
 	return nil
 }
 
-func (x *RegionCount) GetPreviousEarly() *HalfBucket {
+func (x *RegionCount) GetPreviousMarks() []*Mark {
 	if x != nil {
-		return x.PreviousEarly
+		return x.PreviousMarks
 	}
 	return nil
 }
 
-func (x *RegionCount) GetPreviousLate() *HalfBucket {
-	if x != nil {
-		return x.PreviousLate
-	}
-	return nil
-}
-
-// HalfBucket is one region's hits in one half of a bucket, for the sliding
-// window. Offsets are milliseconds from the start of the bucket.
-type HalfBucket struct {
+// Mark is some of one region's hits in one bucket, for the sliding window:
+// count hits, the last of them admitted at at_ms, milliseconds from the
+// start of the bucket. All of them count while the last one is in the
+// trailing window.
+type Mark struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// at_ms is the offset of the mark's last hit.
+	AtMs int64 `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	// count is the number of hits.
-	Count uint64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
-	// first_ms and last_ms are the offsets of the first and last hit.
-	FirstMs int64 `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"`
-	LastMs  int64 `protobuf:"varint,3,opt,name=last_ms,json=lastMs,proto3" json:"last_ms,omitempty"`
-	// run_ms is where the latest run of hits began, 0 while the half holds
-	// one run; before is the number of hits before it.
-	RunMs         int64  `protobuf:"varint,4,opt,name=run_ms,json=runMs,proto3" json:"run_ms,omitempty"`
-	Before        uint64 `protobuf:"varint,5,opt,name=before,proto3" json:"before,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *HalfBucket) Reset() {
-	*x = HalfBucket{}
+func (x *Mark) Reset() {
+	*x = Mark{}
 	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HalfBucket) String() string {
+func (x *Mark) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HalfBucket) ProtoMessage() {}
+func (*Mark) ProtoMessage() {}
 
-func (x *HalfBucket) ProtoReflect() protoreflect.Message {
+func (x *Mark) ProtoReflect() protoreflect.Message {
 	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -602,49 +591,27 @@ func (x *HalfBucket) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HalfBucket.ProtoReflect.Descriptor instead.
-func (*HalfBucket) Descriptor() ([]byte, []int) {
+// Deprecated: Use Mark.ProtoReflect.Descriptor instead.
+func (*Mark) Descriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *HalfBucket) GetCount() uint64 {
+func (x *Mark) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *Mark) GetCount() uint64 {
 	if x != nil {
 		return x.Count
 	}
 	return 0
 }
 
-func (x *HalfBucket) GetFirstMs() int64 {
-	if x != nil {
-		return x.FirstMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetLastMs() int64 {
-	if x != nil {
-		return x.LastMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetRunMs() int64 {
-	if x != nil {
-		return x.RunMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetBefore() uint64 {
-	if x != nil {
-		return x.Before
-	}
-	return 0
-}
-
-// EstimateTerm is a share of a half-bucket's (or, for the two-bucket
-// counter, the previous bucket's) hits counted in the trailing window:
-// floor(count * numerator / denominator).
+// EstimateTerm is a share of a bucket's hits counted in the trailing
+// window: floor(count * numerator / denominator).
 type EstimateTerm struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
@@ -714,17 +681,11 @@ func (x *EstimateTerm) GetDenominator() uint64 {
 // and the request was allowed iff estimate + hits <= limit. What the terms
 // are depends on the algorithm, with W the window and e = elapsed_ms:
 //
-//   - sliding window (default): H = floor(W/2). whole is the sum of the
-//     current bucket's counts before this request, plus, while e < H, the
-//     previous bucket's late halves. For each region, the oldest half that
-//     overlaps the window (previous_early while e < H, else previous_late)
-//     gives two terms: its latest run's count - before hits spread over
-//     run_ms..last_ms, and its before hits as all at run_ms-1 (a..b =
-//     run_ms-1..run_ms-1; one run: all count hits over first_ms..last_ms). For n hits spread over
-//     a..b: denominator = b - a + 1; numerator = denominator if e < a,
-//     b - e if a <= e < b, else 0 (strict: denominator while e < b).
-//     A half whose offsets fall outside it counts as spread over all of it.
-//     Terms that count nothing are left out.
+//   - sliding window (default): whole is the sum of the current bucket's
+//     counts before this request. Each region whose previous_marks still
+//     count gives one term: count is the hits of its marks with at_ms > e,
+//     numerator and denominator 1. Regions whose marks count nothing are
+//     left out.
 //   - two-bucket: whole is the current bucket's count before this request;
 //     one term, previous * (W - e) / W.
 //   - fixed window: whole is the current count before this request; no
@@ -738,10 +699,9 @@ type WindowStats struct {
 	Current uint64 `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
 	// previous is the sum over regions of the previous bucket's counts.
 	Previous uint64 `protobuf:"varint,3,opt,name=previous,proto3" json:"previous,omitempty"`
-	// previous_weight is, for display, the share of the oldest counted
-	// (half-)bucket still counted: the sum of the terms over the sum of their
-	// counts ((W - e) / W for the two-bucket counter). Use the terms to
-	// recompute the estimate.
+	// previous_weight is, for display, the share of the previous bucket's
+	// hits still counted ((W - e) / W for the two-bucket counter). Use the
+	// terms to recompute the estimate.
 	PreviousWeight float64 `protobuf:"fixed64,4,opt,name=previous_weight,json=previousWeight,proto3" json:"previous_weight,omitempty"`
 	// estimate is the count the decision was made on, before this request
 	// (see above): whole + the terms, saturating at 2^64 - 1.
@@ -1339,21 +1299,16 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12)\n" +
-	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"\x88\x02\n" +
+	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"\xee\x01\n" +
 	"\vRegionCount\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\x04R\acurrent\x12\x1a\n" +
 	"\bprevious\x18\x03 \x01(\x04R\bprevious\x12+\n" +
-	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12?\n" +
-	"\x0eprevious_early\x18\x05 \x01(\v2\x18.ratelimit.v1.HalfBucketR\rpreviousEarly\x12=\n" +
-	"\rprevious_late\x18\x06 \x01(\v2\x18.ratelimit.v1.HalfBucketR\fpreviousLate\"\x85\x01\n" +
-	"\n" +
-	"HalfBucket\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x19\n" +
-	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
-	"\alast_ms\x18\x03 \x01(\x03R\x06lastMs\x12\x15\n" +
-	"\x06run_ms\x18\x04 \x01(\x03R\x05runMs\x12\x16\n" +
-	"\x06before\x18\x05 \x01(\x04R\x06before\"d\n" +
+	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x129\n" +
+	"\x0eprevious_marks\x18\a \x03(\v2\x12.ratelimit.v1.MarkR\rpreviousMarksJ\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\x0eprevious_earlyR\rprevious_late\"1\n" +
+	"\x04Mark\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"d\n" +
 	"\fEstimateTerm\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x1c\n" +
 	"\tnumerator\x18\x02 \x01(\x04R\tnumerator\x12 \n" +
@@ -1438,7 +1393,7 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*Limit)(nil),                 // 4: ratelimit.v1.Limit
 	(*CheckRequest)(nil),          // 5: ratelimit.v1.CheckRequest
 	(*RegionCount)(nil),           // 6: ratelimit.v1.RegionCount
-	(*HalfBucket)(nil),            // 7: ratelimit.v1.HalfBucket
+	(*Mark)(nil),                  // 7: ratelimit.v1.Mark
 	(*EstimateTerm)(nil),          // 8: ratelimit.v1.EstimateTerm
 	(*WindowStats)(nil),           // 9: ratelimit.v1.WindowStats
 	(*CheckResponse)(nil),         // 10: ratelimit.v1.CheckResponse
@@ -1459,33 +1414,32 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
 	4,  // 5: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
 	18, // 6: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	7,  // 7: ratelimit.v1.RegionCount.previous_early:type_name -> ratelimit.v1.HalfBucket
-	7,  // 8: ratelimit.v1.RegionCount.previous_late:type_name -> ratelimit.v1.HalfBucket
-	6,  // 9: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	8,  // 10: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	18, // 11: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	18, // 12: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	9,  // 13: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 14: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	5,  // 15: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	10, // 16: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	13, // 17: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	12, // 18: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	4,  // 19: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	10, // 20: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	5,  // 21: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	11, // 22: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	15, // 23: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	2,  // 24: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
-	10, // 25: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	14, // 26: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	16, // 27: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	3,  // 28: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
-	25, // [25:29] is the sub-list for method output_type
-	21, // [21:25] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 7: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
+	6,  // 8: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	8,  // 9: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	18, // 10: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	18, // 11: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 12: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 13: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	5,  // 14: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	10, // 15: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	13, // 16: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	12, // 17: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	4,  // 18: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	10, // 19: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	5,  // 20: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	11, // 21: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	15, // 22: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	2,  // 23: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	10, // 24: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	14, // 25: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	16, // 26: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	3,  // 27: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }

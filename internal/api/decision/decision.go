@@ -425,7 +425,7 @@ func checkScope(in Input) error {
 	case in.NS == Envoy:
 		return nil // bound by domain, in the Envoy adapter
 	case in.Rule == "" && in.NS == Inline && !sc.AllowInline():
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may only use its rules, not inline limits", f))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may not use inline limits (its scope does not name inline=yes)", f))
 	case in.Rule != "" && !sc.AllowRule(in.Rule):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
 	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
@@ -503,7 +503,7 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 		return l, Invalid("%slimit.algorithm: unknown algorithm %d", field, int32(a))
 	}
 	if lim.GetStrict() {
-		if !l.Algorithm.Spans() {
+		if !l.Algorithm.Trails() {
 			return l, Invalid("%slimit.strict: applies to the sliding window algorithm only, not %s", field, l.Algorithm)
 		}
 		l.Strict = true
@@ -665,7 +665,7 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 				Bucket: res.Bucket,
 				Region: reg,
 				Count:  res.Local,
-				Halves: res.LocalHalves,
+				Trail:  res.LocalTrail,
 				// How urgent the total is: the rule's limit (not the
 				// burst guard's store limit) and the estimate admitted at.
 				Limit:    r.Store.Limit.Limit,

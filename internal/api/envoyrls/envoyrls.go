@@ -54,6 +54,22 @@ var (
 
 func (h Headers) enabled() bool { return h.Limit != "" || h.Remaining != "" || h.Reset != "" }
 
+// MaxEntries bounds the entries of one request descriptor. Envoy's
+// actions make a descriptor of a few entries; a key of more would also
+// exceed the key bound long before.
+const MaxEntries = 64
+
+// TooManyDescriptors is the refusal of a request of more than max
+// descriptors.
+func TooManyDescriptors(max int) error {
+	return decision.Invalid("descriptors: more than the maximum of %d descriptors", max)
+}
+
+// TooManyEntries is the refusal of descriptor i for more than max entries.
+func TooManyEntries(i, max int) error {
+	return decision.Invalid("descriptors[%d].entries: more than the maximum of %d entries", i, max)
+}
+
 // Config configures a [Service]. Every field is required unless it says
 // otherwise.
 type Config struct {
@@ -130,7 +146,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		return nil, decision.Invalid("descriptors: at least one is required")
 	}
 	if len(m.GetDescriptors()) > s.cfg.MaxBatch {
-		return nil, decision.Invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
+		return nil, TooManyDescriptors(s.cfg.MaxBatch)
 	}
 	if !auth.FromContext(ctx).AllowDomain(m.GetDomain()) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain: this token may not use domain %.128q", m.GetDomain()))
@@ -321,6 +337,9 @@ func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.D
 	var ed envoyDescriptor
 	if len(d.GetEntries()) == 0 {
 		return ed, decision.Invalid("descriptors[%d].entries: at least one is required", i)
+	}
+	if len(d.GetEntries()) > MaxEntries {
+		return ed, TooManyEntries(i, MaxEntries)
 	}
 	if d.GetIsNegativeHits() {
 		return ed, decision.Invalid("descriptors[%d].is_negative_hits: not supported", i)

@@ -401,7 +401,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
 			}
-			if rl.Strict && err == nil && !algo.Spans() {
+			if rl.Strict && err == nil && !algo.Trails() {
 				at(rl.lineOf("strict"), ".rate_limit.strict", "applies to sliding_window only, not %s", algo)
 				ok = false
 			}

@@ -401,7 +401,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	if err != nil && !hasProblem(probs, "algorithm") {
 		fail("algorithm", "%s", algorithmProblem(y.Algorithm))
 	}
-	if y.Strict && err == nil && !algo.Spans() {
+	if y.Strict && err == nil && !algo.Trails() {
 		fail("strict", "applies to sliding_window only, not %s", algo)
 	}
 	if _, set := lines["burst"]; set && !hasProblem(probs, "burst") && err == nil {
