@@ -48,7 +48,7 @@ func TestAnySplit(t *testing.T) {
 				steadyFrom := steady(10, 6, all...)(wd)
 				st := wd.stats(steadyFrom)
 				bound := 1 + 1/float64(c.regions)
-				t.Logf("max %.3f (bound %.3f), steady min %.3f", st.Max, bound, st.SteadyMin)
+				t.Logf("%s, %v: max %.3f (bound %.3f), steady min %.3f", c.name, w, st.Max, bound, st.SteadyMin)
 				if st.Max > bound+1e-9 {
 					t.Errorf("max %.3f of the limit in a trailing window, want <= %.3f", st.Max, bound)
 				}
