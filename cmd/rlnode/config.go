@@ -45,6 +45,7 @@ type config struct {
 	DenyCacheKeys       int
 	MaxConnections      int
 	MaxStreams          int
+	StreamTimeout       time.Duration
 	ShutdownTimeout     time.Duration
 	GCHeadroomMiB       int
 
@@ -121,7 +122,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
-	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most API connections open at once (`count`); more clients wait in the listen backlog until one closes; 0: no cap")
+	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most connections open at once on --listen, and apart on --grpc-listen (`count`); at the cap a new connection takes the place of one doing nothing (one that never completed a request first, then, with tokens, one that never sent a valid token, then the longest idle), connections idle 5s are closed while three quarters of the cap are open, and with tokens those without a valid one hold at most half; 0: no cap")
+	fs.DurationVar(&c.StreamTimeout, "stream-timeout", api.DefaultStreamTimeout, "longest a streaming call (server reflection, gRPC health Watch) stays open (`duration`)")
 	fs.IntVar(&c.MaxStreams, "max-streams", defaultMaxStreams, "most HTTP/2 streams (calls in flight) one client connection may have open at once, on --listen and --grpc-listen (`count`); more wait in the client")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
@@ -290,6 +292,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.MaxStreams < 1 || c.MaxStreams > 1000 {
 		errs = append(errs, fmt.Errorf("--max-streams: %d, want 1 to 1000", c.MaxStreams))
+	}
+	if c.StreamTimeout < time.Second || c.StreamTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--stream-timeout: %v, want 1s to 24h", c.StreamTimeout))
 	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
