@@ -10,15 +10,18 @@
 // When a connection arrives at the cap, the listener closes, in order of
 // preference, among connections with no request in flight:
 //
-//  1. one that never completed a request (connected and sent nothing, or
-//     is trickling its first request's headers), the oldest first;
+//  1. one that never completed a request in the second since it connected
+//     (it sent nothing, or is trickling its first request's headers), the
+//     oldest first;
 //  2. one none of whose requests was authenticated (when authentication is
 //     on), the longest idle first;
-//  3. any other, the longest idle first;
+//  3. any other idle for a second or more, the longest idle first;
+//  4. one that connected less than a second ago, the oldest first;
 //
 // and, failing those, a connection whose request has been in flight for
 // longer than Config.SlowAfter (a stream, or a body trickling in). With
-// none of these, the new connection is closed at once. Unauthenticated
+// none of these (every connection busy, or at work within the last
+// second), the new connection is closed at once. Unauthenticated
 // connections with no request in flight are held to Config.UnauthShare:
 // past it, each new connection replaces the oldest of them. While the
 // listener holds at least three quarters of its cap, connections idle
@@ -32,6 +35,11 @@ import (
 	"sync"
 	"time"
 )
+
+// newGrace is how long a new connection has to complete its first request
+// before it ranks with connections that never did, and how recently a
+// connection must have been active to be kept over a new one.
+const newGrace = time.Second
 
 // Defaults for zero [Config] fields.
 const (
@@ -198,23 +206,27 @@ func (l *Listener) overShare() *conn {
 // connections already chosen.
 func (l *Listener) victim(now time.Time, skip []*conn) *conn {
 	var best *conn
-	bestRank := 4
+	bestRank := 5
 	for _, c := range l.conns {
 		if contains(skip, c) {
 			continue
 		}
-		rank := 4
+		var rank int
 		switch {
 		case c.busy > 0 && now.Sub(c.busySince) >= l.cfg.SlowAfter:
-			rank = 3
+			rank = 4
 		case c.busy > 0:
 			continue
-		case !c.proven:
+		case !c.proven && now.Sub(c.opened) >= newGrace:
 			rank = 0
+		case !c.proven:
+			rank = 3 // just connected: its first request may be on its way
 		case l.cfg.UnauthShare > 0 && !c.authed:
 			rank = 1
-		default:
+		case now.Sub(c.last) >= newGrace:
 			rank = 2
+		default:
+			continue // active within the second: a client at work
 		}
 		older := best != nil && rank == bestRank && l.since(c).Before(l.since(best))
 		if rank < bestRank || older {

@@ -53,9 +53,10 @@ func isClosed(ch <-chan struct{}, within time.Duration) bool {
 	}
 }
 
-// TestReclaimAtCap: at the cap, a new connection replaces the oldest one
-// that never completed a request, and a connection that completed one is
-// kept while such a one remains.
+// TestReclaimAtCap: at the cap, a new connection replaces one that has
+// not completed a request in the second since it connected, and a
+// connection at work within the last second is kept over a silent one,
+// however new.
 func TestReclaimAtCap(t *testing.T) {
 	cl, addr := serve(t, connlimit.Config{Max: 2, ShortIdle: time.Hour})
 	// A client that completed a request, kept alive.
@@ -73,7 +74,7 @@ func TestReclaimAtCap(t *testing.T) {
 	}
 	get()
 	silent := dial(t, addr)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // past the grace of a new connection
 	newer := dial(t, addr)
 	if !isClosed(silent, 2*time.Second) {
 		t.Fatal("the silent connection was not reclaimed at the cap")
@@ -85,6 +86,14 @@ func TestReclaimAtCap(t *testing.T) {
 	if st := cl.Stats(); st.Reclaimed != 1 || st.Open != 2 {
 		t.Errorf("Stats = %+v, want 1 reclaimed, 2 open", st)
 	}
+	// The kept-alive connection was at work within the second: the
+	// silent newer one goes in its place.
+	time.Sleep(100 * time.Millisecond)
+	_ = dial(t, addr)
+	if !isClosed(newer, 2*time.Second) {
+		t.Error("a silent connection was kept over one at work within the second")
+	}
+	get()
 }
 
 // TestShortIdleNearCap: with three quarters of the cap open, connections
