@@ -44,7 +44,8 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"--max-streams", "0"}, "--max-streams: 0, want 1 to 1000"},
 		{[]string{"--max-request-memory", "0"}, "--max-request-memory: 0, want 1 to 1048576 MiB"},
 		{[]string{"--max-hits", "0"}, "--max-hits: 0, want at least 1"},
-		{[]string{"--max-window", "200h"}, "--max-window: 200h0m0s, want 1s to 168h"},
+		{[]string{"--max-window", "200h"}, "--max-inline-window (--max-window): 200h0m0s, want 1s to 168h"},
+		{[]string{"--max-inline-window", "200h"}, "--max-inline-window (--max-window): 200h0m0s, want 1s to 168h"},
 		{[]string{"--max-log-limit", "0"}, "--max-log-limit: 0, want at least 1"},
 		{[]string{"--max-rules", "0"}, "--max-rules: 0, want at least 1"},
 		{[]string{"--on-store-failure", "maybe"}, `--on-store-failure: "maybe" is not local, open or closed`},
@@ -150,8 +151,8 @@ func TestHTTPServerBounds(t *testing.T) {
 }
 
 // TestMaxConnections: with --max-connections 1, a client that holds the
-// one connection idle after its request gives way to the next client:
-// its connection is closed and the next one served at once.
+// one connection idle for a second after its request gives way to the
+// next client: its connection is closed and the next one served at once.
 func TestMaxConnections(t *testing.T) {
 	base := startNode(t, []string{"--listen", "127.0.0.1:0", "--max-connections", "1"}, env(nil)).base
 	hold, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -167,6 +168,7 @@ func TestMaxConnections(t *testing.T) {
 	if _, err := hold.Read(buf); err != nil || string(buf) != "HTTP/1.1 200" {
 		t.Fatalf("held connection: %q, %v", buf, err)
 	}
+	time.Sleep(1100 * time.Millisecond) // idle for more than a second: it gives way
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	start := time.Now()
 	resp, err := c.Get(base + "/healthz")

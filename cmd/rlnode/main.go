@@ -73,6 +73,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if store.Redis != nil {
+		// Redis's key count and memory, read on each scrape.
+		reg.MustRegister(store.Redis.InfoCollector(region.DefaultInfoTimeout))
+	}
 	reload, err := newReloaders(log, reg)
 	if err != nil {
 		return err
@@ -138,6 +142,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxHits:          c.MaxHits,
 		MaxWindow:        c.MaxWindow,
 		MaxLogLimit:      c.MaxLogLimit,
+		MaxInlineLimit:   c.MaxInlineLimit,
 		Logger:           log,
 		Registerer:       reg,
 		StreamTimeout:    c.StreamTimeout,

@@ -146,6 +146,10 @@ type Config struct {
 	// MaxLogLimit bounds an inline sliding_log limit, whose memory grows
 	// with the hits it holds: default 10000.
 	MaxLogLimit uint64
+	// MaxInlineLimit bounds an inline limit's count; 0 means 2^53 (the
+	// most any limit may be). A token's scope may bound it further, and
+	// the window too (see [auth.Scope]).
+	MaxInlineLimit uint64
 	// Logger receives warnings such as store failures; default discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics; default a new registry.
@@ -280,16 +284,17 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{
-		Store:       cfg.Store,
-		Region:      cfg.Region,
-		Regions:     cfg.Regions,
-		MaxKeyBytes: cfg.MaxKeyBytes,
-		MaxHits:     cfg.MaxHits,
-		MaxWindow:   cfg.MaxWindow,
-		MaxLogLimit: cfg.MaxLogLimit,
-		ShadowMode:  cfg.ShadowMode,
-		Logger:      cfg.Logger,
-		Registerer:  cfg.Registerer,
+		Store:          cfg.Store,
+		Region:         cfg.Region,
+		Regions:        cfg.Regions,
+		MaxKeyBytes:    cfg.MaxKeyBytes,
+		MaxHits:        cfg.MaxHits,
+		MaxWindow:      cfg.MaxWindow,
+		MaxLogLimit:    cfg.MaxLogLimit,
+		MaxInlineLimit: cfg.MaxInlineLimit,
+		ShadowMode:     cfg.ShadowMode,
+		Logger:         cfg.Logger,
+		Registerer:     cfg.Registerer,
 	}
 	if cfg.Replicator != nil {
 		dcfg.Replicator = cfg.Replicator
