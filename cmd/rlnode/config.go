@@ -20,6 +20,17 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// What a key costs a node on the in-memory store, with gossip on: the
+// store's own state (region.MemoryKeyBytes, about 400 bytes of heap) and
+// the replication sets that remember it, as resident memory after the
+// garbage collector's headroom: 1.0 to 1.9 KB a key between 100,000 and
+// 300,000 keys (go run ./loadtest/keyflood -keys 300000 -every 100000).
+// --max-keys defaults to --memory-budget divided by it.
+const (
+	memoryKeyBytes         = 2048
+	defaultMemoryBudgetMiB = 1024
+)
+
 // envPrefix prefixes the environment variable that backs each flag:
 // --redis-url falls back to RLNODE_REDIS_URL.
 const envPrefix = "RLNODE_"
@@ -45,6 +56,7 @@ type config struct {
 	DenyCacheKeys       int
 	MaxConnections      int
 	MaxStreams          int
+	StreamTimeout       time.Duration
 	ShutdownTimeout     time.Duration
 	GCHeadroomMiB       int
 
@@ -56,7 +68,11 @@ type config struct {
 	MaxHits             uint64
 	MaxWindow           time.Duration
 	MaxLogLimit         uint64
-	MaxRules            int
+	MaxInlineLimit      uint64
+	// MemoryBudgetMiB sizes the in-memory store: --max-keys defaults to
+	// it divided by what a key costs (memoryKeyBytes).
+	MemoryBudgetMiB int
+	MaxRules        int
 
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
@@ -119,15 +135,19 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.RLSHeaders, "rls-headers", "none", "response headers Envoy's ShouldRateLimit asks Envoy to add (`set`): none, draft (RateLimit-Limit, -Remaining, -Reset) or x (X-RateLimit-Limit, -Remaining, -Reset)")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
-	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
+	fs.IntVar(&c.MaxKeys, "max-keys", defaultMemoryBudgetMiB<<20/memoryKeyBytes, fmt.Sprintf("`count` of keys the in-memory store holds before evicting the least recently used; default --memory-budget / %d bytes, what a key costs the node (its store and replication sets)", memoryKeyBytes))
+	fs.IntVar(&c.MemoryBudgetMiB, "memory-budget", defaultMemoryBudgetMiB, fmt.Sprintf("`MiB` the in-memory store's keys may take: --max-keys defaults to it divided by %d bytes a key", memoryKeyBytes))
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
-	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most API connections open at once (`count`); more clients wait in the listen backlog until one closes; 0: no cap")
+	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most connections open at once on --listen, and apart on --grpc-listen (`count`); at the cap a new connection takes the place of one doing nothing (one that has not completed a request in the second since it connected first, then, with tokens, one that never sent a valid token, then the longest idle for over a second), connections idle 5s are closed while three quarters of the cap are open, and with tokens those without a valid one hold at most half; 0: no cap")
+	fs.DurationVar(&c.StreamTimeout, "stream-timeout", api.DefaultStreamTimeout, "longest a streaming call (server reflection, gRPC health Watch) stays open (`duration`)")
 	fs.IntVar(&c.MaxStreams, "max-streams", defaultMaxStreams, "most HTTP/2 streams (calls in flight) one client connection may have open at once, on --listen and --grpc-listen (`count`); more wait in the client")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.IntVar(&c.MaxRequestMemoryMiB, "max-request-memory", api.DefaultMaxRequestMemory>>20, "`MiB` that requests larger than 64 KiB (large batches) may hold in flight at once, all connections together; each takes a few times its size while decided, and one that finds the budget spent waits up to 5s, then is refused with resource_exhausted (at least --max-request-bytes)")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
-	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
+	fs.DurationVar(&c.MaxWindow, "max-inline-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h); a key lives about twice its window, in memory and in Redis")
+	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "deprecated alias of --max-inline-window (`duration`)")
+	fs.Uint64Var(&c.MaxInlineLimit, "max-inline-limit", window.MaxLimit, "largest limit an inline limit may ask for (`count`, at most 2^53)")
 	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
 	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
 	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
@@ -261,6 +281,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			}
 		}
 	})
+	if c.MemoryBudgetMiB < 1 || c.MemoryBudgetMiB > 1<<24 {
+		errs = append(errs, fmt.Errorf("--memory-budget: %d, want 1 to %d MiB", c.MemoryBudgetMiB, 1<<24))
+	} else if !set["max-keys"] && getenv(envName("max-keys")) == "" {
+		c.MaxKeys = max(1, int(int64(c.MemoryBudgetMiB)<<20/memoryKeyBytes))
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
 	}
@@ -276,6 +301,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64, 0, ""},
 		{"max-hits", c.MaxHits, 1, 0, ""},
 		{"max-log-limit", c.MaxLogLimit, 1, 0, ""},
+		{"max-inline-limit", c.MaxInlineLimit, 1, window.MaxLimit, "the most any limit may be"},
 		{"max-rules", uint64(max(c.MaxRules, 0)), 1, 0, ""},
 	} {
 		if m.got < m.min {
@@ -291,6 +317,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.MaxStreams < 1 || c.MaxStreams > 1000 {
 		errs = append(errs, fmt.Errorf("--max-streams: %d, want 1 to 1000", c.MaxStreams))
 	}
+	if c.StreamTimeout < time.Second || c.StreamTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--stream-timeout: %v, want 1s to 24h", c.StreamTimeout))
+	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
 	}
@@ -304,7 +333,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
 	}
 	if c.MaxWindow < window.MinWindow || c.MaxWindow > window.MaxWindow {
-		errs = append(errs, fmt.Errorf("--max-window: %v, want 1s to 168h", c.MaxWindow))
+		errs = append(errs, fmt.Errorf("--max-inline-window (--max-window): %v, want 1s to 168h", c.MaxWindow))
 	}
 	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))

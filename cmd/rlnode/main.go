@@ -24,7 +24,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/net/netutil"
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
@@ -84,6 +83,10 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if store.Redis != nil {
+		// Redis's key count and memory, read on each scrape.
+		reg.MustRegister(store.Redis.InfoCollector(region.DefaultInfoTimeout))
+	}
 	reload, err := newReloaders(log, reg)
 	if err != nil {
 		return err
@@ -103,8 +106,9 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
-	if c.MaxConnections > 0 {
-		ln = netutil.LimitListener(ln, c.MaxConnections)
+	ln, capped, err := capConns(ln, c, tokens != nil, "api", reg)
+	if err != nil {
+		return err
 	}
 
 	// Gossip starts before the API serves, so that the first admitted
@@ -150,8 +154,10 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		MaxHits:          c.MaxHits,
 		MaxWindow:        c.MaxWindow,
 		MaxLogLimit:      c.MaxLogLimit,
+		MaxInlineLimit:   c.MaxInlineLimit,
 		Logger:           log,
 		Registerer:       reg,
+		StreamTimeout:    c.StreamTimeout,
 		Check: forwardauth.Config{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
@@ -187,12 +193,19 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	}
 	watchRules(ctx, ruleFiles, h, reload)
 
-	srv := newHTTPServer(protect(c, tokens, h), log)
+	var inner http.Handler = h
+	if tokens != nil {
+		inner = markAuthenticated(c, capped, h)
+	}
+	srv := newHTTPServer(protect(c, tokens, inner), log)
 	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: c.MaxStreams}
+	if capped != nil {
+		srv.ConnState = capped.ConnState
+	}
 	if err := serveTLS(c, srv, reload); err != nil {
 		return err
 	}
-	gs, gln, err := newGRPCServer(c, h, tokens, srv.TLSConfig)
+	gs, gln, err := newGRPCServer(c, h, tokens, srv.TLSConfig, reg)
 	if err != nil {
 		return err
 	}
@@ -329,24 +342,30 @@ const (
 // newGRPCServer returns the grpc-go server of --grpc-listen and its
 // listener (nil, nil without the flag), with the API's tokens, open paths,
 // TLS config (nil: plaintext) and bounds.
-func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config) (*grpcserve.Server, net.Listener, error) {
+func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config, reg prometheus.Registerer) (*grpcserve.Server, net.Listener, error) {
 	if c.GRPCListen == "" {
 		return nil, nil, nil
-	}
-	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout, MaxStreams: uint32(c.MaxStreams)}
-	if tokens != nil {
-		gcfg.Tokens, gcfg.OpenPaths = tokens, openPaths(c)
-	}
-	gs, err := grpcserve.New(gcfg)
-	if err != nil {
-		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", c.GRPCListen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen --grpc-listen: %w", err)
 	}
-	if c.MaxConnections > 0 {
-		ln = netutil.LimitListener(ln, c.MaxConnections)
+	ln, capped, err := capConns(ln, c, tokens != nil, "grpc", reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout,
+		MaxStreams: uint32(c.MaxStreams), StreamTimeout: c.StreamTimeout}
+	if capped != nil {
+		gcfg.Conns = capped
+	}
+	if tokens != nil {
+		gcfg.Tokens, gcfg.OpenPaths = tokens, openPaths(c)
+	}
+	gs, err := grpcserve.New(gcfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, nil, err
 	}
 	return gs, ln, nil
 }

@@ -53,6 +53,7 @@ const (
 	// size be decoded at once.
 	DefaultMaxRequestMemory = 4 << 20
 	DefaultReadyTimeout     = 2 * time.Second
+	DefaultStreamTimeout    = time.Minute
 	DefaultMaxHits          = window.MaxLimit
 	DefaultMaxWindow        = window.MaxWindow
 	DefaultMaxLogLimit      = 10000
@@ -145,6 +146,10 @@ type Config struct {
 	// MaxLogLimit bounds an inline sliding_log limit, whose memory grows
 	// with the hits it holds: default 10000.
 	MaxLogLimit uint64
+	// MaxInlineLimit bounds an inline limit's count; 0 means 2^53 (the
+	// most any limit may be). A token's scope may bound it further, and
+	// the window too (see [auth.Scope]).
+	MaxInlineLimit uint64
 	// Logger receives warnings such as store failures; default discards.
 	Logger *slog.Logger
 	// Registerer receives the metrics; default a new registry.
@@ -155,6 +160,10 @@ type Config struct {
 	// HandlerOptions are added to the Connect handlers' options, for
 	// example interceptors for authentication.
 	HandlerOptions []connect.HandlerOption
+	// StreamTimeout bounds a streaming call (server reflection) from its
+	// start: its read and write deadlines and its context; default
+	// [DefaultStreamTimeout].
+	StreamTimeout time.Duration
 	// ReadyChecks are extra conditions for /readyz.
 	ReadyChecks []ReadyCheck
 	// ReadyTimeout bounds each /readyz probe; default 2s.
@@ -255,6 +264,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.MaxLogLimit == 0 {
 		cfg.MaxLogLimit = DefaultMaxLogLimit
 	}
+	if cfg.StreamTimeout <= 0 {
+		cfg.StreamTimeout = DefaultStreamTimeout
+	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
@@ -281,16 +293,17 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{
-		Store:       cfg.Store,
-		Region:      cfg.Region,
-		Regions:     cfg.Regions,
-		MaxKeyBytes: cfg.MaxKeyBytes,
-		MaxHits:     cfg.MaxHits,
-		MaxWindow:   cfg.MaxWindow,
-		MaxLogLimit: cfg.MaxLogLimit,
-		ShadowMode:  cfg.ShadowMode,
-		Logger:      cfg.Logger,
-		Registerer:  cfg.Registerer,
+		Store:          cfg.Store,
+		Region:         cfg.Region,
+		Regions:        cfg.Regions,
+		MaxKeyBytes:    cfg.MaxKeyBytes,
+		MaxHits:        cfg.MaxHits,
+		MaxWindow:      cfg.MaxWindow,
+		MaxLogLimit:    cfg.MaxLogLimit,
+		MaxInlineLimit: cfg.MaxInlineLimit,
+		ShadowMode:     cfg.ShadowMode,
+		Logger:         cfg.Logger,
+		Registerer:     cfg.Registerer,
 	}
 	if cfg.Replicator != nil {
 		dcfg.Replicator = cfg.Replicator
@@ -369,13 +382,18 @@ func NewHandler(cfg Config) (*Server, error) {
 
 // ServeHTTP implements http.Handler. Plain Connect unary JSON calls take a
 // shorter path to the same methods (see serveFast). Streaming calls
-// (server reflection) lift the server's read and write deadlines, which
-// suit unary calls, for their own stream.
+// (server reflection) replace the server's read and write deadlines,
+// which suit unary calls, with Config.StreamTimeout from their start.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isStream(r.URL.Path) {
+		// A stream outlives the server's unary deadlines, up to its own.
+		end := time.Now().Add(s.cfg.StreamTimeout)
 		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Time{}) // unsupported by some writers: nothing to lift then
-		_ = rc.SetWriteDeadline(time.Time{})
+		_ = rc.SetReadDeadline(end) // unsupported by some writers: the server's deadlines stay then
+		_ = rc.SetWriteDeadline(end)
+		ctx, cancel := context.WithDeadline(r.Context(), end)
+		defer cancel()
+		r = r.WithContext(ctx)
 	}
 	if r.URL.Path == pathCheckBatch || r.URL.Path == envoyrls.Procedure {
 		// Large requests share the request memory budget (budget.go).

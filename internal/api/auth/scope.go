@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Scope binds a token to the rules, inline limits, Envoy domains and key
@@ -28,13 +30,20 @@ import (
 // needs (see status.Authorize).
 //
 // In a token file a bound token is its line's first word followed by
-// rules=a,b inline=yes domains=d prefixes=p1,p2 admin in any order;
-// prefixes= alone names nothing to spend and is refused.
+// rules=a,b inline=yes domains=d prefixes=p1,p2 max-window=1h
+// max-limit=1000 admin in any order; prefixes= alone names nothing to
+// spend and is refused, and the ceilings need inline=yes.
 type Scope struct {
 	Rules    []string
 	Inline   bool
 	Domains  []string
 	Prefixes []string
+	// MaxWindow and MaxLimit, when not zero, bound the window and the
+	// count of the inline limits the token may ask for (max-window=1h
+	// max-limit=1000 in a token file), so that one tenant's keys cannot
+	// live for a week.
+	MaxWindow time.Duration
+	MaxLimit  uint64
 	// Admin allows the administrative calls (Reset) on any key; the word
 	// admin in a token file's entry sets it. It binds nothing else: a
 	// token with admin alone spends nothing.
@@ -78,6 +87,26 @@ func parseEntry(entry string) (string, *Scope, error) {
 			dst = &sc.Domains
 		case "prefixes":
 			dst = &sc.Prefixes
+		case "max-window":
+			if sc.MaxWindow != 0 {
+				return "", nil, errors.New("max-window= given twice")
+			}
+			d, err := time.ParseDuration(list)
+			if err != nil || d < time.Second {
+				return "", nil, errors.New("max-window=: want a duration of at least 1s")
+			}
+			sc.MaxWindow = d
+			continue
+		case "max-limit":
+			if sc.MaxLimit != 0 {
+				return "", nil, errors.New("max-limit= given twice")
+			}
+			n, err := strconv.ParseUint(list, 10, 64)
+			if err != nil || n < 1 {
+				return "", nil, errors.New("max-limit=: want a whole number of at least 1")
+			}
+			sc.MaxLimit = n
+			continue
 		case "inline":
 			if inline {
 				return "", nil, errors.New("inline= given twice")
@@ -97,7 +126,7 @@ func parseEntry(entry string) (string, *Scope, error) {
 		if !ok {
 			// The word is not quoted: a token with a space in it must not
 			// reach the logs.
-			return "", nil, fmt.Errorf("word %d is not admin, or rules=, inline=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)", i+2)
+			return "", nil, fmt.Errorf("word %d is not admin, or rules=, inline=, domains=, prefixes=, max-window= or max-limit= followed by a value (tokens hold no spaces)", i+2)
 		}
 		if *dst != nil {
 			return "", nil, fmt.Errorf("%s= given twice", name)
@@ -109,6 +138,9 @@ func parseEntry(entry string) (string, *Scope, error) {
 			}
 			*dst = append(*dst, v)
 		}
+	}
+	if (sc.MaxWindow != 0 || sc.MaxLimit != 0) && !sc.Inline {
+		return "", nil, errors.New("max-window= and max-limit= bound inline limits, and inline=yes is not given")
 	}
 	if sc.Prefixes != nil && sc.Rules == nil && !sc.Inline {
 		return "", nil, errors.New("prefixes= binds the keys of rules= or inline=yes, and neither is given: a bound token may spend only what it names")

@@ -94,6 +94,9 @@ type Config struct {
 	MaxHits     uint64
 	MaxWindow   time.Duration
 	MaxLogLimit uint64
+	// MaxInlineLimit bounds an inline limit's count; 0 means
+	// window.MaxLimit.
+	MaxInlineLimit uint64
 	// Guard, when set, is the burst guard: it is asked before the store
 	// about every consuming counter request, and told the store's answer.
 	// Nil: no guard (a single region, or --burst-guard=false).
@@ -394,6 +397,9 @@ func (d *Decider) validate(in Input) (Request, error) {
 		if l, r.Scope, err = d.inlineLimit(f, in.Limit); err != nil {
 			return r, err
 		}
+		if err := checkCeilings(f, in.Scope, l); err != nil {
+			return r, err
+		}
 	}
 	hits := max(in.Hits, 1)
 	if ns != Envoy && hits > l.Capacity() {
@@ -430,6 +436,19 @@ func checkScope(in Input) error {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
 	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%skey: this token may only use keys with its prefixes", f))
+	}
+	return nil
+}
+
+// checkCeilings refuses an inline limit over its token's ceilings.
+func checkCeilings(f string, sc *auth.Scope, l window.Limit) error {
+	switch {
+	case sc == nil:
+		return nil
+	case sc.MaxWindow > 0 && l.Window > sc.MaxWindow:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit.window: this token may not ask for a window longer than %v", f, sc.MaxWindow))
+	case sc.MaxLimit > 0 && l.Limit > sc.MaxLimit:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit.limit: this token may not ask for a limit over %d", f, sc.MaxLimit))
 	}
 	return nil
 }
@@ -472,6 +491,9 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 	var l window.Limit
 	if n := lim.GetLimit(); n < 1 || n > window.MaxLimit {
 		return l, Invalid("%slimit.limit: must be from 1 to 2^53 (%d), got %d", field, uint64(window.MaxLimit), n)
+	}
+	if m := d.cfg.MaxInlineLimit; m > 0 && lim.GetLimit() > m {
+		return l, Invalid("%slimit.limit: %d is more than the maximum of %d", field, lim.GetLimit(), m)
 	}
 	l.Limit = lim.GetLimit()
 	w := lim.GetWindow()

@@ -37,7 +37,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -73,6 +75,22 @@ type Config struct {
 	// MaxStreams bounds the calls in flight on one connection (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS); default [DefaultMaxStreams].
 	MaxStreams uint32
+	// StreamTimeout bounds a streaming call (server reflection, health
+	// Watch) from its start; it then ends with DeadlineExceeded. Default
+	// [api.DefaultStreamTimeout].
+	StreamTimeout time.Duration
+	// Conns, when set, is told when calls start and end on each
+	// connection (by its remote address) and when one carried a valid
+	// token, as a [connlimit.Listener] that Serve is given needs to be.
+	Conns ConnEvents
+}
+
+// ConnEvents receives the calls' events by connection; [connlimit.Listener]
+// implements it. Its methods must not block.
+type ConnEvents interface {
+	Begin(remoteAddr string)
+	End(remoteAddr string)
+	Authenticated(remoteAddr string)
 }
 
 // DefaultMaxStreams is Config.MaxStreams's default.
@@ -106,6 +124,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
+	if cfg.StreamTimeout <= 0 {
+		cfg.StreamTimeout = api.DefaultStreamTimeout
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
@@ -113,11 +134,15 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
 	}
 	budget := budgeted{api: cfg.API}
+	timeout := streamTimeout(cfg.StreamTimeout)
 	if cfg.Tokens != nil {
-		a := authenticator{tokens: cfg.Tokens, open: auth.OpenPaths(cfg.OpenPaths)}
-		opts = append(opts, grpc.ChainUnaryInterceptor(a.unary, unaryErrors, budget.unary), grpc.StreamInterceptor(a.stream))
+		a := authenticator{tokens: cfg.Tokens, open: auth.OpenPaths(cfg.OpenPaths), conns: cfg.Conns}
+		opts = append(opts, grpc.ChainUnaryInterceptor(a.unary, unaryErrors, budget.unary), grpc.ChainStreamInterceptor(a.stream, timeout.stream))
 	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(unaryErrors, budget.unary))
+		opts = append(opts, grpc.ChainUnaryInterceptor(unaryErrors, budget.unary), grpc.StreamInterceptor(timeout.stream))
+	}
+	if cfg.Conns != nil {
+		opts = append(opts, grpc.StatsHandler(connStats{cfg.Conns}))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -238,6 +263,7 @@ func grpcError(err error) error {
 type authenticator struct {
 	tokens *auth.Tokens
 	open   func(string) bool
+	conns  ConnEvents // nil: not told
 }
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, "missing or invalid bearer token")
@@ -257,6 +283,9 @@ func (a authenticator) check(ctx context.Context, method string) (context.Contex
 	if !ok {
 		_ = grpc.SetHeader(ctx, metadata.Pairs("www-authenticate", `Bearer realm="rlcluster"`))
 		return nil, errUnauthenticated
+	}
+	if p, ok := peer.FromContext(ctx); ok && a.conns != nil {
+		a.conns.Authenticated(p.Addr.String())
 	}
 	if sc != nil {
 		ctx = auth.NewContext(ctx, sc)
@@ -286,6 +315,45 @@ type ctxStream struct {
 }
 
 func (s ctxStream) Context() context.Context { return s.ctx }
+
+// streamTimeout ends a streaming call that has run this long.
+type streamTimeout time.Duration
+
+// stream runs the handler until it returns or the timeout passes; then
+// the call ends with DeadlineExceeded, which closes the stream, and the
+// handler, blocked on the closed stream, returns in its own time.
+func (d streamTimeout) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, cancel := context.WithTimeout(ss.Context(), time.Duration(d))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h(srv, ctxStream{ServerStream: ss, ctx: ctx}) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return status.Error(codes.DeadlineExceeded, "stream timeout: the call ran longer than this node allows a stream")
+	}
+}
+
+// connStats tells ConnEvents when calls start and end on each connection.
+type connStats struct{ conns ConnEvents }
+
+func (c connStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c connStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c connStats) HandleConn(context.Context, stats.ConnStats)                       {}
+
+func (c connStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	switch s.(type) {
+	case *stats.Begin:
+		c.conns.Begin(p.Addr.String())
+	case *stats.End:
+		c.conns.End(p.Addr.String())
+	}
+}
 
 // envoyServer adapts [envoyrls.Service] to grpc-go's generated server.
 type envoyServer struct {
