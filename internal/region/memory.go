@@ -513,20 +513,37 @@ func (b *memBucket) find(region string) int {
 }
 
 // maxMerge raises region's count to n if it is lower and merges h into its
-// halves (window.Halves.Merge). A region the bucket does not hold yet is
-// added only while it holds fewer than MaxRegionsPerBucket; maxMerge
-// reports whether the total was kept.
-func (b *memBucket) maxMerge(region string, n uint64, h window.Halves) bool {
+// halves (window.Halves.Merge). A region the bucket does not hold yet takes
+// no slot for a zero count, and is added while the bucket holds fewer than
+// MaxRegionsPerBucket; in a full bucket it takes the place of the region
+// with the smallest count (never keep's) when its count is larger, and is
+// dropped otherwise: a full bucket keeps the largest counts, so its sum is
+// never below that of any MaxRegionsPerBucket regions offered to it, and
+// made-up regions can raise it, never lower it. maxMerge reports whether
+// a total was dropped (this one, or the one it replaced).
+func (b *memBucket) maxMerge(region string, n uint64, h window.Halves, keep string) (dropped bool) {
 	if i := b.find(region); i >= 0 {
 		b.counts[i].n = max(b.counts[i].n, n)
 		b.counts[i].h.Merge(h)
-		return true
-	}
-	if len(b.counts) >= MaxRegionsPerBucket {
 		return false
 	}
+	if n == 0 {
+		return false
+	}
+	if len(b.counts) >= MaxRegionsPerBucket {
+		j := -1
+		for i, c := range b.counts {
+			if c.region != keep && (j < 0 || c.n < b.counts[j].n) {
+				j = i
+			}
+		}
+		if j >= 0 && b.counts[j].n < n {
+			b.counts[j] = regionN{region: region, n: n, h: h}
+		}
+		return true
+	}
 	b.counts = append(b.counts, regionN{region: region, n: n, h: h})
-	return true
+	return false
 }
 
 // halves appends the regions' halves of b (a bucket of wMs) to buf, for
@@ -662,7 +679,7 @@ func (m *Memory) merge(totals []Total, own bool) {
 		if !ValidHalves(*t) {
 			h = window.Halves{}
 		}
-		if b := e.ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count, h) {
+		if b := e.ensure(t.Bucket); b != nil && b.maxMerge(t.Region, t.Count, h, m.region) {
 			m.dropped.Add(1)
 		}
 	}
