@@ -482,3 +482,64 @@ func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackRepairLie: a node of eu on its own in-memory store starts
+// empty and asks its peers for eu's totals. ap holds eu's 5 hits of a
+// key and answers so; a member of us answers that eu counted 99,999 (and
+// 99,999 in the next bucket). The node restores 5: a value one member
+// alone reports is not restored while two regions were asked, and no
+// answer is taken for a bucket that began after it asked. (Once, eu took
+// 99,999 into its own count and reported it to every region as its own.)
+func TestAttackRepairLie(t *testing.T) {
+	lim := window.Limit{Limit: 100, Window: time.Hour}
+	now := time.Now()
+	b := window.Bucket(now.UnixMilli(), lim.Window)
+	mk := func(name, reg string, st Store, own bool, join []string) *Node {
+		cfg := testConfig()
+		cfg.Name, cfg.Region, cfg.Transport, cfg.Join, cfg.OwnStore = name, reg, listenLoopback(t, nil, ""), join, own
+		return startTestNode(t, cfg, st)
+	}
+	// ap holds eu's 5 hits, as eu once reported them.
+	apStore := region.NewMemory(region.MemoryConfig{Region: "ap"})
+	held := []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "eu", Count: 5}}
+	if err := apStore.Merge(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	ap := mk("ap-0", "ap", apStore, false, nil)
+	ap.hear(now, held)
+	rogue := mk("us-0", "us", region.NewMemory(region.MemoryConfig{Region: "us"}), false, []string{ap.Addr()})
+	euStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("eu"), Replica: true})
+	eu := mk("eu-0", "eu", euStore, true, []string{ap.Addr()})
+	waitFor(t, 10*time.Second, "eu has asked ap and us for a repair", func() bool {
+		eu.rep.mu.Lock()
+		defer eu.rep.mu.Unlock()
+		_, a := eu.rep.quorum.asked["ap-0"]
+		_, u := eu.rep.quorum.asked["us-0"]
+		return a && u && memberState(rogue, "eu-0") == "alive"
+	})
+	lie, err := Encode(KindRepaired, time.Now(), rogue.self(), []region.Total{
+		{Key: "k", Window: lim.Window, Bucket: b, Region: "eu", Count: 99999},
+		{Key: "k", Window: lim.Window, Bucket: b + 1, Region: "eu", Count: 99999},
+	}, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.sendStream(memberOf(t, rogue, "eu-0"), lie[0]); err != nil {
+		t.Fatal(err)
+	}
+	count := func(b int64) uint64 { return storetest.RegionCounts(t, euStore, "k", lim.Window, b)["eu"] }
+	waitFor(t, 10*time.Second, "eu's count restored", func() bool { return count(b) > 0 })
+	// A frame from ap, handled after the lie, shows both were taken.
+	before := counterValue(eu.met.merges)
+	fs, _ := Encode(KindFlush, time.Now(), ap.self(), []region.Total{{Key: "settle", Window: lim.Window, Bucket: b, Region: "ap", Count: 1}}, 1360)
+	if err := ap.sendStream(memberOf(t, ap, "eu-0"), fs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "ap's frame merged", func() bool { return counterValue(eu.met.merges) > before })
+	if got := count(b); got != 5 {
+		t.Errorf("eu's own count restored to %d, want 5 (what ap and us agree on at least)", got)
+	}
+	if got := count(b + 1); got != 0 {
+		t.Errorf("eu's count in the bucket after the request = %d, want 0", got)
+	}
+}

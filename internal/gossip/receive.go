@@ -79,7 +79,7 @@ func (n *Node) handle(b []byte) {
 		n.answerRepair(sender)
 		return
 	case KindRepaired:
-		n.restore(now, m)
+		n.restore(now, m, sender)
 		return
 	case KindRejoin:
 		n.rejoined(sender)
@@ -172,6 +172,9 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	case m.Kind == KindRepaired:
 		if !n.repairOpen(now) {
 			return "foreign_kind"
+		}
+		if !n.repairAsked(sender) {
+			return "unasked"
 		}
 		reports = n.cfg.Region // a peer echoes this region's own totals
 	}
