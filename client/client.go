@@ -6,7 +6,7 @@
 //
 //	c, err := client.New("http://rlnode:8080", client.WithFailureMode(client.FailOpen))
 //	d, err := c.Check(ctx, "alice", client.Rule("api-per-user"))
-//	if err == nil && !d.Allowed { /* wait d.RetryAfter */ }
+//	if err == nil && !d.Allowed { /* wait d.RetryAfter, or use c.Wait */ }
 //
 // A denial is a decision, not an error. Errors carry Connect codes
 // (connect.CodeOf(err)): invalid_argument for bad input such as an empty
@@ -112,6 +112,9 @@ type Limit struct {
 	// trailing window in one region, at the price of capacity left unused
 	// after bursts.
 	Strict bool
+	// Burst, with TokenBucket, is the bucket's capacity: the most hits it
+	// admits at once (0: Limit; at most 1000 times Limit).
+	Burst uint64
 }
 
 func (l Limit) policy() (string, *ratelimitv1.Limit) {
@@ -121,6 +124,7 @@ func (l Limit) policy() (string, *ratelimitv1.Limit) {
 		Algorithm: ratelimitv1.Algorithm(l.Algorithm + 1),
 		Scope:     ratelimitv1.Scope(l.Scope + 1),
 		Strict:    l.Strict,
+		Burst:     l.Burst,
 	}
 }
 func (l Limit) name() string          { return "default" }
@@ -169,10 +173,10 @@ type Decision struct {
 // A Peek consumes nothing: its Current is the count already spent. What
 // Whole and the terms are per algorithm is documented on the proto's
 // WindowStats: for the sliding window, Whole is the current bucket's count
-// before the request plus the previous bucket's late halves while in the
-// first half of the bucket, and each region's oldest overlapping half gives
-// terms from its span (RegionCount.PreviousEarly and PreviousLate). Token
-// bucket and sliding log fill what applies to them.
+// before the request, and each region gives one term, the hits of its
+// previous bucket's marks still in the window (RegionCount.PreviousMarks),
+// with a weight of 1. Token bucket and sliding log fill what applies to
+// them.
 type Stats struct {
 	// Bucket is the current bucket's index, floor(unix time / window).
 	Bucket int64
@@ -224,16 +228,11 @@ func (s Stats) Recompute() uint64 {
 	return est
 }
 
-// HalfBucket is one region's hits in one half of a bucket, for the sliding
-// window: Count hits, the first at FirstMs and the last at LastMs (ms from
-// the bucket's start); when they fell in several runs, the latest run
-// began at RunMs with Before hits before it (RunMs 0: one run).
-type HalfBucket struct {
-	Count   uint64
-	FirstMs int64
-	LastMs  int64
-	RunMs   int64
-	Before  uint64
+// Mark is some of one region's hits in one bucket, for the sliding window:
+// Count hits, the last of them at AtMs, ms from the start of the bucket.
+type Mark struct {
+	AtMs  int64
+	Count uint64
 }
 
 // RegionCount is one region's share of a decision's counts.
@@ -250,10 +249,10 @@ type RegionCount struct {
 	Age time.Duration
 	// HasAge reports whether the node reported an age for this region.
 	HasAge bool
-	// PreviousEarly and PreviousLate are the region's halves of the
-	// previous bucket as the sliding window decided on them (zero for the
-	// other algorithms and for empty halves).
-	PreviousEarly, PreviousLate HalfBucket
+	// PreviousMarks is the region's trail of the previous bucket as the
+	// sliding window decided on it (empty for the other algorithms): a
+	// mark's hits count while its last one is in the window.
+	PreviousMarks []Mark
 }
 
 // decision converts the node's answer.
@@ -291,8 +290,7 @@ func decision(resp *ratelimitv1.CheckResponse) Decision {
 					Previous:      r.GetPrevious(),
 					Age:           r.GetAge().AsDuration(),
 					HasAge:        r.GetAge() != nil,
-					PreviousEarly: halfBucket(r.GetPreviousEarly()),
-					PreviousLate:  halfBucket(r.GetPreviousLate()),
+					PreviousMarks: marks(r.GetPreviousMarks()),
 				}
 			}
 		}
@@ -300,8 +298,15 @@ func decision(resp *ratelimitv1.CheckResponse) Decision {
 	return d
 }
 
-func halfBucket(h *ratelimitv1.HalfBucket) HalfBucket {
-	return HalfBucket{Count: h.GetCount(), FirstMs: h.GetFirstMs(), LastMs: h.GetLastMs(), RunMs: h.GetRunMs(), Before: h.GetBefore()}
+func marks(ms []*ratelimitv1.Mark) []Mark {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]Mark, len(ms))
+	for i, m := range ms {
+		out[i] = Mark{AtMs: m.GetAtMs(), Count: m.GetCount()}
+	}
+	return out
 }
 
 // Option configures a [Client].

@@ -44,16 +44,19 @@ type config struct {
 	MaxKeyBytes         int
 	DenyCacheKeys       int
 	MaxConnections      int
+	MaxStreams          int
 	ShutdownTimeout     time.Duration
 	GCHeadroomMiB       int
 
 	// Bounds on input (see api.Config).
 	MaxBatch        int
 	MaxRequestBytes int
-	MaxHits         uint64
-	MaxWindow       time.Duration
-	MaxLogLimit     uint64
-	MaxRules        int
+	// MaxRequestMemoryMiB is --max-request-memory.
+	MaxRequestMemoryMiB int
+	MaxHits             uint64
+	MaxWindow           time.Duration
+	MaxLogLimit         uint64
+	MaxRules            int
 
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
@@ -119,8 +122,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
 	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most API connections open at once (`count`); more clients wait in the listen backlog until one closes; 0: no cap")
+	fs.IntVar(&c.MaxStreams, "max-streams", defaultMaxStreams, "most HTTP/2 streams (calls in flight) one client connection may have open at once, on --listen and --grpc-listen (`count`); more wait in the client")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
+	fs.IntVar(&c.MaxRequestMemoryMiB, "max-request-memory", api.DefaultMaxRequestMemory>>20, "`MiB` that requests larger than 64 KiB (large batches) may hold in flight at once, all connections together; each takes a few times its size while decided, and one that finds the budget spent waits up to 5s, then is refused with resource_exhausted (at least --max-request-bytes)")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
 	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
 	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
@@ -279,6 +284,12 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		if m.max != 0 && m.got > m.max {
 			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
 		}
+	}
+	if c.MaxRequestMemoryMiB < 1 || c.MaxRequestMemoryMiB > 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-request-memory: %d, want 1 to %d MiB", c.MaxRequestMemoryMiB, 1<<20))
+	}
+	if c.MaxStreams < 1 || c.MaxStreams > 1000 {
+		errs = append(errs, fmt.Errorf("--max-streams: %d, want 1 to 1000", c.MaxStreams))
 	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))

@@ -56,7 +56,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 	defer s.dec.Observe("CheckBatch", time.Now())
 	in := r.Msg.GetChecks()
 	if len(in) > s.cfg.MaxBatch {
-		return nil, decision.Invalid("checks: %d checks, more than the maximum of %d", len(in), s.cfg.MaxBatch)
+		return nil, tooManyChecks(s.cfg.MaxBatch)
 	}
 	now := s.cfg.Now()
 	out := make([]*ratelimitv1.CheckResult, len(in))
@@ -118,32 +118,33 @@ func (s *Server) ages(outs ...decision.Outcome) map[string]time.Duration {
 // estimateTerms returns the weighted terms of a counter decision's
 // estimate, as WindowStats documents them.
 func estimateTerms(o decision.Outcome) []*ratelimitv1.EstimateTerm {
-	var terms []window.Term
 	switch a := o.Spec.Algorithm; {
 	case !a.Counted() || a == window.FixedWindow:
 		return nil
-	case a.Spans():
-		prev := make([]window.Halves, len(o.Regions))
-		for i, rc := range o.Regions {
-			prev[i] = rc.PreviousHalves
+	case a.Trails():
+		var out []*ratelimitv1.EstimateTerm
+		for _, rc := range o.Regions {
+			if n := rc.PreviousTrail.After(o.ElapsedMs); n > 0 {
+				out = append(out, &ratelimitv1.EstimateTerm{Count: n, Numerator: 1, Denominator: 1})
+			}
 		}
-		terms = o.Spec.SpanTerms(o.ElapsedMs, prev)
+		return out
 	case o.SubOldest > 0 && o.SubWeightNum > 0:
-		terms = []window.Term{{N: o.SubOldest, Num: o.SubWeightNum, Den: o.SubWeightDen}}
+		return []*ratelimitv1.EstimateTerm{{Count: o.SubOldest, Numerator: o.SubWeightNum, Denominator: o.SubWeightDen}}
 	}
-	out := make([]*ratelimitv1.EstimateTerm, len(terms))
-	for i, t := range terms {
-		out[i] = &ratelimitv1.EstimateTerm{Count: t.N, Numerator: t.Num, Denominator: t.Den}
-	}
-	return out
+	return nil
 }
 
-// halfBucket converts a half to the wire; nil when it is empty.
-func halfBucket(h window.Half) *ratelimitv1.HalfBucket {
-	if h.N == 0 {
+// marks converts a trail to the wire.
+func marks(t window.Trail) []*ratelimitv1.Mark {
+	if len(t) == 0 {
 		return nil
 	}
-	return &ratelimitv1.HalfBucket{Count: h.N, FirstMs: h.First, LastMs: h.Last, RunMs: h.Run, Before: h.Before}
+	out := make([]*ratelimitv1.Mark, len(t))
+	for i, m := range t {
+		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: t.N(i)}
+	}
+	return out
 }
 
 // response converts an outcome to the wire.
@@ -159,13 +160,13 @@ func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ra
 	if len(o.Regions) > 0 {
 		st.Regions = make([]*ratelimitv1.RegionCount, len(o.Regions))
 	}
-	spans := o.Spec.Algorithm.Counted() && o.Spec.Algorithm.Spans()
+	trails := o.Spec.Algorithm.Counted() && o.Spec.Algorithm.Trails()
 	for i, rc := range o.Regions {
 		st.Current += rc.Current
 		st.Previous += rc.Previous
 		w := &ratelimitv1.RegionCount{Region: rc.Region, Current: rc.Current, Previous: rc.Previous}
-		if spans {
-			w.PreviousEarly, w.PreviousLate = halfBucket(rc.PreviousHalves.Early), halfBucket(rc.PreviousHalves.Late)
+		if trails {
+			w.PreviousMarks = marks(rc.PreviousTrail)
 		}
 		if age, ok := ages[rc.Region]; ok && rc.Region != s.cfg.Region {
 			w.Age = durationpb.New(age)

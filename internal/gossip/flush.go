@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -55,7 +56,7 @@ func (n *Node) Dirty(t region.Total) {
 	} else if len(n.dirty) >= n.cfg.MaxDirty {
 		n.met.drop("dirty_full")
 	} else {
-		n.dirty[dk] = tally{t.Count, t.Halves}
+		n.dirty[dk] = tally{t.Count, t.Trail}
 	}
 	n.note(dk, t, due, now)
 	if added, _ := n.touchLocked(k, false); added && len(n.notice) < n.cfg.MaxDirty {
@@ -63,18 +64,21 @@ func (n *Node) Dirty(t region.Total) {
 	}
 }
 
-// tally is a dirty total: a region's count of a bucket and its halves
-// (region.Total's Count and Halves). Both only grow, so a newer total
-// merges in by maximum (window.Halves.Merge).
+// tally is a dirty total: a region's count of a bucket and its trail
+// (region.Total's Count and Trail). Both only grow, so a newer total
+// merges in by maximum (window.Trail.Merge).
 type tally struct {
 	n uint64
-	h window.Halves
+	h window.Trail
 }
 
 func (c *tally) merge(t region.Total) {
 	c.n = max(c.n, t.Count)
-	c.h.Merge(t.Halves)
+	c.h.Merge(t.Trail, t.Window.Milliseconds())
 }
+
+// same reports whether c and o are the same total.
+func (c tally) same(o tally) bool { return c.n == o.n && slices.Equal(c.h, o.h) }
 
 // flushLoop flushes the dirty totals every FlushInterval.
 func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false) }) }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ var testRegions = []string{"a", "b", "c", "ap", "eu", "us"}
 func testSender(r string) Sender { return Sender{Node: "node-" + r, Region: r, Token: 0x5eed} }
 
 // TestMergeIdempotentOrderFree is invariant 3 as a property: regions "a"
-// and "c" count up, recording where their hits fell (window.Halves); every
+// and "c" count up, recording where their hits fell (window.Trail); every
 // total they report is encoded into frames that reach region "b"
 // duplicated, reordered and some of them lost. At every step b's state for
 // each region never goes back and never passes the truth (counts, last
@@ -85,7 +86,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 	const W = time.Second
 	type state struct {
 		n uint64
-		h window.Halves
+		h window.Trail
 	}
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -105,10 +106,10 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			st.n += hits
 			if rng.IntN(4) > 0 { // some hits are counted without halves
 				at[kr] = min(at[kr]+rng.Int64N(40), 999)
-				st.h.Add(at[kr], 1000, hits)
+				st.h.Add(at[kr], 1000, hits, false)
 			}
 			truth[kr] = st
-			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Halves: st.h}}, 1360)
+			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Trail: st.h}}, 1360)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		// Each region reports its own final totals.
 		final := map[string][]region.Total{}
 		for kr, st := range truth {
-			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: st.n, Halves: st.h})
+			final[kr[1]] = append(final[kr[1]], region.Total{Key: kr[0], Window: W, Bucket: bucket, Region: kr[1], Count: st.n, Trail: st.h})
 		}
 		var fs [][]byte
 		for reg, ts := range final {
@@ -131,9 +132,23 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			fs = append(fs, f...)
 		}
 		last := map[[2]string]state{}
-		// within reports whether x is no further than y from nothing.
-		within := func(x, y window.Half) bool {
-			return x.N == 0 || (x.N <= y.N && x.First >= y.First && x.Last <= y.Last && x.Run <= y.Run && x.Before <= y.Before)
+		// within reports whether trail x is no further than y from nothing:
+		// in every coarse granule, no more hits and no later last hit.
+		within := func(x, y window.Trail) bool {
+			for i, m := range x {
+				g := window.CoarseGranule(m.At, 1000)
+				var n uint64
+				last := int64(-1)
+				for j, o := range y {
+					if window.CoarseGranule(o.At, 1000) == g {
+						n, last = n+y.N(j), o.At
+					}
+				}
+				if x.N(i) > n || m.At > last {
+					return false
+				}
+			}
+			return true
 		}
 		check := func(step int) {
 			refs := make([]region.BucketRef, len(keys))
@@ -147,11 +162,11 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 			for i, v := range vecs {
 				for _, tt := range v {
 					kr := [2]string{keys[i], tt.Region}
-					got, was, max := state{tt.Count, tt.Halves}, last[kr], truth[kr]
-					if got.n < was.n || !within(was.h.Early, got.h.Early) || !within(was.h.Late, got.h.Late) {
+					got, was, max := state{tt.Count, tt.Trail}, last[kr], truth[kr]
+					if got.n < was.n || !within(was.h, got.h) {
 						t.Fatalf("seed %d step %d: %v went back from %+v to %+v", seed, step, kr, was, got)
 					}
-					if got.n > max.n || !within(got.h.Early, max.h.Early) || !within(got.h.Late, max.h.Late) {
+					if got.n > max.n || !within(got.h, max.h) {
 						t.Fatalf("seed %d step %d: %v = %+v passes the truth %+v", seed, step, kr, got, max)
 					}
 					last[kr] = got
@@ -172,7 +187,7 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		}
 		check(len(frames))
 		for kr, want := range truth {
-			if got := last[kr]; got != want {
+			if got := last[kr]; got.n != want.n || !slices.Equal(got.h, want.h) {
 				t.Errorf("seed %d: %v = %+v after reconciliation, want %+v", seed, kr, got, want)
 			}
 		}

@@ -13,9 +13,9 @@ import (
 // Healing without waiting for the failure detector.
 //
 // memberlist notices that a partition healed only when a probe, a gossip
-// message or a reconnect gets through and the news spreads: measured, 150
-// to 250 ms after the link heals at 60 ms one way, and longer with
-// production timings. Replication does not wait for it:
+// message or a reconnect gets through and the news spreads, several
+// gossip intervals after the link heals. Replication does not wait for
+// it:
 //
 //   - Probes. Every flush interval, a node sends each silent member
 //     of another region (one memberlist holds failed, for its first minute

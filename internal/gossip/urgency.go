@@ -136,7 +136,7 @@ type flushOut struct {
 }
 
 func (o *flushOut) add(dk dref, c tally, why string) {
-	o.totals = append(o.totals, region.Total{Key: dk.key, Window: dk.window, Bucket: dk.bucket, Region: dk.region, Count: c.n, Halves: c.h})
+	o.totals = append(o.totals, region.Total{Key: dk.key, Window: dk.window, Bucket: dk.bucket, Region: dk.region, Count: c.n, Trail: c.h})
 	o.why[dk] = why
 }
 
@@ -161,7 +161,7 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 		}
 		why, class := reasonFlush, classNear
 		if s != nil && s.limit > 0 && !final {
-			if c == s.sent { // nothing new since the last send
+			if c.same(s.sent) { // nothing new since the last send
 				delete(n.dirty, dk)
 				s.since = time.Time{}
 				return

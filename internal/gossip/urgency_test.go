@@ -48,7 +48,7 @@ func (s *sim) hitN(n *Node, key string, lim window.Limit, hits uint64) (int64, u
 	if !r.Allowed {
 		s.t.Fatalf("%d hits on %s denied", hits, key)
 	}
-	n.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Halves: r.LocalHalves,
+	n.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Trail: r.LocalTrail,
 		Limit: lim.Limit, Estimate: r.Estimate + hits})
 	return r.Bucket, r.Local
 }

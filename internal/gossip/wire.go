@@ -11,11 +11,11 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, version 4. Every replication message is one frame, all
+// The wire format, version 5. Every replication message is one frame, all
 // integers big-endian or (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (4); a frame of another version is dropped
+//	0    1        version (5); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
 //	              5 repair (a request, no entries), 6 repaired (its answer),
 //	              7 rejoin (no entries)
@@ -41,25 +41,28 @@ import (
 //	                varint  bucket (zig-zag)
 //	                1 byte  region index (< nregions)
 //	                uvarint count (at most MaxCount)
-//	                1 byte  halves present: bit 0 the early half, bit 1
-//	                        the late half (window.Halves); other bits 0
-//	                ...     each present half: uvarint N (1..count),
-//	                        uvarint First, uvarint Last - First, uvarint
-//	                        Run (0: one run), uvarint Before
+//	                uvarint nmarks (0..window.Granules): the region's
+//	                        trail of the bucket (window.Trail)
+//	                ...     nmarks times: uvarint At, less the previous
+//	                        mark's At plus one (the first: At), and
+//	                        uvarint N (1..count)
 //
-// Offsets are ms from the bucket's start; the halves must be valid for the
-// window (window.Halves.Valid) and count at most count hits together, or
-// the frame is malformed.
+// Offsets are ms from the bucket's start; the trail must be a valid coarse
+// trail for the window (window.Trail.Valid) counting at most count hits,
+// or the frame is malformed.
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
-// An entry with a 20-byte key and a small count takes about 30 bytes, so one
-// UDP packet (about 1360 bytes of payload) carries about 40 totals.
+// An entry with a 20-byte key, a small count and a mark or two takes about
+// 40 bytes, so one UDP packet (about 1360 bytes of payload) carries about
+// 30 totals; a mark takes 2 to 5 bytes, so a full trail (window.Granules
+// marks) adds up to about 320.
 // Decode never panics on any input (see FuzzDecode). Decode checks what a
 // frame says on its own; whether its sender may say it (a live member,
 // reporting only its own region) is the receiver's check (see receive.go).
 const (
 	// Version is the wire format version this package writes and reads.
-	// Versions 2 and 3 carried no sequence numbers: they are dropped.
-	Version = 4
+	// Versions 2 to 4 carried no sequence numbers (2, 3), or no trails
+	// (a sequenced version 4 of half-buckets): they are dropped.
+	Version = 5
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -186,24 +189,24 @@ func entrySize(t region.Total) int {
 	n += binary.PutVarint(b[:], t.Bucket)
 	n++
 	n += binary.PutUvarint(b[:], t.Count)
-	n++
-	for _, h := range [2]window.Half{t.Halves.Early, t.Halves.Late} {
-		if h.N > 0 {
-			n += binary.PutUvarint(b[:], h.N) + binary.PutUvarint(b[:], uint64(h.First)) +
-				binary.PutUvarint(b[:], uint64(h.Last-h.First)) + binary.PutUvarint(b[:], uint64(h.Run)) +
-				binary.PutUvarint(b[:], h.Before)
-		}
+	n += binary.PutUvarint(b[:], uint64(len(t.Trail)))
+	next := int64(0)
+	for i, m := range t.Trail {
+		n += binary.PutUvarint(b[:], uint64(m.At-next)) + binary.PutUvarint(b[:], t.Trail.N(i))
+		next = m.At + 1
 	}
 	return n
 }
 
-// wireHalves returns t's halves as sent: none when they are not valid for
-// t (region.ValidHalves), so that a receiver never sees a malformed entry.
-func wireHalves(t region.Total) window.Halves {
-	if !region.ValidHalves(t) {
-		return window.Halves{}
+// wireTrail returns t's trail as sent: coarse, and none when it is not
+// valid for t (region.ValidTrail), so that a receiver never sees a
+// malformed entry.
+func wireTrail(t region.Total) window.Trail {
+	t.Trail = t.Trail.Coarse(t.Window.Milliseconds())
+	if !region.ValidTrail(t) {
+		return nil
 	}
-	return t.Halves
+	return t.Trail
 }
 
 // encoder packs totals into frames of at most budget bytes each.
@@ -272,7 +275,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 			skipped++
 			continue
 		}
-		t.Halves = wireHalves(t)
+		t.Trail = wireTrail(t)
 		size := entrySize(t)
 		if cur != nil && (len(cur)+size > budget || n == maxEntries) {
 			finish()
@@ -286,22 +289,12 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		cur = binary.AppendVarint(cur, t.Bucket)
 		cur = append(cur, byte(e.index[t.Region]))
 		cur = binary.AppendUvarint(cur, t.Count)
-		var flags byte
-		if t.Halves.Early.N > 0 {
-			flags |= 1
-		}
-		if t.Halves.Late.N > 0 {
-			flags |= 2
-		}
-		cur = append(cur, flags)
-		for _, h := range [2]window.Half{t.Halves.Early, t.Halves.Late} {
-			if h.N > 0 {
-				cur = binary.AppendUvarint(cur, h.N)
-				cur = binary.AppendUvarint(cur, uint64(h.First))
-				cur = binary.AppendUvarint(cur, uint64(h.Last-h.First))
-				cur = binary.AppendUvarint(cur, uint64(h.Run))
-				cur = binary.AppendUvarint(cur, h.Before)
-			}
+		cur = binary.AppendUvarint(cur, uint64(len(t.Trail)))
+		next := int64(0)
+		for i, m := range t.Trail {
+			cur = binary.AppendUvarint(cur, uint64(m.At-next))
+			cur = binary.AppendUvarint(cur, t.Trail.N(i))
+			next = m.At + 1
 		}
 		n++
 	}
@@ -459,7 +452,7 @@ func Decode(b []byte) (Message, error) {
 		}
 		p += k
 		t := region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
-		k, err := decodeHalves(b[p:], &t)
+		k, err := decodeTrail(b[p:], &t)
 		if err != nil {
 			return m, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -472,34 +465,35 @@ func Decode(b []byte) (Message, error) {
 	return m, nil
 }
 
-// decodeHalves reads an entry's halves (see the wire format) into t and
-// returns the bytes read: halves valid for t's window, counting at most
-// t.Count hits, or ErrMalformed.
-func decodeHalves(b []byte, t *region.Total) (int, error) {
-	if len(b) < 1 || b[0] > 3 {
-		return 0, fmt.Errorf("bad halves flags: %w", ErrMalformed)
+// decodeTrail reads an entry's trail (see the wire format) into t and
+// returns the bytes read: a coarse trail valid for t's window, counting at
+// most t.Count hits, or ErrMalformed.
+func decodeTrail(b []byte, t *region.Total) (int, error) {
+	k, p := binary.Uvarint(b)
+	if p <= 0 || k > window.Granules {
+		return 0, fmt.Errorf("bad trail length: %w", ErrMalformed)
 	}
-	flags, p := b[0], 1
-	for i, h := range [2]*window.Half{&t.Halves.Early, &t.Halves.Late} {
-		if flags&(1<<i) == 0 {
-			continue
-		}
-		var v [5]uint64
-		for j := range v {
-			x, k := binary.Uvarint(b[p:])
-			if k <= 0 || x > MaxCount {
-				return 0, fmt.Errorf("bad half: %w", ErrMalformed)
-			}
-			v[j] = x
-			p += k
-		}
-		if v[0] == 0 {
-			return 0, fmt.Errorf("empty half sent: %w", ErrMalformed)
-		}
-		*h = window.Half{N: v[0], First: int64(v[1]), Last: int64(v[1] + v[2]), Run: int64(v[3]), Before: v[4]}
+	if k > 0 {
+		t.Trail = make(window.Trail, k)
 	}
-	if !region.ValidHalves(*t) {
-		return 0, fmt.Errorf("halves not valid for the window or the count: %w", ErrMalformed)
+	next, cum := int64(0), uint64(0)
+	for i := range t.Trail {
+		d, n1 := binary.Uvarint(b[p:])
+		if n1 <= 0 || d > uint64(maxWindowMs) {
+			return 0, fmt.Errorf("bad mark: %w", ErrMalformed)
+		}
+		p += n1
+		n, n2 := binary.Uvarint(b[p:])
+		if n2 <= 0 || n == 0 || n > MaxCount {
+			return 0, fmt.Errorf("bad mark: %w", ErrMalformed)
+		}
+		p += n2
+		cum += n
+		t.Trail[i] = window.Mark{At: next + int64(d), Cum: cum}
+		next = t.Trail[i].At + 1
+	}
+	if !region.ValidTrail(*t) {
+		return 0, fmt.Errorf("trail not valid for the window or the count: %w", ErrMalformed)
 	}
 	return p, nil
 }

@@ -12,12 +12,12 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// halvesOf returns the halves of hits at the offsets at (ms) in a bucket of
-// w, one hit each.
-func halvesOf(w time.Duration, at ...int64) window.Halves {
-	var h window.Halves
+// trailOf returns the coarse trail of hits at the offsets at (ms) in a
+// bucket of w, one hit each.
+func trailOf(w time.Duration, at ...int64) window.Trail {
+	var h window.Trail
 	for _, e := range at {
-		h.Add(e, w.Milliseconds(), 1)
+		h.Add(e, w.Milliseconds(), 1, false)
 	}
 	return h
 }
@@ -37,8 +37,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			{Key: "b", Window: 7 * 24 * time.Hour, Bucket: -3, Region: "ap", Count: MaxCount},
 		}},
 		{"halves", KindFlush, []region.Total{
-			{Key: "h", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 6, Halves: halvesOf(time.Minute, 10, 20, 9000, 31000, 59999)},
-			{Key: "h", Window: time.Minute, Bucket: 28_333_334, Region: "eu", Count: 4, Halves: halvesOf(time.Minute, 40000)},
+			{Key: "h", Window: time.Minute, Bucket: 28_333_333, Region: "eu", Count: 6, Trail: trailOf(time.Minute, 10, 20, 9000, 31000, 59999)},
+			{Key: "h", Window: time.Minute, Bucket: 28_333_334, Region: "eu", Count: 4, Trail: trailOf(time.Minute, 40000)},
 		}},
 		{"empty", KindState, nil},
 	}
@@ -86,19 +86,20 @@ func TestFrameSize(t *testing.T) {
 	if got := entrySize(one); got > 33 {
 		t.Errorf("entrySize(20-byte key) = %d, want <= 33", got)
 	}
-	// Both halves, each with two runs, spread over the minute.
-	var h window.Halves
+	// A mark in every granule of the minute: the largest trail.
+	var h window.Trail
 	for i := range int64(12345) {
-		e := 12000 + i*4
-		if i > 6000 {
-			e += 4000
-		}
-		h.Add(e%60000, 60000, 1)
+		h.Add(i*60000/12345, 60000, 1, false)
 	}
-	one.Halves = h
-	if got := entrySize(one); got > 63 {
-		t.Errorf("entrySize(20-byte key, both halves) = %d, want <= 63", got)
+	if len(h) != window.Granules {
+		t.Fatalf("trail of %d marks, want %d", len(h), window.Granules)
 	}
+	one.Trail = h
+	if got := entrySize(one); got > 33+window.Granules*5 {
+		t.Errorf("entrySize(20-byte key, a full trail) = %d, want <= %d", got, 33+window.Granules*5)
+	}
+	// Keys far below their limit, a few hits each: a mark or two.
+	one.Trail = window.Trail{{At: 12000, Cum: 3}, {At: 30500, Cum: 5}}
 	var totals []region.Total
 	for i := range 1000 {
 		tt := one
@@ -160,21 +161,19 @@ func TestEncodeSkipsBadTotals(t *testing.T) {
 	}
 }
 
-// withHalf returns a frame of one total of count 1 (1 s window) with an
-// early half of n hits at first..first+1 encoded by hand.
-func withHalf(n uint64, first int64) []byte {
+// withMark returns a frame of one total of count 1 (1 s window) with a
+// trail of one mark of n hits at at, encoded by hand.
+func withMark(n uint64, at int64) []byte {
 	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 1}}, 1360)
 	b := f[0]
 	b[len(b)-1] = 1
-	b = binary.AppendUvarint(b, n)
-	b = binary.AppendUvarint(b, uint64(first))
-	b = binary.AppendUvarint(b, 1)
-	return append(b, 0, 0)
+	b = binary.AppendUvarint(b, uint64(at))
+	return binary.AppendUvarint(b, n)
 }
 
 // A frame carries its receiver's incarnation and a sequence number that
-// stamp sets; frames of versions 2 and 3, which carried neither, are
-// refused, and so is a state frame (push-pull, sent to no one in
+// stamp sets; frames of versions 2 to 4, which carried neither or no
+// trails, are refused, and so is a state frame (push-pull, sent to no one in
 // particular) that names a receiver.
 func TestDecodeStampAndVersions(t *testing.T) {
 	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}}, 1360)
@@ -185,7 +184,7 @@ func TestDecodeStampAndVersions(t *testing.T) {
 	if m, err := Decode(f[0]); err != nil || m.To != 0 || m.Seq != 0 {
 		t.Errorf("Decode(unstamped) = to %x seq %d, %v; want 0 0", m.To, m.Seq, err)
 	}
-	for _, v := range []byte{2, 3} {
+	for _, v := range []byte{2, 3, 4} {
 		old := append([]byte(nil), f[0]...)
 		old[0] = v
 		if _, err := Decode(old); !errors.Is(err, ErrVersion) {
@@ -223,10 +222,10 @@ func TestDecodeRejects(t *testing.T) {
 		{"count above 2^53", mut(func(b []byte) []byte { b[len(b)-2] = 0x11; return b }), ErrMalformed},
 		{"halves flags", mut(func(b []byte) []byte { b[len(b)-1] = 4; return b }), ErrMalformed},
 		{"halves missing", mut(func(b []byte) []byte { b[len(b)-1] = 1; return b }), ErrMalformed},
-		{"half count above the total", withHalf(2, 0), ErrMalformed},
-		{"half valid", withHalf(1, 0), nil},
-		{"half outside its half", withHalf(1, 700), ErrMalformed},
-		{"half empty", withHalf(0, 0), ErrMalformed},
+		{"mark count above the total", withMark(2, 0), ErrMalformed},
+		{"mark valid", withMark(1, 999), nil},
+		{"mark outside the bucket", withMark(1, 1000), ErrMalformed},
+		{"mark empty", withMark(0, 0), ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -244,7 +243,7 @@ func FuzzDecode(f *testing.F) {
 	frames, _ := Encode(KindReconcile, t0, testSender("eu"), []region.Total{
 		{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 3},
 		{Key: "k2", Window: time.Minute, Bucket: -1, Region: "us", Count: 1 << 40},
-		{Key: "k3", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5, Halves: halvesOf(time.Minute, 1, 2, 5000, 30001)},
+		{Key: "k3", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5, Trail: trailOf(time.Minute, 1, 2, 5000, 30001)},
 	}, 1360)
 	f.Add(frames[0])
 	f.Add(append([]byte{Version, 1}, append(make([]byte, headerFixed-3), 1, 'n', 1, 1, 'x', 0, 0)...))

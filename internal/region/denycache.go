@@ -249,7 +249,7 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 		return true, true
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
-	if q.Limit.Algorithm.Spans() {
+	if q.Limit.Algorithm.Trails() {
 		return c.answerSpans(q, e, nowMs, b, out), true
 	}
 	switch {
@@ -279,7 +279,7 @@ func (c *DenyCache) answerSpans(q *Request, e *denyEntry, nowMs, b int64, out *R
 	if b != e.bucket && b != e.bucket+1 {
 		return false
 	}
-	var pb, cb [4]window.Halves
+	var pb, cb [4]window.Trail
 	prev, cur := pb[:0], cb[:0]
 	local := -1
 	for _, rc := range e.regions {
@@ -287,12 +287,12 @@ func (c *DenyCache) answerSpans(q *Request, e *denyEntry, nowMs, b int64, out *R
 			if rc.Region == c.local {
 				local = len(cur)
 			}
-			prev, cur = append(prev, rc.PreviousHalves), append(cur, rc.CurrentHalves)
+			prev, cur = append(prev, rc.PreviousTrail), append(cur, rc.CurrentTrail)
 		} else {
-			prev = append(prev, rc.CurrentHalves)
+			prev = append(prev, rc.CurrentTrail)
 		}
 	}
-	d := q.Limit.DecideSpans(nowMs, prev, cur, local, q.Hits)
+	d := q.Limit.DecideTrails(nowMs, prev, cur, local, q.Hits)
 	if d.Allowed {
 		return false
 	}
@@ -310,7 +310,7 @@ func (c *DenyCache) shifted(rs []RegionCount) []RegionCount {
 	out := make([]RegionCount, 0, len(rs))
 	for _, rc := range rs {
 		if rc.Current > 0 || rc.Region == c.local {
-			out = append(out, RegionCount{Region: rc.Region, Previous: rc.Current, PreviousHalves: rc.CurrentHalves})
+			out = append(out, RegionCount{Region: rc.Region, Previous: rc.Current, PreviousTrail: rc.CurrentTrail})
 		}
 	}
 	return out
@@ -349,17 +349,17 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 			n.Prev = satAdd(n.Prev, rc.Previous)
 		}
 		d := q.Limit.DecideCounter(nowMs, n, 1)
-		if q.Limit.Algorithm.Spans() {
-			var pb, cb [4]window.Halves
+		if q.Limit.Algorithm.Trails() {
+			var pb, cb [4]window.Trail
 			prev, cur := pb[:0], cb[:0]
 			local := -1
 			for _, rc := range res.Regions {
 				if rc.Region == c.local {
 					local = len(cur)
 				}
-				prev, cur = append(prev, rc.PreviousHalves), append(cur, rc.CurrentHalves)
+				prev, cur = append(prev, rc.PreviousTrail), append(cur, rc.CurrentTrail)
 			}
-			d = q.Limit.DecideSpans(nowMs, prev, cur, local, 1)
+			d = q.Limit.DecideTrails(nowMs, prev, cur, local, 1)
 		}
 		if d.Allowed || d.Bucket != res.Bucket {
 			if held {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,7 +100,7 @@ func runDenyProperty(t *testing.T, c *region.DenyCache, u region.Store, steps in
 					step, q, window.Ms(now), r.Decision, want.Decision)
 			}
 			if !behind {
-				if r.Decision != want.Decision || !slices.Equal(r.Regions, want.Regions) || r.Local != want.Local {
+				if r.Decision != want.Decision || !reflect.DeepEqual(r.Regions, want.Regions) || r.Local != want.Local {
 					t.Fatalf("step %d: cached answer for %+v\n got  %+v %+v local %d\n want %+v %+v local %d",
 						step, q, r.Decision, r.Regions, r.Local, want.Decision, want.Regions, want.Local)
 				}

@@ -59,6 +59,9 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("region: unknown store failure policy %q (want local, open or closed)", s)
 }
 
+// DefaultStoreTimeout is FailoverConfig.Timeout's default.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
 // FailoverConfig configures a [Failover]. Zero fields mean their default.
 type FailoverConfig struct {
 	// Region is the local region's name, the primary's. Required.
@@ -67,7 +70,7 @@ type FailoverConfig struct {
 	Policy Policy
 	// Timeout bounds how long a decision waits for the primary; past it,
 	// the decision is made under Policy and counted as a failure. It also
-	// bounds each recovery probe. Default 50ms.
+	// bounds each recovery probe. Default [DefaultStoreTimeout].
 	Timeout time.Duration
 	// Threshold is the number of consecutive failures (errors or timeouts)
 	// that opens the breaker. Default 3.
@@ -269,8 +272,9 @@ func IsReplica(name, region string) bool {
 // NewFailover returns a Failover over primary with fallback, which must
 // count under a region other than cfg.Region: make it with
 // NewMemory(MemoryConfig{Region: FallbackRegion(cfg.Region)}). Close closes
-// both stores. A [Redis] primary is bounded at cfg.Timeout from then on, for
-// every caller (see [Redis.Check]).
+// both stores. A [Redis] primary whose RedisConfig.CallTimeout is at most
+// cfg.Timeout bounds its calls itself (as [Open] makes it); any other
+// primary is called with a context of cfg.Timeout's deadline.
 func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover, error) {
 	switch {
 	case primary == nil || fallback == nil:
@@ -285,7 +289,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		return nil, errors.New("region: failover: durations and counts must not be negative")
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 50 * time.Millisecond
+		cfg.Timeout = DefaultStoreTimeout
 	}
 	if cfg.Threshold == 0 {
 		cfg.Threshold = 3
@@ -318,8 +322,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		wb:       map[BucketRef]*memBucket{},
 		stop:     make(chan struct{}),
 	}
-	if r, ok := primary.(*Redis); ok {
-		r.bound(cfg.Timeout)
+	if r, ok := primary.(*Redis); ok && r.co.timeout > 0 && r.co.timeout <= cfg.Timeout {
 		f.bounded = true
 	}
 	return f, nil
@@ -417,7 +420,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			res[i].LocalRegion = f.fbRegion
 			if res[i].Allowed && !q.Peek {
 				f.remember(Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: f.fbRegion,
-					Count: res[i].Local, Halves: res[i].LocalHalves})
+					Count: res[i].Local, Trail: res[i].LocalTrail})
 			}
 		}
 	}

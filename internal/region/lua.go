@@ -1,6 +1,13 @@
 package region
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
 
 // The Lua scripts the Redis store runs. A lone decision is one EVALSHA;
 // decisions that share a round trip run in one EVALSHA of the batch
@@ -14,14 +21,17 @@ import "github.com/redis/go-redis/v9"
 // below keep exact.
 
 // A counter bucket is one hash: per region a field named after the region
-// holding its count (decimal), and for the default sliding window two more
-// fields, the region's name followed by the byte 0xFF (never in a region
-// name, which is UTF-8) and '0' or '1', holding its early and late half
-// (window.Half) as five little-endian doubles, N, First, Last, Run, Before
-// (40 bytes, Lua's struct.pack('<ddddd'): every value is an integer below
-// 2^53, exact as a double, and unpacking costs the script far less than
-// parsing text).
-const halfSep = "\xff"
+// holding its count (decimal), and for the default sliding window one more
+// field, the region's name followed by the bytes 0xFF 'm' (0xFF is never in
+// a region name, which is UTF-8), holding its trail (window.Trail): per
+// mark 12 bytes, Lua's struct.pack('<I4d', At, cum), the offset of the
+// mark's last hit and the hits of the trail up to and including the mark.
+// Cumulative counts let a decision find the hits after an offset with one
+// binary search instead of a sum over the marks.
+const trailSuffix = "\xffm"
+
+// markBytes is the size of one packed mark.
+const markBytes = 12
 
 // counterScript decides a sliding or fixed window request.
 //
@@ -40,7 +50,7 @@ const halfSep = "\xff"
 // (see timeAlone): the decisions of one batch script call, which runs
 // atomically, share one reading of it.
 //
-// In the span modes it decides exactly as window.Limit.DecideSpans on the
+// In the span modes it decides exactly as window.Limit.DecideTrails on the
 // regions' halves (a region's count above its halves' is added to its late
 // half as spread over all of it), and an admitted request updates the local
 // region's half as window.Half.Add does. It returns {allowed (0/1), the
@@ -62,6 +72,9 @@ const halfSep = "\xff"
 // at most 1,542.)
 var counterScript = redis.NewScript(timeAlone + counterSource)
 
+// trailConstants puts window's bounds of a trail into the scripts' sources.
+var trailConstants = strings.NewReplacer("EXACTMAX", strconv.Itoa(window.ExactMax), "GRANULES", strconv.Itoa(window.Granules))
+
 // timeAlone defines serverTime, Redis's TIME in Unix ms, for counterSource
 // run on its own; the batch script (batch.go) wraps it to read TIME once
 // per call.
@@ -73,7 +86,7 @@ end
 
 // counterSource is counterScript's Lua source (the batch script wraps it
 // too), after a definition of serverTime.
-const counterSource = `
+var counterSource = trailConstants.Replace(`
 local now = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local kcur, kprev = KEYS[1], KEYS[2]
@@ -96,9 +109,12 @@ local TWO53 = 9007199254740992
 local cur = redis.call('HGETALL', kcur)
 local prev = redis.call('HGETALL', kprev)
 local e = math.fmod(now, W)
-local H = (W - math.fmod(W, 2)) / 2
-local hk = '0'
-if e >= H then hk = '1' end
+-- The hits of a packed trail (see trailSuffix) up to and including mark i
+-- (from 0).
+local function trailCum(s, i)
+  local _, c = struct.unpack('<I4d', s, i * 12 + 1)
+  return c
+end
 -- floor(n * f / d) exactly for n < 2^53 and f, d < 2^30: n = A*d + B with
 -- B < d, so the result is A*f + floor(B*f/d), and B*f is split into 2^15
 -- limbs of f so that every product stays below 2^45.
@@ -118,12 +134,12 @@ local function muldiv(n, f, d)
   return af + q1 * 32768 + q2
 end
 local c = 0
-local mine, myhalf = 0, nil
-local myf = me .. '\255' .. hk
+local mine, mytrail = 0, nil
+local myf = me .. '\255m'
 for i = 1, #cur, 2 do
   local f = cur[i]
   if f == myf then
-    myhalf = cur[i + 1]
+    mytrail = cur[i + 1]
   elseif string.byte(f, -2) ~= 255 then
     local n = tonumber(cur[i + 1])
     c = c + n
@@ -154,85 +170,62 @@ if c <= cap then
     local af = A * f
     if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
   elseif mode >= '2' and #prev > 0 then
-    local strict = mode == '3'
-    -- The previous bucket's fields by name. Per region (a field without
-    -- the separator), its count, its oldest half (the one holding e's
-    -- offset: '0' while e < H, else '1') and the other half's count.
+    -- Per region, its count and its trail: the hits of the marks after e
+    -- (window.Trail.After), fitted to the count.
     local pv = {}
     for i = 1, #prev, 2 do pv[prev[i]] = prev[i + 1] end
-    local so, sx = '\255' .. hk, '\2551'
-    if hk == '1' then sx = '\2550' end
-    -- n hits spread over a..b at e (window's evenTerm).
-    local function term(n, a, b)
-      local den = b - a + 1
-      local num = 0
-      if strict then
-        if b > e then num = den end
-      elseif e < a then num = den
-      elseif e < b then num = b - e end
-      if num == 0 or n == 0 then return 0 end
-      return muldiv(n, num, den)
-    end
-    local lo, hi = 0, H
-    if e >= H then lo, hi = H, W end
-    local late = 0
     for i = 1, #prev, 2 do
       local r = prev[i]
       if string.byte(r, -2) ~= 255 then
         local n = tonumber(prev[i + 1])
-        local on, of, ol, orr, ob = 0, 0, 0, 0, 0
-        local s = pv[r .. so]
-        if s then
-          if #s == 40 then on, of, ol, orr, ob = struct.unpack('<ddddd', s) else of, ol = -1, -1 end
-        end
-        local other = 0
-        s = pv[r .. sx]
-        if s and #s == 40 then other = struct.unpack('<d', s) end
-        local bad = false
-        -- Hits counted without halves (the count's excess over both) join
-        -- the late half as spread over all of it.
-        if hk == '0' then
-          if n - on > other then other = n - on end
-          late = late + other
-        elseif n - other > on then
-          on, bad = n - other, true
-        end
-        if on > 0 then
-          -- window.Half.Valid
-          if bad or of < lo or ol >= hi or of > ol then bad = true
-          elseif not ((orr == 0 and ob == 0) or (of < orr and orr <= ol and ob > 0 and ob < on)) then bad = true end
-          if bad then
-            wp = wp + term(on, lo, hi - 1)
-          elseif ob == 0 then
-            wp = wp + term(on, of, ol)
-          else
-            wp = wp + term(ob, orr - 1, orr - 1) + term(on - ob, orr, ol)
+        local s = pv[r .. '\255m'] or ''
+        local k = (#s - math.fmod(#s, 12)) / 12
+        local total, after = 0, 0
+        if k > 0 then
+          total = trailCum(s, k - 1)
+          local lo, hi = 0, k
+          while lo < hi do
+            local mid = (lo + hi - math.fmod(lo + hi, 2)) / 2
+            if struct.unpack('<I4', s, mid * 12 + 1) > e then hi = mid else lo = mid + 1 end
+          end
+          if lo < k then
+            after = total
+            if lo > 0 then after = after - trailCum(s, lo - 1) end
           end
         end
+        -- window.Trail.Fit: the count is the authority on how many hits
+        -- there are: an excess counts until the bucket's last ms, a
+        -- shortfall drops the trail's earliest hits.
+        if n > total then
+          if e < W - 1 then after = after + n - total end
+        elseif after > n then
+          after = n
+        end
+        wp = wp + after
       end
     end
-    wp = wp + late
   end
   if wp <= cap - c then allowed = 1 end
   est = c + wp
 end
 if allowed == 1 and ARGV[6] ~= '1' then
   if mode >= '2' then
-    -- window.Half.Add with a run gap of max(W/40, 1) ms.
-    local gap = math.max((W - math.fmod(W, 40)) / 40, 1)
-    local n, f, l, r, b = 0, e, e, 0, 0
-    if myhalf then
-      if #myhalf == 40 then n, f, l, r, b = struct.unpack('<ddddd', myhalf) end
+    -- window.Trail.Add: a granule of 1 ms up to the exact limit, else
+    -- W/GRANULES.
+    local s = mytrail or ''
+    local k = (#s - math.fmod(#s, 12)) / 12
+    local at, cum = e, hits
+    if k > 0 then
+      local la, lc = struct.unpack('<I4d', s, (k - 1) * 12 + 1)
+      if at < la then at = la end
+      cum = lc + hits
+      if at == la or (limit > EXACTMAX and math.floor(at * GRANULES / W) == math.floor(la * GRANULES / W)) then
+        k = k - 1
+      end
+      s = string.sub(s, 1, k * 12)
     end
-    if n == 0 then f, l, r, b = e, e, 0, 0
-    elseif e - l > gap then r, b, l = e, n, e
-    else
-      if e < f then f = e end
-      if e > l then l = e end
-    end
-    n = n + hits
     redis.call('HSET', kcur, me, string.format('%.0f', mine + hits),
-      myf, struct.pack('<ddddd', n, f, l, r, b))
+      myf, s .. struct.pack('<I4d', at, cum))
   else
     redis.call('HINCRBY', kcur, me, ARGV[4])
   end
@@ -244,7 +237,7 @@ if allowed == 1 and ARGV[6] ~= '1' then
 end
 if est > TWO53 then est = TWO53 end
 return {allowed, est, now, prev, unpack(cur)}
-`
+`)
 
 // gcraScript decides a token bucket request as GCRA.
 //
@@ -321,20 +314,21 @@ return {allowed, entries}
 //
 //	KEYS[1] the bucket hash
 //	ARGV    region, count (decimal, no leading zeros), ttl_ms,
-//	        max regions (MaxRegionsPerBucket), early half, late half
-//	        (packed as in the bucket hash, or "" for none), the store's
+//	        max regions (MaxRegionsPerBucket), trail (packed as in the
+//	        bucket hash, coarse, or "" for none), window_ms, the store's
 //	        own region (never replaced)
 //
-// Each half merges as window.Half.Merge: First by minimum, the others by
-// maximum. A region new to the bucket takes no field for a zero count. In
-// a bucket that already holds max regions, a new region takes the place
-// of the one with the smallest count (not the store's own) when its count
-// is larger (as memBucket.maxMerge: a full bucket keeps the largest
-// counts), and is dropped otherwise. It returns 1 when the stored state
-// grew, 0 when not, -1 when the total was dropped and -2 when it replaced
-// another region (counting the regions reads the hash's fields, once per
-// new region).
-var mergeScript = redis.NewScript(`
+// The trail merges as window.Trail.Merge: granule by granule, the side
+// with more hits (or as many, the last later) wins. A region new to the
+// bucket takes no field for a zero count. In a bucket that already holds
+// max regions, a new region takes the place of the one with the smallest
+// count (not the store's own), its trail included, when its count is
+// larger (as memBucket.maxMerge: a full bucket keeps the largest counts),
+// and is dropped otherwise. It returns 1 when the stored state grew, 0
+// when not, -1 when the total was dropped and -2 when it replaced another
+// region (counting the regions reads the hash's fields, once per new
+// region).
+var mergeScript = redis.NewScript(trailConstants.Replace(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local replaced = false
 if not old then
@@ -351,7 +345,7 @@ if not old then
       if f ~= ARGV[7] and v and (minv == nil or v < minv) then minf, minv = f, v end
     end
     if minf == nil or minv >= tonumber(ARGV[2]) then return -1 end
-    redis.call('HDEL', KEYS[1], minf, minf .. '\255' .. 0, minf .. '\255' .. 1)
+    redis.call('HDEL', KEYS[1], minf, minf .. '\255m')
     replaced = true
   end
 end
@@ -361,25 +355,44 @@ if (not old) or #old < #n or (#old == #n and old < n) then
   redis.call('HSET', KEYS[1], ARGV[1], n)
   grew = 1
 end
-for k = 0, 1 do
-  local new = ARGV[5 + k]
-  if #new == 40 then
-    local f = ARGV[1] .. '\255' .. k
-    local cur = redis.call('HGET', KEYS[1], f)
-    local out = new
-    if cur and #cur == 40 then
-      local a1, a2, a3, a4, a5 = struct.unpack('<ddddd', cur)
-      local b1, b2, b3, b4, b5 = struct.unpack('<ddddd', new)
-      if a1 > 0 and b1 == 0 then
-        out = cur
-      elseif a1 > 0 then
-        out = struct.pack('<ddddd', math.max(a1, b1), math.min(a2, b2), math.max(a3, b3), math.max(a4, b4), math.max(a5, b5))
-      end
+local new = ARGV[5]
+if #new >= 12 then
+  local W = tonumber(ARGV[6])
+  local f = ARGV[1] .. '\255m'
+  local cur = redis.call('HGET', KEYS[1], f) or ''
+  -- Unpack a trail into offsets and per-mark hits.
+  local function marks(s)
+    local at, hs, prev = {}, {}, 0
+    for i = 0, (#s - math.fmod(#s, 12)) / 12 - 1 do
+      local a, c = struct.unpack('<I4d', s, i * 12 + 1)
+      at[#at + 1], hs[#hs + 1], prev = a, c - prev, c
     end
-    if out ~= cur then
-      redis.call('HSET', KEYS[1], f, out)
-      grew = 1
+    return at, hs
+  end
+  local aa, an = marks(cur)
+  local ba, bn = marks(new)
+  local function g(a) return math.floor(a * GRANULES / W) end
+  local out, cum, i, j, changed = {}, 0, 1, 1, false
+  while i <= #aa or j <= #ba do
+    local gg
+    if i > #aa then gg = g(ba[j])
+    elseif j > #ba then gg = g(aa[i])
+    else gg = math.min(g(aa[i]), g(ba[j])) end
+    local i2, na, la = i, 0, -1
+    while i2 <= #aa and g(aa[i2]) == gg do na, la, i2 = na + an[i2], aa[i2], i2 + 1 end
+    local j2, nb, lb = j, 0, -1
+    while j2 <= #ba and g(ba[j2]) == gg do nb, lb, j2 = nb + bn[j2], ba[j2], j2 + 1 end
+    if nb > na or (nb == na and lb > la) then
+      changed = true
+      for x = j, j2 - 1 do cum = cum + bn[x]; out[#out + 1] = struct.pack('<I4d', ba[x], cum) end
+    else
+      for x = i, i2 - 1 do cum = cum + an[x]; out[#out + 1] = struct.pack('<I4d', aa[x], cum) end
     end
+    i, j = i2, j2
+  end
+  if changed then
+    redis.call('HSET', KEYS[1], f, table.concat(out))
+    grew = 1
   end
 end
 if redis.call('PTTL', KEYS[1]) < 0 or grew == 1 then
@@ -387,6 +400,6 @@ if redis.call('PTTL', KEYS[1]) < 0 or grew == 1 then
 end
 if replaced then return -2 end
 return grew
-`)
+`))
 
 var allScripts = []*redis.Script{counterScript, gcraScript, logScript, mergeScript}

@@ -113,17 +113,20 @@ type memBucket struct {
 	idx    int64
 	used   bool
 	counts []regionN
+	// private is set on a bucket read for one decision (a Redis reply):
+	// nothing else holds its trails, so results may share them.
+	private bool
 }
 
 // regionN is one region's state of a bucket: its count n, and the halves
-// its hits fell in (window.Halves) for the default sliding window. n is the
+// its hits fell in (window.Trail) for the default sliding window. n is the
 // authority on the count: hits counted without halves (the two-bucket and
 // fixed window algorithms, or a peer that sent none) leave n above
 // h.Count().
 type regionN struct {
 	region string
 	n      uint64
-	h      window.Halves
+	h      window.Trail
 }
 
 // NewMemory returns an empty in-memory store.
@@ -245,16 +248,20 @@ func (m *Memory) check(r *Request) Result {
 		if e != nil {
 			cur, prev = e.bucket(b), e.bucket(b-1)
 		}
-		d, spans := decideCounter(r, nowMs, m.region, cur, prev)
+		d, marked := decideCounter(r, nowMs, m.region, cur, prev)
+		exact := r.Limit.Exact()
 		if d.Allowed && !r.Peek {
 			cur = e.ensure(b)
 			if cur != nil {
-				cur.add(m.region, r.Hits, nowMs-b*k.wMs, k.wMs, spans)
+				cur.add(m.region, r.Hits, nowMs-b*k.wMs, k.wMs, marked, exact)
 			}
 		}
 		res.Decision = d
-		res.Regions = regionCounts(m.region, cur, prev, k.wMs, spans)
-		res.Local, res.LocalHalves = cur.get(m.region), cur.getHalves(m.region)
+		res.Regions = regionCounts(m.region, cur, prev, k.wMs, marked, exact)
+		res.Local = cur.get(m.region)
+		if marked {
+			res.LocalTrail = cur.getTrail(m.region, k.wMs)
+		}
 		if m.replica {
 			res.LocalRegion = m.region
 		}
@@ -264,17 +271,17 @@ func (m *Memory) check(r *Request) Result {
 
 // decideCounter decides a counter request on the buckets cur and prev
 // (nil when absent) of the local region's store: with
-// window.Limit.DecideSpans for the default sliding window (spans is then
+// window.Limit.DecideTrails for the default sliding window (marked is then
 // true), else with window.Limit.DecideCounter.
-func decideCounter(r *Request, nowMs int64, local string, cur, prev *memBucket) (d window.Decision, spans bool) {
-	if !r.Limit.Algorithm.Spans() {
+func decideCounter(r *Request, nowMs int64, local string, cur, prev *memBucket) (d window.Decision, marked bool) {
+	if !r.Limit.Algorithm.Trails() {
 		return r.Limit.DecideCounter(nowMs, window.Counts{Cur: cur.sum(), Prev: prev.sum()}, r.Hits), false
 	}
 	wMs := r.Limit.WindowMs()
-	var pb, cb [4]window.Halves
-	ph, _ := prev.halves(pb[:0], wMs, "")
-	ch, i := cur.halves(cb[:0], wMs, local)
-	return r.Limit.DecideSpans(nowMs, ph, ch, i, r.Hits), true
+	var pb, cb [4]window.Trail
+	ph, _ := prev.trails(pb[:0], wMs, "")
+	ch, i := cur.trails(cb[:0], wMs, local)
+	return r.Limit.DecideTrails(nowMs, ph, ch, i, r.Hits), true
 }
 
 // lookup returns k's entry, moving it to the front, or creates it when
@@ -478,19 +485,21 @@ func (b *memBucket) get(region string) uint64 {
 	return 0
 }
 
-// add counts n hits of region admitted at offset e of a bucket of wMs, in
-// its halves too when spans is set.
-func (b *memBucket) getHalves(region string) window.Halves {
+// getTrail returns a copy of region's trail of the bucket, coarse, as
+// replication carries it.
+func (b *memBucket) getTrail(region string, wMs int64) window.Trail {
 	if b == nil {
-		return window.Halves{}
+		return nil
 	}
 	if i := b.find(region); i >= 0 {
-		return b.counts[i].h
+		return b.counts[i].trail(wMs, false, false, b.private)
 	}
-	return window.Halves{}
+	return nil
 }
 
-func (b *memBucket) add(region string, n uint64, e, wMs int64, spans bool) {
+// add counts n hits of region admitted at offset e of a bucket of wMs, in
+// its trail too when marked is set (exact trails up to window.ExactMax).
+func (b *memBucket) add(region string, n uint64, e, wMs int64, marked, exact bool) {
 	i := b.find(region)
 	if i < 0 {
 		b.counts = append(b.counts, regionN{region: region})
@@ -498,8 +507,8 @@ func (b *memBucket) add(region string, n uint64, e, wMs int64, spans bool) {
 	}
 	c := &b.counts[i]
 	c.n = satAdd(c.n, n)
-	if spans {
-		c.h.Add(e, wMs, n)
+	if marked {
+		c.h.Add(e, wMs, n, exact)
 	}
 }
 
@@ -513,23 +522,25 @@ func (b *memBucket) find(region string) int {
 }
 
 // maxMerge raises region's count to n if it is lower and merges h into its
-// halves (window.Halves.Merge). A region the bucket does not hold yet takes
+// trail (window.Trail.Merge). A region the bucket does not hold yet takes
 // no slot for a zero count, and is added while the bucket holds fewer than
 // MaxRegionsPerBucket; in a full bucket it takes the place of the region
 // with the smallest count (never keep's) when its count is larger, and is
 // dropped otherwise: a full bucket keeps the largest counts, so its sum is
 // never below that of any MaxRegionsPerBucket regions offered to it, and
 // made-up regions can raise it, never lower it. maxMerge reports whether
-// a total was dropped (this one, or the one it replaced).
-func (b *memBucket) maxMerge(region string, n uint64, h window.Halves, keep string) (dropped bool) {
+// a total was dropped (this one, or the one it replaced). h is not
+// retained.
+func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64, keep string) (dropped bool) {
 	if i := b.find(region); i >= 0 {
 		b.counts[i].n = max(b.counts[i].n, n)
-		b.counts[i].h.Merge(h)
+		b.counts[i].h.Merge(h, wMs)
 		return false
 	}
 	if n == 0 {
 		return false
 	}
+	c := regionN{region: region, n: n, h: append(window.Trail(nil), h...)}
 	if len(b.counts) >= MaxRegionsPerBucket {
 		j := -1
 		for i, c := range b.counts {
@@ -538,21 +549,21 @@ func (b *memBucket) maxMerge(region string, n uint64, h window.Halves, keep stri
 			}
 		}
 		if j >= 0 && b.counts[j].n < n {
-			b.counts[j] = regionN{region: region, n: n, h: h}
+			b.counts[j] = c
 		}
 		return true
 	}
-	b.counts = append(b.counts, regionN{region: region, n: n, h: h})
+	b.counts = append(b.counts, c)
 	return false
 }
 
-// halves appends the regions' halves of b (a bucket of wMs) to buf, for
-// window.Limit.DecideSpans, and returns them with the index of region
-// (-1 when absent). A region whose count exceeds its halves' (hits counted
-// without halves) has the excess added to its late half as hits spread
-// over the whole half, which weighs them no less than the two-bucket
-// formula would until the last quarter of the next bucket.
-func (b *memBucket) halves(buf []window.Halves, wMs int64, region string) ([]window.Halves, int) {
+// trails appends the regions' trails of b (a bucket of wMs) to buf, for
+// window.Limit.DecideTrails, and returns them with the index of region
+// (-1 when absent). A region whose count exceeds its trail's (hits counted
+// without marks) has the excess added at the bucket's last millisecond
+// (window.Trail.Fit). The trails alias b's: they are valid until b
+// next changes.
+func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]window.Trail, int) {
 	local := -1
 	if b == nil {
 		return buf, local
@@ -561,34 +572,33 @@ func (b *memBucket) halves(buf []window.Halves, wMs int64, region string) ([]win
 		if c.region == region {
 			local = len(buf)
 		}
-		buf = append(buf, withExcess(c.n, c.h, wMs))
+		buf = append(buf, c.h.Fit(c.n, wMs))
 	}
 	return buf, local
 }
 
-// withExcess returns h with the hits of n not in its halves added to its
-// late half, as spread over the whole half (an invalid span).
-func withExcess(n uint64, h window.Halves, wMs int64) window.Halves {
-	if c := h.Count(); n > c {
-		h.Late = window.Half{N: satAdd(h.Late.N, n-c), First: wMs, Last: wMs}
+// trail returns c's trail, exact when exact is set and the trail is, else
+// coarse, with its excess (see trails) when excess is set: a copy, or,
+// when shared is set, c's own marks where nothing changes them.
+func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
+	h := c.h
+	if excess {
+		h = h.Fit(c.n, wMs)
 	}
-	return h
-}
-
-// halves returns the halves a RegionCount reports for c: with spans, c's
-// with any count they lack put late (withExcess); without, none.
-func (c regionN) halves(wMs int64, spans bool) window.Halves {
-	if !spans {
-		return window.Halves{}
+	if !exact {
+		h = h.Coarse(wMs)
 	}
-	return withExcess(c.n, c.h, wMs)
+	if shared || len(h) == 0 {
+		return h
+	}
+	return append(window.Trail(nil), h...)
 }
 
 // regionCounts lists the per-region counts of cur and prev, sorted by
 // region, with local always present. It takes O(n log n) for n regions, so
 // that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
-// With spans, each region's PreviousHalves is set (see RegionCount).
-func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []RegionCount {
+// With spans, each region's PreviousTrail is set (see RegionCount).
+func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact bool) []RegionCount {
 	n := 1
 	if cur != nil {
 		n += len(cur.counts)
@@ -600,12 +610,12 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []R
 	out[0] = RegionCount{Region: local}
 	if cur != nil {
 		for _, c := range cur.counts {
-			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentHalves: c.halves(wMs, spans)})
+			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentTrail: c.reported(local, wMs, marked, exact, cur.private)})
 		}
 	}
 	if prev != nil {
 		for _, c := range prev.counts {
-			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousHalves: c.halves(wMs, spans)})
+			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousTrail: c.reported(local, wMs, marked, exact, prev.private)})
 		}
 	}
 	sortRegions(out)
@@ -616,11 +626,11 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []R
 		if out[i].Region == out[j].Region {
 			out[j].Current = max(out[j].Current, out[i].Current)
 			out[j].Previous = max(out[j].Previous, out[i].Previous)
-			if out[i].PreviousHalves != (window.Halves{}) {
-				out[j].PreviousHalves = out[i].PreviousHalves
+			if out[i].PreviousTrail != nil {
+				out[j].PreviousTrail = out[i].PreviousTrail
 			}
-			if out[i].CurrentHalves != (window.Halves{}) {
-				out[j].CurrentHalves = out[i].CurrentHalves
+			if out[i].CurrentTrail != nil {
+				out[j].CurrentTrail = out[i].CurrentTrail
 			}
 			continue
 		}
@@ -628,6 +638,16 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, spans bool) []R
 		out[j] = out[i]
 	}
 	return out[:j+1]
+}
+
+// reported returns the trail a RegionCount reports for c: none without
+// marked, else a copy as a decision reads it (with its excess), exact for
+// the local region's exact trail.
+func (c regionN) reported(local string, wMs int64, marked, exact, shared bool) window.Trail {
+	if !marked {
+		return nil
+	}
+	return c.trail(wMs, exact && c.region == local, true, shared)
 }
 
 func sortRegions(rc []RegionCount) {
@@ -675,11 +695,11 @@ func (m *Memory) merge(totals []Total, own bool) {
 			s.mu.Lock()
 			e = m.lookup(s, k, true)
 		}
-		h := t.Halves
-		if !ValidHalves(*t) {
-			h = window.Halves{}
+		h := t.Trail
+		if !ValidTrail(*t) {
+			h = nil
 		}
-		if b := e.ensure(t.Bucket); b != nil && b.maxMerge(t.Region, t.Count, h, m.region) {
+		if b := e.ensure(t.Bucket); b != nil && b.maxMerge(t.Region, t.Count, h, k.wMs, m.region) {
 			m.dropped.Add(1)
 		}
 	}
@@ -702,7 +722,7 @@ func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, erro
 			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
 				v := make([]Total, 0, len(b.counts))
 				for _, c := range b.counts {
-					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Halves: c.h})
+					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Trail: c.trail(k.wMs, false, false, false)})
 				}
 				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 				out[i] = v

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -135,7 +135,7 @@ func TestMemoryMergeRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range refs {
-			if !slices.Equal(got[i], want[i]) {
+			if !reflect.DeepEqual(got[i], want[i]) {
 				t.Fatalf("round %d, %+v: merged in one call %v, one at a time %v", round, refs[i], got[i], want[i])
 			}
 		}

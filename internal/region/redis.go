@@ -59,6 +59,12 @@ type RedisConfig struct {
 	// Coalesce gathers concurrent Check calls into shared pipelines (see
 	// [Coalesce]). The zero value turns coalescing on with its defaults.
 	Coalesce Coalesce
+	// CallTimeout, when set, bounds how long a Check waits for its answer:
+	// past it, Check returns an error wrapping [ErrTimeout] while the
+	// round trip goes on (see [Redis.Check]). One timer per round trip
+	// bounds every call it carries. Default 0: only ctx bounds a call.
+	// [Open] sets it to the failover's timeout.
+	CallTimeout time.Duration
 	// TLSConfig, when set, replaces the TLS settings a rediss:// (or
 	// rediss+sentinel://) URL implies: a CA pool in RootCAs, client
 	// certificates for Redis's tls-auth-clients. ServerName defaults to the
@@ -140,8 +146,8 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.regionArg = r.region
-	r.co = newCoalescer(cfg.Coalesce, r)
-	r.batch = !cfg.Coalesce.Unbatched
+	r.co = newCoalescer(cfg.Coalesce, cfg.CallTimeout, r)
+	r.batch = true
 	_, r.cluster = c.(*redis.ClusterClient)
 	return r, nil
 }
@@ -285,8 +291,8 @@ func logKey(key string, wMs int64) string {
 // Check decides each request; see [Store]. Concurrent calls are coalesced
 // into shared pipelines unless RedisConfig.Coalesce disables it.
 //
-// A call leaves when ctx ends or, once a [Failover] bounds the store, when
-// its timeout passes, even while the round trip goes on: go-redis reads a
+// A call leaves when ctx ends or its RedisConfig.CallTimeout passes, even
+// while the round trip goes on: go-redis reads a
 // reply until its own read timeout, whatever ctx's deadline (its
 // ContextTimeoutEnabled is off, so that a caller's deadline never closes a
 // connection that other calls' pipelines share). Such a call is in doubt:
@@ -294,12 +300,6 @@ func logKey(key string, wMs int64) string {
 func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
 	return r.co.check(ctx, reqs, res)
 }
-
-// bound makes every later Check wait at most d for its answer and then
-// return an error wrapping [ErrTimeout]; the round trip goes on. One timer
-// per round trip bounds all the calls it carries. [NewFailover] sets it,
-// before the first Check.
-func (r *Redis) bound(d time.Duration) { r.co.timeout = d }
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
@@ -616,7 +616,7 @@ func counterMode(l window.Limit) any {
 	switch {
 	case l.Algorithm == window.FixedWindow:
 		return modeArgs[1]
-	case !l.Algorithm.Spans():
+	case !l.Algorithm.Trails():
 		return modeArgs[0]
 	case l.Strict:
 		return modeArgs[3]
@@ -684,19 +684,23 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		if used, ok := arr[2].(int64); ok {
 			nowMs = used // the script's instant: Redis's TIME with ServerClock
 		}
-		var spans bool
-		out.Decision, spans = decideCounter(q, nowMs, r.region, cur, prev)
+		var marked bool
+		out.Decision, marked = decideCounter(q, nowMs, r.region, cur, prev)
 		// The script's estimate, when it computed one below 2^53, is the Go
 		// one.
 		if est, _ := arr[1].(int64); est >= 0 && est < 1<<53 && uint64(est) != out.Estimate {
 			r.mismatches.Add(1)
 		}
 		wMs := q.Limit.WindowMs()
+		exact := q.Limit.Exact()
 		if allowed == 1 && !q.Peek {
-			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, spans)
+			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, marked, exact)
 		}
-		out.Regions = regionCounts(r.region, cur, prev, wMs, spans)
-		out.Local, out.LocalHalves = cur.get(r.region), cur.getHalves(r.region)
+		out.Regions = regionCounts(r.region, cur, prev, wMs, marked, exact)
+		out.Local = cur.get(r.region)
+		if marked {
+			out.LocalTrail = cur.getTrail(r.region, wMs)
+		}
 	}
 	if out.Allowed != (allowed == 1) {
 		r.mismatches.Add(1)
@@ -711,12 +715,12 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 // parseVector parses the elements of an HGETALL reply into b, which holds
 // no counts yet.
 func parseVector(b *memBucket, raw []any) error {
-	b.used, b.counts = true, make([]regionN, 0, len(raw)/2)
-	halves := false
+	b.used, b.private, b.counts = true, true, make([]regionN, 0, len(raw)/2)
+	trails := false
 	for i := 0; i+1 < len(raw); i += 2 {
 		f, _ := raw[i].(string)
-		if _, _, ok := halfField(f); ok {
-			halves = true
+		if _, ok := trailField(f); ok {
+			trails = true
 			continue
 		}
 		s, _ := raw[i+1].(string)
@@ -726,76 +730,58 @@ func parseVector(b *memBucket, raw []any) error {
 		}
 		b.counts = append(b.counts, regionN{region: f, n: n})
 	}
-	// The halves in a second pass, once every count is known.
-	for i := 0; halves && i+1 < len(raw); i += 2 {
+	// The trails in a second pass, once every count is known.
+	for i := 0; trails && i+1 < len(raw); i += 2 {
 		f, _ := raw[i].(string)
-		reg, k, ok := halfField(f)
+		reg, ok := trailField(f)
 		if !ok {
 			continue
 		}
-		j := b.find(reg)
-		if j < 0 {
-			continue // halves without a count: not counted, as by the script
-		}
-		s, _ := raw[i+1].(string)
-		if k == "0" {
-			b.counts[j].h.Early = parseHalf(s)
-		} else {
-			b.counts[j].h.Late = parseHalf(s)
-		}
+		if j := b.find(reg); j >= 0 {
+			s, _ := raw[i+1].(string)
+			b.counts[j].h = parseTrail(s)
+		} // a trail without a count is not counted, as by the script
 	}
 	return nil
 }
 
-// halfField splits a bucket hash field of a half (see halfSep) into its
-// region and '0' or '1'.
-func halfField(f string) (reg, k string, ok bool) {
-	if len(f) < 2 || f[len(f)-2] != halfSep[0] || (f[len(f)-1] != '0' && f[len(f)-1] != '1') {
-		return "", "", false
-	}
-	return f[:len(f)-2], f[len(f)-1:], true
+// trailField returns the region of a bucket hash field that holds a trail
+// (see trailSuffix).
+func trailField(f string) (reg string, ok bool) {
+	return strings.CutSuffix(f, trailSuffix)
 }
 
-// parseHalf unpacks a half as the script stores it (see halfSep): five
-// little-endian doubles. What does not unpack to integers from 0 to 2^53
-// is an empty half, as in the script, so that its hits count as spread over
-// the late half (see withExcess).
-func parseHalf(s string) window.Half {
-	if len(s) != 40 {
-		return window.Half{}
+// parseTrail unpacks a trail as the scripts store it (see trailSuffix).
+// It stops at the first mark that does not follow from the ones before
+// (offsets not increasing, counts not growing, or not integers below
+// 2^53): the hits after it are then the count's excess, which counts as
+// late as any (window.Trail.Fit), as in the script.
+func parseTrail(s string) window.Trail {
+	k := len(s) / markBytes
+	if k == 0 {
+		return nil
 	}
-	var v [5]uint64
-	for i := range v {
-		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
-		if !(f >= 0 && f <= 1<<53) || f != math.Trunc(f) {
-			return window.Half{}
+	t := make(window.Trail, 0, k)
+	var cum uint64
+	for i := range k {
+		m := s[i*markBytes:]
+		at := int64(binary.LittleEndian.Uint32([]byte(m[:4])))
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(m[4:12])))
+		if !(f > float64(cum) && f <= 1<<53) || f != math.Trunc(f) || (len(t) > 0 && at <= t[len(t)-1].At) {
+			break
 		}
-		v[i] = uint64(f)
+		t = append(t, window.Mark{At: at, Cum: uint64(f)})
+		cum = uint64(f)
 	}
-	return window.Half{N: v[0], First: int64(v[1]), Last: int64(v[2]), Run: int64(v[3]), Before: v[4]}
+	return t
 }
 
-// mergeHalves returns t's halves as mergeScript takes them: "" for an empty
-// half, and both "" when the halves are not valid for t (see
-// ValidHalves).
-func mergeHalves(t Total) (early, late string) {
-	if !ValidHalves(t) {
-		return "", ""
-	}
-	if t.Halves.Early.N > 0 {
-		early = formatHalf(t.Halves.Early)
-	}
-	if t.Halves.Late.N > 0 {
-		late = formatHalf(t.Halves.Late)
-	}
-	return early, late
-}
-
-// formatHalf packs h as the script stores it (see halfSep).
-func formatHalf(h window.Half) string {
-	b := make([]byte, 0, 40)
-	for _, v := range [5]uint64{h.N, uint64(h.First), uint64(h.Last), uint64(h.Run), h.Before} {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+// formatTrail packs t as the scripts store it (see trailSuffix).
+func formatTrail(t window.Trail) string {
+	b := make([]byte, 0, len(t)*markBytes)
+	for _, m := range t {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.At))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(m.Cum)))
 	}
 	return string(b)
 }
@@ -849,10 +835,13 @@ func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 			if (t.Region == r.region && !own) || t.Region == "" || t.Window < time.Millisecond {
 				continue
 			}
-			ttl := 2*t.Window.Milliseconds() + r.marginMs
-			early, late := mergeHalves(t)
+			wMs := t.Window.Milliseconds()
+			var trail string
+			if ValidTrail(t) {
+				trail = formatTrail(t.Trail)
+			}
 			cmds = append(cmds, mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
-				t.Region, strconv.FormatUint(t.Count, 10), ttl, MaxRegionsPerBucket, early, late, r.region))
+				t.Region, strconv.FormatUint(t.Count, 10), 2*wMs+r.marginMs, MaxRegionsPerBucket, trail, wMs, r.region))
 		}
 		return pipe
 	}
@@ -901,7 +890,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 		}
 		v := make([]Total, 0, len(m))
 		for reg, s := range m {
-			if _, _, ok := halfField(reg); ok {
+			if _, ok := trailField(reg); ok {
 				continue
 			}
 			n, err := strconv.ParseUint(s, 10, 64)
@@ -909,11 +898,8 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", refs[i].Key, s, err)
 			}
 			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
-			if x, ok := m[reg+halfSep+"0"]; ok {
-				t.Halves.Early = parseHalf(x)
-			}
-			if x, ok := m[reg+halfSep+"1"]; ok {
-				t.Halves.Late = parseHalf(x)
+			if x, ok := m[reg+trailSuffix]; ok {
+				t.Trail = parseTrail(x).Coarse(refs[i].Window.Milliseconds())
 			}
 			v = append(v, t)
 		}

@@ -97,12 +97,12 @@ type RegionCount struct {
 	Region   string
 	Current  uint64
 	Previous uint64
-	// CurrentHalves and PreviousHalves are the region's state of the
+	// CurrentTrail and PreviousTrail are the region's state of the
 	// current and previous bucket as the default sliding window decided on
-	// them (window.Limit.DecideSpans): its halves, with hits counted
+	// them (window.Limit.DecideTrails): its halves, with hits counted
 	// without halves added to the late half as spread over all of it. Zero
 	// for the other algorithms.
-	CurrentHalves, PreviousHalves window.Halves
+	CurrentTrail, PreviousTrail window.Trail
 }
 
 // Result is the answer to a Request.
@@ -114,10 +114,10 @@ type Result struct {
 	// Local is the local region's total in the current bucket after the
 	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
-	// LocalHalves is the local region's halves of the current bucket after
+	// LocalTrail is the local region's halves of the current bucket after
 	// the decision (the default sliding window); replication sends them
 	// with Local.
-	LocalHalves window.Halves
+	LocalTrail window.Trail
 	// LocalRegion, when set, is the region whose count Local is, if not the
 	// store's local region: a [Failover] deciding from its fallback counts
 	// under the fallback's own region.
@@ -136,10 +136,10 @@ type Total struct {
 	Region string
 	Count  uint64
 	// Halves is where in the bucket the region's hits fell, for the default
-	// sliding window; it merges by window.Halves.Merge, and its counts are
+	// sliding window; it merges by window.Trail.Merge, and its counts are
 	// at most Count (zero when the region's hits were counted without
 	// halves).
-	Halves window.Halves
+	Trail window.Trail
 	// Limit and Estimate, when Limit is not zero, are the limit of the
 	// decision that produced this total and the estimate it admitted at
 	// (its hits included). They are not replicated: replication reads them
@@ -148,11 +148,11 @@ type Total struct {
 	Limit, Estimate uint64
 }
 
-// ValidHalves reports whether t's halves may be merged: valid for its
-// window (window.Halves.Valid) and counting at most t.Count hits. The
+// ValidTrail reports whether t's halves may be merged: valid for its
+// window (window.Trail.Valid) and counting at most t.Count hits. The
 // stores merge a total's count without its halves when they are not.
-func ValidHalves(t Total) bool {
-	return t.Window >= time.Millisecond && t.Halves.Valid(t.Window.Milliseconds()) && t.Halves.Count() <= t.Count
+func ValidTrail(t Total) bool {
+	return t.Window >= time.Millisecond && t.Trail.Valid(t.Window.Milliseconds(), false) && t.Trail.Count() <= t.Count
 }
 
 // BucketRef names one bucket of a key's counter.

@@ -101,7 +101,7 @@ func (f *Failover) remember(t Total) {
 		b = &memBucket{idx: t.Bucket}
 		f.wb[r] = b
 	}
-	b.maxMerge(t.Region, t.Count, t.Halves, "")
+	b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds(), "")
 	f.wbAny.Store(true)
 }
 
@@ -135,12 +135,12 @@ func (f *Failover) writeBack() bool {
 		if i < len(vecs) {
 			for _, t := range vecs[i] {
 				if t.Count > 0 && t.Region != f.cfg.Region {
-					b.maxMerge(t.Region, t.Count, t.Halves, "")
+					b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds(), "")
 				}
 			}
 		}
 		for _, c := range b.counts {
-			totals = append(totals, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Halves: c.h})
+			totals = append(totals, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Trail: c.h})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -153,7 +153,7 @@ func (f *Failover) writeBack() bool {
 			switch kept := f.wb[r]; {
 			case kept != nil:
 				for _, c := range wb[r].counts {
-					kept.maxMerge(c.region, c.n, c.h, "")
+					kept.maxMerge(c.region, c.n, c.h, r.Window.Milliseconds(), "")
 				}
 			case len(f.wb) < f.cfg.MaxWriteBack:
 				f.wb[r] = wb[r]
@@ -185,10 +185,10 @@ func (f *Failover) mirror(reqs []Request, res []Result) {
 		}
 		for _, rc := range res[i].Regions {
 			if rc.Current > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current, Halves: rc.CurrentHalves})
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current, Trail: rc.CurrentTrail})
 			}
 			if rc.Previous > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous, Halves: rc.PreviousHalves})
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous, Trail: rc.PreviousTrail})
 			}
 		}
 	}

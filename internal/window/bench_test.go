@@ -107,47 +107,45 @@ func BenchmarkSliding(b *testing.B) {
 }
 
 // BenchmarkDecideModes compares the cost of one decision of the default
-// sliding window (half-bucket spans), strict, and the two-bucket counter,
-// on a key with three regions' counts in both buckets, 40% into the
-// bucket, allowed. The default's acceptance: at most 1.25 times the
-// two-bucket counter's time.
+// sliding window, with a coarse trail (a limit above ExactMax) and an
+// exact one, and the two-bucket counter, on a key with three regions'
+// counts in both buckets, 40% into the bucket, allowed. The exact trails
+// hold the local region's hits of a key near its limit, a mark per hit.
 func BenchmarkDecideModes(b *testing.B) {
-	l := Limit{Limit: 1 << 20, Window: time.Minute}
-	w := l.WindowMs()
-	var prev, cur [3]Halves
-	for r := range prev {
-		for i := int64(0); i < 200; i++ {
-			prev[r].Add((i*277+int64(r)*1000)%w, w, 3)
-			if i < 80 {
-				cur[r].Add(i*250, w, 2)
+	start := int64(1_700_000_040_000) / 60000 * 60000
+	for _, lim := range []uint64{1 << 20, ExactMax} {
+		l := Limit{Limit: lim, Window: time.Minute}
+		w := l.WindowMs()
+		var prev, cur [3]Trail
+		for r := range prev {
+			n := int64(600)
+			if r > 0 {
+				n = 200
+			}
+			for i := int64(0); i < n; i++ {
+				prev[r].Add(i*w/n, w, 1, r == 0 && l.Exact())
+				if i < n*2/5 {
+					cur[r].Add(i*w/n, w, 1, r == 0 && l.Exact())
+				}
 			}
 		}
-	}
-	counts := Counts{}
-	for r := range prev {
-		counts.Prev += prev[r].Count()
-		counts.Cur += cur[r].Count()
-	}
-	start := int64(1_700_000_040_000) / w * w
-	b.Run("two-bucket", func(b *testing.B) {
-		b.ReportAllocs()
-		l := l
-		l.Algorithm = SlidingWindowTwoBucket
-		for i := 0; b.Loop(); i++ {
-			sink = l.DecideCounter(start+24000+int64(i&1023), counts, 1)
+		counts := Counts{}
+		for r := range prev {
+			counts.Prev += prev[r].Count()
+			counts.Cur += cur[r].Count()
 		}
-	})
-	for _, strict := range []bool{false, true} {
-		name := "default"
-		if strict {
-			name = "strict"
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(fmt.Sprintf("limit=%d/two-bucket", lim), func(b *testing.B) {
 			b.ReportAllocs()
 			l := l
-			l.Strict = strict
+			l.Algorithm = SlidingWindowTwoBucket
 			for i := 0; b.Loop(); i++ {
-				sink = l.DecideSpans(start+24000+int64(i&1023), prev[:], cur[:], 0, 1)
+				sink = l.DecideCounter(start+24000+int64(i&1023), counts, 1)
+			}
+		})
+		b.Run(fmt.Sprintf("limit=%d/default", lim), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				sink = l.DecideTrails(start+24000+int64(i&1023), prev[:], cur[:], 0, 1)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ type Decision struct {
 	SubOldest uint64
 	// SubWeightNum / SubWeightDen is the oldest (sub-)bucket's weight: its
 	// overlap with the trailing window, S - e, over its length S (1 for a
-	// strict counter, 0 for FixedWindow). For [Limit.DecideSpans] the
+	// strict counter, 0 for FixedWindow). For [Limit.DecideTrails] the
 	// oldest half has one term per region ([Limit.SpanTerms]), and
 	//
 	//	Estimate = SubWhole + sum of floor(t.N * t.Num / t.Den) over them

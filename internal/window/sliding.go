@@ -47,7 +47,7 @@ var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 64 and spl
 // counts do: a counter is identified by (key, W, K), its buckets by the
 // sub-bucket index j, and each region's count of a sub-bucket max-merges.
 //
-// The stores run [Limit.DecideSpans] (the default) and
+// The stores run [Limit.DecideTrails] (the default) and
 // [Limit.DecideCounter]; Sliding is kept as the comparison point that
 // loadtest/accuracy measures (-mode subbuckets).
 //

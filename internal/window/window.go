@@ -14,16 +14,18 @@ type Algorithm uint8
 // The algorithms. The zero value means SlidingWindow.
 const (
 	// SlidingWindow is the default: a sliding window counter over
-	// epoch-aligned buckets split into two halves, each region keeping per
-	// half its count and the offsets of its first and last hit, so that the
-	// previous bucket is weighted over the span its hits actually fell in
-	// ([Limit.DecideSpans]). With Limit.Strict a half counts whole while
-	// any of its hits is in the trailing window.
+	// epoch-aligned buckets in which each region keeps a trail of marks,
+	// each some hits and the offset of the last of them, exact to the
+	// millisecond up to ExactMax and in 1/Granules of a bucket above it
+	// ([Limit.DecideTrails]). A mark counts whole while its last hit is in
+	// the trailing window, so one region never admits more than the limit
+	// in any trailing window.
 	SlidingWindow Algorithm = iota + 1
 	// FixedWindow counts hits per epoch-aligned bucket: allow = cur + hits <= limit.
 	FixedWindow
 	// TokenBucket is a token bucket computed as GCRA: limit tokens refill
-	// evenly over the window and the burst is limit.
+	// evenly over the window into a bucket of Limit.Burst tokens (the
+	// limit when Burst is 0).
 	TokenBucket
 	// SlidingLog keeps every hit's timestamp: exact, memory-heavy.
 	SlidingLog
@@ -81,9 +83,9 @@ func (a Algorithm) Counted() bool {
 	return a == 0 || a == SlidingWindow || a == FixedWindow || a == SlidingWindowTwoBucket
 }
 
-// Spans reports whether the algorithm decides on half-bucket spans
-// ([Limit.DecideSpans]): SlidingWindow, the default.
-func (a Algorithm) Spans() bool { return a == 0 || a == SlidingWindow }
+// Trails reports whether the algorithm decides on trails of marks
+// ([Limit.DecideTrails]): SlidingWindow, the default.
+func (a Algorithm) Trails() bool { return a == 0 || a == SlidingWindow }
 
 // Bounds on a Limit.
 const (
@@ -100,10 +102,15 @@ const Never = time.Duration(math.MaxInt64)
 var (
 	ErrLimit  = errors.New("window: limit must be from 1 to 2^53")
 	ErrWindow = errors.New("window: window must be from 1s to 7d, in whole milliseconds")
-	ErrHits   = errors.New("window: hits must be from 1 to the limit")
+	ErrHits   = errors.New("window: hits must be from 1 to the limit (a token bucket's burst)")
 	ErrAlgo   = errors.New("window: unknown algorithm")
 	ErrStrict = errors.New("window: strict applies to the sliding_window algorithm only")
+	ErrBurst  = errors.New("window: burst applies to the token_bucket algorithm only, from 1 to 1000 times the limit and at most 2^53")
 )
+
+// MaxBurstFactor bounds a token bucket's burst at this many times its limit,
+// so that a full bucket refills within 1000 windows.
+const MaxBurstFactor = 1000
 
 // Limit is at most Limit hits per Window, counted by Algorithm.
 // The zero Algorithm means SlidingWindow. A Limit is a small value, safe to
@@ -112,11 +119,24 @@ type Limit struct {
 	Limit     uint64
 	Window    time.Duration
 	Algorithm Algorithm
-	// Strict makes SlidingWindow count the oldest overlapping half-bucket
-	// whole while any of its hits is in the trailing window: never more
-	// than the limit in any trailing window in one region, at the price of
-	// capacity left unused after bursts. Only for SlidingWindow.
+	// Strict is accepted for SlidingWindow only, and changes nothing: the
+	// default sliding window never admits more than the limit in any
+	// trailing window in one region. It remains so that configurations
+	// that set it keep loading.
 	Strict bool
+	// Burst is a TokenBucket's capacity in tokens, the most hits it admits
+	// at once; 0 means Limit. Limit tokens refill per Window whatever the
+	// burst. At most MaxBurstFactor times Limit. Only for TokenBucket.
+	Burst uint64
+}
+
+// Capacity returns the most hits one request may ask of l: the burst of a
+// token bucket that sets one, else the limit.
+func (l Limit) Capacity() uint64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
 }
 
 // Validate reports whether l is within the supported bounds.
@@ -130,15 +150,20 @@ func (l Limit) Validate() error {
 	if l.Algorithm > SlidingWindowTwoBucket {
 		return ErrAlgo
 	}
-	if l.Strict && !l.Algorithm.Spans() {
+	if l.Strict && !l.Algorithm.Trails() {
 		return ErrStrict
+	}
+	if l.Burst > 0 && (l.Algorithm != TokenBucket || l.Burst > MaxLimit || l.Burst/MaxBurstFactor > l.Limit ||
+		(l.Burst/MaxBurstFactor == l.Limit && l.Burst%MaxBurstFactor != 0)) {
+		return ErrBurst
 	}
 	return nil
 }
 
-// ValidateHits reports whether hits may be asked of l.
+// ValidateHits reports whether hits may be asked of l: from 1 to
+// l.Capacity().
 func (l Limit) ValidateHits(hits uint64) error {
-	if hits < 1 || hits > l.Limit {
+	if hits < 1 || hits > l.Capacity() {
 		return ErrHits
 	}
 	return nil

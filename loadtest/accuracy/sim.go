@@ -158,25 +158,25 @@ func newDecider(c counter) decider {
 	// bucket (the two-bucket counter reads only their counts).
 	l := c.limit
 	w := l.WindowMs()
-	prev, cur := make([]window.Halves, 1), make([]window.Halves, 1)
+	prev, cur := make([]window.Trail, 1), make([]window.Trail, 1)
 	b := int64(-1 << 40)
 	return func(t int64) bool {
 		switch nb := window.Bucket(t, l.Window); {
 		case nb == b+1:
-			prev[0], cur[0] = cur[0], window.Halves{}
+			prev[0], cur[0] = cur[0], window.Trail(nil)
 			b = nb
 		case nb > b+1:
-			prev[0], cur[0] = window.Halves{}, window.Halves{}
+			prev[0], cur[0] = window.Trail(nil), window.Trail(nil)
 			b = nb
 		}
 		var d window.Decision
 		if l.Algorithm == window.SlidingWindowTwoBucket {
 			d = l.DecideCounter(t, window.Counts{Prev: prev[0].Count(), Cur: cur[0].Count()}, 1)
 		} else {
-			d = l.DecideSpans(t, prev, cur, 0, 1)
+			d = l.DecideTrails(t, prev, cur, 0, 1)
 		}
 		if d.Allowed {
-			cur[0].Add(t-b*w, w, 1)
+			cur[0].Add(t-b*w, w, 1, l.Exact())
 		}
 		return d.Allowed
 	}

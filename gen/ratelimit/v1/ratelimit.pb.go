@@ -12,6 +12,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -176,6 +177,118 @@ func (Scope) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
+// ResetRequest names the counters to clear: key under a rule, or key with
+// an inline limit (whose window and algorithm do not matter: every inline
+// counter of the key is cleared; its scope does).
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the caller's key, as in CheckRequest.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// rule names a configured rule. Exactly one of rule and limit is set.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// limit is an inline limit. Exactly one of rule and limit is set.
+	Limit         *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ResetResponse says when the reset took effect.
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reset_at is the reset instant: hits counted before it no longer count.
+	ResetAt       *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResetResponse) GetResetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetAt
+	}
+	return nil
+}
+
 // Limit is an inline limit: at most limit hits per window.
 type Limit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -196,14 +309,19 @@ type Limit struct {
 	// unused after bursts (measured: admissions come in bunches, and the
 	// count in the trailing window at an admission can fall to almost
 	// nothing). Only with the sliding window algorithm.
-	Strict        bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	Strict bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	// burst, with the token bucket algorithm, is the bucket's capacity: the
+	// most hits it admits at once, from a full bucket. limit tokens still
+	// refill per window. 0 means limit; at most 1000 times limit. Only with
+	// the token bucket algorithm.
+	Burst         uint64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +333,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +346,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limit) GetLimit() uint64 {
@@ -266,13 +384,21 @@ func (x *Limit) GetStrict() bool {
 	return false
 }
 
+func (x *Limit) GetBurst() uint64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 // CheckRequest asks whether key may spend hits now.
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key identifies what is limited (a user, an IP, a tenant); 1 byte to 1 KiB
 	// by default.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// hits is the number of hits to spend; 0 means 1. It may not exceed the limit.
+	// hits is the number of hits to spend; 0 means 1. It may not exceed the
+	// limit (a token bucket's burst, when it has one).
 	Hits uint64 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
 	// rule names a configured rule. Exactly one of rule and limit is set.
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -284,7 +410,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +422,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +435,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckRequest) GetKey() string {
@@ -352,19 +478,18 @@ type RegionCount struct {
 	// age is how old the newest total merged from this region is; unset for
 	// the local region and for regions never heard from.
 	Age *durationpb.Duration `protobuf:"bytes,4,opt,name=age,proto3" json:"age,omitempty"`
-	// previous_early and previous_late are the region's halves of the
-	// previous bucket, as the sliding window decided on them (unset for the
-	// other algorithms and for empty halves). Hits the region counted
-	// without halves are in previous_late, as spread over all of it.
-	PreviousEarly *HalfBucket `protobuf:"bytes,5,opt,name=previous_early,json=previousEarly,proto3" json:"previous_early,omitempty"`
-	PreviousLate  *HalfBucket `protobuf:"bytes,6,opt,name=previous_late,json=previousLate,proto3" json:"previous_late,omitempty"`
+	// previous_marks is the region's trail of the previous bucket, as the
+	// sliding window decided on it (empty for the other algorithms): each
+	// mark is count hits, the last of them at at_ms. Hits the region counted
+	// without marks are in a mark at the bucket's last millisecond.
+	PreviousMarks []*Mark `protobuf:"bytes,7,rep,name=previous_marks,json=previousMarks,proto3" json:"previous_marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegionCount) Reset() {
 	*x = RegionCount{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +501,7 @@ func (x *RegionCount) String() string {
 func (*RegionCount) ProtoMessage() {}
 
 func (x *RegionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +514,7 @@ func (x *RegionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionCount.ProtoReflect.Descriptor instead.
 func (*RegionCount) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegionCount) GetRegion() string {
@@ -420,52 +545,42 @@ func (x *RegionCount) GetAge() *durationpb.Duration {
 	return nil
 }
 
-func (x *RegionCount) GetPreviousEarly() *HalfBucket {
+func (x *RegionCount) GetPreviousMarks() []*Mark {
 	if x != nil {
-		return x.PreviousEarly
+		return x.PreviousMarks
 	}
 	return nil
 }
 
-func (x *RegionCount) GetPreviousLate() *HalfBucket {
-	if x != nil {
-		return x.PreviousLate
-	}
-	return nil
-}
-
-// HalfBucket is one region's hits in one half of a bucket, for the sliding
-// window. Offsets are milliseconds from the start of the bucket.
-type HalfBucket struct {
+// Mark is some of one region's hits in one bucket, for the sliding window:
+// count hits, the last of them admitted at at_ms, milliseconds from the
+// start of the bucket. All of them count while the last one is in the
+// trailing window.
+type Mark struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// at_ms is the offset of the mark's last hit.
+	AtMs int64 `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	// count is the number of hits.
-	Count uint64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
-	// first_ms and last_ms are the offsets of the first and last hit.
-	FirstMs int64 `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"`
-	LastMs  int64 `protobuf:"varint,3,opt,name=last_ms,json=lastMs,proto3" json:"last_ms,omitempty"`
-	// run_ms is where the latest run of hits began, 0 while the half holds
-	// one run; before is the number of hits before it.
-	RunMs         int64  `protobuf:"varint,4,opt,name=run_ms,json=runMs,proto3" json:"run_ms,omitempty"`
-	Before        uint64 `protobuf:"varint,5,opt,name=before,proto3" json:"before,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *HalfBucket) Reset() {
-	*x = HalfBucket{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+func (x *Mark) Reset() {
+	*x = Mark{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HalfBucket) String() string {
+func (x *Mark) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HalfBucket) ProtoMessage() {}
+func (*Mark) ProtoMessage() {}
 
-func (x *HalfBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+func (x *Mark) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,49 +591,27 @@ func (x *HalfBucket) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HalfBucket.ProtoReflect.Descriptor instead.
-func (*HalfBucket) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+// Deprecated: Use Mark.ProtoReflect.Descriptor instead.
+func (*Mark) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *HalfBucket) GetCount() uint64 {
+func (x *Mark) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *Mark) GetCount() uint64 {
 	if x != nil {
 		return x.Count
 	}
 	return 0
 }
 
-func (x *HalfBucket) GetFirstMs() int64 {
-	if x != nil {
-		return x.FirstMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetLastMs() int64 {
-	if x != nil {
-		return x.LastMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetRunMs() int64 {
-	if x != nil {
-		return x.RunMs
-	}
-	return 0
-}
-
-func (x *HalfBucket) GetBefore() uint64 {
-	if x != nil {
-		return x.Before
-	}
-	return 0
-}
-
-// EstimateTerm is a share of a half-bucket's (or, for the two-bucket
-// counter, the previous bucket's) hits counted in the trailing window:
-// floor(count * numerator / denominator).
+// EstimateTerm is a share of a bucket's hits counted in the trailing
+// window: floor(count * numerator / denominator).
 type EstimateTerm struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
@@ -530,7 +623,7 @@ type EstimateTerm struct {
 
 func (x *EstimateTerm) Reset() {
 	*x = EstimateTerm{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +635,7 @@ func (x *EstimateTerm) String() string {
 func (*EstimateTerm) ProtoMessage() {}
 
 func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +648,7 @@ func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateTerm.ProtoReflect.Descriptor instead.
 func (*EstimateTerm) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EstimateTerm) GetCount() uint64 {
@@ -588,17 +681,11 @@ func (x *EstimateTerm) GetDenominator() uint64 {
 // and the request was allowed iff estimate + hits <= limit. What the terms
 // are depends on the algorithm, with W the window and e = elapsed_ms:
 //
-//   - sliding window (default): H = floor(W/2). whole is the sum of the
-//     current bucket's counts before this request, plus, while e < H, the
-//     previous bucket's late halves. For each region, the oldest half that
-//     overlaps the window (previous_early while e < H, else previous_late)
-//     gives two terms: its latest run's count - before hits spread over
-//     run_ms..last_ms, and its before hits as all at run_ms-1 (a..b =
-//     run_ms-1..run_ms-1; one run: all count hits over first_ms..last_ms). For n hits spread over
-//     a..b: denominator = b - a + 1; numerator = denominator if e < a,
-//     b - e if a <= e < b, else 0 (strict: denominator while e < b).
-//     A half whose offsets fall outside it counts as spread over all of it.
-//     Terms that count nothing are left out.
+//   - sliding window (default): whole is the sum of the current bucket's
+//     counts before this request. Each region whose previous_marks still
+//     count gives one term: count is the hits of its marks with at_ms > e,
+//     numerator and denominator 1. Regions whose marks count nothing are
+//     left out.
 //   - two-bucket: whole is the current bucket's count before this request;
 //     one term, previous * (W - e) / W.
 //   - fixed window: whole is the current count before this request; no
@@ -612,10 +699,9 @@ type WindowStats struct {
 	Current uint64 `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
 	// previous is the sum over regions of the previous bucket's counts.
 	Previous uint64 `protobuf:"varint,3,opt,name=previous,proto3" json:"previous,omitempty"`
-	// previous_weight is, for display, the share of the oldest counted
-	// (half-)bucket still counted: the sum of the terms over the sum of their
-	// counts ((W - e) / W for the two-bucket counter). Use the terms to
-	// recompute the estimate.
+	// previous_weight is, for display, the share of the previous bucket's
+	// hits still counted ((W - e) / W for the two-bucket counter). Use the
+	// terms to recompute the estimate.
 	PreviousWeight float64 `protobuf:"fixed64,4,opt,name=previous_weight,json=previousWeight,proto3" json:"previous_weight,omitempty"`
 	// estimate is the count the decision was made on, before this request
 	// (see above): whole + the terms, saturating at 2^64 - 1.
@@ -634,7 +720,7 @@ type WindowStats struct {
 
 func (x *WindowStats) Reset() {
 	*x = WindowStats{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +732,7 @@ func (x *WindowStats) String() string {
 func (*WindowStats) ProtoMessage() {}
 
 func (x *WindowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +745,7 @@ func (x *WindowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowStats.ProtoReflect.Descriptor instead.
 func (*WindowStats) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WindowStats) GetBucket() int64 {
@@ -756,7 +842,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +854,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +867,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -851,7 +937,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +949,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +962,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckBatchRequest) GetChecks() []*CheckRequest {
@@ -900,7 +986,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +998,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1011,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckResult) GetResult() isCheckResult_Result {
@@ -984,7 +1070,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1082,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1095,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() string {
@@ -1037,7 +1123,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1135,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1148,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckBatchResponse) GetResults() []*CheckResult {
@@ -1089,7 +1175,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1187,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1200,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -1156,7 +1242,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1254,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1267,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeekResponse) GetResponse() *CheckResponse {
@@ -1195,32 +1281,34 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xca\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"_\n" +
+	"\fResetRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12)\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"F\n" +
+	"\rResetResponse\x125\n" +
+	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xe0\x01\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12)\n" +
 	"\x05scope\x18\x05 \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\x12\x16\n" +
-	"\x06strict\x18\x06 \x01(\bR\x06strict\"s\n" +
+	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x14\n" +
+	"\x05burst\x18\a \x01(\x04R\x05burst\"s\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12)\n" +
-	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"\x88\x02\n" +
+	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"\xee\x01\n" +
 	"\vRegionCount\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\x04R\acurrent\x12\x1a\n" +
 	"\bprevious\x18\x03 \x01(\x04R\bprevious\x12+\n" +
-	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12?\n" +
-	"\x0eprevious_early\x18\x05 \x01(\v2\x18.ratelimit.v1.HalfBucketR\rpreviousEarly\x12=\n" +
-	"\rprevious_late\x18\x06 \x01(\v2\x18.ratelimit.v1.HalfBucketR\fpreviousLate\"\x85\x01\n" +
-	"\n" +
-	"HalfBucket\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x19\n" +
-	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
-	"\alast_ms\x18\x03 \x01(\x03R\x06lastMs\x12\x15\n" +
-	"\x06run_ms\x18\x04 \x01(\x03R\x05runMs\x12\x16\n" +
-	"\x06before\x18\x05 \x01(\x04R\x06before\"d\n" +
+	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x129\n" +
+	"\x0eprevious_marks\x18\a \x03(\v2\x12.ratelimit.v1.MarkR\rpreviousMarksJ\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\x0eprevious_earlyR\rprevious_late\"1\n" +
+	"\x04Mark\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"d\n" +
 	"\fEstimateTerm\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x1c\n" +
 	"\tnumerator\x18\x02 \x01(\x04R\tnumerator\x12 \n" +
@@ -1275,12 +1363,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSCOPE_GLOBAL\x10\x01\x12\x10\n" +
-	"\fSCOPE_REGION\x10\x022\xe9\x01\n" +
+	"\fSCOPE_REGION\x10\x022\xb0\x02\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ratelimit.v1.CheckBatchRequest\x1a .ratelimit.v1.CheckBatchResponse\x12B\n" +
-	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
+	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\x05Reset\x12\x1a.ratelimit.v1.ResetRequest\x1a\x1b.ratelimit.v1.ResetResponse\"\x03\x90\x02\x02B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
 
 var (
 	file_ratelimit_v1_ratelimit_proto_rawDescOnce sync.Once
@@ -1295,56 +1384,62 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(Algorithm)(0),              // 0: ratelimit.v1.Algorithm
-	(Scope)(0),                  // 1: ratelimit.v1.Scope
-	(*Limit)(nil),               // 2: ratelimit.v1.Limit
-	(*CheckRequest)(nil),        // 3: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),         // 4: ratelimit.v1.RegionCount
-	(*HalfBucket)(nil),          // 5: ratelimit.v1.HalfBucket
-	(*EstimateTerm)(nil),        // 6: ratelimit.v1.EstimateTerm
-	(*WindowStats)(nil),         // 7: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),       // 8: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 9: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),         // 10: ratelimit.v1.CheckResult
-	(*Error)(nil),               // 11: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),  // 12: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),         // 13: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),        // 14: ratelimit.v1.PeekResponse
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(Algorithm)(0),                // 0: ratelimit.v1.Algorithm
+	(Scope)(0),                    // 1: ratelimit.v1.Scope
+	(*ResetRequest)(nil),          // 2: ratelimit.v1.ResetRequest
+	(*ResetResponse)(nil),         // 3: ratelimit.v1.ResetResponse
+	(*Limit)(nil),                 // 4: ratelimit.v1.Limit
+	(*CheckRequest)(nil),          // 5: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),           // 6: ratelimit.v1.RegionCount
+	(*Mark)(nil),                  // 7: ratelimit.v1.Mark
+	(*EstimateTerm)(nil),          // 8: ratelimit.v1.EstimateTerm
+	(*WindowStats)(nil),           // 9: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),         // 10: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),     // 11: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),           // 12: ratelimit.v1.CheckResult
+	(*Error)(nil),                 // 13: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),    // 14: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),           // 15: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),          // 16: ratelimit.v1.PeekResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	15, // 0: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
-	0,  // 1: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	1,  // 2: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
-	2,  // 3: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	15, // 4: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	5,  // 5: ratelimit.v1.RegionCount.previous_early:type_name -> ratelimit.v1.HalfBucket
-	5,  // 6: ratelimit.v1.RegionCount.previous_late:type_name -> ratelimit.v1.HalfBucket
-	4,  // 7: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	6,  // 8: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	15, // 9: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 10: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 11: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 12: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	3,  // 13: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	8,  // 14: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	11, // 15: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	10, // 16: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	2,  // 17: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	8,  // 18: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	3,  // 19: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	9,  // 20: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	13, // 21: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	8,  // 22: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	12, // 23: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	14, // 24: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
+	17, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
+	18, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
+	4,  // 5: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	18, // 6: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	7,  // 7: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
+	6,  // 8: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	8,  // 9: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	18, // 10: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	18, // 11: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 12: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 13: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	5,  // 14: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	10, // 15: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	13, // 16: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	12, // 17: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	4,  // 18: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	10, // 19: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	5,  // 20: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	11, // 21: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	15, // 22: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	2,  // 23: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	10, // 24: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	14, // 25: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	16, // 26: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	3,  // 27: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1352,7 +1447,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 	if File_ratelimit_v1_ratelimit_proto != nil {
 		return
 	}
-	file_ratelimit_v1_ratelimit_proto_msgTypes[8].OneofWrappers = []any{
+	file_ratelimit_v1_ratelimit_proto_msgTypes[10].OneofWrappers = []any{
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
@@ -1362,7 +1457,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -47,8 +48,9 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"AwkwardKeys", testAwkwardKeys},
 		{"BigNumbers", testBigNumbers},
 		{"ConcurrentNeverOverAdmits", testConcurrent},
-		{"SpansDecideAsWindow", testSpans},
-		{"SpansReplicate", testSpansMerge},
+		{"TrailsDecideAsWindow", testTrails},
+		{"TrailsReplicate", testTrailsMerge},
+		{"TokenBucketBurst", testTokenBucketBurst},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -249,6 +251,29 @@ func testAlgorithm(t *testing.T, s region.Store, key string, l window.Limit) {
 	}
 }
 
+// testTokenBucketBurst: a token bucket of 5 per 10 s with a burst of 12
+// admits 12 hits at one instant, then one every 2 s; one request may take
+// the whole burst.
+func testTokenBucketBurst(t *testing.T, s region.Store, key string) {
+	l := window.Limit{Limit: 5, Window: 10 * time.Second, Algorithm: window.TokenBucket, Burst: 12}
+	now := t0.Add(3 * time.Second)
+	for i := range 12 {
+		if r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now}); !r.Allowed || r.Remaining != uint64(11-i) {
+			t.Fatalf("hit %d: Allowed %v Remaining %d, want true %d", i+1, r.Allowed, r.Remaining, 11-i)
+		}
+	}
+	r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now})
+	if r.Allowed || r.RetryAfter != 2*time.Second || r.ResetAfter != 24*time.Second {
+		t.Errorf("hit 13: Allowed %v RetryAfter %v ResetAfter %v, want false 2s 24s", r.Allowed, r.RetryAfter, r.ResetAfter)
+	}
+	if r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now.Add(2 * time.Second)}); !r.Allowed {
+		t.Errorf("hit 13 at RetryAfter: denied: %+v", r.Decision)
+	}
+	if r := Check(t, s, region.Request{Key: key + "/whole", Limit: l, Hits: 12, Now: now}); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("12 hits at once: Allowed %v Remaining %d, want true 0", r.Allowed, r.Remaining)
+	}
+}
+
 func testRetryAfterIsExact(t *testing.T, s region.Store, key string) {
 	l := window.Limit{Limit: 10, Window: time.Minute, Algorithm: window.SlidingWindowTwoBucket}
 	Check(t, s, region.Request{Key: key, Limit: l, Hits: 10, Now: t0.Add(-30 * time.Second)})
@@ -356,7 +381,7 @@ func testMerge(t *testing.T, s region.Store, key string) {
 		{Key: key, Window: w, Bucket: b, Region: "far", Count: 5},
 		{Key: key, Window: w, Bucket: b, Region: "here", Count: 2},
 	}
-	if got := vector(t, s, key, w, b); !slices.Equal(got, want) {
+	if got := vector(t, s, key, w, b); !reflect.DeepEqual(got, want) {
 		t.Errorf("vector = %+v, want %+v", got, want)
 	}
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "far", Count: 9})
@@ -421,7 +446,7 @@ func testMergeOrderFree(t *testing.T, s region.Store, key string) {
 		vectors = append(vectors, v)
 	}
 	for i := 1; i < len(vectors); i++ {
-		if !slices.Equal(vectors[i], vectors[0]) {
+		if !reflect.DeepEqual(vectors[i], vectors[0]) {
 			t.Errorf("run %d vector %+v differs from run 0 %+v", i, vectors[i], vectors[0])
 		}
 	}
@@ -443,7 +468,7 @@ func testRegions(t *testing.T, s region.Store, key string) {
 		{Region: "b-far", Current: 7, Previous: 20},
 		{Region: "here", Current: 2, Previous: 0},
 	}
-	if !slices.Equal(r.Regions, want) {
+	if !reflect.DeepEqual(r.Regions, want) {
 		t.Errorf("Regions = %+v, want %+v", r.Regions, want)
 	}
 	sameDecision(t, "with remote counts", r.Decision, l.DecideCounter(window.Ms(now), window.Counts{Prev: 60, Cur: 7}, 2))
@@ -452,7 +477,7 @@ func testRegions(t *testing.T, s region.Store, key string) {
 	}
 	// A fresh key lists the local region alone.
 	r = Check(t, s, region.Request{Key: key + "/fresh", Limit: l, Hits: 1, Now: now, Peek: true})
-	if want := []region.RegionCount{{Region: "here"}}; !slices.Equal(r.Regions, want) {
+	if want := []region.RegionCount{{Region: "here"}}; !reflect.DeepEqual(r.Regions, want) {
 		t.Errorf("fresh key Regions = %+v, want %+v", r.Regions, want)
 	}
 }
@@ -477,7 +502,7 @@ func testVectors(t *testing.T, s region.Store, key string) {
 		t.Fatalf("Vectors returned %d vectors, want %d", len(got), len(want))
 	}
 	for i := range want {
-		if !slices.Equal(got[i], want[i]) {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("vector %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
@@ -601,13 +626,13 @@ func testConcurrent(t *testing.T, s region.Store, key string) {
 	}
 }
 
-// testSpans drives the default sliding window, weighted and strict, with
-// local requests and remote regions' halves merged in, and checks every
-// decision against window.Limit.DecideSpans on a model of the state: the
+// testTrails drives the default sliding window, exact and coarse, with
+// local requests and remote regions' trails merged in, and checks every
+// decision against window.Limit.DecideTrails on a model of the state: the
 // store (the Redis script included) decides exactly as the pure math. Some
 // limits are near 2^53 with 7-day windows, for the script's exact
 // arithmetic.
-func testSpans(t *testing.T, s region.Store, key string) {
+func testTrails(t *testing.T, s region.Store, key string) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for run := range 8 {
 		l := window.Limit{Limit: 50, Window: 10*time.Second + time.Duration(run)*time.Millisecond, Strict: run%2 == 1}
@@ -618,10 +643,10 @@ func testSpans(t *testing.T, s region.Store, key string) {
 		k := fmt.Sprintf("%s/%d", key, run)
 		wMs := l.WindowMs()
 		regions := []string{"here", "r1", "r2"}
-		state := map[int64][]window.Halves{} // bucket -> per region
-		at := func(b int64) []window.Halves {
+		state := map[int64][]window.Trail{} // bucket -> per region
+		at := func(b int64) []window.Trail {
 			if state[b] == nil {
-				state[b] = make([]window.Halves, len(regions))
+				state[b] = make([]window.Trail, len(regions))
 			}
 			return state[b]
 		}
@@ -636,20 +661,23 @@ func testSpans(t *testing.T, s region.Store, key string) {
 				if big {
 					hits = rng.Uint64N(l.Limit / 4)
 				}
-				at(b)[r].Add(e, wMs, hits)
+				if at(b)[r].Count()+hits > l.Limit {
+					continue // a region admits at most the limit in a bucket
+				}
+				at(b)[r].Add(e, wMs, hits, false)
 				h := at(b)[r]
-				merge(t, s, region.Total{Key: k, Window: l.Window, Bucket: b, Region: regions[r], Count: h.Count(), Halves: h})
+				merge(t, s, region.Total{Key: k, Window: l.Window, Bucket: b, Region: regions[r], Count: h.Count(), Trail: h})
 				continue
 			}
 			hits := 1 + rng.Uint64N(3)
 			if big && i%5 == 0 {
 				hits = rng.Uint64N(l.Limit/8) + 1
 			}
-			want := l.DecideSpans(nowMs, at(b-1), at(b), 0, hits)
+			want := l.DecideTrails(nowMs, at(b-1), at(b), 0, hits)
 			got := Check(t, s, region.Request{Key: k, Limit: l, Hits: hits, Now: time.UnixMilli(nowMs)})
 			sameDecision(t, fmt.Sprintf("run %d step %d", run, i), got.Decision, want)
 			if got.Allowed {
-				at(b)[0].Add(e, wMs, hits)
+				at(b)[0].Add(e, wMs, hits, l.Exact())
 			}
 			if got.Decision != want {
 				return
@@ -658,27 +686,27 @@ func testSpans(t *testing.T, s region.Store, key string) {
 	}
 }
 
-// testSpansMerge replicates halves: snapshots of remote regions' halves,
+// testTrailsMerge replicates trails: snapshots of remote regions' trails,
 // duplicated, reordered and partly lost, merge to the latest ones, which
-// Vectors returns with the counts; the local region's halves come from its
-// decisions.
-func testSpansMerge(t *testing.T, s region.Store, key string) {
+// Vectors returns (coarse) with the counts; the local region's trail comes
+// from its decisions.
+func testTrailsMerge(t *testing.T, s region.Store, key string) {
 	w := 10 * time.Second
 	wMs := w.Milliseconds()
 	b := window.Bucket(window.Ms(t0), w)
 	rng := rand.New(rand.NewPCG(5, 6))
 	var deliveries []region.Total
-	final := map[string]window.Halves{}
+	final := map[string]window.Trail{}
 	for _, reg := range []string{"r1", "r2"} {
-		var h window.Halves
+		var h window.Trail
 		e := int64(0)
 		for range 30 {
 			e += rng.Int64N(wMs / 20)
 			if e >= wMs {
 				break
 			}
-			h.Add(e, wMs, 1+rng.Uint64N(4))
-			deliveries = append(deliveries, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Halves: h})
+			h.Add(e, wMs, 1+rng.Uint64N(4), false)
+			deliveries = append(deliveries, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Trail: h})
 		}
 		final[reg] = h
 	}
@@ -690,24 +718,24 @@ func testSpansMerge(t *testing.T, s region.Store, key string) {
 		deliveries = deliveries[n:]
 	}
 	for reg, h := range final {
-		merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Halves: h})
+		merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Trail: h})
 	}
-	// Invalid halves are merged as counts alone.
-	bad := window.Halves{Early: window.Half{N: 1, First: 7, Last: 3}}
-	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "r3", Count: 1, Halves: bad})
+	// Invalid trails are merged as counts alone.
+	bad := window.Trail{{At: 7, Cum: 1}, {At: 3, Cum: 2}}
+	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "r3", Count: 2, Trail: bad})
 	l := window.Limit{Limit: 1000, Window: w}
-	var here window.Halves
+	var here window.Trail
 	for _, e := range []int64{100, 200, 6000} {
 		Check(t, s, region.Request{Key: key, Limit: l, Hits: 2, Now: time.UnixMilli(b*wMs + e)})
-		here.Add(e, wMs, 2)
+		here.Add(e, wMs, 2, false)
 	}
 	want := []region.Total{
-		{Key: key, Window: w, Bucket: b, Region: "here", Count: 6, Halves: here},
-		{Key: key, Window: w, Bucket: b, Region: "r1", Count: final["r1"].Count(), Halves: final["r1"]},
-		{Key: key, Window: w, Bucket: b, Region: "r2", Count: final["r2"].Count(), Halves: final["r2"]},
-		{Key: key, Window: w, Bucket: b, Region: "r3", Count: 1},
+		{Key: key, Window: w, Bucket: b, Region: "here", Count: 6, Trail: here},
+		{Key: key, Window: w, Bucket: b, Region: "r1", Count: final["r1"].Count(), Trail: final["r1"]},
+		{Key: key, Window: w, Bucket: b, Region: "r2", Count: final["r2"].Count(), Trail: final["r2"]},
+		{Key: key, Window: w, Bucket: b, Region: "r3", Count: 2},
 	}
-	if got := vector(t, s, key, w, b); !slices.Equal(got, want) {
+	if got := vector(t, s, key, w, b); !reflect.DeepEqual(got, want) {
 		t.Errorf("vector\n got  %+v\n want %+v", got, want)
 	}
 }
