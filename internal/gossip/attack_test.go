@@ -41,7 +41,9 @@ func newAttackPool(t *testing.T) *attackPool {
 	p.victim = mk("us-0", "us", p.store, nil)
 	p.honest = mk("eu-0", "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}), []string{p.victim.Addr()})
 	p.rogue = mk("evil-0", "evil", region.NewMemory(region.MemoryConfig{Region: "evil"}), []string{p.victim.Addr()})
-	waitFor(t, 10*time.Second, "the victim sees both members alive", func() bool { return aliveMembers(p.victim) == 3 })
+	waitFor(t, 10*time.Second, "the victim and its members see each other alive", func() bool {
+		return aliveMembers(p.victim) == 3 && memberState(p.honest, p.victim.cfg.Name) == "alive" && memberState(p.rogue, p.victim.cfg.Name) == "alive"
+	})
 	return p
 }
 
@@ -228,7 +230,9 @@ func TestAttackReplicaOfAnotherRegion(t *testing.T) {
 	cfg := testConfig()
 	cfg.Name, cfg.Region, cfg.Transport, cfg.Join = "eu-west-0", "eu-west", listenLoopback(t, nil, ""), []string{p.victim.Addr()}
 	west := startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: "eu-west"}))
-	waitFor(t, 10*time.Second, "the victim sees eu-west-0 alive", func() bool { return aliveMembers(p.victim) == 4 })
+	waitFor(t, 10*time.Second, "the victim and eu-west-0 see each other alive", func() bool {
+		return aliveMembers(p.victim) == 4 && memberState(west, p.victim.cfg.Name) == "alive"
+	})
 	b := p.admit(t, "alice", window.Limit{Limit: 10, Window: time.Minute}, 1)
 	for _, name := range []string{"eu~" + strings.Repeat("0", MaxRegionLen-3), "eu~0f1e2d", "eu-west~0F1E2D"} {
 		fs, err := Encode(KindFlush, time.Now(), west.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: name, Count: 1000}}, 1360)
@@ -396,5 +400,146 @@ func TestAttackLogFlood(t *testing.T) {
 	}
 	if len(logs.String()) > 4<<10 {
 		t.Errorf("%d bytes of log, want at most 4 KiB:\n%s", len(logs.String()), logtest.Lines(logs.String(), "Decrypt"))
+	}
+}
+
+// TestAttackMadeUpRegionsFillBucket: four members of made-up regions
+// (key holders, each reporting its region and its 64 replica names) try
+// to fill a bucket's MaxRegionsPerBucket region slots before a real
+// region's total arrives, so that the store drops it and the victim
+// admits as if that region had admitted nothing (a global limit of 100
+// once admitted 200). With zero counts they take no slot; with counts of
+// 1 they fill it, and the real total still takes the place of one of
+// theirs: the victim admits exactly the limit less every count the
+// bucket holds, the real region's included.
+func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
+	for _, count := range []uint64{0, 1} {
+		t.Run(fmt.Sprintf("count %d", count), func(t *testing.T) {
+			p := newAttackPool(t)
+			var rogues []*Node
+			for i := range 4 {
+				cfg := testConfig()
+				reg := fmt.Sprintf("z%d", i)
+				cfg.Name, cfg.Region, cfg.Transport, cfg.Join = reg+"-0", reg, listenLoopback(t, nil, ""), []string{p.victim.Addr()}
+				rogues = append(rogues, startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: reg})))
+			}
+			waitFor(t, 10*time.Second, "the victim and the rogues see each other alive", func() bool {
+				for _, r := range rogues {
+					if memberState(r, p.victim.cfg.Name) != "alive" {
+						return false
+					}
+				}
+				return aliveMembers(p.victim) == 7
+			})
+			lim := window.Limit{Limit: 1000, Window: time.Hour}
+			now := time.Now()
+			b := window.Bucket(now.UnixMilli(), lim.Window)
+			for _, r := range rogues {
+				ts := []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: r.cfg.Region, Count: count}}
+				for i := range r.cfg.MaxReplicas {
+					ts = append(ts, region.Total{Key: "alice", Window: lim.Window, Bucket: b, Region: fmt.Sprintf("%s~%06x", r.cfg.Region, i), Count: count})
+				}
+				fs, err := Encode(KindFlush, now, r.self(), ts, maxReliableFrame)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.sendStream(memberOf(t, r, p.victim.cfg.Name), fs[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.settle(t)
+			// The real region eu reports 60 hits.
+			fs, _ := Encode(KindFlush, now, p.honest.self(), []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: "eu", Count: 60}}, 1360)
+			if err := p.honest.sendStream(memberOf(t, p.honest, p.victim.cfg.Name), fs[0]); err != nil {
+				t.Fatal(err)
+			}
+			p.settle(t)
+			v := p.vector(t, "alice", lim.Window, b)
+			if v["eu"] != 60 {
+				t.Errorf("eu's count in the bucket = %d, want 60 (kept whatever the made-up regions sent)", v["eu"])
+			}
+			var others uint64
+			for _, c := range v {
+				others += c
+			}
+			admitted := 0
+			for range 1100 {
+				res := make([]region.Result, 1)
+				if err := p.store.Check(context.Background(), []region.Request{{Key: "alice", Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+					t.Fatal(err)
+				}
+				if res[0].Allowed {
+					admitted++
+				}
+			}
+			t.Logf("made-up counts %d: the bucket holds %d regions summing to %d; the victim admitted %d of a limit of %d", count, len(v), others, admitted, lim.Limit)
+			if want := int(lim.Limit) - int(others); admitted != want {
+				t.Errorf("admitted %d, want %d (the limit less the %d the bucket holds)", admitted, want, others)
+			}
+			if count == 0 && len(v) != 1 {
+				t.Errorf("zero counts took slots: the bucket holds %d regions, want eu alone", len(v))
+			}
+		})
+	}
+}
+
+// TestAttackRepairLie: a node of eu on its own in-memory store starts
+// empty and asks its peers for eu's totals. ap holds eu's 5 hits of a
+// key and answers so; a member of us answers that eu counted 99,999 (and
+// 99,999 in the next bucket). The node restores 5: a value one member
+// alone reports is not restored while two regions were asked, and no
+// answer is taken for a bucket that began after it asked. (Once, eu took
+// 99,999 into its own count and reported it to every region as its own.)
+func TestAttackRepairLie(t *testing.T) {
+	lim := window.Limit{Limit: 100, Window: time.Hour}
+	now := time.Now()
+	b := window.Bucket(now.UnixMilli(), lim.Window)
+	mk := func(name, reg string, st Store, own bool, join []string) *Node {
+		cfg := testConfig()
+		cfg.Name, cfg.Region, cfg.Transport, cfg.Join, cfg.OwnStore = name, reg, listenLoopback(t, nil, ""), join, own
+		return startTestNode(t, cfg, st)
+	}
+	// ap holds eu's 5 hits, as eu once reported them.
+	apStore := region.NewMemory(region.MemoryConfig{Region: "ap"})
+	held := []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: "eu", Count: 5}}
+	if err := apStore.Merge(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	ap := mk("ap-0", "ap", apStore, false, nil)
+	ap.hear(now, held)
+	rogue := mk("us-0", "us", region.NewMemory(region.MemoryConfig{Region: "us"}), false, []string{ap.Addr()})
+	euStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("eu"), Replica: true})
+	eu := mk("eu-0", "eu", euStore, true, []string{ap.Addr()})
+	waitFor(t, 10*time.Second, "eu has asked ap and us for a repair", func() bool {
+		eu.rep.mu.Lock()
+		defer eu.rep.mu.Unlock()
+		_, a := eu.rep.quorum.asked["ap-0"]
+		_, u := eu.rep.quorum.asked["us-0"]
+		return a && u && memberState(rogue, "eu-0") == "alive"
+	})
+	lie, err := Encode(KindRepaired, time.Now(), rogue.self(), []region.Total{
+		{Key: "k", Window: lim.Window, Bucket: b, Region: "eu", Count: 99999},
+		{Key: "k", Window: lim.Window, Bucket: b + 1, Region: "eu", Count: 99999},
+	}, 1360)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.sendStream(memberOf(t, rogue, "eu-0"), lie[0]); err != nil {
+		t.Fatal(err)
+	}
+	count := func(b int64) uint64 { return storetest.RegionCounts(t, euStore, "k", lim.Window, b)["eu"] }
+	waitFor(t, 10*time.Second, "eu's count restored", func() bool { return count(b) > 0 })
+	// A frame from ap, handled after the lie, shows both were taken.
+	before := counterValue(eu.met.merges)
+	fs, _ := Encode(KindFlush, time.Now(), ap.self(), []region.Total{{Key: "settle", Window: lim.Window, Bucket: b, Region: "ap", Count: 1}}, 1360)
+	if err := ap.sendStream(memberOf(t, ap, "eu-0"), fs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "ap's frame merged", func() bool { return counterValue(eu.met.merges) > before })
+	if got := count(b); got != 5 {
+		t.Errorf("eu's own count restored to %d, want 5 (what ap and us agree on at least)", got)
+	}
+	if got := count(b + 1); got != 0 {
+		t.Errorf("eu's count in the bucket after the request = %d, want 0", got)
 	}
 }

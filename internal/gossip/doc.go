@@ -15,9 +15,11 @@
 // its replicas (region~id, a node's failover fallback or a node on its own
 // in-memory store), in flushes and in reconciliation alike, and a receiver
 // accepts nothing else from it, except a repair answer (KindRepaired): the
-// receiver's own region's totals, echoed back, accepted only while the
-// receiver has a repair open. Self-repair max-merges totals this region
-// once reported, so it never takes a count above the region's truth.
+// receiver's own region's totals, echoed back, accepted only from a member
+// the receiver asked while its repair is open, for buckets that began
+// before it asked, and only as far as two sources (regions) agree
+// (restore.go). Self-repair max-merges totals this region once reported,
+// so it never takes a count above the region's truth.
 // Exact agreement still holds between regions that reach each other: every
 // region that counted in a bucket touched it, so one of its nodes (or the
 // buddy it told, if it died) reconciles the bucket, sending its final
@@ -58,7 +60,7 @@
 //     (KindRejoin) to do the same; a node whose store lost its counts
 //     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
 //     its region's totals (KindRepair) and max-merges their answers
-//     (KindRepaired) back. See repair.go.
+//     (KindRepaired) back. See repair.go and restore.go.
 //   - With Config.OwnStore (the in-memory store), each node counts as a
 //     replica of its own and also replicates to its region's other such
 //     nodes, which merge it.
@@ -130,13 +132,17 @@
 //	cost.go        the reasons sent bytes are counted under
 //	receive.go     the merge loop: validating and max-merging received totals
 //	reconcile.go   exchanging a closed bucket's full vector
+//	repair.go      self-repair after a store lost its counts; re-sending after a (re)join
+//	restore.go     which repair answers are taken: asked, in time, agreed
+//	probe.go       healing without waiting for the failure detector
+//	freshness.go   heartbeats, and the pool as the burst guard sees it
 //	route.go       which node of a region owns a key (rendezvous hashing)
 //	wire.go        the wire format
 //	replay.go      incarnations and sequence numbers: frames cannot be replayed
 //	keyring.go     encryption keys and their rotation
 //	metrics.go     the Node's Prometheus metrics
 //	accuracy.go    Accuracy: admitted/limit of closed buckets, watched keys' windows
-//	log.go         memberlist's log lines into slog
+//	log.go         memberlist's log lines into slog; rate-limiting what network input logs
 //	fault.go       FaultNetwork, the fault-injecting transport for tests and demos
 //
 // The design, with the invariants above, is in the repository's

@@ -10,9 +10,9 @@ import (
 
 // FuzzHandle feeds arbitrary frames to a node's receive path (decode,
 // validation against the sender and merge into a real in-memory store).
-// Whatever merges came from a live member with its token and names only
-// that member's region or its replicas, and buckets no later than now plus
-// one window. A frame Decode refuses is dropped and
+// Whatever merges came from a live member with its token, addressed to
+// this receiver with a sequence number, and names only that member's
+// region or its replicas, and buckets no later than now plus one window. A frame Decode refuses is dropped and
 // counted exactly once and changes nothing; an accepted one is counted as
 // received. A canary bucket merged before every input never changes (no
 // frame can lower a count).
@@ -29,7 +29,10 @@ func FuzzHandle(f *testing.F) {
 	repair, _ := EncodeEmpty(KindRepair, t0, testSender("a"))
 	rejoin, _ := EncodeEmpty(KindRejoin, t0, testSender("a"))
 	repaired, _ := Encode(KindRepaired, t0, testSender("a"), []region.Total{{Key: "r", Window: time.Second, Bucket: sec, Region: "b", Count: 2}}, 1360)
-	for _, fr := range [][]byte{good[0], rec[0], touch[0], repair, rejoin, repaired[0], {}, {1}, {2, 1}} {
+	for _, fr := range [][]byte{good[0], rec[0], touch[0], repair, rejoin, repaired[0]} {
+		f.Add(stamp(fr, 0, 1)) // for a receiver of token 0, the sender's first frame
+	}
+	for _, fr := range [][]byte{{}, {1}, {2, 1}} {
 		f.Add(fr)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "b", MaxKeys: 10000})
@@ -62,6 +65,9 @@ func FuzzHandle(f *testing.F) {
 			// buckets no later than now plus one window.
 			if m.Node != testSender(m.From).Node || m.Token != testSender(m.From).Token {
 				t.Fatalf("merged %v totals from %q (token %x), not a member", merged, m.Node, m.Token)
+			}
+			if m.Kind != KindState && (m.To != n.token || m.Seq == 0) {
+				t.Fatalf("merged %v totals of a frame to %x numbered %d, not this receiver's", merged, m.To, m.Seq)
 			}
 			for _, tt := range m.Totals {
 				if !replicaOf(tt.Region, m.From) {

@@ -79,7 +79,7 @@ func (n *Node) handle(b []byte) {
 		n.answerRepair(sender)
 		return
 	case KindRepaired:
-		n.restore(now, m)
+		n.restore(now, m, sender)
 		return
 	case KindRejoin:
 		n.rejoined(sender)
@@ -89,9 +89,11 @@ func (n *Node) handle(b []byte) {
 		return // push-pull state of a node sharing this node's store
 	}
 	remote := m.Totals[:0:0]
-	expired, full := 0, 0
+	expired, full, zero := 0, 0, 0
 	for _, t := range m.Totals {
 		switch {
+		case t.Count == 0:
+			zero++ // nothing to merge: it takes no region slot
 		case !now.Before(n.expiry(t.Window, t.Bucket)):
 			expired++ // late: the bucket is gone from every estimate
 		case !n.admitReplica(now, m.From, t):
@@ -102,6 +104,9 @@ func (n *Node) handle(b []byte) {
 	}
 	if expired > 0 {
 		n.met.drop("expired")
+	}
+	if zero > 0 {
+		n.met.drop("zero_count")
 	}
 	if full > 0 {
 		n.met.drop("replicas_full")
@@ -167,6 +172,9 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	case m.Kind == KindRepaired:
 		if !n.repairOpen(now) {
 			return "foreign_kind"
+		}
+		if !n.repairAsked(sender) {
+			return "unasked"
 		}
 		reports = n.cfg.Region // a peer echoes this region's own totals
 	}

@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -20,10 +19,11 @@ import (
 // (KindRepair). Each answers with those totals (KindRepaired) for the
 // buckets it has merged or touched that have not expired, and the node
 // max-merges them into its store, its own region's count included
-// (Restorer). Every such total is one this region once reported, so the
-// merge never takes a count above what the region really admitted
-// (invariant 1); hits admitted between the loss and the repair may be
-// under-counted by as many (max, not sum).
+// (Restorer), as far as two sources agree (restore.go). Every such total
+// is one this region once reported, so the merge never takes a count
+// above what the region really admitted (invariant 1); hits admitted
+// between the loss and the repair may be under-counted by as many (max,
+// not sum), and so may those one source heard and the others not yet.
 //
 // When a member comes alive (a new node, or one back from a partition), the
 // node sends its own region's totals of every bucket it has touched and not
@@ -58,6 +58,7 @@ type repairState struct {
 	answered map[string]time.Time // member -> last answer
 	deferred map[string]bool      // member -> an answer is scheduled
 	until    time.Time            // repair answers accepted until then
+	quorum   repairQuorum         // the answers to the open repair (restore.go)
 	epoch    string               // the store's epoch seen last
 	again    bool                 // a restore failed: ask again
 	joined   map[string]bool      // members come alive, not yet served
@@ -130,9 +131,11 @@ func (n *Node) repairOpen(now time.Time) bool {
 // s too. The node calls it itself when Config.Epoch reports a loss and, with
 // Config.OwnStore, at start. It never blocks on the network.
 func (n *Node) RequestRepair(reason string) {
+	now := n.cfg.Now()
 	n.rep.mu.Lock()
-	n.rep.until = n.cfg.Now().Add(repairWindow)
+	n.rep.until = now.Add(repairWindow)
 	n.rep.again = false
+	n.rep.quorum.reset(now)
 	n.rep.mu.Unlock()
 	n.met.repairRequested()
 	if n.cfg.OwnStore {
@@ -152,6 +155,11 @@ func (n *Node) RequestRepair(reason string) {
 // entries) over TCP, in the background; a KindRejoin goes over UDP first
 // too, to arrive one one-way delay sooner.
 func (n *Node) askRepair(m *member, kind Kind) {
+	if kind == KindRepair {
+		n.rep.mu.Lock()
+		n.rep.quorum.ask(m)
+		n.rep.mu.Unlock()
+	}
 	f, err := EncodeEmpty(kind, n.cfg.Now(), n.self())
 	if err != nil {
 		n.met.drop("encode")
@@ -267,39 +275,6 @@ func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []reg
 		}
 	})
 	return out
-}
-
-// restore max-merges a repair answer (checked by handle: totals of this
-// region or its replicas, sent by a live member while a repair was open)
-// into the store, this region's own count included.
-func (n *Node) restore(now time.Time, m Message) {
-	ts := m.Totals[:0:0]
-	for _, t := range m.Totals {
-		if now.Before(n.expiry(t.Window, t.Bucket)) {
-			ts = append(ts, t)
-		}
-	}
-	if len(ts) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var err error
-	if r, ok := n.store.(Restorer); ok {
-		err = r.Restore(ctx, ts)
-	} else {
-		err = n.store.Merge(ctx, ts)
-	}
-	if err != nil {
-		n.met.drop("store_error")
-		n.logNet(slog.LevelWarn, "restore totals", "from", m.Node, "n", len(ts), "err", err)
-		n.rep.mu.Lock()
-		n.rep.again = true
-		n.rep.mu.Unlock()
-		return
-	}
-	n.met.repairTotals(len(ts))
-	n.hear(now, ts)
 }
 
 // epochLoop polls Config.Epoch every EpochInterval and asks for a repair

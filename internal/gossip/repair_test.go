@@ -273,16 +273,18 @@ func TestClockSkewBound(t *testing.T) {
 }
 
 // TestRepairAnswerOnlyWhenAsked: a repair answer (totals of this node's
-// own region) is merged only while this node has a repair open, and
-// never one naming another region.
+// own region) is taken only while this node has a repair open, only from
+// a member it asked, only for buckets that began before it asked, never
+// naming another region, and only as far as two sources agree when two
+// were asked: one member's made-up count is not restored.
 func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 	st := region.NewMemory(region.MemoryConfig{Region: "eu"})
 	n := receiver(t, "eu", st)
 	w := time.Minute
 	b := window.Bucket(t0.UnixMilli(), w)
-	send := func(ts []region.Total) {
+	send := func(from string, ts ...region.Total) {
 		t.Helper()
-		fs, err := Encode(KindRepaired, t0, testSender("us"), ts, MaxMessage)
+		fs, err := Encode(KindRepaired, t0, testSender(from), ts, MaxMessage)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,23 +292,65 @@ func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 			deliver(n, f)
 		}
 	}
-	own := []region.Total{{Key: "k", Window: w, Bucket: b, Region: "eu", Count: 7}}
-	send(own)
-	if got := bucketSum(t, st, "k", w, b); got != 0 {
-		t.Fatalf("unasked repair answer merged: holds %d, want 0", got)
+	eu := func(count uint64) region.Total {
+		return region.Total{Key: "k", Window: w, Bucket: b, Region: "eu", Count: count}
 	}
-	if got := n.met.dropCount("foreign_kind"); got != 1 {
-		t.Errorf("dropped foreign_kind = %v, want 1", got)
+	step := func(name string, want uint64, reason string, drops float64) {
+		t.Helper()
+		if got := bucketSum(t, st, "k", w, b); got != want {
+			t.Errorf("%s: holds %d, want %d", name, got, want)
+		}
+		if reason != "" {
+			if got := n.met.dropCount(reason); got != drops {
+				t.Errorf("%s: dropped %s = %v, want %v", name, reason, got, drops)
+			}
+		}
 	}
-	n.rep.until = t0.Add(time.Minute) // as RequestRepair does
-	send([]region.Total{{Key: "k", Window: w, Bucket: b, Region: "ap", Count: 9}})
-	if got := n.met.dropCount("foreign_region"); got != 1 {
-		t.Errorf("dropped foreign_region = %v, want 1 (a repair answer for another region)", got)
+	send("us", eu(7))
+	step("no repair open", 0, "foreign_kind", 1)
+
+	openRepair(n, "us", "ap", "a") // three regions asked: two must agree
+	send("c", eu(7))
+	step("a member not asked", 0, "unasked", 1)
+	send("us", region.Total{Key: "k", Window: w, Bucket: b, Region: "ap", Count: 9})
+	step("another region's totals", 0, "foreign_region", 1)
+	send("us", eu(99999))
+	step("one member's word", 0, "", 0)
+	send("ap", eu(7))
+	step("a second region agrees on 7", 7, "", 0)
+	send("ap", eu(7)) // idempotent
+	step("the same answer again", 7, "", 0)
+	send("a", eu(10))
+	step("a third region: two agree on 10", 10, "", 0)
+	send("us", eu(100000))
+	step("the first member raises its word", 10, "", 0)
+	send("ap", region.Total{Key: "k", Window: w, Bucket: b + 1, Region: "eu", Count: 5})
+	step("a bucket that began after the request", 10, "unasked", 2)
+	if v := bucketSum(t, st, "k", w, b+1); v != 0 {
+		t.Errorf("the later bucket holds %d, want 0", v)
 	}
-	send(own)
-	send(own) // idempotent
-	if got := bucketSum(t, st, "k", w, b); got != 7 {
-		t.Errorf("after the repair answer: holds %d, want 7 (own region restored once)", got)
+
+	// One source asked (a pool of two regions, the other of one node):
+	// its word is taken alone.
+	st2 := region.NewMemory(region.MemoryConfig{Region: "eu"})
+	n2 := receiver(t, "eu", st2)
+	openRepair(n2, "us")
+	fs, _ := Encode(KindRepaired, t0, testSender("us"), []region.Total{eu(12)}, MaxMessage)
+	deliver(n2, fs[0])
+	if got := bucketSum(t, st2, "k", w, b); got != 12 {
+		t.Errorf("one source asked: holds %d, want 12", got)
+	}
+}
+
+// openRepair opens a repair on n asked at t0, as RequestRepair does, of
+// the test senders of regions, without the network.
+func openRepair(n *Node, regions ...string) {
+	n.rep.mu.Lock()
+	defer n.rep.mu.Unlock()
+	n.rep.until = t0.Add(repairWindow)
+	n.rep.quorum.reset(t0)
+	for _, r := range regions {
+		n.rep.quorum.ask(n.members[testSender(r).Node])
 	}
 }
 

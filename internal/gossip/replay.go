@@ -8,8 +8,8 @@ import "sync"
 // stop anyone who captured one from sending it again, later or to another
 // node. So every frame names the incarnation it is for and carries a
 // sequence number (wire.go): the sender's token (its incarnation, drawn
-// at start), the receiver's token, and a number that counts the sender's
-// frames to that receiver incarnation from 1. A receiver drops:
+// at start), the receiver's token, and a number that grows with each of
+// the sender's frames to that receiver incarnation. A receiver drops:
 //
 //   - misdirected: a frame sent to another node, or to an earlier
 //     incarnation of this one;
@@ -26,8 +26,8 @@ import "sync"
 //     receiver and no sequence) from a failed member is dropped too.
 //
 // A restarted sender draws a new token, which its metadata announces: its
-// numbers start again at 1 and are accepted once the receiver knows the
-// new token; frames under the old token are dropped as not_member.
+// numbers start again and are accepted once the receiver knows the new
+// token; frames under the old token are dropped as not_member.
 
 // seqWindow is how many of a sender's latest sequence numbers a receiver
 // remembers; an older one is stale. At a flush every 20 ms, a heartbeat
@@ -79,20 +79,30 @@ func (w *seqWin) mark(s uint64) {
 // receiver incarnation (by its token) and what was accepted from each
 // sender (by its name).
 type sequences struct {
-	mu  sync.Mutex
-	out map[uint64]uint64
-	in  map[string]*seqWin
+	mu   sync.Mutex
+	out  map[uint64]uint64
+	high uint64 // the highest number in out, or forgotten from it
+	in   map[string]*seqWin
 }
 
 // stampFor returns frame addressed to m's incarnation with the next
-// sequence number for it.
+// sequence number for it. A receiver's numbers start at the highest this
+// node has used for any receiver, so that if it forgets a receiver and
+// numbers its frames to it again, they follow every number it used
+// before: a receiver that remembers this node never takes them for
+// replays.
 func (n *Node) stampFor(m *member, frame []byte) []byte {
 	n.seq.mu.Lock()
 	if n.seq.out == nil {
 		n.seq.out = map[uint64]uint64{}
 	}
-	n.seq.out[m.token]++
-	s := n.seq.out[m.token]
+	s, ok := n.seq.out[m.token]
+	if !ok {
+		s = n.seq.high
+	}
+	s++
+	n.seq.out[m.token] = s
+	n.seq.high = max(n.seq.high, s)
 	n.seq.mu.Unlock()
 	return stamp(frame, m.token, s)
 }

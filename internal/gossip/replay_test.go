@@ -125,6 +125,32 @@ func TestFramesCannotBeReplayed(t *testing.T) {
 	})
 }
 
+// TestSequenceAfterForgetting: a node that forgets a receiver (it left
+// and was pruned) and numbers its frames to it again starts above every
+// number it used before, so the receiver, which may remember it, takes
+// them.
+func TestSequenceAfterForgetting(t *testing.T) {
+	n := receiver(t, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
+	to := &member{token: 7}
+	f, _ := EncodeEmpty(KindFlush, t0, n.self())
+	seq := func() uint64 {
+		m, err := Decode(n.stampFor(to, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Seq
+	}
+	first := seq()
+	for range 1000 {
+		seq()
+	}
+	last := seq()
+	n.pruneSequences(map[string]uint64{}) // forgets every receiver
+	if again := seq(); again <= last || first != 1 || last != first+1001 {
+		t.Errorf("numbers %d..%d, then %d after forgetting: want consecutive, then above them", first, last, again)
+	}
+}
+
 // captureTransport records the packets a transport sends to one address,
 // as they leave it (encrypted, with a key), as an eavesdropper would.
 type captureTransport struct {

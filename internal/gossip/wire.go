@@ -27,9 +27,9 @@ import (
 //	              which memberlist's push-pull hands to whichever member
 //	              it syncs with
 //	26   8        seq: the sender's sequence number for frames to that
-//	              incarnation, from 1; 0 in a state frame. The receiver
-//	              drops a number it has seen, or one older than the last
-//	              4096 (see replay.go)
+//	              incarnation, at least 1 and growing with each frame; 0
+//	              in a state frame. The receiver drops a number it has
+//	              seen, or one older than the last 4096 (see replay.go)
 //	34   1        sender node name length (1..255), then the name (UTF-8)
 //	     1        nregions, 1..MaxRegions; region 0 is the sender's region
 //	     ...      nregions times: 1-byte length (1..MaxRegionLen), name

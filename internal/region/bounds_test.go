@@ -92,6 +92,67 @@ func TestMergeBoundsRegions(t *testing.T) {
 	}
 }
 
+// TestFullBucketKeepsLargest: zero counts take no slot in a bucket, and
+// a bucket that made-up regions filled still takes a real region's larger
+// count, in place of the smallest: its sum never drops a count that is
+// larger than one it keeps.
+func TestFullBucketKeepsLargest(t *testing.T) {
+	for name, mk := range boundStores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t)
+			l := window.Limit{Limit: 1 << 40, Window: time.Minute}
+			now := time.UnixMilli(1_760_000_010_000)
+			b := window.Bucket(window.Ms(now), l.Window)
+			fill := func(count uint64) {
+				t.Helper()
+				totals := make([]region.Total, region.MaxRegionsPerBucket)
+				for i := range totals {
+					totals[i] = region.Total{Key: "full", Window: l.Window, Bucket: b, Region: fmt.Sprintf("fake%05d", i), Count: count}
+				}
+				if err := s.Merge(context.Background(), totals); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fill(0)
+			if r := storetest.Check(t, s, region.Request{Key: "full", Limit: l, Hits: 1, Now: now}); len(r.Regions) != 1 {
+				t.Fatalf("after %d zero counts the bucket holds %d regions, want the local one alone", region.MaxRegionsPerBucket, len(r.Regions))
+			}
+			fill(1)
+			if err := s.Merge(context.Background(), []region.Total{
+				{Key: "full", Window: l.Window, Bucket: b, Region: "real", Count: 50},
+				{Key: "full", Window: l.Window, Bucket: b, Region: "late", Count: 1},
+				{Key: "full", Window: l.Window, Bucket: b, Region: "zero", Count: 0},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			r := storetest.Check(t, s, region.Request{Key: "full", Limit: l, Hits: 1, Now: now})
+			counts := map[string]uint64{}
+			var sum uint64
+			for _, c := range r.Regions {
+				counts[c.Region] = c.Current
+				sum += c.Current
+			}
+			if counts["real"] != 50 {
+				t.Errorf("real region's count = %d in a bucket full of made-up ones, want 50", counts["real"])
+			}
+			if _, ok := counts["late"]; ok {
+				t.Errorf("a count no larger than every count kept took a slot")
+			}
+			if _, ok := counts["zero"]; ok {
+				t.Errorf("a zero count took a slot")
+			}
+			// The local region took its slot with the first check's hit:
+			// 255 made-up regions filled the bucket, and real replaced one.
+			if got, want := len(r.Regions), region.MaxRegionsPerBucket; got != want {
+				t.Errorf("regions in the decision = %d, want %d", got, want)
+			}
+			if got, want := sum, uint64(50+region.MaxRegionsPerBucket-2+2); got != want {
+				t.Errorf("sum = %d, want %d (50, 254 made-up ones and the local 2)", got, want)
+			}
+		})
+	}
+}
+
 // TestMemoryLogBytesBounded: sliding logs fill to MaxLogBytes and no
 // further; least recently used keys go. Unbounded, the 600 calls of 1,000
 // admitted requests below hold about 10 MB (600,000 entries of 16 bytes,

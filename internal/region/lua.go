@@ -315,21 +315,39 @@ return {allowed, entries}
 //	KEYS[1] the bucket hash
 //	ARGV    region, count (decimal, no leading zeros), ttl_ms,
 //	        max regions (MaxRegionsPerBucket), trail (packed as in the
-//	        bucket hash, coarse, or "" for none), window_ms
+//	        bucket hash, coarse, or "" for none), window_ms, the store's
+//	        own region (never replaced)
 //
 // The trail merges as window.Trail.Merge: granule by granule, the side
-// with more hits (or as many, the last later) wins. It returns 1 when the
-// stored state grew, 0 when not, and -1 when the region is new to a bucket
-// that already holds max regions (dropped; counting them reads the hash's
-// fields, once per new region).
+// with more hits (or as many, the last later) wins. A region new to the
+// bucket takes no field for a zero count. In a bucket that already holds
+// max regions, a new region takes the place of the one with the smallest
+// count (not the store's own), its trail included, when its count is
+// larger (as memBucket.maxMerge: a full bucket keeps the largest counts),
+// and is dropped otherwise. It returns 1 when the stored state grew, 0
+// when not, -1 when the total was dropped and -2 when it replaced another
+// region (counting the regions reads the hash's fields, once per new
+// region).
 var mergeScript = redis.NewScript(trailConstants.Replace(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
+local replaced = false
 if not old then
-  local n = 0
+  if ARGV[2] == '0' then return 0 end
+  local regions = {}
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.byte(f, -2) ~= 255 then n = n + 1 end
+    if string.byte(f, -2) ~= 255 then regions[#regions + 1] = f end
   end
-  if n >= tonumber(ARGV[4]) then return -1 end
+  if #regions >= tonumber(ARGV[4]) then
+    local counts = redis.call('HMGET', KEYS[1], unpack(regions))
+    local minf, minv = nil, nil
+    for i, f in ipairs(regions) do
+      local v = tonumber(counts[i])
+      if f ~= ARGV[7] and v and (minv == nil or v < minv) then minf, minv = f, v end
+    end
+    if minf == nil or minv >= tonumber(ARGV[2]) then return -1 end
+    redis.call('HDEL', KEYS[1], minf, minf .. '\255m')
+    replaced = true
+  end
 end
 local n = ARGV[2]
 local grew = 0
@@ -380,6 +398,7 @@ end
 if redis.call('PTTL', KEYS[1]) < 0 or grew == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
+if replaced then return -2 end
 return grew
 `))
 

@@ -522,20 +522,39 @@ func (b *memBucket) find(region string) int {
 }
 
 // maxMerge raises region's count to n if it is lower and merges h into its
-// trail (window.Trail.Merge). A region the bucket does not hold yet is
-// added only while it holds fewer than MaxRegionsPerBucket; maxMerge
-// reports whether the total was kept. h is not retained.
-func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64) bool {
+// trail (window.Trail.Merge). A region the bucket does not hold yet takes
+// no slot for a zero count, and is added while the bucket holds fewer than
+// MaxRegionsPerBucket; in a full bucket it takes the place of the region
+// with the smallest count (never keep's) when its count is larger, and is
+// dropped otherwise: a full bucket keeps the largest counts, so its sum is
+// never below that of any MaxRegionsPerBucket regions offered to it, and
+// made-up regions can raise it, never lower it. maxMerge reports whether
+// a total was dropped (this one, or the one it replaced). h is not
+// retained.
+func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64, keep string) (dropped bool) {
 	if i := b.find(region); i >= 0 {
 		b.counts[i].n = max(b.counts[i].n, n)
 		b.counts[i].h.Merge(h, wMs)
-		return true
-	}
-	if len(b.counts) >= MaxRegionsPerBucket {
 		return false
 	}
-	b.counts = append(b.counts, regionN{region: region, n: n, h: append(window.Trail(nil), h...)})
-	return true
+	if n == 0 {
+		return false
+	}
+	c := regionN{region: region, n: n, h: append(window.Trail(nil), h...)}
+	if len(b.counts) >= MaxRegionsPerBucket {
+		j := -1
+		for i, c := range b.counts {
+			if c.region != keep && (j < 0 || c.n < b.counts[j].n) {
+				j = i
+			}
+		}
+		if j >= 0 && b.counts[j].n < n {
+			b.counts[j] = c
+		}
+		return true
+	}
+	b.counts = append(b.counts, c)
+	return false
 }
 
 // trails appends the regions' trails of b (a bucket of wMs) to buf, for
@@ -680,7 +699,7 @@ func (m *Memory) merge(totals []Total, own bool) {
 		if !ValidTrail(*t) {
 			h = nil
 		}
-		if b := e.ensure(t.Bucket); b != nil && !b.maxMerge(t.Region, t.Count, h, k.wMs) {
+		if b := e.ensure(t.Bucket); b != nil && b.maxMerge(t.Region, t.Count, h, k.wMs, m.region) {
 			m.dropped.Add(1)
 		}
 	}

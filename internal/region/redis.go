@@ -786,9 +786,11 @@ func formatTrail(t window.Trail) string {
 	return string(b)
 }
 
-// Merge max-merges remote totals in one pipeline; see [Store]. A total of
-// a region new to a bucket that already holds MaxRegionsPerBucket regions
-// is dropped and counted in RedisStats.RegionsDropped.
+// Merge max-merges remote totals in one pipeline; see [Store]. A region
+// new to a bucket takes no slot for a zero count; in a bucket that already
+// holds MaxRegionsPerBucket regions it replaces the one with the smallest
+// count when its own is larger, and is dropped otherwise: either way one
+// total is counted in RedisStats.RegionsDropped.
 func (r *Redis) Merge(ctx context.Context, totals []Total) error {
 	return r.merge(ctx, totals, false)
 }
@@ -839,7 +841,7 @@ func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 				trail = formatTrail(t.Trail)
 			}
 			cmds = append(cmds, mergeScript.EvalSha(ctx, pipe, []string{CounterKey(t.Key, t.Window, t.Bucket)},
-				t.Region, strconv.FormatUint(t.Count, 10), 2*wMs+r.marginMs, MaxRegionsPerBucket, trail, wMs))
+				t.Region, strconv.FormatUint(t.Count, 10), 2*wMs+r.marginMs, MaxRegionsPerBucket, trail, wMs, r.region))
 		}
 		return pipe
 	}

@@ -20,10 +20,14 @@ const (
 	// a fallback replica's "~id" suffix included.
 	MaxRegionName = 64
 	// MaxRegionsPerBucket is the most regions (fallback replicas
-	// included) one counter bucket holds. Merge drops the totals of a
-	// region new to a full bucket, so that made-up regions cannot make a
-	// decision on that key slow; the stores count them (RegionsDropped).
-	// The local region's own count is never dropped.
+	// included) one counter bucket holds, so that made-up regions cannot
+	// make a decision on that key slow. A zero count takes no slot. A
+	// region new to a full bucket replaces the region with the smallest
+	// count if its own is larger, and is dropped otherwise (the stores
+	// count either in RegionsDropped): a full bucket keeps its largest
+	// counts, so that regions made up to fill it can only raise its sum,
+	// never push a real region's count out of it. The local region's own
+	// count is never dropped.
 	MaxRegionsPerBucket = 256
 )
 

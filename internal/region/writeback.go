@@ -101,7 +101,7 @@ func (f *Failover) remember(t Total) {
 		b = &memBucket{idx: t.Bucket}
 		f.wb[r] = b
 	}
-	b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds())
+	b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds(), "")
 	f.wbAny.Store(true)
 }
 
@@ -135,7 +135,7 @@ func (f *Failover) writeBack() bool {
 		if i < len(vecs) {
 			for _, t := range vecs[i] {
 				if t.Count > 0 && t.Region != f.cfg.Region {
-					b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds())
+					b.maxMerge(t.Region, t.Count, t.Trail, t.Window.Milliseconds(), "")
 				}
 			}
 		}
@@ -153,7 +153,7 @@ func (f *Failover) writeBack() bool {
 			switch kept := f.wb[r]; {
 			case kept != nil:
 				for _, c := range wb[r].counts {
-					kept.maxMerge(c.region, c.n, c.h, r.Window.Milliseconds())
+					kept.maxMerge(c.region, c.n, c.h, r.Window.Milliseconds(), "")
 				}
 			case len(f.wb) < f.cfg.MaxWriteBack:
 				f.wb[r] = wb[r]
