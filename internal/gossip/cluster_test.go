@@ -177,11 +177,13 @@ func TestConvergence(t *testing.T) {
 	wirePerKey := float64(wireRun) / float64(len(keys)) / run.Seconds()
 	t.Logf("bandwidth: %.0f replication payload bytes per active key per second (all 6 nodes, flush every 20 ms, %d keys all active); %.0f bytes/key/s on the inter-region wire incl. memberlist",
 		perKey, len(keys), wirePerKey)
-	// Every key changes in every flush here, the worst case: the figure is
-	// bounded by what the offered load can produce, about 6,300 bytes on
-	// this machine; more means totals are sent more often than designed.
-	if perKey > 9000 || perKey <= 0 {
-		t.Errorf("bandwidth: %.0f payload bytes per active key per second, want 1 to 9000", perKey)
+	// Every key changes in every flush here, the worst case, and its total
+	// carries a trail with a mark for each 1/64 of the bucket that holds
+	// hits (2 to 5 bytes each): the figure is bounded by what the offered
+	// load can produce, about 9,000 to 9,400 bytes on this machine; more
+	// means totals are sent more often than designed.
+	if perKey > 12000 || perKey <= 0 {
+		t.Errorf("bandwidth: %.0f payload bytes per active key per second, want 1 to 12000", perKey)
 	}
 	if st.errors.Load() != 0 {
 		t.Error(st.errs())
