@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/guard"
@@ -34,6 +36,10 @@ const (
 // envPrefix prefixes the environment variable that backs each flag:
 // --redis-url falls back to RLNODE_REDIS_URL.
 const envPrefix = "RLNODE_"
+
+// defaultMaxRules is --max-rules's default, for the node and for
+// `rlnode validate`. (The rules package's zero means no bound.)
+const defaultMaxRules = 10000
 
 // config is rlnode's configuration, from flags with environment fallbacks.
 // Add a field here and its flag in newFlagSet; nothing else parses flags.
@@ -76,6 +82,7 @@ type config struct {
 
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
+	Policy         region.Policy // OnStoreFailure, parsed by parseConfig
 	StoreTimeout   time.Duration
 	// RedisClock takes counter decisions' instant from Redis's TIME.
 	RedisClock bool
@@ -127,7 +134,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.SetOutput(out)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "`host:port` to serve the API, health, readiness and metrics on (HTTP/1.1 and h2c; HTTPS with HTTP/2 and HTTP/1.1 when --tls-cert is set)")
 	fs.StringVar(&c.GRPCListen, "grpc-listen", "", "`host:port` to also serve gRPC on with grpc-go's own transport (Envoy's RLS v3, ratelimit.v1, health, reflection; TLS, mTLS and tokens as --listen); faster than gRPC on --listen, which stays; empty: none")
-	fs.StringVar(&c.Region, "region", "local", "this node's region `name`")
+	fs.StringVar(&c.Region, "region", region.DefaultRegion, "this node's region `name`")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "regional Redis `URL` (redis://, rediss:// for TLS, Sentinel or Cluster; user:password@ for AUTH or an ACL user); empty: the in-memory store")
 	fs.StringVar(&c.Rules, "rules", "", "rules `path`: a YAML file or a directory of them, native rules or envoyproxy/ratelimit domains; reloaded on change and on SIGHUP; empty: inline limits only")
 	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", rules.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
@@ -137,23 +144,23 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", defaultMemoryBudgetMiB<<20/memoryKeyBytes, fmt.Sprintf("`count` of keys the in-memory store holds before evicting the least recently used; default --memory-budget / %d bytes, what a key costs the node (its store and replication sets)", memoryKeyBytes))
 	fs.IntVar(&c.MemoryBudgetMiB, "memory-budget", defaultMemoryBudgetMiB, fmt.Sprintf("`MiB` the in-memory store's keys may take: --max-keys defaults to it divided by %d bytes a key", memoryKeyBytes))
-	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
+	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", api.DefaultMaxKeyBytes, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
 	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most connections open at once on --listen, and apart on --grpc-listen (`count`); at the cap a new connection takes the place of one doing nothing (one that has not completed a request in the second since it connected first, then, with tokens, one that never sent a valid token, then the longest idle for over a second), connections idle 5s are closed while three quarters of the cap are open, and with tokens those without a valid one hold at most half; 0: no cap")
 	fs.DurationVar(&c.StreamTimeout, "stream-timeout", api.DefaultStreamTimeout, "longest a streaming call (server reflection, gRPC health Watch) stays open (`duration`)")
 	fs.IntVar(&c.MaxStreams, "max-streams", defaultMaxStreams, "most HTTP/2 streams (calls in flight) one client connection may have open at once, on --listen and --grpc-listen (`count`); more wait in the client")
-	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
+	fs.IntVar(&c.MaxBatch, "max-batch", api.DefaultMaxBatch, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
 	fs.IntVar(&c.MaxRequestMemoryMiB, "max-request-memory", api.DefaultMaxRequestMemory>>20, "`MiB` that requests larger than 64 KiB (large batches) may hold in flight at once, all connections together; each takes a few times its size while decided, and one that finds the budget spent waits up to 5s, then is refused with resource_exhausted (at least --max-request-bytes)")
-	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
-	fs.DurationVar(&c.MaxWindow, "max-inline-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h); a key lives about twice its window, in memory and in Redis")
-	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "deprecated alias of --max-inline-window (`duration`)")
+	fs.Uint64Var(&c.MaxHits, "max-hits", api.DefaultMaxHits, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
+	fs.DurationVar(&c.MaxWindow, "max-inline-window", api.DefaultMaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h); a key lives about twice its window, in memory and in Redis")
+	fs.DurationVar(&c.MaxWindow, "max-window", api.DefaultMaxWindow, "deprecated alias of --max-inline-window (`duration`)")
 	fs.Uint64Var(&c.MaxInlineLimit, "max-inline-limit", window.MaxLimit, "largest limit an inline limit may ask for (`count`, at most 2^53)")
-	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
-	fs.IntVar(&c.MaxRules, "max-rules", 10000, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
-	fs.StringVar(&c.OnStoreFailure, "on-store-failure", "local", "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
-	fs.DurationVar(&c.StoreTimeout, "store-timeout", 50*time.Millisecond, "longest `duration` a decision waits for Redis before the failure policy decides it")
+	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", api.DefaultMaxLogLimit, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
+	fs.IntVar(&c.MaxRules, "max-rules", defaultMaxRules, "most limits (native rules plus envoy descriptors) the --rules files may define (`count`)")
+	fs.StringVar(&c.OnStoreFailure, "on-store-failure", region.PolicyLocal.String(), "`policy` that decides while Redis is unavailable: local (the in-memory fallback, counts kept and replicated), open (allow everything) or closed (deny everything, retry after 1s)")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", region.DefaultStoreTimeout, "longest `duration` a decision waits for Redis before the failure policy decides it")
 	fs.BoolVar(&c.RedisClock, "redis-clock", true, "take the instant (and so the bucket) of sliding and fixed window decisions from Redis's clock (TIME), which all nodes of the region share; false: each node's own clock")
-	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
+	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", region.DefaultDenyCacheKeys, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
 	fs.IntVar(&c.GCHeadroomMiB, "gc-headroom", 64, "how far the heap may grow between garbage collections, in `MiB`, while the live heap is smaller (a small live heap is otherwise collected dozens of times a second under load); larger live heaps are paced by GOGC; 0, or GOGC set: Go's own pacing")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP): a name binds every address it resolves to and no other; without a key each must be loopback; empty: no gossip, a single region")
@@ -163,7 +170,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.GossipKey, "gossip-key", "", "base64 AES `keys` (16, 24 or 32 bytes each), comma-separated: the first encrypts gossip, all decrypt; peers without one are refused (make one: head -c 32 /dev/urandom | base64); prefer the environment variable or --gossip-key-file, since flags show in ps")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "`file` of base64 gossip keys, one per line, the first encrypting (as --gossip-key); reloaded on SIGHUP, to rotate keys without a restart")
 	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", false, "allow gossip without a key on an address other than loopback: anyone who reaches the port can join, read every replicated key and report counts; for labs only")
-	fs.DurationVar(&c.JoinTimeout, "gossip-join-timeout", 30*time.Second, "with --join, how long the node may go without reaching another region before /readyz reports it not ready (`duration`; 0: never)")
+	fs.DurationVar(&c.JoinTimeout, "gossip-join-timeout", gossip.DefaultJoinTimeout, "with --join, how long the node may go without reaching another region before /readyz reports it not ready (`duration`; 0: never)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", gossip.DefaultFlushInterval, "how often this node sends changed counts to the other regions (`duration`)")
 	fs.DurationVar(&c.MaxStaleness, "gossip-max-staleness", gossip.DefaultMaxStaleness, "the longest a key far below its limit waits before its changed count goes to the other regions; a key's count goes at the next flush once its unsent hits reach floor((limit/2 - estimate)/regions), at once at or above half its limit (`duration`; 0: every changed count at the next flush)")
 	fs.BoolVar(&c.BurstGuard, "burst-guard", true, "with gossip, admit at most this region's share of a key's headroom per horizon (flush interval plus one-way delay) while other regions are alive, and charge silent regions their share on the minority side of a split; off or alone: no effect")
@@ -171,10 +178,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.BurstGuardMargin, "burst-guard-margin", gossip.DefaultGuardMargin, "added to the burst guard's horizon (flush interval plus the measured one-way delay) for jitter (`duration`)")
 	fs.Uint64Var(&c.BurstGuardFloor, "burst-guard-floor", guard.DefaultFloor, "an idle region's weight in the burst guard's shares is limit/(regions*`n`): larger gives an active region more of the headroom, and an idle region's first burst less")
 	fs.DurationVar(&c.HeartbeatInterval, "gossip-heartbeat", gossip.DefaultHeartbeatInterval, "how often this node tells the other regions it is alive when it has no counts to send (`duration`)")
-	fs.StringVar(&c.CheckPath, "check-path", "/check", "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
-	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", "X-Forwarded-For", "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
+	fs.StringVar(&c.CheckPath, "check-path", forwardauth.DefaultPath, "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
+	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", forwardauth.DefaultKeyHeaders, "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
-	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", 429, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
+	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", http.StatusTooManyRequests, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", false, "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds) from the check endpoint")
 
 	addSecurityFlags(fs, c)
@@ -289,27 +296,31 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
 	}
+	// A package reads a zero (or, for some, a negative) setting as its
+	// default; on the command line it is refused. Other values are the
+	// packages' to judge (validateSettings).
+	refused := map[string]bool{}
 	for _, m := range []struct {
-		flag          string
-		got, min, max uint64 // max 0: no upper bound
-		why           string // why max, when set
+		flag string
+		got  int64
+		min  int
 	}{
-		{"max-keys", uint64(max(c.MaxKeys, 0)), 1, 0, ""},
-		{"max-key-bytes", uint64(max(c.MaxKeyBytes, 0)), 1, uint64(decision.MaxKeyBytes),
-			fmt.Sprintf("counter keys, namespace prefix included, must fit the %d bytes replication carries", region.MaxKeyBytes)},
-		{"max-batch", uint64(max(c.MaxBatch, 0)), 1, 0, ""},
-		{"max-request-bytes", uint64(max(c.MaxRequestBytes, 0)), 64, 0, ""},
-		{"max-hits", c.MaxHits, 1, 0, ""},
-		{"max-log-limit", c.MaxLogLimit, 1, 0, ""},
-		{"max-inline-limit", c.MaxInlineLimit, 1, window.MaxLimit, "the most any limit may be"},
-		{"max-rules", uint64(max(c.MaxRules, 0)), 1, 0, ""},
+		{"max-keys", int64(c.MaxKeys), 1},
+		{"max-key-bytes", int64(c.MaxKeyBytes), 1},
+		{"max-batch", int64(c.MaxBatch), 1},
+		{"max-request-bytes", int64(c.MaxRequestBytes), api.MinRequestBytes},
+		{"max-hits", int64(min(c.MaxHits, 1)), 1},
+		{"max-log-limit", int64(min(c.MaxLogLimit, 1)), 1},
+		{"max-inline-limit", int64(min(c.MaxInlineLimit, 1)), 1},
+		{"max-rules", int64(c.MaxRules), 1},
 	} {
-		if m.got < m.min {
-			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, m.got, m.min))
+		if m.got <= 0 {
+			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, max(m.got, 0), m.min))
+			refused[m.flag] = true
 		}
-		if m.max != 0 && m.got > m.max {
-			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
-		}
+	}
+	if c.MaxWindow == 0 {
+		errs = append(errs, fmt.Errorf("--max-inline-window: 0s, want %v to %v", window.MinWindow, window.MaxWindow))
 	}
 	if c.MaxRequestMemoryMiB < 1 || c.MaxRequestMemoryMiB > 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-request-memory: %d, want 1 to %d MiB", c.MaxRequestMemoryMiB, 1<<20))
@@ -332,10 +343,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
 	}
-	if c.MaxWindow < window.MinWindow || c.MaxWindow > window.MaxWindow {
-		errs = append(errs, fmt.Errorf("--max-inline-window (--max-window): %v, want 1s to 168h", c.MaxWindow))
+	if c.MaxInlineLimit > window.MaxLimit {
+		errs = append(errs, fmt.Errorf("--max-inline-limit: %d, want at most %d (the most any limit may be)", c.MaxInlineLimit, uint64(window.MaxLimit)))
 	}
-	if _, err := region.ParsePolicy(c.OnStoreFailure); err != nil {
+	var err error
+	if c.Policy, err = region.ParsePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))
 	}
 	if c.StoreTimeout < time.Millisecond || c.StoreTimeout > time.Minute {
@@ -343,9 +355,8 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
-	} else if len(c.Region) > region.MaxRegionName {
-		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d", len(c.Region), region.MaxRegionName))
-	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf {
+	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf && len(c.Region) <= region.MaxRegionName {
+		// Longer names are region.Config.Validate's to refuse.
 		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
 			len(c.Region), region.MaxReplicaOf))
 	}
@@ -361,7 +372,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--gossip-heartbeat: %v, want 1ms to 10s", c.HeartbeatInterval))
 	}
-	if c.BurstGuardSuspicion < 2*c.HeartbeatInterval || c.BurstGuardSuspicion > time.Hour {
+	if c.BurstGuardSuspicion <= 0 || c.BurstGuardSuspicion > time.Hour {
 		errs = append(errs, fmt.Errorf("--burst-guard-suspicion: %v, want from twice --gossip-heartbeat (%v) to 1h", c.BurstGuardSuspicion, 2*c.HeartbeatInterval))
 	}
 	if c.BurstGuardMargin < 0 || c.BurstGuardMargin > 10*time.Second {
@@ -383,6 +394,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.validateSettings(refused)...)
 	c.AuthToken = getenv(authTokenEnv)
 	errs = append(errs, checkSecurityFlags(c)...)
 	if c.RedisPasswordFile != "" {
@@ -395,6 +407,99 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		return c, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// apiConfig returns the API's configuration that the flags set.
+func (c config) apiConfig() api.Config {
+	return api.Config{
+		Region:           c.Region,
+		MaxKeyBytes:      c.MaxKeyBytes,
+		MaxBatch:         c.MaxBatch,
+		MaxRequestBytes:  c.MaxRequestBytes,
+		MaxRequestMemory: int64(c.MaxRequestMemoryMiB) << 20,
+		MaxHits:          c.MaxHits,
+		MaxWindow:        c.MaxWindow,
+		MaxLogLimit:      c.MaxLogLimit,
+		MaxInlineLimit:   c.MaxInlineLimit,
+		StreamTimeout:    c.StreamTimeout,
+		Check: forwardauth.Config{
+			Path:          c.CheckPath,
+			KeyHeaders:    c.checkKeyHeaders(),
+			DefaultRule:   c.CheckDefaultRule,
+			DenyStatus:    c.CheckDenyStatus,
+			LegacyHeaders: c.LegacyHeaders,
+		},
+		ShadowMode: c.ShadowMode,
+		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
+	}
+}
+
+// storeConfig returns the store's configuration that the flags set
+// (without Redis's TLS settings, which come from files: see redisTLS).
+func (c config) storeConfig() region.Config {
+	cfg := region.Config{
+		Region: c.Region,
+		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
+		// With gossip, each node on the in-memory store counts under a
+		// replica of its own, so that a region's nodes add up.
+		Replica: c.GossipAddr != "",
+	}
+	if c.RedisURL != "" {
+		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, ServerClock: c.RedisClock}
+		cfg.Failover = region.FailoverConfig{Policy: c.Policy, Timeout: c.StoreTimeout}
+		if c.DenyCacheKeys > 0 {
+			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}
+		}
+	}
+	return cfg
+}
+
+// validateSettings runs the API's and the store's own Validate on what
+// the flags set, and returns their errors, each naming the flag that sets
+// its field, but none about a flag already refused (gossip's settings are
+// checked in gossipConfig, with its keys).
+func (c config) validateSettings(refused map[string]bool) []error {
+	return append(flagErrors(c.apiConfig().Validate(), api.ErrConfig, refused), flagErrors(c.storeConfig().Validate(), region.ErrConfig, refused)...)
+}
+
+// fieldFlags names the flag that sets each Config field a package's
+// Validate may refuse.
+var fieldFlags = map[string]string{
+	"MaxKeyBytes":       "max-key-bytes",
+	"MaxBatch":          "max-batch",
+	"MaxRequestBytes":   "max-request-bytes",
+	"MaxWindow":         "max-inline-window",
+	"Region":            "region",
+	"DenyCache.MaxKeys": "deny-cache-keys",
+	"Suspicion":         "burst-guard-suspicion",
+}
+
+// flagErrors returns the errors err joins, as a package's Validate
+// returns them ("<prefix>: <Field>: <problem>"), each naming the flag
+// that sets its field instead ("--<flag>: <problem>"), less those about
+// a flag in refused; an error about a field no flag sets is returned as
+// it is.
+func flagErrors(err, prefix error, refused map[string]bool) []error {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		rest, _ := strings.CutPrefix(e.Error(), prefix.Error()+": ")
+		field, problem, _ := strings.Cut(rest, ": ")
+		if name, ok := fieldFlags[field]; ok {
+			if refused[name] {
+				continue
+			}
+			e = fmt.Errorf("--%s: %s", name, problem)
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // rlsHeaderSets are the values of --rls-headers.

@@ -17,27 +17,19 @@ import (
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
-// gossipConfig builds the gossip node's configuration from c, or returns
-// ok=false when gossip is off (no --gossip-addr: a single region).
+// gossipConfig builds the gossip node's configuration from
+// gossip.DefaultWANConfig and c, or returns ok=false when gossip is off
+// (no --gossip-addr: a single region). gossip.New validates it (see
+// gossipStartErr).
 func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg gossip.Config, ok bool, err error) {
 	if c.GossipAddr == "" {
 		return gossip.Config{}, false, nil
 	}
-	cfg = gossip.Config{
-		Name:              c.NodeName,
-		Region:            c.Region,
-		BindAddr:          c.GossipAddr,
-		AdvertiseAddr:     c.GossipAdvertise,
-		APIAddr:           apiAddr,
-		FlushInterval:     c.FlushInterval,
-		MaxStaleness:      c.MaxStaleness,
-		HeartbeatInterval: c.HeartbeatInterval,
-		Suspicion:         c.BurstGuardSuspicion,
-		GuardMargin:       c.BurstGuardMargin,
-		Insecure:          c.GossipInsecure,
-		JoinTimeout:       c.JoinTimeout,
-		Logger:            log,
-	}
+	cfg = gossip.DefaultWANConfig()
+	cfg.Name, cfg.Region, cfg.APIAddr, cfg.Logger = c.NodeName, c.Region, apiAddr, log
+	cfg.BindAddr, cfg.AdvertiseAddr, cfg.Insecure = c.GossipAddr, c.GossipAdvertise, c.GossipInsecure
+	cfg.FlushInterval, cfg.MaxStaleness, cfg.HeartbeatInterval = c.FlushInterval, c.MaxStaleness, c.HeartbeatInterval
+	cfg.Suspicion, cfg.GuardMargin, cfg.JoinTimeout = c.BurstGuardSuspicion, c.BurstGuardMargin, c.JoinTimeout
 	if cfg.GuardMargin == 0 {
 		cfg.GuardMargin = -1 // the flag's 0 is none; gossip's zero is its default
 	}
@@ -66,12 +58,16 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 // gossipStartErr explains a gossip node that New refused: without a key
 // on an address that is not loopback (gossip.ErrNoKey: every address the
 // bind and advertise hosts resolve to is checked, so a name such as
-// "localhost" is judged by what it names), it says how to make one.
+// "localhost" is judged by what it names), it says how to make one; a
+// setting gossip's Validate refuses is named by its flag.
 func gossipStartErr(err error) error {
-	if errors.Is(err, gossip.ErrNoKey) {
+	switch {
+	case errors.Is(err, gossip.ErrNoKey):
 		return fmt.Errorf("--gossip-addr/--gossip-advertise: %w; gossip there needs a key, "+
 			"so that only members can join and report counts: make one with `head -c 32 /dev/urandom | base64` and give it to every node "+
 			"with %s or --gossip-key-file (or --gossip-key); --gossip-insecure runs without one, for labs only", err, envName("gossip-key"))
+	case errors.Is(err, gossip.ErrConfig):
+		return errors.Join(flagErrors(err, gossip.ErrConfig, nil)...)
 	}
 	return fmt.Errorf("start gossip: %w", err)
 }

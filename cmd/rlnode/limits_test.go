@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -44,8 +45,8 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"--max-streams", "0"}, "--max-streams: 0, want 1 to 1000"},
 		{[]string{"--max-request-memory", "0"}, "--max-request-memory: 0, want 1 to 1048576 MiB"},
 		{[]string{"--max-hits", "0"}, "--max-hits: 0, want at least 1"},
-		{[]string{"--max-window", "200h"}, "--max-inline-window (--max-window): 200h0m0s, want 1s to 168h"},
-		{[]string{"--max-inline-window", "200h"}, "--max-inline-window (--max-window): 200h0m0s, want 1s to 168h"},
+		{[]string{"--max-window", "200h"}, "--max-inline-window: 200h0m0s, want 1s to 168h0m0s"},
+		{[]string{"--max-inline-window", "200h"}, "--max-inline-window: 200h0m0s, want 1s to 168h0m0s"},
 		{[]string{"--max-log-limit", "0"}, "--max-log-limit: 0, want at least 1"},
 		{[]string{"--max-rules", "0"}, "--max-rules: 0, want at least 1"},
 		{[]string{"--on-store-failure", "maybe"}, `--on-store-failure: "maybe" is not local, open or closed`},
@@ -72,6 +73,35 @@ func TestLimitFlags(t *testing.T) {
 		if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) || !strings.Contains(body, tc.want) {
 			t.Errorf("%s %s = %d %s, want 400 invalid_argument %q", tc.method, tc.body, code, body, tc.want)
 		}
+	}
+}
+
+// TestFlagsCheckedByTheirPackages: a flag's value that the package it
+// configures refuses (api, region, gossip Validate) is named by its flag,
+// once, beside the command line's own refusals.
+func TestFlagsCheckedByTheirPackages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-key-bytes", "-5"}, "--max-key-bytes: 0, want at least 1"},
+		{[]string{"--max-request-bytes", "0"}, "--max-request-bytes: 0, want at least 64"},
+		{[]string{"--max-window", "0s"}, "--max-inline-window: 0s, want 1s to 168h0m0s"},
+		{[]string{"--max-key-bytes", "4096", "--region", strings.Repeat("r", 65), "--max-window", "200h", "--max-batch", "0"},
+			"--max-batch: 0, want at least 1\n" +
+				"--max-key-bytes: 4096, want at most 3946 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)\n" +
+				"--max-inline-window: 200h0m0s, want 1s to 168h0m0s\n" +
+				"--region: 65 bytes, want at most 64"},
+	} {
+		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
+		if got := fmt.Sprint(err); got != tc.want {
+			t.Errorf("parseConfig(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-heartbeat", "1s", "--burst-guard-suspicion", "1500ms"},
+		env(nil), io.Discard, io.Discard)
+	if got, want := fmt.Sprint(err), "--burst-guard-suspicion: 1.5s, want at least twice the heartbeat interval, 2s"; got != want {
+		t.Errorf("run(--gossip-heartbeat 1s --burst-guard-suspicion 1500ms) = %q, want %q", got, want)
 	}
 }
 

@@ -27,7 +27,6 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
-	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
 	"github.com/rlcluster/rlcluster/internal/gctune"
 	"github.com/rlcluster/rlcluster/internal/gossip"
@@ -143,32 +142,10 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		reg.MustRegister(acc.Collectors()...)
 	}
 
-	acfg := api.Config{
-		Store:            store, // the Stack: api finds its layers through Unwrap
-		Region:           c.Region,
-		Now:              now,
-		MaxKeyBytes:      c.MaxKeyBytes,
-		MaxBatch:         c.MaxBatch,
-		MaxRequestBytes:  c.MaxRequestBytes,
-		MaxRequestMemory: int64(c.MaxRequestMemoryMiB) << 20,
-		MaxHits:          c.MaxHits,
-		MaxWindow:        c.MaxWindow,
-		MaxLogLimit:      c.MaxLogLimit,
-		MaxInlineLimit:   c.MaxInlineLimit,
-		Logger:           log,
-		Registerer:       reg,
-		StreamTimeout:    c.StreamTimeout,
-		Check: forwardauth.Config{
-			Path:          c.CheckPath,
-			KeyHeaders:    c.checkKeyHeaders(),
-			DefaultRule:   c.CheckDefaultRule,
-			DenyStatus:    c.CheckDenyStatus,
-			LegacyHeaders: c.LegacyHeaders,
-		},
-		ShadowMode:   c.ShadowMode,
-		RLSHeaders:   rlsHeaderSets[c.RLSHeaders],
-		RequireAdmin: tokens != nil, // Reset needs a token with the admin scope
-	}
+	acfg := c.apiConfig()
+	acfg.Store = store // the Stack: api finds its layers through Unwrap
+	acfg.Now, acfg.Logger, acfg.Registerer = now, log, reg
+	acfg.RequireAdmin = tokens != nil // Reset needs a token with the admin scope
 	if ruleFiles != nil {
 		acfg.Rules = ruleFiles.Rules()
 	}
@@ -295,25 +272,14 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 // connects in the background. go-redis's own log lines go to log; the
 // failover reads the clock now.
 func openStore(ctx context.Context, c config, log *slog.Logger, now func() time.Time) (*region.Stack, error) {
-	cfg := region.Config{
-		Region: c.Region,
-		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
-		Logger: log,
-		// With gossip, each node on the in-memory store counts under a
-		// replica of its own, so that a region's nodes add up.
-		Replica: c.GossipAddr != "",
-	}
+	cfg := c.storeConfig()
+	cfg.Logger = log
 	if c.RedisURL != "" {
-		tc, err := redisTLS(c)
-		if err != nil {
+		var err error
+		if cfg.Redis.TLSConfig, err = redisTLS(c); err != nil {
 			return nil, err
 		}
-		policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
-		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc, ServerClock: c.RedisClock}
-		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout, Now: now}
-		if c.DenyCacheKeys > 0 {
-			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}
-		}
+		cfg.Failover.Now = now
 		region.SetRedisLogger(log)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -66,7 +66,7 @@ func validate(args []string, getenv func(string) string, stdout, stderr io.Write
 	var help bytes.Buffer
 	fs.SetOutput(&help)
 	path := fs.String("rules", getenv(envName("rules")), "rules file or directory to check (`path`)")
-	maxRules := fs.Int("max-rules", 10000, "most rules the node will accept (`count`), as --max-rules")
+	maxRules := fs.Int("max-rules", defaultMaxRules, "most rules the node will accept (`count`), as --max-rules")
 	if v := getenv(envName("max-rules")); v != "" {
 		if err := fs.Set("max-rules", v); err != nil {
 			return fmt.Errorf("validate: %s=%q: %w", envName("max-rules"), v, err)

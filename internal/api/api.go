@@ -44,6 +44,13 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// ErrConfig is wrapped by every error of [Config.Validate].
+var ErrConfig = errors.New("api: invalid config")
+
+// MinRequestBytes is the least Config.MaxRequestBytes may be: a smaller
+// bound would refuse every request.
+const MinRequestBytes = 64
+
 // Defaults for zero [Config] fields.
 const (
 	DefaultMaxKeyBytes     = 1024
@@ -191,6 +198,38 @@ type Config struct {
 	ResetTTL time.Duration
 }
 
+// Validate reports whether NewHandler accepts cfg's bounds, its zero
+// fields taking their defaults: MaxKeyBytes at most
+// [decision.MaxKeyBytes], MaxRequestBytes at least [MinRequestBytes],
+// MaxWindow from [window.MinWindow] to [window.MaxWindow], nothing
+// negative. Each problem is an error wrapping [ErrConfig] that names its
+// field ("MaxWindow: 192h0m0s, want 1s to 168h0m0s"). The parts a node
+// wires in (Store, Rules, Check, ...) are checked by NewHandler and
+// their own packages.
+func (cfg Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...)))
+	}
+	if cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > decision.MaxKeyBytes {
+		bad("MaxKeyBytes", "%d, want at most %d (counter keys, namespace prefix included, must fit the %d bytes replication carries)",
+			cfg.MaxKeyBytes, decision.MaxKeyBytes, region.MaxKeyBytes)
+	}
+	if cfg.MaxBatch < 0 {
+		bad("MaxBatch", "%d, want at least 1", cfg.MaxBatch)
+	}
+	if cfg.MaxRequestBytes != 0 && cfg.MaxRequestBytes < MinRequestBytes {
+		bad("MaxRequestBytes", "%d, want at least %d", cfg.MaxRequestBytes, MinRequestBytes)
+	}
+	if cfg.MaxWindow != 0 && (cfg.MaxWindow < window.MinWindow || cfg.MaxWindow > window.MaxWindow) {
+		bad("MaxWindow", "%v, want %v to %v", cfg.MaxWindow, window.MinWindow, window.MaxWindow)
+	}
+	if cfg.ReadyTimeout < 0 {
+		bad("ReadyTimeout", "%v, want 0 (the default) or more", cfg.ReadyTimeout)
+	}
+	return errors.Join(errs...)
+}
+
 // StoreStatuser is implemented by stores with a degraded mode
 // ([region.Failover]). Status must not block.
 type StoreStatuser interface {
@@ -233,6 +272,9 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("api: Config.Store is required")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Region == "" {
 		cfg.Region = "local"
 	}
@@ -257,9 +299,6 @@ func NewHandler(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxWindow == 0 {
 		cfg.MaxWindow = DefaultMaxWindow
-	}
-	if cfg.MaxWindow < window.MinWindow || cfg.MaxWindow > window.MaxWindow {
-		return nil, fmt.Errorf("api: Config.MaxWindow %v must be from %v to %v", cfg.MaxWindow, window.MinWindow, window.MaxWindow)
 	}
 	if cfg.MaxLogLimit == 0 {
 		cfg.MaxLogLimit = DefaultMaxLogLimit

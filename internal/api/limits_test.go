@@ -81,7 +81,7 @@ func TestConfiguredLimits(t *testing.T) {
 	_, err = c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(api.DefaultMaxLogLimit + 1)}))
 	checkInvalid(t, "Check", err, fmt.Sprintf("limit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", api.DefaultMaxLogLimit+1, api.DefaultMaxLogLimit))
 	_, err = api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxWindow: 8 * 24 * time.Hour})
-	if got, want := fmt.Sprint(err), "api: Config.MaxWindow 192h0m0s must be from 1s to 168h0m0s"; got != want {
+	if got, want := fmt.Sprint(err), "api: invalid config: MaxWindow: 192h0m0s, want 1s to 168h0m0s"; got != want {
 		t.Errorf("NewHandler(MaxWindow 192h) error = %q, want %q", got, want)
 	}
 }
@@ -200,5 +200,40 @@ func TestMaxKeyBytesFitsReplication(t *testing.T) {
 		Key: strings.Repeat("k", decision.MaxKeyBytes), Rule: strings.Repeat("r", rules.MaxNameBytes)}))
 	if err != nil || !resp.Msg.Allowed {
 		t.Errorf("Check with the longest key and rule name = %v, %v; want allowed", resp, err)
+	}
+}
+
+// TestConfigValidate: NewHandler refuses the bounds Validate refuses, each
+// problem naming its field; zero fields take their defaults.
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  api.Config
+		want string // "" when valid
+	}{
+		{"zero", api.Config{}, ""},
+		{"longest key", api.Config{MaxKeyBytes: decision.MaxKeyBytes}, ""},
+		{"smallest request", api.Config{MaxRequestBytes: api.MinRequestBytes}, ""},
+		{"key too long", api.Config{MaxKeyBytes: decision.MaxKeyBytes + 1}, fmt.Sprintf("api: invalid config: MaxKeyBytes: %d, want at most %d (counter keys, namespace prefix included, must fit the %d bytes replication carries)", decision.MaxKeyBytes+1, decision.MaxKeyBytes, region.MaxKeyBytes)},
+		{"request too small", api.Config{MaxRequestBytes: 63}, "api: invalid config: MaxRequestBytes: 63, want at least 64"},
+		{"negative batch", api.Config{MaxBatch: -1}, "api: invalid config: MaxBatch: -1, want at least 1"},
+		{"window too short", api.Config{MaxWindow: time.Millisecond}, "api: invalid config: MaxWindow: 1ms, want 1s to 168h0m0s"},
+		{"two problems", api.Config{MaxBatch: -1, ReadyTimeout: -time.Second},
+			"api: invalid config: MaxBatch: -1, want at least 1\napi: invalid config: ReadyTimeout: -1s, want 0 (the default) or more"},
+	} {
+		err := c.cfg.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: Validate() = %v, want nil", c.name, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != c.want || !errors.Is(err, api.ErrConfig) {
+			t.Errorf("%s: Validate() = %v, want %q wrapping ErrConfig", c.name, err, c.want)
+		}
+		c.cfg.Store = region.NewMemory(region.MemoryConfig{})
+		if _, err := api.NewHandler(c.cfg); err == nil || err.Error() != c.want {
+			t.Errorf("%s: NewHandler() = %v, want %q", c.name, err, c.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -14,7 +15,8 @@ import (
 	"github.com/rlcluster/rlcluster/internal/region"
 )
 
-// Config configures a Node. Zero fields mean the documented default.
+// Config configures a Node. A zero field takes [DefaultWANConfig]'s value,
+// as documented on each; start from [LocalConfig] for nodes on one host.
 type Config struct {
 	// Name is the node's unique name in the pool, at most 255 bytes of
 	// UTF-8. Required. Every frame the node sends carries it.
@@ -137,7 +139,8 @@ type Config struct {
 	// Memberlist timings. Defaults are memberlist.DefaultWANConfig tuned for
 	// faster failure detection and anti-entropy: GossipInterval 200 ms,
 	// ProbeInterval 2 s, ProbeTimeout 1 s, SuspicionMult 6,
-	// PushPullInterval 10 s, TCPTimeout 10 s, GossipToTheDeadTime 60 s.
+	// PushPullInterval 10 s, TCPTimeout 10 s, GossipToTheDeadTime 60 s
+	// ([LocalConfig] has shorter ones).
 	GossipInterval      time.Duration
 	ProbeInterval       time.Duration
 	ProbeTimeout        time.Duration
@@ -183,71 +186,101 @@ type Config struct {
 	Transport memberlist.NodeAwareTransport
 }
 
-// Defaults.
+// Defaults that rlnode's flags show.
 const (
 	DefaultFlushInterval = 20 * time.Millisecond
 	// DefaultMaxStaleness is Config.MaxStaleness's default.
 	DefaultMaxStaleness = 5 * time.Second
 	DefaultBindAddr     = "0.0.0.0:7946"
+	// DefaultJoinTimeout is Config.JoinTimeout's default.
+	DefaultJoinTimeout = 30 * time.Second
 )
 
+// DefaultWANConfig returns the settings for a pool that spans regions:
+// memberlist's DefaultWANConfig tuned for faster failure detection and
+// anti-entropy, and the replication defaults documented on [Config]. Set
+// Name and Region (and usually Join and a key) before New. Grace, left
+// zero, follows FlushInterval.
+func DefaultWANConfig() Config {
+	return Config{
+		BindAddr:            DefaultBindAddr,
+		EpochInterval:       time.Second,
+		FlushInterval:       DefaultFlushInterval,
+		MaxStaleness:        DefaultMaxStaleness,
+		MaxDirty:            100000,
+		MaxTouched:          1000000,
+		MaxStateBytes:       64 << 10,
+		RetryMargin:         10 * time.Second,
+		UDPBudget:           1360,
+		InboxSize:           4096,
+		MaxReplicas:         64,
+		InboxBytes:          64 << 20,
+		GossipInterval:      200 * time.Millisecond,
+		ProbeInterval:       2 * time.Second,
+		ProbeTimeout:        time.Second,
+		SuspicionMult:       6,
+		PushPullInterval:    10 * time.Second,
+		TCPTimeout:          10 * time.Second,
+		GossipToTheDeadTime: 60 * time.Second,
+		ReconnectInterval:   5 * time.Second,
+		JoinTimeout:         DefaultJoinTimeout,
+		JoinBackoff:         500 * time.Millisecond,
+		HeartbeatInterval:   DefaultHeartbeatInterval,
+		Suspicion:           DefaultSuspicion,
+		GuardMargin:         DefaultGuardMargin,
+		MaxClockSkew:        250 * time.Millisecond,
+		Now:                 time.Now,
+		Logger:              slog.Default(),
+	}
+}
+
+// LocalConfig returns [DefaultWANConfig] with memberlist's timings for
+// nodes on one host or a fast LAN (loopback tests, a demo on one
+// machine): failures detected, seeds retried and state exchanged within a
+// second or two rather than tens of seconds.
+func LocalConfig() Config {
+	c := DefaultWANConfig()
+	c.GossipInterval = 50 * time.Millisecond
+	c.ProbeInterval = 300 * time.Millisecond
+	c.ProbeTimeout = 250 * time.Millisecond
+	c.SuspicionMult = 3
+	c.PushPullInterval = time.Second
+	c.TCPTimeout = 2 * time.Second
+	c.GossipToTheDeadTime = 5 * time.Second
+	c.ReconnectInterval = 300 * time.Millisecond
+	c.JoinBackoff = 50 * time.Millisecond
+	return c
+}
+
+// withDefaults returns c with each zero field set to DefaultWANConfig's
+// value, and a zero Grace to FlushInterval.
 func (c Config) withDefaults() Config {
-	d := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
+	d := DefaultWANConfig()
+	cv, dv := reflect.ValueOf(&c).Elem(), reflect.ValueOf(d)
+	for i := range cv.NumField() {
+		if f := cv.Field(i); f.IsZero() {
+			f.Set(dv.Field(i))
 		}
 	}
-	i := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	if c.BindAddr == "" {
-		c.BindAddr = DefaultBindAddr
-	}
-	d(&c.FlushInterval, DefaultFlushInterval)
-	d(&c.Grace, c.FlushInterval)
-	d(&c.MaxStaleness, DefaultMaxStaleness)
-	d(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	d(&c.Suspicion, DefaultSuspicion)
-	d(&c.GuardMargin, DefaultGuardMargin)
-	d(&c.RetryMargin, 10*time.Second)
-	i(&c.MaxDirty, 100000)
-	i(&c.MaxTouched, 1000000)
-	i(&c.MaxStateBytes, 64<<10)
-	i(&c.UDPBudget, 1360)
-	i(&c.InboxSize, 4096)
-	i(&c.InboxBytes, 64<<20)
-	i(&c.MaxReplicas, 64)
-	d(&c.GossipInterval, 200*time.Millisecond)
-	d(&c.ProbeInterval, 2*time.Second)
-	d(&c.ProbeTimeout, time.Second)
-	i(&c.SuspicionMult, 6)
-	d(&c.PushPullInterval, 10*time.Second)
-	d(&c.TCPTimeout, 10*time.Second)
-	d(&c.GossipToTheDeadTime, 60*time.Second)
-	d(&c.ReconnectInterval, 5*time.Second)
-	d(&c.JoinBackoff, 500*time.Millisecond)
-	d(&c.EpochInterval, time.Second)
-	d(&c.MaxClockSkew, 250*time.Millisecond)
-	d(&c.JoinTimeout, 30*time.Second)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if c.Grace == 0 {
+		c.Grace = c.FlushInterval
 	}
 	return c
 }
 
-// ErrConfig is wrapped by every configuration error from New.
+// ErrConfig is wrapped by every error of [Config.Validate], and so by
+// every configuration error from New.
 var ErrConfig = errors.New("gossip: invalid config")
 
 // ErrNoKey is returned by New (wrapping ErrConfig) for a node without a key
 // on an address other than loopback, unless Config.Insecure is set.
 var ErrNoKey = errors.New("gossip: a gossip key is required off loopback (make one: head -c 32 /dev/urandom | base64)")
 
-func (c Config) validate() error {
+// Validate reports whether New accepts c, with its zero fields taking
+// their defaults; each problem is an error wrapping [ErrConfig] (and
+// [ErrNoKey] for a keyless node off loopback). New calls it.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
@@ -300,6 +333,9 @@ func (c Config) validate() error {
 	}
 	if c.UDPBudget < 64 || c.UDPBudget > 65000 {
 		return bad("UDP budget must be from 64 to 65000 bytes, got %d", c.UDPBudget)
+	}
+	if c.HeartbeatInterval < 0 || c.Suspicion < 2*c.HeartbeatInterval {
+		return bad("Suspicion: %v, want at least twice the heartbeat interval, %v", c.Suspicion, 2*c.HeartbeatInterval)
 	}
 	return nil
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// testConfig is Config tuned for loopback tests with up to 60 ms one-way
-// latency: fast failure detection, reconnection and anti-entropy.
+// testConfig is LocalConfig for loopback tests with up to 60 ms one-way
+// latency, logging errors only (everything with GOSSIP_TEST_LOG set).
 func testConfig() Config {
 	level := slog.LevelError
 	if os.Getenv("GOSSIP_TEST_LOG") != "" {
@@ -29,19 +29,9 @@ func testConfig() Config {
 	if level == slog.LevelDebug {
 		w = os.Stderr
 	}
-	return Config{
-		FlushInterval:       20 * time.Millisecond,
-		GossipInterval:      50 * time.Millisecond,
-		ProbeInterval:       300 * time.Millisecond,
-		ProbeTimeout:        250 * time.Millisecond,
-		SuspicionMult:       3,
-		PushPullInterval:    time.Second,
-		TCPTimeout:          2 * time.Second,
-		GossipToTheDeadTime: 5 * time.Second,
-		ReconnectInterval:   300 * time.Millisecond,
-		JoinBackoff:         50 * time.Millisecond,
-		Logger:              slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})),
-	}
+	c := LocalConfig()
+	c.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return c
 }
 
 type tnode struct {

@@ -126,10 +126,10 @@ func New(cfg Config, store Store) (*Node, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is required", ErrConfig)
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	n := &Node{
 		cfg:     cfg,
 		store:   store,

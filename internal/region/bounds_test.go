@@ -154,25 +154,29 @@ func TestFullBucketKeepsLargest(t *testing.T) {
 }
 
 // TestMemoryLogBytesBounded: sliding logs fill to MaxLogBytes and no
-// further; least recently used keys go. Unbounded, the 600 calls of 1,000
+// further; least recently used keys go. Unbounded, the 6,000 calls of 100
 // admitted requests below hold about 10 MB (600,000 entries of 16 bytes,
-// plus slice growth).
+// plus slice growth). Each key's log holds at most 100 entries, so that a
+// decision, which reads its whole log, stays cheap under -race.
 func TestMemoryLogBytesBounded(t *testing.T) {
 	const maxBytes = 1 << 20
 	m := region.NewMemory(region.MemoryConfig{Region: "here", MaxLogBytes: maxBytes})
-	l := window.Limit{Limit: 10000, Window: time.Hour, Algorithm: window.SlidingLog}
+	l := window.Limit{Limit: 100, Window: time.Hour, Algorithm: window.SlidingLog}
 	now := time.UnixMilli(1_760_000_010_000)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	reqs := make([]region.Request, 1000)
+	reqs := make([]region.Request, 100)
 	res := make([]region.Result, len(reqs))
-	for call := range 600 {
+	for call := range 6000 {
 		for i := range reqs {
-			reqs[i] = region.Request{Key: fmt.Sprintf("log%d", call%60), Limit: l, Hits: 1, Now: now.Add(time.Duration(call) * time.Millisecond)}
+			reqs[i] = region.Request{Key: fmt.Sprintf("log%d", call), Limit: l, Hits: 1, Now: now.Add(time.Duration(call) * time.Millisecond)}
 		}
 		if err := m.Check(context.Background(), reqs, res); err != nil {
 			t.Fatal(err)
+		}
+		if !res[len(res)-1].Allowed {
+			t.Fatalf("call %d: the 100th request to a fresh key was denied", call)
 		}
 	}
 	runtime.GC()

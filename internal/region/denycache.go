@@ -22,9 +22,11 @@ type DenyCacheConfig struct {
 	Region string
 }
 
+// DefaultDenyCacheKeys is DenyCacheConfig.MaxKeys's default.
+const DefaultDenyCacheKeys = 100_000
+
 const (
-	denyShards         = 64
-	defaultDenyMaxKeys = 100_000
+	denyShards = 64
 	// denySample is how many entries a full shard looks at for an expired
 	// one before it evicts a live one.
 	denySample = 4
@@ -121,7 +123,7 @@ type DenyCacheStats struct {
 // NewDenyCache returns a DenyCache in front of s.
 func NewDenyCache(s Store, cfg DenyCacheConfig) *DenyCache {
 	if cfg.MaxKeys <= 0 {
-		cfg.MaxKeys = defaultDenyMaxKeys
+		cfg.MaxKeys = DefaultDenyCacheKeys
 	}
 	c := &DenyCache{s: s, seed: maphash.MakeSeed(), perMax: max(1, (cfg.MaxKeys+denyShards-1)/denyShards), maxKeys: cfg.MaxKeys}
 	c.local = cfg.Region

@@ -283,10 +283,9 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		return nil, errors.New("region: failover: region is required")
 	case fallback.Region() == cfg.Region:
 		return nil, fmt.Errorf("region: failover: fallback region %q must differ from the primary's (use FallbackRegion)", cfg.Region)
-	case cfg.Policy > PolicyClosed:
-		return nil, fmt.Errorf("region: failover: unknown policy %d", cfg.Policy)
-	case cfg.Timeout < 0 || cfg.ProbeMin < 0 || cfg.ProbeMax < 0 || cfg.ClosedRetryAfter < 0 || cfg.Threshold < 0 || cfg.MaxWriteBack < 0:
-		return nil, errors.New("region: failover: durations and counts must not be negative")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("region: failover: %w", err)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultStoreTimeout
@@ -326,6 +325,18 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		f.bounded = true
 	}
 	return f, nil
+}
+
+// validate checks the settings of c (not its Region, which the caller
+// sets): a known policy, no negative durations or counts.
+func (c FailoverConfig) validate() error {
+	switch {
+	case c.Policy > PolicyClosed:
+		return fmt.Errorf("Policy: unknown policy %d", c.Policy)
+	case c.Timeout < 0 || c.ProbeMin < 0 || c.ProbeMax < 0 || c.ClosedRetryAfter < 0 || c.Threshold < 0 || c.MaxWriteBack < 0:
+		return errors.New("durations and counts must not be negative")
+	}
+	return nil
 }
 
 // Region returns the local region's name.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unicode/utf8"
 )
 
 // Config configures the store that [Open] composes. Zero fields mean their
@@ -66,8 +67,45 @@ type Stack struct {
 }
 
 // ErrConfig is wrapped by the errors of [Open] that a configuration
-// causes (as opposed to a Redis that cannot be reached).
+// causes (as opposed to a Redis that cannot be reached), and so by every
+// error of [Config.Validate].
 var ErrConfig = errors.New("region: bad store configuration")
+
+// Defaults of [Config]'s zero fields that rlnode's flags show.
+const (
+	// DefaultRegion is the region of a store configured without one.
+	DefaultRegion = defaultRegion
+	// DefaultMaxKeys is MemoryConfig.MaxKeys's default.
+	DefaultMaxKeys = defaultMaxKeys
+)
+
+// Validate reports whether Open accepts cfg's settings, its zero fields
+// taking their defaults: a region name of at most [MaxRegionName] bytes
+// of UTF-8, a failover policy that exists and no negative durations or
+// sizes. Each problem is an error wrapping [ErrConfig] that names its
+// field ("Region: 65 bytes, want at most 64"). It reads no file and
+// dials nothing; Open calls it.
+func (cfg Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...)))
+	}
+	if len(cfg.Region) > MaxRegionName {
+		bad("Region", "%d bytes, want at most %d", len(cfg.Region), MaxRegionName)
+	} else if !utf8.ValidString(cfg.Region) {
+		bad("Region", "%q is not UTF-8", cfg.Region)
+	}
+	if cfg.Memory.MaxKeys < 0 || cfg.Memory.MaxLogBytes < 0 {
+		bad("Memory", "sizes must not be negative")
+	}
+	if err := cfg.Failover.validate(); err != nil {
+		bad("Failover", "%v", err)
+	}
+	if cfg.DenyCache != nil && cfg.DenyCache.MaxKeys < 0 {
+		bad("DenyCache.MaxKeys", "%d, want 0 (the default) or more", cfg.DenyCache.MaxKeys)
+	}
+	return errors.Join(errs...)
+}
 
 // Open composes the store cfg describes: the in-memory store alone, or
 // Redis behind a [Failover] (with an in-memory fallback) behind an
@@ -82,6 +120,9 @@ var ErrConfig = errors.New("region: bad store configuration")
 // error (a wrong password, for example), makes Open fail. Closing the
 // Stack closes every layer.
 func Open(ctx context.Context, cfg Config) (*Stack, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Region == "" {
 		cfg.Region = defaultRegion
 	}

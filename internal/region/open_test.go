@@ -3,6 +3,7 @@ package region_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/polltest"
+	"github.com/rlcluster/rlcluster/internal/porttest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/region/storetest"
@@ -165,5 +167,35 @@ func TestOpenRedisSilentAtStart(t *testing.T) {
 	defer s.Close()
 	if st := s.Failover.Status(); st.Mode != region.ModeFallback {
 		t.Errorf("Status() = %+v, want fallback", st)
+	}
+}
+
+// TestConfigValidate: Open refuses, before it dials anything, a
+// configuration that Validate refuses, with each problem naming its field.
+func TestConfigValidate(t *testing.T) {
+	for _, ok := range []region.Config{{}, {Region: strings.Repeat("r", region.MaxRegionName)}, {DenyCache: &region.DenyCacheConfig{}}} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", ok, err)
+		}
+	}
+	const bad = "region: bad store configuration: "
+	refused := map[string]region.Config{
+		bad + "Region: 65 bytes, want at most 64":                                                {Region: strings.Repeat("r", region.MaxRegionName+1)},
+		bad + `Region: "\xff" is not UTF-8`:                                                      {Region: "\xff"},
+		bad + "Failover: Policy: unknown policy 9":                                               {Failover: region.FailoverConfig{Policy: 9}},
+		bad + "Failover: durations and counts must not be negative":                              {Failover: region.FailoverConfig{Timeout: -time.Second}},
+		bad + "DenyCache.MaxKeys: -1, want 0 (the default) or more":                              {DenyCache: &region.DenyCacheConfig{MaxKeys: -1}},
+		bad + "Region: 70 bytes, want at most 64\n" + bad + "Memory: sizes must not be negative": {Region: strings.Repeat("r", 70), Memory: region.MemoryConfig{MaxKeys: -1}},
+	}
+	closed := "redis://" + porttest.ClosedAddr(t) // Open must refuse before it dials
+	for want, cfg := range refused {
+		err := cfg.Validate()
+		if !errors.Is(err, region.ErrConfig) || err.Error() != want {
+			t.Errorf("Validate() = %v, want %q wrapping ErrConfig", err, want)
+		}
+		cfg.Redis.URL = closed
+		if _, err := region.Open(context.Background(), cfg); fmt.Sprint(err) != want {
+			t.Errorf("Open() = %v, want %q", err, want)
+		}
 	}
 }
