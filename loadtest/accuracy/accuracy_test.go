@@ -232,7 +232,7 @@ func TestReport(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-mode", "two-bucket", "-limit", "1000", "-window", "4s", "-rates", "10", "-arrivals", "even",
-		"-phases", "0.9", "-windows", "3", "-max-windows", "3"}, &out)
+		"-phases", "0.9", "-windows", "3", "-max-windows", "3", "-summary"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +240,9 @@ func TestReport(t *testing.T) {
 	// denied that fit; from 2W on, as an exact log.
 	if row := "| 1000 | 4s | even | 10x | 1 | 30000 | 0 | 1000 (3.333%) | 1.0000 | 1.000 | 1.897 | 1.900 | 1.000 |"; !strings.Contains(out.String(), row) {
 		t.Fatalf("output lacks the row %s:\n%s", row, out.String())
+	}
+	if row := "| 1000 | 4s | 30000 | 0 | 0 | 0 | 3.333% | 1.0000 | 1.900 |"; !strings.Contains(out.String(), row) {
+		t.Errorf("output lacks the summary row %s:\n%s", row, out.String())
 	}
 	if !strings.Contains(out.String(), "worst: unjustified denials ") || !strings.Contains(out.String(), "trailing max 1.900 (1000 per 4s, even 10x)") {
 		t.Errorf("output lacks the summary:\n%s", out.String())

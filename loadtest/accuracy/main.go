@@ -88,6 +88,7 @@ type config struct {
 	maxWindows int
 	decisions  int
 	byPhase    bool
+	summary    bool
 	parallel   int
 	node       string
 	remote     bool
@@ -128,6 +129,7 @@ func parse(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.maxWindows, "max-windows", 100000, "most length of a simulated run, in windows: runs grow towards -decisions up to it")
 	fs.IntVar(&c.decisions, "decisions", 200000, "most decisions per cell (its runs together); requests ask for several hits when -windows windows of single hits would exceed it")
 	fs.BoolVar(&c.byPhase, "by-phase", false, "one row per run (phase or on/off seed) instead of one per cell")
+	fs.BoolVar(&c.summary, "summary", false, "also print one row per limit and window, the worst over its arrivals and rates")
 	fs.IntVar(&c.parallel, "parallel", 1, "cells run at once (against -node: keys driven at once)")
 	fs.StringVar(&c.node, "node", "", "base URL of a running rlnode to drive instead of simulating, on loopback (e.g. http://127.0.0.1:8080)")
 	fs.BoolVar(&c.remote, "remote", false, "allow a -node that is not on loopback")
@@ -475,6 +477,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "%s; %d cells; runs start cold at phases %s of a bucket (on/off: one seed each); %v\n\n",
 		what, len(cells), joinFloats(c.phases), time.Since(start).Round(time.Second))
 	report(out, rows)
+	if c.summary {
+		fmt.Fprintln(out)
+		summarize(out, rows)
+	}
 	return nil
 }
 
@@ -684,6 +690,54 @@ func report(out io.Writer, rows []row) {
 		fmt.Fprintf(out, "; %d decisions were made by the node's in-memory fallback (its store answered later than --store-timeout)", fb)
 	}
 	fmt.Fprintln(out)
+}
+
+// summarize prints one row per limit and window: the worst of its rows.
+func summarize(out io.Writer, rows []row) {
+	fmt.Fprintln(out, "| limit | window | decisions | unjustified denials at 0.5x | at 0.9x | at 2x and more | unjustified admissions | steady vs exact log at 2x and more, least | trailing max |")
+	fmt.Fprintln(out, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	type group struct {
+		l                           window.Limit
+		decisions                   int
+		deny05, deny09, denyHi, adm float64
+		ratio, max                  float64
+	}
+	var groups []*group
+	for _, r := range rows {
+		l := r.cell.cnt.limit
+		if len(groups) == 0 || groups[len(groups)-1].l != l {
+			groups = append(groups, &group{l: l, ratio: -1})
+		}
+		g, f := groups[len(groups)-1], r.figures()
+		g.decisions += r.v.decisions
+		switch {
+		case r.cell.rate <= 0.5:
+			g.deny05 = max(g.deny05, f.denyShare)
+		case r.cell.rate <= 0.9:
+			g.deny09 = max(g.deny09, f.denyShare)
+		case r.cell.rate >= 2:
+			g.denyHi = max(g.denyHi, f.denyShare)
+			if f.ratio >= 0 && (g.ratio < 0 || f.ratio < g.ratio) {
+				g.ratio = f.ratio
+			}
+		}
+		g.adm = max(g.adm, f.admitShare)
+		g.max = max(g.max, f.max)
+	}
+	p := func(x float64) string {
+		if x == 0 {
+			return "0"
+		}
+		return pct(x)
+	}
+	for _, g := range groups {
+		ratio := "-"
+		if g.ratio >= 0 {
+			ratio = fmt.Sprintf("%.4f", g.ratio)
+		}
+		fmt.Fprintf(out, "| %d | %s | %d | %s | %s | %s | %s | %s | %.3f |\n", g.l.Limit, fmtWindow(g.l.Window), g.decisions,
+			p(g.deny05), p(g.deny09), p(g.denyHi), p(g.adm), ratio, g.max)
+	}
 }
 
 // share formats n of total as a count and a percentage.
