@@ -512,11 +512,13 @@ func measure(ctx context.Context, c config, cells []cell) ([]row, error) {
 			}
 		})
 	}
+dispatch:
 	for _, i := range spread(cells) {
-		if ctx.Err() != nil {
-			break
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break dispatch
 		}
-		next <- i
 	}
 	close(next)
 	wg.Wait()
