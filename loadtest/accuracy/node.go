@@ -117,7 +117,7 @@ func (nd *nodeDriver) cell(ctx context.Context, i int, cl cell, byPhase bool) ([
 // Requests go out late when the machine cannot keep up; lag is the latest
 // one's delay (ms). The judgement stays exact, since it uses the node's
 // instants, but a lag past W/10 (or -max-lag) changes the offered pattern
-// too much and is an error.
+// too much: the run stops at the first such request, with errLate.
 func (nd *nodeDriver) run(ctx context.Context, cl cell, r runSpec, key string) (ds []decision, lag int64, err error) {
 	l := cl.cnt.limit
 	w := l.WindowMs()
@@ -149,6 +149,10 @@ func (nd *nodeDriver) run(ctx context.Context, cl cell, r runSpec, key string) (
 		return nil, 0, nil
 	}
 
+	maxLag := w / 10
+	if nd.maxLag > 0 {
+		maxLag = nd.maxLag.Milliseconds()
+	}
 	jobs := make(chan int64, len(arr))
 	var (
 		mu       sync.Mutex
@@ -161,6 +165,16 @@ func (nd *nodeDriver) run(ctx context.Context, cl cell, r runSpec, key string) (
 		wg.Go(func() {
 			for t := range jobs {
 				late := time.Now().UnixMilli() - t
+				if late > maxLag {
+					// The run is lost: stop it now rather than at its end.
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("drive node: a request went out %d ms behind its schedule (lower the rate or -parallel, add -workers or -retries): %w", late, errLate)
+						cancel()
+					}
+					mu.Unlock()
+					continue
+				}
 				at, ok, err := check(ctx, nd.client, url, body, w)
 				mu.Lock()
 				lag = max(lag, late)
@@ -193,13 +207,6 @@ dispatch:
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("drive node: %w", err)
-	}
-	maxLag := w / 10
-	if nd.maxLag > 0 {
-		maxLag = nd.maxLag.Milliseconds()
-	}
-	if lag > maxLag {
-		return nil, 0, fmt.Errorf("drive node: a request went out %d ms behind its schedule (lower the rate or -parallel, add -workers or -retries): %w", lag, errLate)
 	}
 	sortDecisions(ds)
 	return ds, lag, nil
