@@ -19,7 +19,7 @@ import (
 )
 
 // measureGrid parses args, runs the grid and returns its rows, one per
-// cell.
+// cell (with -by-phase, one per run).
 func measureGrid(t *testing.T, args ...string) (config, []row) {
 	t.Helper()
 	c, err := parse(args, io.Discard)
@@ -34,7 +34,14 @@ func measureGrid(t *testing.T, args ...string) (config, []row) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != len(cells) {
+	want := len(cells)
+	if c.byPhase {
+		want = 0
+		for _, cl := range cells {
+			want += len(cl.runs)
+		}
+	}
+	if len(rows) != want {
 		t.Fatalf("%d rows for %d cells", len(rows), len(cells))
 	}
 	return c, rows
@@ -95,6 +102,33 @@ func TestMeasurementCanFail(t *testing.T) {
 		f := r.figures()
 		if r.v.badDeny != 0 || r.v.badAdmit != 0 || f.max > 1 || (f.ratio != 1 && f.ratio != -1) {
 			t.Errorf("log %s: %d unjustified denials, %d admissions, max %.3f, steady ratio %.4f; want 0, 0, at most 1, 1", r.cellName(), r.v.badDeny, r.v.badAdmit, f.max, f.ratio)
+		}
+	}
+}
+
+// TestColdStartPhases, with -by-phase, is the cold start at each phase of
+// a bucket at 10x, 1000 per 4 s: the two-bucket counter admits 1 + phase
+// times the limit in a trailing window, the default never more than it.
+func TestColdStartPhases(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{modeTwoBucket, modeDefault} {
+		_, rows := measureGrid(t, "-mode", mode, "-limits", "1000", "-windows-list", "4s", "-rates", "10", "-arrivals", "even,poisson",
+			"-phases", "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", "-windows", "3", "-max-windows", "3", "-decisions", "300000", "-by-phase")
+		if len(rows) != 18 {
+			t.Fatalf("%s: %d rows, want one per phase and arrivals: 18", mode, len(rows))
+		}
+		for i, r := range rows {
+			phase := float64(i%9+1) / 10
+			if want := fmt.Sprintf("%s @%.2f", r.cell.shape, phase); r.label != want || r.cell.hits != 1 {
+				t.Fatalf("%s: row %d is %q of %d hits, want %q of 1", mode, i, r.label, r.cell.hits, want)
+			}
+			got := r.figures().max
+			switch {
+			case mode == modeDefault && (got > 1 || r.v.badAdmit > 0):
+				t.Errorf("default %s: max %.3f, %d unjustified admissions; want at most 1, none", r.cellName(), got, r.v.badAdmit)
+			case mode == modeTwoBucket && r.cell.shape == shapeEven && (got < 1+phase-0.01 || got > 1+phase+0.01):
+				t.Errorf("two-bucket %s: max %.3f, want %.2f", r.cellName(), got, 1+phase)
+			}
 		}
 	}
 }
