@@ -7,6 +7,8 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 # staticcheck 2026.2.2 is module version v0.8.2.
 STATICCHECK_VERSION           := v0.8.2
 PROTO_FILES           := $(shell find proto -name '*.proto' | sort)
+# The WAN emulator of the demo is a Go module of its own.
+WANEM                 := deploy/multiregion/wanem
 # gofmt checks every Go file except the generated ones.
 GO_FILES               = $(shell find . -name '*.go' -not -path './gen/*' -not -path './.git/*')
 
@@ -23,19 +25,25 @@ run: ## Run a node on the in-memory store (127.0.0.1:8080)
 	$(GO) run ./cmd/rlnode
 
 .PHONY: test
-test: ## Run every test (the README's test command)
+test: ## Run every test (the README's test command, then the WAN emulator's)
 	$(GO) test ./...
+	cd $(WANEM) && $(GO) test ./...
 
 .PHONY: test-race
 test-race: ## Run every test with the race detector (as CI does)
 	$(GO) test -race -p 1 ./...
+	cd $(WANEM) && $(GO) test -race ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out="$$(gofmt -l $(GO_FILES))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	staticcheck ./...
+	$(GO) vet ./... ./.ci/testreport
+	cd $(WANEM) && $(GO) vet ./...
+	staticcheck ./... ./.ci/testreport
+	cd $(WANEM) && staticcheck ./...
 
+# The tool versions are pinned here only; .ci/run installs them with
+# `make tools`.
 .PHONY: tools
 tools: ## Install the pinned code generators and staticcheck into GOBIN
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

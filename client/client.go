@@ -6,7 +6,7 @@
 //
 //	c, err := client.New("http://rlnode:8080", client.WithFailureMode(client.FailOpen))
 //	d, err := c.Check(ctx, "alice", client.Rule("api-per-user"))
-//	if err == nil && !d.Allowed { /* wait d.RetryAfter */ }
+//	if err == nil && !d.Allowed { /* wait d.RetryAfter, or use c.Wait */ }
 //
 // A denial is a decision, not an error. Errors carry Connect codes
 // (connect.CodeOf(err)): invalid_argument for bad input such as an empty
@@ -112,6 +112,9 @@ type Limit struct {
 	// trailing window in one region, at the price of capacity left unused
 	// after bursts.
 	Strict bool
+	// Burst, with TokenBucket, is the bucket's capacity: the most hits it
+	// admits at once (0: Limit; at most 1000 times Limit).
+	Burst uint64
 }
 
 func (l Limit) policy() (string, *ratelimitv1.Limit) {
@@ -121,6 +124,7 @@ func (l Limit) policy() (string, *ratelimitv1.Limit) {
 		Algorithm: ratelimitv1.Algorithm(l.Algorithm + 1),
 		Scope:     ratelimitv1.Scope(l.Scope + 1),
 		Strict:    l.Strict,
+		Burst:     l.Burst,
 	}
 }
 func (l Limit) name() string          { return "default" }

@@ -44,16 +44,19 @@ type config struct {
 	MaxKeyBytes         int
 	DenyCacheKeys       int
 	MaxConnections      int
+	MaxStreams          int
 	ShutdownTimeout     time.Duration
 	GCHeadroomMiB       int
 
 	// Bounds on input (see api.Config).
 	MaxBatch        int
 	MaxRequestBytes int
-	MaxHits         uint64
-	MaxWindow       time.Duration
-	MaxLogLimit     uint64
-	MaxRules        int
+	// MaxRequestMemoryMiB is --max-request-memory.
+	MaxRequestMemoryMiB int
+	MaxHits             uint64
+	MaxWindow           time.Duration
+	MaxLogLimit         uint64
+	MaxRules            int
 
 	// Redis outages (see region.Failover); used only with RedisURL.
 	OnStoreFailure string
@@ -119,8 +122,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxKeys, "max-keys", 1_000_000, "`count` of keys the in-memory store holds before evicting the least recently used")
 	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", 1024, fmt.Sprintf("longest key a request may carry, in `bytes`, at most %d (what replication carries, less the namespace prefix)", decision.MaxKeyBytes))
 	fs.IntVar(&c.MaxConnections, "max-connections", 0, "most API connections open at once (`count`); more clients wait in the listen backlog until one closes; 0: no cap")
+	fs.IntVar(&c.MaxStreams, "max-streams", defaultMaxStreams, "most HTTP/2 streams (calls in flight) one client connection may have open at once, on --listen and --grpc-listen (`count`); more wait in the client")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "most checks one CheckBatch may carry (`count`)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest request message, in `bytes`; a larger one is refused with resource_exhausted before it is decoded")
+	fs.IntVar(&c.MaxRequestMemoryMiB, "max-request-memory", api.DefaultMaxRequestMemory>>20, "`MiB` that requests larger than 64 KiB (large batches) may hold in flight at once, all connections together; each takes a few times its size while decided, and one that finds the budget spent waits up to 5s, then is refused with resource_exhausted (at least --max-request-bytes)")
 	fs.Uint64Var(&c.MaxHits, "max-hits", 1<<53, "most hits one check may ask for (`count`; a check's hits are also at most its limit)")
 	fs.DurationVar(&c.MaxWindow, "max-window", window.MaxWindow, "longest window an inline limit may ask for (`duration`, 1s to 168h)")
 	fs.Uint64Var(&c.MaxLogLimit, "max-log-limit", 10000, "largest limit of an inline sliding_log limit, whose memory grows with its limit (`count`)")
@@ -131,7 +136,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.DenyCacheKeys, "deny-cache-keys", 100_000, "`count` of denials the node remembers to deny again without a Redis round trip; 0 disables")
 	fs.IntVar(&c.GCHeadroomMiB, "gc-headroom", 64, "how far the heap may grow between garbage collections, in `MiB`, while the live heap is smaller (a small live heap is otherwise collected dozens of times a second under load); larger live heaps are paced by GOGC; 0, or GOGC set: Go's own pacing")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM or SIGINT (`duration`)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP); empty: no gossip, a single region")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "`host:port` to bind memberlist gossip on (UDP and TCP): a name binds every address it resolves to and no other; without a key each must be loopback; empty: no gossip, a single region")
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", "", "`host:port` other nodes reach this node's gossip at; default: the bound address (a private IP when bound to 0.0.0.0)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated gossip `seeds` (host:port of nodes in any region); a seed that is not a live member is joined again, with backoff capped at 30s, for as long as the node runs")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's unique `name` in the gossip pool; default hostname:gossip-port")
@@ -280,6 +285,12 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			errs = append(errs, fmt.Errorf("--%s: %d, want at most %d (%s)", m.flag, m.got, m.max, m.why))
 		}
 	}
+	if c.MaxRequestMemoryMiB < 1 || c.MaxRequestMemoryMiB > 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-request-memory: %d, want 1 to %d MiB", c.MaxRequestMemoryMiB, 1<<20))
+	}
+	if c.MaxStreams < 1 || c.MaxStreams > 1000 {
+		errs = append(errs, fmt.Errorf("--max-streams: %d, want 1 to 1000", c.MaxStreams))
+	}
 	if c.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
 	}
@@ -303,8 +314,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("--region: must not be empty"))
-	} else if len(c.Region) > 64 {
-		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most 64", len(c.Region)))
+	} else if len(c.Region) > region.MaxRegionName {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d", len(c.Region), region.MaxRegionName))
+	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf {
+		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
+			len(c.Region), region.MaxReplicaOf))
 	}
 	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
 		errs = append(errs, fmt.Errorf("--rls-headers: %q is not none, draft or x", c.RLSHeaders))

@@ -60,22 +60,20 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 	if cfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
 		return gossip.Config{}, false, err
 	}
-	if len(cfg.SecretKeys) == 0 && !c.GossipInsecure {
-		for _, a := range []string{c.GossipAddr, c.GossipAdvertise} {
-			if h, _, err := net.SplitHostPort(a); a != "" && (err != nil || !loopbackHost(h)) {
-				return gossip.Config{}, false, fmt.Errorf("--gossip-addr/--gossip-advertise %s is not loopback: gossip there needs a key, "+
-					"so that only members can join and report counts: make one with `head -c 32 /dev/urandom | base64` and give it to every node "+
-					"with %s or --gossip-key-file (or --gossip-key); --gossip-insecure runs without one, for labs only", a, envName("gossip-key"))
-			}
-		}
-	}
 	return cfg, true, nil
 }
 
-// loopbackHost reports whether host names only this machine.
-func loopbackHost(h string) bool {
-	ip := net.ParseIP(h)
-	return h == "localhost" || (ip != nil && ip.IsLoopback())
+// gossipStartErr explains a gossip node that New refused: without a key
+// on an address that is not loopback (gossip.ErrNoKey: every address the
+// bind and advertise hosts resolve to is checked, so a name such as
+// "localhost" is judged by what it names), it says how to make one.
+func gossipStartErr(err error) error {
+	if errors.Is(err, gossip.ErrNoKey) {
+		return fmt.Errorf("--gossip-addr/--gossip-advertise: %w; gossip there needs a key, "+
+			"so that only members can join and report counts: make one with `head -c 32 /dev/urandom | base64` and give it to every node "+
+			"with %s or --gossip-key-file (or --gossip-key); --gossip-insecure runs without one, for labs only", err, envName("gossip-key"))
+	}
+	return fmt.Errorf("start gossip: %w", err)
 }
 
 // gossipReady is the /readyz check of a node started with --join: not

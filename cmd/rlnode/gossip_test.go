@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -307,6 +308,7 @@ func TestGossipFlags(t *testing.T) {
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "not base64!"}, "--gossip-key: not valid base64"},
 		{[]string{"--gossip-addr", "127.0.0.1:0", "--gossip-key", "c2hvcnQ="}, "--gossip-key: must be 16, 24 or 32 bytes, got 5"},
 		{[]string{"--flush-interval", "0s"}, "--flush-interval: 0s, want 1ms to 10s"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--region", strings.Repeat("r", 58)}, "--region: 58 bytes, want at most 57 with gossip"},
 	}) {
 		if err != nil && strings.Contains(err.Error(), "not base64!") {
 			t.Errorf("the error repeats the key: %v", err)
@@ -337,6 +339,58 @@ func TestGossipClosedByDefault(t *testing.T) {
 		t.Errorf("the insecure node's start line lacks encrypted=false:\n%s", n.logs)
 	}
 	n.stop()
+}
+
+// TestGossipBindsWhatIsNamed: without a key, --gossip-addr localhost:0 is
+// accepted, and the node listens on 127.0.0.1 alone (memberlist alone
+// bound the name on every interface: another process on another address
+// could join keyless); [::1]:0 listens on ::1 alone; a non-loopback IPv6
+// address is refused with the way to make a key.
+func TestGossipBindsWhatIsNamed(t *testing.T) {
+	var others []string
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			others = append(others, n.IP.String())
+		}
+	}
+	for _, tc := range []struct {
+		addr, at string
+		not      []string
+	}{
+		{"localhost:0", "127.0.0.1", append([]string{"127.0.0.2", "::1"}, others...)},
+		{"[::1]:0", "::1", append([]string{"127.0.0.1"}, others...)},
+	} {
+		n := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=" + tc.addr}, env(nil))
+		m := gossipRE.FindStringSubmatch(n.logs.String())
+		if m == nil {
+			t.Fatalf("no gossip address logged:\n%s", n.logs)
+		}
+		host, port, _ := net.SplitHostPort(m[1])
+		if host != tc.at {
+			t.Errorf("--gossip-addr %s: gossip=%s, want %s", tc.addr, m[1], tc.at)
+		}
+		for _, h := range append([]string{tc.at}, tc.not...) {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(h, port), 2*time.Second)
+			if c != nil {
+				c.Close()
+			}
+			if h == tc.at && err != nil {
+				t.Errorf("--gossip-addr %s: %s:%s refused: %v", tc.addr, h, port, err)
+			}
+			if h != tc.at && err == nil {
+				t.Errorf("--gossip-addr %s: %s:%s accepted a connection, an address the name does not name", tc.addr, h, port)
+			}
+		}
+		n.stop()
+	}
+	err = run(context.Background(), []string{"--listen=127.0.0.1:0", "--region=eu", "--gossip-addr=[2001:db8::1]:7946"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "2001:db8::1") || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") {
+		t.Errorf("run(--gossip-addr [2001:db8::1]:7946, no key) = %v, want a refusal that names the address and how to make a key", err)
+	}
 }
 
 // TestWrongGossipKeyNotReady: a node whose gossip key differs from the

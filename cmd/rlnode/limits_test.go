@@ -27,18 +27,22 @@ func TestLimitFlags(t *testing.T) {
 		"RLNODE_MAX_BATCH": "9", "RLNODE_MAX_REQUEST_BYTES": "4096", "RLNODE_MAX_HITS": "50",
 		"RLNODE_MAX_WINDOW": "1h", "RLNODE_MAX_LOG_LIMIT": "77", "RLNODE_MAX_RULES": "3",
 		"RLNODE_ON_STORE_FAILURE": "closed", "RLNODE_STORE_TIMEOUT": "20ms",
+		"RLNODE_MAX_STREAMS": "8", "RLNODE_MAX_REQUEST_MEMORY": "2",
 	}), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.MaxBatch != 7 || c.MaxRequestBytes != 4096 || c.MaxHits != 50 || c.MaxWindow != time.Hour || c.MaxLogLimit != 77 ||
-		c.MaxRules != 3 || c.OnStoreFailure != "closed" || c.StoreTimeout != 20*time.Millisecond {
+		c.MaxRules != 3 || c.OnStoreFailure != "closed" || c.StoreTimeout != 20*time.Millisecond ||
+		c.MaxStreams != 8 || c.MaxRequestMemoryMiB != 2 {
 		t.Errorf("parseConfig = %+v", c)
 	}
 	checkRefused(t, []refusal{
 		{[]string{"--max-batch", "0"}, "--max-batch: 0, want at least 1"},
-		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3964 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
+		{[]string{"--max-key-bytes", "4096"}, "--max-key-bytes: 4096, want at most 3946 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)"},
 		{[]string{"--max-request-bytes", "10"}, "--max-request-bytes: 10, want at least 64"},
+		{[]string{"--max-streams", "0"}, "--max-streams: 0, want 1 to 1000"},
+		{[]string{"--max-request-memory", "0"}, "--max-request-memory: 0, want 1 to 1048576 MiB"},
 		{[]string{"--max-hits", "0"}, "--max-hits: 0, want at least 1"},
 		{[]string{"--max-window", "200h"}, "--max-window: 200h0m0s, want 1s to 168h"},
 		{[]string{"--max-log-limit", "0"}, "--max-log-limit: 0, want at least 1"},
@@ -61,7 +65,7 @@ func TestLimitFlags(t *testing.T) {
 	}{
 		{"Check", `{"key":"12345","limit":{"limit":10,"window":"60s"}}`, "key: 5 bytes, more than the maximum of 4"},
 		{"Check", `{"key":"a","hits":4,"limit":{"limit":10,"window":"60s"}}`, "hits: 4 is more than the maximum of 3"},
-		{"CheckBatch", `{"checks":[{"key":"a"},{"key":"b"},{"key":"c"}]}`, "checks: 3 checks, more than the maximum of 2"},
+		{"CheckBatch", `{"checks":[{"key":"a"},{"key":"b"},{"key":"c"}]}`, "checks: more than the maximum of 2 checks"},
 	} {
 		code, body := post(t, n.base+"/ratelimit.v1.RateLimitService/"+tc.method, tc.body)
 		if code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_argument"`) || !strings.Contains(body, tc.want) {
@@ -85,8 +89,10 @@ func TestHTTPServerBounds(t *testing.T) {
 		t.Errorf("newHTTPServer: ReadTimeout %v WriteTimeout %v MaxHeaderBytes %d, want %v %v %d",
 			srv.ReadTimeout, srv.WriteTimeout, srv.MaxHeaderBytes, httpReadTimeout, httpWriteTimeout, 64<<10)
 	}
+	// As in production, the write deadline is later than the read one, so
+	// that a request cut off at the read deadline still gets its answer.
 	const deadline = 300 * time.Millisecond
-	srv.ReadTimeout, srv.WriteTimeout = deadline, deadline
+	srv.ReadTimeout, srv.WriteTimeout = deadline, 2*deadline
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,25 +118,29 @@ func TestHTTPServerBounds(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/ratelimit.v1.RateLimitService/Check", pr)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
-	if err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			t.Errorf("trickled body: %d %s after %v, want it cut off at the read deadline", resp.StatusCode, b, time.Since(start))
-		}
+	if err != nil {
+		t.Fatalf("trickled body: %v after %v, want a deadline_exceeded answer", err, time.Since(start))
 	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("trickled body took %v to be cut off, want about %v", took, deadline)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), `"code":"deadline_exceeded"`) {
+		t.Errorf("trickled body: %d %s, want 504 deadline_exceeded", resp.StatusCode, b)
+	}
+	if took < deadline || took > 3*time.Second {
+		t.Errorf("trickled body cut off after %v, want at the read deadline, %v", took, deadline)
 	}
 
 	// Headers over 64 KiB.
 	req, _ = http.NewRequest(http.MethodGet, base+"/healthz", nil)
 	req.Header.Set("X-Big", strings.Repeat("x", 80<<10))
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
-		if got, want := resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge; got != want {
-			t.Errorf("80 KiB of headers: %d, want %d", got, want)
-		}
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("80 KiB of headers: %v, want a 431 answer", err)
+	}
+	resp.Body.Close()
+	if got, want := resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge; got != want {
+		t.Errorf("80 KiB of headers: %d, want %d", got, want)
 	}
 
 	// A reflection stream outlives both deadlines.
@@ -141,7 +151,7 @@ func TestHTTPServerBounds(t *testing.T) {
 	}
 	time.Sleep(3 * deadline) // the behaviour under test is a wall-clock deadline
 	if _, err := stream.ListServices(); err != nil {
-		t.Errorf("reflection stream after %v: %v, want it still open", 3*deadline, err)
+		t.Errorf("reflection stream after %v: %v, want it still open past both deadlines", 3*deadline, err)
 	}
 }
 

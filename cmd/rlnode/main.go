@@ -46,9 +46,19 @@ func main() {
 // run runs a node until ctx is done or the process gets SIGTERM or SIGINT,
 // then drains in-flight requests and returns nil. stdout receives -help's
 // text; stderr receives the logs.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runWithClock(ctx, args, getenv, stdout, stderr, time.Now)
+}
+
+// runWithClock is run with now as the clock of every decision, of the
+// failover and of gossip (without --redis-clock=false, Redis's TIME
+// still picks a counter decision's bucket).
+func runWithClock(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, now func() time.Time) (err error) {
 	if len(args) > 0 && args[0] == "validate" {
 		return validate(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "reset" {
+		return reset(ctx, args[1:], getenv, stdout, stderr)
 	}
 	c, err := parseConfig(args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -65,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stop()
 	defer tuneGC(ctx, &c, getenv, log)()
 
-	store, err := openStore(ctx, c, log)
+	store, err := openStore(ctx, c, log, now)
 	if err != nil {
 		return err
 	}
@@ -106,6 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	gcfg.Now = now
 	if gossipOn {
 		if store.Redis != nil {
 			gcfg.Epoch = store.Redis.Epoch // a Redis that lost its counts is repaired from its peers
@@ -115,7 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// The Stack: gossip merges through its outer layer and restores a
 		// lost region's own counts into Redis (or memory) directly.
 		if node, err = gossip.New(gcfg, store); err != nil {
-			return fmt.Errorf("start gossip: %w", err)
+			return gossipStartErr(err)
 		}
 		// Leave the pool on every return path; the normal path below closes
 		// it first, after draining, and this call is then a no-op.
@@ -129,16 +140,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acfg := api.Config{
-		Store:           store, // the Stack: api finds its layers through Unwrap
-		Region:          c.Region,
-		MaxKeyBytes:     c.MaxKeyBytes,
-		MaxBatch:        c.MaxBatch,
-		MaxRequestBytes: c.MaxRequestBytes,
-		MaxHits:         c.MaxHits,
-		MaxWindow:       c.MaxWindow,
-		MaxLogLimit:     c.MaxLogLimit,
-		Logger:          log,
-		Registerer:      reg,
+		Store:            store, // the Stack: api finds its layers through Unwrap
+		Region:           c.Region,
+		Now:              now,
+		MaxKeyBytes:      c.MaxKeyBytes,
+		MaxBatch:         c.MaxBatch,
+		MaxRequestBytes:  c.MaxRequestBytes,
+		MaxRequestMemory: int64(c.MaxRequestMemoryMiB) << 20,
+		MaxHits:          c.MaxHits,
+		MaxWindow:        c.MaxWindow,
+		MaxLogLimit:      c.MaxLogLimit,
+		Logger:           log,
+		Registerer:       reg,
 		Check: forwardauth.Config{
 			Path:          c.CheckPath,
 			KeyHeaders:    c.checkKeyHeaders(),
@@ -146,8 +159,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			DenyStatus:    c.CheckDenyStatus,
 			LegacyHeaders: c.LegacyHeaders,
 		},
-		ShadowMode: c.ShadowMode,
-		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
+		ShadowMode:   c.ShadowMode,
+		RLSHeaders:   rlsHeaderSets[c.RLSHeaders],
+		RequireAdmin: tokens != nil, // Reset needs a token with the admin scope
 	}
 	if ruleFiles != nil {
 		acfg.Rules = ruleFiles.Rules()
@@ -174,6 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	watchRules(ctx, ruleFiles, h, reload)
 
 	srv := newHTTPServer(protect(c, tokens, h), log)
+	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: c.MaxStreams}
 	if err := serveTLS(c, srv, reload); err != nil {
 		return err
 	}
@@ -264,8 +279,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // that decides under --on-store-failure while Redis is unavailable, and
 // the deny cache; or the in-memory store). A Redis that does not answer at
 // start does not stop the node: it decides under the failure policy and
-// connects in the background. go-redis's own log lines go to log.
-func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, error) {
+// connects in the background. go-redis's own log lines go to log; the
+// failover reads the clock now.
+func openStore(ctx context.Context, c config, log *slog.Logger, now func() time.Time) (*region.Stack, error) {
 	cfg := region.Config{
 		Region: c.Region,
 		Memory: region.MemoryConfig{MaxKeys: c.MaxKeys},
@@ -281,7 +297,7 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (*region.Stack, 
 		}
 		policy, _ := region.ParsePolicy(c.OnStoreFailure) // checked by parseConfig
 		cfg.Redis = region.RedisConfig{URL: c.RedisURL, Password: c.RedisPassword, TLSConfig: tc, ServerClock: c.RedisClock}
-		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout}
+		cfg.Failover = region.FailoverConfig{Policy: policy, Timeout: c.StoreTimeout, Now: now}
 		if c.DenyCacheKeys > 0 {
 			cfg.DenyCache = &region.DenyCacheConfig{MaxKeys: c.DenyCacheKeys}
 		}
@@ -304,6 +320,10 @@ const (
 	httpWriteTimeout      = 30 * time.Second
 	httpIdleTimeout       = 2 * time.Minute
 	httpMaxHeaderBytes    = 64 << 10
+	// defaultMaxStreams is --max-streams's default: HTTP/2 streams one
+	// connection may have open, each a request of up to
+	// --max-request-bytes in memory.
+	defaultMaxStreams = 32
 )
 
 // newGRPCServer returns the grpc-go server of --grpc-listen and its
@@ -313,7 +333,7 @@ func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config)
 	if c.GRPCListen == "" {
 		return nil, nil, nil
 	}
-	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout}
+	gcfg := grpcserve.Config{API: h, TLS: tc, MaxRequestBytes: c.MaxRequestBytes, IdleTimeout: httpIdleTimeout, MaxStreams: uint32(c.MaxStreams)}
 	if tokens != nil {
 		gcfg.Tokens, gcfg.OpenPaths = tokens, openPaths(c)
 	}

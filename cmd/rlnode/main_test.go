@@ -66,10 +66,17 @@ type node struct {
 // otherwise.
 func startNode(t *testing.T, args []string, getenv func(string) string) *node {
 	t.Helper()
+	return startNodeWithClock(t, args, getenv, time.Now)
+}
+
+// startNodeWithClock is startNode with now as the node's clock (see
+// runWithClock).
+func startNodeWithClock(t *testing.T, args []string, getenv func(string) string, now func() time.Time) *node {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	n := &node{t: t, logs: &logtest.Buffer{}, cancel: cancel, done: done}
-	go func() { done <- run(ctx, args, getenv, io.Discard, n.logs) }()
+	go func() { done <- runWithClock(ctx, args, getenv, io.Discard, n.logs, now) }()
 	t.Cleanup(n.stop)
 	var runErr error
 	_, listening := polltest.Poll(20*time.Second, func() bool {

@@ -74,6 +74,13 @@ var (
 // mention, in prose or in an rlnode command line, is one of rlnode's.
 func TestDocsNameOnlyRealFlags(t *testing.T) {
 	defaults := helpFlags(t)
+	// rlnode reset's own flags, which its commands in the docs use.
+	var rf resetFlags
+	newResetFlagSet(&rf, io.Discard).VisitAll(func(f *flag.Flag) {
+		if _, ok := defaults[f.Name]; !ok {
+			defaults[f.Name] = defaultText(f)
+		}
+	})
 	n := 0
 	for name, doc := range readDocs(t) {
 		check := func(flagName, where string) {
@@ -243,7 +250,13 @@ func readmeSection(t *testing.T, heading string) string {
 // after each.
 func readmeExamples(t *testing.T, heading string) []readmeExample {
 	t.Helper()
-	section := readmeSection(t, heading)
+	return parseExamples(t, readmeSection(t, heading))
+}
+
+// parseExamples parses the curl commands of a doc's section and the JSON
+// answers shown after each.
+func parseExamples(t *testing.T, section string) []readmeExample {
+	t.Helper()
 	var out []readmeExample
 	blocks := fenceRE.FindAllStringSubmatch(section, -1)
 	for i, blk := range blocks {
@@ -291,7 +304,7 @@ func readmeExamples(t *testing.T, heading string) []readmeExample {
 
 // timeDependent are the answer fields whose values depend on when the
 // request is made: their presence is compared, not their values.
-var timeDependent = map[string]bool{"resetAfter": true, "retryAfter": true, "bucket": true, "elapsedMs": true, "previousWeight": true, "age": true, "durationUntilReset": true}
+var timeDependent = map[string]bool{"resetAfter": true, "retryAfter": true, "bucket": true, "elapsedMs": true, "previousWeight": true, "age": true, "durationUntilReset": true, "resetAt": true}
 
 // compareJSON appends to diffs where got differs from the README's want.
 func compareJSON(diffs *[]string, path string, want, got any) {
@@ -362,11 +375,12 @@ func TestREADMEExamples(t *testing.T) {
 			t.Errorf("the README's API section shows no answer of %s (examples with answers: %v)", want, shown)
 		}
 	}
-	awayFromMinuteBoundary()
-	n := startNode(t, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}))
+	now := earlyInMinute()
+	n := startNodeWithClock(t, nil, env(map[string]string{"RLNODE_LISTEN": "127.0.0.1:0"}), now)
 	if got := runExamples(t, n.base, examples); got < 6 {
 		t.Errorf("compared %d answers with the README's, want at least 6", got)
 	}
+	checkDecidesAt(t, n.base, now)
 }
 
 // TestREADMEEnvoyExample asks the README's Envoy question of a node that
@@ -425,12 +439,33 @@ func TestREADMEEnvoyExample(t *testing.T) {
 	}
 }
 
-// awayFromMinuteBoundary waits, when a minute is about to end, until the
-// next one begins: the examples use one-minute windows, and no bucket
-// boundary may pass while they run.
-func awayFromMinuteBoundary() {
-	if e := time.Now().UnixMilli() % 60_000; e > 50_000 {
-		time.Sleep(time.Duration(60_000-e+100) * time.Millisecond)
+// earlyInMinute returns a clock that starts 5 s into the next minute and
+// runs at the real rate: the examples use one-minute windows, and no
+// bucket boundary may pass while they run.
+func earlyInMinute() func() time.Time {
+	start := time.Now()
+	at := start.Truncate(time.Minute).Add(time.Minute + 5*time.Second)
+	return func() time.Time { return at.Add(time.Since(start)) }
+}
+
+// checkDecidesAt fails t unless the node at base decides at the instants
+// now gives: a Check's elapsedMs (its offset into a one-minute bucket)
+// lies between now's offsets before and after it.
+func checkDecidesAt(t *testing.T, base string, now func() time.Time) {
+	t.Helper()
+	before := now().UnixMilli() % 60_000
+	code, body := post(t, base+"/ratelimit.v1.RateLimitService/Check", `{"key":"readme-clock","limit":{"limit":10,"window":"60s"}}`)
+	after := now().UnixMilli() % 60_000
+	var resp struct {
+		Stats struct {
+			ElapsedMs int64 `json:",string"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &resp); code != http.StatusOK || err != nil {
+		t.Fatalf("Check = %d %s (%v)", code, body, err)
+	}
+	if got := resp.Stats.ElapsedMs; got < before || got > after {
+		t.Errorf("Check decided %d ms into its bucket, want %d to %d (the node's clock)", got, before, after)
 	}
 }
 
@@ -585,7 +620,7 @@ func TestREADMETwoRegions(t *testing.T) {
 	}
 	examples := readmeExamples(t, heading)
 
-	awayFromMinuteBoundary()
+	now := earlyInMinute()        // both nodes share it
 	bases := map[string]string{}  // the README's listen port -> the node's URL
 	gossip := map[string]string{} // the README's gossip address -> the node's
 	var started []*node
@@ -618,9 +653,10 @@ func TestREADMETwoRegions(t *testing.T) {
 			i++
 		}
 		// A long store timeout keeps a busy machine from deciding in the
-		// failover's fallback, which would count under another replica.
-		mine = append(mine, "--store-timeout", "2s")
-		n := startNode(t, mine, env(nil))
+		// failover's fallback, which would count under another replica;
+		// the buckets follow the test's clock, not Redis's.
+		mine = append(mine, "--store-timeout", "2s", "--redis-clock=false")
+		n := startNodeWithClock(t, mine, env(nil), now)
 		started = append(started, n)
 		bases[listenPort] = n.base
 		if gossipAddr != "" {
@@ -632,6 +668,7 @@ func TestREADMETwoRegions(t *testing.T) {
 		}
 	}
 	defer stopNodes(started...)
+	checkDecidesAt(t, started[0].base, now)
 	got := runExamplesOn(t, func(port string) string {
 		base, ok := bases[port]
 		if !ok {

@@ -395,7 +395,7 @@ func TestAuthTokenProblemsNamed(t *testing.T) {
 	}{
 		{nil, map[string]string{authTokenEnv: "abc"}, "RLNODE_AUTH_TOKEN: 3 bytes, want at least 16"},
 		{nil, map[string]string{authTokenEnv: "env-token-0123456789 rules="}, "RLNODE_AUTH_TOKEN: rules=: an empty entry"},
-		{[]string{"--auth-token-file", file}, nil, "--auth-token-file " + file + ":4: word 2 is not rules=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)"},
+		{[]string{"--auth-token-file", file}, nil, "--auth-token-file " + file + ":4: word 2 is not admin, or rules=, inline=, domains= or prefixes= followed by a comma-separated list (tokens hold no spaces)"},
 	} {
 		err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, tc.args...), env(tc.env), io.Discard, io.Discard)
 		if err == nil || err.Error() != tc.want {

@@ -125,7 +125,9 @@ DF
 
 	ctx="$work/wanem"
 	mkdir -p "$ctx"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/wanem" ./deploy/multiregion/wanem)
+	# wanem is a Go module of its own (its NFQUEUE and netlink dependencies
+	# stay out of rlcluster's).
+	(cd "$here/wanem" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/wanem" .)
 	cat >"$ctx/Dockerfile" <<'DF'
 FROM rlcluster/iptables-base:dev
 COPY wanem /usr/local/bin/wanem

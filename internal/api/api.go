@@ -49,10 +49,13 @@ const (
 	DefaultMaxKeyBytes     = 1024
 	DefaultMaxBatch        = 1000
 	DefaultMaxRequestBytes = 1 << 20
-	DefaultReadyTimeout    = 2 * time.Second
-	DefaultMaxHits         = window.MaxLimit
-	DefaultMaxWindow       = window.MaxWindow
-	DefaultMaxLogLimit     = 10000
+	// DefaultMaxRequestMemory lets 4 requests of the default largest
+	// size be decoded at once.
+	DefaultMaxRequestMemory = 4 << 20
+	DefaultReadyTimeout     = 2 * time.Second
+	DefaultMaxHits          = window.MaxLimit
+	DefaultMaxWindow        = window.MaxWindow
+	DefaultMaxLogLimit      = 10000
 )
 
 // Replicator carries this region's totals to the other regions. It is
@@ -118,7 +121,21 @@ type Config struct {
 	MaxBatch int
 	// MaxRequestBytes bounds a request message; default 1 MiB. A larger
 	// message is refused with resource_exhausted before it is decoded.
+	// It bounds CheckBatch and Envoy's ShouldRateLimit; Check and Peek
+	// read at most what their longest key and rule name take (a few
+	// kilobytes past 6 x (MaxKeyBytes + the longest rule name), for JSON
+	// escapes), health checking and server reflection 16 KiB. Checks in a
+	// batch and Envoy descriptors and their entries are counted before
+	// they are decoded: at most one over MaxBatch (or [envoyrls.MaxEntries])
+	// is decoded before the request is refused.
 	MaxRequestBytes int
+	// MaxRequestMemory bounds the bytes that requests larger than 64 KiB
+	// (large batches) hold in flight at once, all connections together;
+	// default [DefaultMaxRequestMemory], at least MaxRequestBytes. A large
+	// request waits up to 5 s for its share, first come first served, and
+	// is then refused with resource_exhausted. Each takes a few times its
+	// size in memory while it is decoded and decided.
+	MaxRequestMemory int64
 	// MaxHits bounds the hits one check may ask for (besides the limit);
 	// default 2^53, so that only the limit bounds them.
 	MaxHits uint64
@@ -155,6 +172,14 @@ type Config struct {
 	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. The
 	// zero value adds none.
 	RLSHeaders envoyrls.Headers
+	// RequireAdmin, when true, refuses Reset (permission_denied) unless
+	// the caller's token has the admin scope ([auth.Scope.AllowAdmin]):
+	// set it whenever bearer tokens are required. False allows every
+	// caller that reaches the handler.
+	RequireAdmin bool
+	// ResetTTL is how long a node trusts what it read of a key's reset
+	// instant; default [decision.DefaultResetTTL].
+	ResetTTL time.Duration
 }
 
 // StoreStatuser is implemented by stores with a degraded mode
@@ -170,16 +195,22 @@ type Server struct {
 	mux    *http.ServeMux
 	health *grpchealth.StaticChecker
 	envoy  *envoyrls.Service
+	resets *prometheus.CounterVec // rule, result
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
 	errWriter *connect.ErrorWriter
+	// lim bounds the entries a request may make the node decode, reads
+	// the bytes each endpoint reads (bounds.go).
+	lim    countLimits
+	reads  readLimits
+	budget *requestBudget
 }
 
 var _ ratelimitv1connect.RateLimitServiceHandler = (*Server)(nil)
 
 // NewHandler checks cfg and returns the API handler. It serves:
 //
-//	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek}   Connect, gRPC, gRPC-Web
+//	/ratelimit.v1.RateLimitService/{Check,CheckBatch,Peek,Reset}   Connect, gRPC, gRPC-Web
 //	/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   Envoy's RLS v3
 //	/grpc.health.v1.Health/Check                             gRPC health
 //	/grpc.reflection.v1{,alpha}.ServerReflection/...         server reflection
@@ -208,6 +239,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if cfg.MaxRequestMemory <= 0 {
+		cfg.MaxRequestMemory = DefaultMaxRequestMemory
+	}
+	cfg.MaxRequestMemory = max(cfg.MaxRequestMemory, int64(cfg.MaxRequestBytes))
 	if cfg.MaxHits == 0 {
 		cfg.MaxHits = DefaultMaxHits
 	}
@@ -263,6 +298,7 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Guard != nil {
 		dcfg.Guard = cfg.Guard
 	}
+	dcfg.ResetTTL = cfg.ResetTTL
 	dec, err := decision.New(dcfg, cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -272,20 +308,45 @@ func NewHandler(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s := &Server{cfg: cfg, dec: dec, mux: http.NewServeMux()}
+	if s.resets, err = newResetMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 
-	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}, jsonCodecs()...)
+	// Each endpoint reads at most what its largest request takes, and
+	// decodes at most one more entry than a request may carry (bounds.go).
+	s.lim = countLimits{batch: cfg.MaxBatch, entries: envoyrls.MaxEntries}
+	s.reads = newReadLimits(cfg)
+	s.budget = newRequestBudget(cfg.MaxRequestMemory)
+	if err := cfg.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "rlcluster_requests_over_memory_total",
+		Help: "Requests larger than 64 KiB refused because the bytes of such requests in flight stayed at the node's budget (--max-request-memory).",
+	}, func() float64 { return float64(s.budget.Refused()) })); err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	opts := codecs(&s.lim)
 	if len(cfg.HandlerOptions) == 0 {
 		s.errWriter = connect.NewErrorWriter(opts...)
 	}
 	opts = append(opts, cfg.HandlerOptions...)
-	s.mux.Handle(ratelimitv1connect.NewRateLimitServiceHandler(s, opts...))
+	readMax := func(n int) []connect.HandlerOption {
+		return append([]connect.HandlerOption{connect.WithReadMaxBytes(n)}, opts...)
+	}
+	svcPath, checks := ratelimitv1connect.NewRateLimitServiceHandler(s, readMax(s.reads.check)...)
+	_, batches := ratelimitv1connect.NewRateLimitServiceHandler(s, readMax(s.reads.batch)...)
+	s.mux.Handle(svcPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == pathCheckBatch {
+			batches.ServeHTTP(w, r)
+			return
+		}
+		checks.ServeHTTP(w, r)
+	}))
 	s.envoy = envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders})
-	s.mux.Handle(envoyrls.Procedure, s.envoy.Handler(opts...))
+	s.mux.Handle(envoyrls.Procedure, s.envoy.Handler(readMax(s.reads.batch)...))
 	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName)
-	s.mux.Handle(grpchealth.NewHandler(s.health, opts...))
+	s.mux.Handle(grpchealth.NewHandler(s.health, readMax(s.reads.small)...))
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, grpchealth.HealthV1ServiceName)
-	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
-	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, readMax(s.reads.small)...))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readMax(s.reads.small)...))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -316,10 +377,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Time{}) // unsupported by some writers: nothing to lift then
 		_ = rc.SetWriteDeadline(time.Time{})
 	}
+	if r.URL.Path == pathCheckBatch || r.URL.Path == envoyrls.Procedure {
+		// Large requests share the request memory budget (budget.go).
+		release, err := s.budget.acquire(r.Context(), requestSize(r, int64(s.reads.batch)), r.ProtoMajor < 2)
+		if err != nil {
+			ew := s.errWriter
+			if ew == nil {
+				ew = connect.NewErrorWriter()
+			}
+			_ = ew.Write(w, r, err)
+			return
+		}
+		defer release()
+	}
 	if s.serveFast(w, r) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// AcquireRequest takes the memory of a request of size bytes from the
+// budget that large requests share (see Config.MaxRequestMemory), for
+// other transports (a grpc-go server) to bound theirs with the same
+// budget: the returned func gives it back. It waits at most a few seconds
+// and then returns a resource_exhausted error.
+func (s *Server) AcquireRequest(ctx context.Context, size int) (release func(), err error) {
+	return s.budget.acquire(ctx, int64(size), true)
 }
 
 // isStream reports whether path is a streaming procedure.

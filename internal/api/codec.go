@@ -9,21 +9,65 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/rlcluster/rlcluster/internal/api/decision"
 )
 
 // jsonCodec is Connect's JSON codec, except that responses show every
 // scalar field, zero or not ("allowed": false, "remaining": "0"), in compact
-// form, so that curl users see the whole decision.
-type jsonCodec struct{ name string }
+// form, so that curl users see the whole decision, and that requests with
+// more entries than lim allows are refused before they are decoded (see
+// countLimits). The zero lim counts nothing.
+type jsonCodec struct {
+	name string
+	lim  *countLimits
+}
 
 var _ connect.Codec = jsonCodec{}
 
-// jsonCodecs replace Connect's default JSON codecs.
-func jsonCodecs() []connect.HandlerOption {
+// protoCodec is Connect's protobuf codec, except that it decodes at most
+// one more entry of a request's repeated fields than lim allows (see
+// countLimits).
+type protoCodec struct{ lim *countLimits }
+
+var _ connect.Codec = protoCodec{}
+
+// codecs replace Connect's default codecs with ones bound by lim.
+func codecs(lim *countLimits) []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithCodec(jsonCodec{name: "json"}),
-		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
+		connect.WithCodec(protoCodec{lim: lim}),
+		connect.WithCodec(jsonCodec{name: "json", lim: lim}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", lim: lim}),
 	}
+}
+
+func (protoCodec) Name() string { return "proto" }
+
+func (protoCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a proto.Message", m)
+	}
+	return proto.Marshal(pm)
+}
+
+func (protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a proto.Message", m)
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
+}
+
+func (c protoCodec) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal into %T: not a proto.Message", m)
+	}
+	if c.lim == nil {
+		return proto.Unmarshal(b, pm)
+	}
+	return c.lim.unmarshalProto(b, pm)
 }
 
 func (c jsonCodec) Name() string { return c.name }
@@ -61,6 +105,11 @@ func (c jsonCodec) Unmarshal(b []byte, m any) error {
 	}
 	if len(b) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	if c.lim != nil {
+		if err := c.lim.checkJSON(b, m); err != nil {
+			return errors.New(decision.Message(err))
+		}
 	}
 	if decodeFast(b, m) {
 		return nil

@@ -52,10 +52,7 @@ func (protojsonCodec) Unmarshal(b []byte, m any) error {
 //	           decoder and encoder inside Connect's codec interface)
 //	protojson  Connect's handler with protojson as its codec
 //
-// Measured on 2 shared cores (Go 1.26, `go test -run '^$' -bench
-// JSONServing -benchmem -count 3 ./internal/api/`), best of 3: fastpath
-// 3.8 µs, 1.0 KB, 19 allocs; connect 10.1 µs, 2.6 KB, 39 allocs;
-// protojson 23.8 µs, 5.4 KB, 101 allocs.
+// docs/performance.md gives its figures.
 func BenchmarkJSONServing(b *testing.B) {
 	newServer := func() *Server {
 		s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Registerer: prometheus.NewRegistry(), Now: time.Now})
@@ -65,7 +62,7 @@ func BenchmarkJSONServing(b *testing.B) {
 		return s
 	}
 	s := newServer()
-	_, connectHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, append([]connect.HandlerOption{connect.WithReadMaxBytes(s.cfg.MaxRequestBytes)}, jsonCodecs()...)...)
+	_, connectHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, append([]connect.HandlerOption{connect.WithReadMaxBytes(s.cfg.MaxRequestBytes)}, codecs(nil)...)...)
 	_, protojsonHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, connect.WithReadMaxBytes(s.cfg.MaxRequestBytes), connect.WithCodec(protojsonCodec{}))
 	for _, v := range []struct {
 		name string

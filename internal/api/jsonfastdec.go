@@ -21,21 +21,29 @@ import (
 // when m is not a message the fast path covers or b is not in the plain
 // shape (m is then untouched).
 func decodeFast(b []byte, m any) bool {
+	ok, _ := decodeFastMax(b, m, -1)
+	return ok
+}
+
+// decodeFastMax is decodeFast counting a CheckBatch's checks as it
+// decodes them: over is true, and m untouched, at the first check past
+// maxChecks (none when maxChecks is negative).
+func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 	switch m := m.(type) {
 	case *ratelimitv1.CheckRequest:
 		var f checkFields
 		if !parseWhole(b, f.parse) {
-			return false
+			return false, false
 		}
 		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
-		return true
+		return true, false
 	case *ratelimitv1.PeekRequest:
 		var f checkFields
 		if !parseWhole(b, f.parse) {
-			return false
+			return false, false
 		}
 		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
-		return true
+		return true, false
 	case *ratelimitv1.CheckBatchRequest:
 		var checks []*ratelimitv1.CheckRequest
 		seen := false
@@ -48,6 +56,10 @@ func decodeFast(b []byte, m any) bool {
 				return true
 			}
 			for {
+				if len(checks) == maxChecks {
+					over = true
+					return false
+				}
 				var f checkFields
 				if !p.object(f.parse) {
 					return false
@@ -62,12 +74,12 @@ func decodeFast(b []byte, m any) bool {
 			}
 		})
 		if !ok {
-			return false
+			return false, over
 		}
 		m.Checks = checks
-		return true
+		return true, false
 	}
-	return false
+	return false, false
 }
 
 // checkFields are the fields of a CheckRequest or PeekRequest.
@@ -81,6 +93,7 @@ type checkFields struct {
 	algo            ratelimitv1.Algorithm
 	scope           ratelimitv1.Scope
 	strict          bool
+	burst           uint64
 	seenLimitFields uint8
 }
 
@@ -88,7 +101,7 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict, Burst: f.burst}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -148,6 +161,9 @@ func (f *checkFields) parseLimit(p *parser) bool {
 	case "strict":
 		bit = 16
 		f.strict, ok = p.boolean()
+	case "burst":
+		bit = 32
+		f.burst, ok = p.uint()
 	}
 	return ok && once(&f.seenLimitFields, bit)
 }

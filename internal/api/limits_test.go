@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +45,7 @@ func TestConfiguredLimits(t *testing.T) {
 		{"key", &ratelimitv1.CheckRequest{Key: "123456789", Limit: inline(10, time.Minute)}, "key: 9 bytes, more than the maximum of 8"},
 		{"hits", &ratelimitv1.CheckRequest{Key: "a", Hits: 6, Limit: inline(10, time.Minute)}, "hits: 6 is more than the maximum of 5"},
 		{"window", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 2*time.Hour)}, "limit.window: 2h0m0s is more than the maximum of 1h0m0s"},
-		{"sliding log limit", &ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(101)}, "limit.limit: 101 is more than the maximum of 100 for sliding_log"},
+		{"sliding log limit", &ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(101)}, "limit.limit: 101 is more than the maximum of 100 for sliding_log (its memory grows with the limit)"},
 	}
 	for i, pr := range protocols {
 		c := s.client(t, pr.h2c, pr.opts...)
@@ -55,13 +58,11 @@ func TestConfiguredLimits(t *testing.T) {
 		t.Run(pr.name+"/batch", func(t *testing.T) {
 			three := []*ratelimitv1.CheckRequest{{Key: "a", Limit: inline(10, time.Minute)}, {Key: "b", Limit: inline(10, time.Minute)}, {Key: "c", Limit: inline(10, time.Minute)}}
 			_, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: three}))
-			checkInvalid(t, "CheckBatch", err, "checks: 3 checks, more than the maximum of 2")
+			checkInvalid(t, "CheckBatch", err, "checks: more than the maximum of 2 checks")
 		})
 		t.Run(pr.name+"/body", func(t *testing.T) {
 			_, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: strings.Repeat("k", 400), Limit: inline(10, time.Minute)}))
-			if got, want := connect.CodeOf(err), connect.CodeResourceExhausted; got != want {
-				t.Errorf("oversized Check: code %v (%v), want %v", got, err, want)
-			}
+			checkTooLarge(t, err, 300)
 		})
 		t.Run(pr.name+"/undisturbed", func(t *testing.T) {
 			resp, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: fmt.Sprint("u", i), Limit: inline(10, time.Minute)}))
@@ -73,13 +74,35 @@ func TestConfiguredLimits(t *testing.T) {
 	// The defaults keep the old bounds.
 	d := newServer(t, api.Config{})
 	c := d.client(t, false, connect.WithProtoJSON())
-	if _, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(1<<53, 7*24*time.Hour)})); err != nil {
-		t.Errorf("Check(limit 2^53, window 168h) with default bounds: %v", err)
+	resp, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(1<<53, 7*24*time.Hour)}))
+	if err != nil || !resp.Msg.Allowed || resp.Msg.Remaining != 1<<53-1 {
+		t.Errorf("Check(limit 2^53, window 168h) with default bounds = %v, %v; want allowed, remaining 2^53-1", resp, err)
 	}
-	_, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(api.DefaultMaxLogLimit + 1)}))
-	checkInvalid(t, "Check", err, fmt.Sprintf("limit.limit: %d is more than the maximum of %d for sliding_log", api.DefaultMaxLogLimit+1, api.DefaultMaxLogLimit))
-	if _, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxWindow: 8 * 24 * time.Hour}); err == nil {
-		t.Errorf("NewHandler(MaxWindow 192h) error = nil, want an error")
+	_, err = c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(api.DefaultMaxLogLimit + 1)}))
+	checkInvalid(t, "Check", err, fmt.Sprintf("limit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", api.DefaultMaxLogLimit+1, api.DefaultMaxLogLimit))
+	_, err = api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxWindow: 8 * 24 * time.Hour})
+	if got, want := fmt.Sprint(err), "api: Config.MaxWindow 192h0m0s must be from 1s to 168h0m0s"; got != want {
+		t.Errorf("NewHandler(MaxWindow 192h) error = %q, want %q", got, want)
+	}
+}
+
+// tooLargeRE is connect's refusal of a message over the read limit.
+var tooLargeRE = regexp.MustCompile(`^message size (\d+) is larger than configured max (\d+)$`)
+
+// checkTooLarge fails t unless err is resource_exhausted for a message
+// larger than limit bytes.
+func checkTooLarge(t *testing.T, err error, limit int) {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		t.Fatalf("oversized Check: %v, want resource_exhausted", err)
+	}
+	m := tooLargeRE.FindStringSubmatch(ce.Message())
+	if m == nil {
+		t.Fatalf("oversized Check: message %q, want it to match %q", ce.Message(), tooLargeRE)
+	}
+	if size, _ := strconv.Atoi(m[1]); size <= limit || m[2] != strconv.Itoa(limit) {
+		t.Errorf("oversized Check: message %q, want a size over %d and a max of %d", ce.Message(), limit, limit)
 	}
 }
 

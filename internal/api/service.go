@@ -56,7 +56,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 	defer s.dec.Observe("CheckBatch", time.Now())
 	in := r.Msg.GetChecks()
 	if len(in) > s.cfg.MaxBatch {
-		return nil, decision.Invalid("checks: %d checks, more than the maximum of %d", len(in), s.cfg.MaxBatch)
+		return nil, tooManyChecks(s.cfg.MaxBatch)
 	}
 	now := s.cfg.Now()
 	out := make([]*ratelimitv1.CheckResult, len(in))
@@ -142,7 +142,7 @@ func marks(t window.Trail) []*ratelimitv1.Mark {
 	}
 	out := make([]*ratelimitv1.Mark, len(t))
 	for i, m := range t {
-		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: m.N}
+		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: t.N(i)}
 	}
 	return out
 }

@@ -6,16 +6,12 @@
 //
 // Go's default (GOGC=100) starts a collection when the heap has grown by
 // the live heap since the last one. A rate-limiter node keeps little live
-// data (about 7 MiB deciding 10k keys over Redis) and allocates fast (each
-// request allocates a few kilobytes, most in grpc-go, net/http and the
-// Redis client), so it collected about 48 times a second at 30k Envoy RLS
-// requests a second, 12% of its CPU. With a headroom of 64 MiB the node
-// spent 25% less CPU per Envoy RLS decision (22.3 -> 16.7 µs) and 6% less
-// per Connect JSON decision (24.5 -> 23.1 µs), and its resident memory
-// under that load went from 40 to 106 MB (loadtest/bench, uniform10k over
-// Redis, medians of three interleaved runs each). A live heap larger than
-// the headroom is paced as by GOGC, so the headroom bounds the memory this
-// costs; GOMEMLIMIT still caps the heap.
+// data and allocates fast (each request allocates a few kilobytes, most in
+// grpc-go, net/http and the Redis client), so under load it collects many
+// times a second. A live heap larger than the headroom is paced as by
+// GOGC, so the headroom bounds the memory this costs; GOMEMLIMIT still
+// caps the heap. docs/performance.md ("Garbage collection") has the
+// figures.
 package gctune
 
 import (

@@ -287,7 +287,22 @@ func (a *Accuracy) labelLocked(key string) string {
 	return l
 }
 
-// RuleLabel returns the rule a counter key was made under, as the API's
+// isGeneration reports whether tag is a reset generation's, "g" and the
+// reset instant in decimal ms.
+func isGeneration(tag string) bool {
+	if len(tag) < 2 || tag[0] != 'g' {
+		return false
+	}
+	for _, c := range tag[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// RuleLabel returns the rule a counter key was made under (a reset
+// generation's key, "g<ms>:<key>", as its key's), as the API's
 // namespaces spell keys: "r:<rule>:<key>" and "f:<rule>:<key>" give the
 // rule, "i:<key>" gives "inline", "e:<domain>/<entries>" gives the domain
 // (unescaped), anything else "unknown".
@@ -295,6 +310,9 @@ func RuleLabel(key string) string {
 	tag, rest, ok := strings.Cut(key, ":")
 	if !ok {
 		return AccuracyUnknown
+	}
+	if isGeneration(tag) {
+		return RuleLabel(rest) // "g<reset ms>:" + the key, after a reset
 	}
 	switch tag {
 	case "i":

@@ -3,12 +3,15 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rlcluster/rlcluster/internal/logtest"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/storetest"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -67,9 +70,23 @@ func (p *attackPool) vector(t *testing.T, key string, w time.Duration, b int64) 
 // (memberlist's SendReliable), as a member that joined can.
 func (p *attackPool) sendAsRogue(t *testing.T, frame []byte) {
 	t.Helper()
-	if err := p.rogue.ml.SendReliable(p.victim.ml.LocalNode(), frame); err != nil {
+	if err := p.rogue.sendStream(memberOf(t, p.rogue, p.victim.cfg.Name), frame); err != nil {
 		t.Fatalf("SendReliable: %v", err)
 	}
+}
+
+// memberOf returns a copy of n's record of the member named name, to send
+// it frames as n does (stamped for it: see replay.go).
+func memberOf(t testing.TB, n *Node, name string) *member {
+	t.Helper()
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	m := n.members[name]
+	if m == nil {
+		t.Fatalf("%s does not know %s", n.cfg.Name, name)
+	}
+	cp := *m
+	return &cp
 }
 
 // settle sends a harmless frame from the honest member after the attack and
@@ -83,7 +100,7 @@ func (p *attackPool) settle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.honest.ml.SendReliable(p.victim.ml.LocalNode(), fs[0]); err != nil {
+	if err := p.honest.sendStream(memberOf(t, p.honest, p.victim.cfg.Name), fs[0]); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the honest frame merged", func() bool { return counterValue(p.victim.met.merges) > before })
@@ -181,7 +198,7 @@ func TestAttackManyRegions(t *testing.T) {
 	for start := 0; start < names; start += MaxRegions - 1 {
 		var ts []region.Total
 		for i := start; i < min(start+MaxRegions-1, names); i++ {
-			ts = append(ts, region.Total{Key: "alice", Window: time.Minute, Bucket: b, Region: fmt.Sprintf("evil~%d", i), Count: 1})
+			ts = append(ts, region.Total{Key: "alice", Window: time.Minute, Bucket: b, Region: fmt.Sprintf("evil~%06x", i), Count: 1})
 		}
 		fs, err := Encode(KindFlush, now, p.rogue.self(), ts, maxReliableFrame)
 		if err != nil {
@@ -201,6 +218,36 @@ func TestAttackManyRegions(t *testing.T) {
 	}
 }
 
+// TestAttackReplicaOfAnotherRegion: a member of region eu-west reports
+// counts under a name that only looks like a replica of eu ("eu~" and 61
+// more bytes: a prefix of eu-west, cut to 64 bytes, as replica names of
+// long regions once were). It is dropped whole: a replica name is exactly
+// <region>~<6 hex digits> of the sender's own region.
+func TestAttackReplicaOfAnotherRegion(t *testing.T) {
+	p := newAttackPool(t)
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.Transport, cfg.Join = "eu-west-0", "eu-west", listenLoopback(t, nil, ""), []string{p.victim.Addr()}
+	west := startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: "eu-west"}))
+	waitFor(t, 10*time.Second, "the victim sees eu-west-0 alive", func() bool { return aliveMembers(p.victim) == 4 })
+	b := p.admit(t, "alice", window.Limit{Limit: 10, Window: time.Minute}, 1)
+	for _, name := range []string{"eu~" + strings.Repeat("0", MaxRegionLen-3), "eu~0f1e2d", "eu-west~0F1E2D"} {
+		fs, err := Encode(KindFlush, time.Now(), west.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: name, Count: 1000}}, 1360)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := west.sendStream(memberOf(t, west, p.victim.cfg.Name), fs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.settle(t)
+	if got, want := p.victim.met.dropCount("foreign_region"), 3.0; got != want {
+		t.Errorf("dropped(foreign_region) = %v, want %v", got, want)
+	}
+	if got, want := p.vector(t, "alice", time.Minute, b), map[string]uint64{"us": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("alice's bucket = %v, want %v", got, want)
+	}
+}
+
 // TestAttackBadNamesAndCounts: a region name that is not valid UTF-8 (it
 // once broke every Check on the key and /metrics) and counts that wrap
 // their sum are refused; /metrics still gathers.
@@ -217,7 +264,7 @@ func TestAttackBadNamesAndCounts(t *testing.T) {
 	// Two replicas at 2^63 each would wrap a uint64 sum to 0. Encode
 	// leaves such counts out, so the frame is patched by hand: MaxCount's
 	// last uvarint byte 0x10 (2^53) becomes 0x7f.
-	wrap, _ := Encode(KindFlush, now, p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil~1", Count: MaxCount}}, 1360)
+	wrap, _ := Encode(KindFlush, now, p.rogue.self(), []region.Total{{Key: "alice", Window: time.Minute, Bucket: b, Region: "evil~000001", Count: MaxCount}}, 1360)
 	w := wrap[0]
 	w[len(w)-1] = 0x7f
 	p.sendAsRogue(t, w)
@@ -290,4 +337,64 @@ func TestNoKeyOffLoopback(t *testing.T) {
 		t.Fatalf("New(Insecure) error = %v", err)
 	}
 	_ = n.Close(context.Background())
+}
+
+// TestAttackLogFlood: 20,000 garbage UDP packets, sent without the key to
+// a node that has one, once wrote 7,713 ERROR lines (1.1 MB) in 0.2 s.
+// Each makes memberlist log "Decrypt packet failed"; the first
+// logBurst go to the log and the rest are counted in
+// rlcluster_gossip_log_lines_suppressed_total.
+func TestAttackLogFlood(t *testing.T) {
+	var logs logtest.Buffer
+	cfg := testConfig()
+	cfg.Name, cfg.Region, cfg.Transport, cfg.SecretKey = "us-0", "us", listenLoopback(t, nil, ""), make([]byte, 32)
+	cfg.Logger = logtest.Logger(&logs, slog.LevelInfo)
+	n := startTestNode(t, cfg, region.NewMemory(region.MemoryConfig{Region: "us"}))
+	conn, err := net.Dial("udp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const packets, round = 20000, 1000
+	rng := rand.New(rand.NewPCG(1, 2))
+	garbage := make([]byte, 100)
+	decrypt, label := "Decrypt packet failed", "discarding packet with unacceptable label"
+	seen := func(msg string) float64 {
+		return float64(strings.Count(logs.String(), msg)) + counterValue(n.met.logSuppressed.WithLabelValues("error: "+msg))
+	}
+	// Rounds of garbage, each followed by a packet with a label the node
+	// does not use (memberlist logs it under another kind): packets are
+	// read in order, so once the marker is seen the round has been read.
+	for r := range packets / round {
+		for range round {
+			for i := range garbage {
+				garbage[i] = byte(rng.Uint32())
+			}
+			garbage[0] = 1 // not memberlist's label header
+			if _, err := conn.Write(garbage); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Write([]byte{244, 3, 'e', 'n', 'd'}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the round read", func() bool { return seen(label) >= float64(r+1) })
+	}
+	arrived := seen(decrypt)
+	lines := strings.Count(logs.String(), decrypt)
+	suppressed := counterValue(n.met.logSuppressed.WithLabelValues("error: " + decrypt))
+	t.Logf("%d garbage packets sent, %v read: %d lines logged (%d bytes of log in all), %v counted as suppressed",
+		packets, arrived, lines, len(logs.String()), suppressed)
+	if arrived < round {
+		t.Fatalf("only %v garbage packets read, want at least %d for a flood", arrived, round)
+	}
+	if lines != logBurst {
+		t.Errorf("%d lines of %q logged, want %d", lines, decrypt, logBurst)
+	}
+	if got, want := suppressed, arrived-logBurst; got != want {
+		t.Errorf("suppressed = %v, want %v (every line read but the first %d)", got, want, logBurst)
+	}
+	if len(logs.String()) > 4<<10 {
+		t.Errorf("%d bytes of log, want at most 4 KiB:\n%s", len(logs.String()), logtest.Lines(logs.String(), "Decrypt"))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -318,6 +319,49 @@ func BenchmarkReplicationCost(b *testing.B) {
 			bytesGoal, verdict, rf.perKeySecond())
 		if rf.perKeySecond() > bytesGoal {
 			b.Errorf("far from limit: %.0f payload bytes per active key per second, want <= %d", rf.perKeySecond(), bytesGoal)
+		}
+	}
+}
+
+// BenchmarkReplicationCostByLimit measures replication bytes per active key
+// per second at limits of 10, 1000 and 100000 per minute (or the limits in
+// RLCLUSTER_COST_LIMITS, comma-separated), with 20 keys each offered 0.9x
+// its limit's rate spread over three regions of one node. Trails carry
+// where the hits fell, so a key's bytes grow with the marks a flush sends:
+// a mark per granule with hits, at most window.Granules. It measures once,
+// whatever b.N, for RLCLUSTER_COST_SECONDS (default 10).
+//
+//	go test ./internal/gossip -run '^$' -bench ReplicationCostByLimit -benchtime 1x
+func BenchmarkReplicationCostByLimit(b *testing.B) {
+	run := 10 * time.Second
+	if s := os.Getenv("RLCLUSTER_COST_SECONDS"); s != "" {
+		d, err := time.ParseDuration(s + "s")
+		if err != nil {
+			b.Fatalf("RLCLUSTER_COST_SECONDS=%q: %v", s, err)
+		}
+		run = d
+	}
+	limits := []uint64{10, 1000, 100000}
+	if s := os.Getenv("RLCLUSTER_COST_LIMITS"); s != "" {
+		limits = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.ParseUint(f, 10, 64)
+			if err != nil || n < 1 {
+				b.Fatalf("RLCLUSTER_COST_LIMITS=%q: %v", s, err)
+			}
+			limits = append(limits, n)
+		}
+	}
+	for b.Loop() {
+		for _, lim := range limits {
+			c := costRun{keys: 20, lim: window.Limit{Limit: lim, Window: time.Minute}, run: run, oneWay: 30 * time.Millisecond}
+			c.perKey = 0.9 * float64(lim) / 60
+			r := measureCost(b, c)
+			b.ReportMetric(r.perKeySecond(), fmt.Sprintf("B/key/s@%d", lim))
+			b.Logf("limit %d per minute, offered 0.9x: %v", lim, r)
+			if r.admitted == 0 {
+				b.Errorf("limit %d: nothing admitted", lim)
+			}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // Config configures a Node. Zero fields mean the documented default.
@@ -18,16 +19,25 @@ type Config struct {
 	// Name is the node's unique name in the pool, at most 255 bytes of
 	// UTF-8. Required. Every frame the node sends carries it.
 	Name string
-	// Region is the node's region. Required, 1 to MaxRegionLen bytes of
-	// UTF-8. Other nodes accept counts from this node only for this region
-	// (and its replicas, Region~id), the one it announced when it joined.
+	// Region is the node's region. Required, 1 to region.MaxReplicaOf (57)
+	// bytes of UTF-8, so that its replicas' names (Region~id) hold it
+	// whole. Other nodes accept counts from this node only for this region
+	// and its replicas (exactly Region~id, see region.IsReplica), the one
+	// it announced when it joined.
 	Region string
 	// BindAddr is the host:port to listen on for gossip, UDP and TCP.
-	// Default "0.0.0.0:7946". Ignored when Transport is set.
+	// The host is an IP, a name or empty: a name is resolved (with
+	// Resolver) and every address it names is bound, and no other (see
+	// bind.go); empty, 0.0.0.0 or :: is every interface. Default
+	// "0.0.0.0:7946". Ignored when Transport is set.
 	BindAddr string
-	// AdvertiseAddr is the host:port other nodes reach this node at.
-	// Default: the bound address (a private IP when bound to 0.0.0.0).
+	// AdvertiseAddr is the host:port other nodes reach this node at; a
+	// name is resolved to its first address. Default: the first bound
+	// address (a private IP when bound to every interface).
 	AdvertiseAddr string
+	// Resolver looks up host names in BindAddr and AdvertiseAddr, at most
+	// 10 s in New. Default net.DefaultResolver.
+	Resolver *net.Resolver
 	// APIAddr is this node's API address, carried in its metadata with
 	// Region so that a status page can list every node. Optional.
 	APIAddr string
@@ -39,7 +49,8 @@ type Config struct {
 	// encryption; peers without the key are refused.
 	SecretKey []byte
 	// Insecure allows gossip without SecretKey or SecretKeys on an address
-	// other than loopback. Without a key anyone who can reach the port can
+	// other than loopback (every address BindAddr's host resolves to, and
+	// AdvertiseAddr's, must be loopback otherwise). Without a key anyone who can reach the port can
 	// join the pool, read every replicated key and report counts for a
 	// region of their own: use it only in a lab. Without it, New refuses
 	// to start keyless on such an address (ErrNoKey).
@@ -244,7 +255,7 @@ func (c Config) validate() error {
 		return bad("name is required")
 	}
 	if !validRegion(c.Region) {
-		return bad("region must be 1 to %d bytes of UTF-8, got %q", MaxRegionLen, c.Region)
+		return bad("region must be 1 to %d bytes of UTF-8 (so that its replicas' names, region~id, hold it whole), got %q", region.MaxReplicaOf, c.Region)
 	}
 	if !utf8.ValidString(c.Name) || len(c.Name) > maxNodeName {
 		return bad("name must be at most %d bytes of UTF-8, got %q", maxNodeName, c.Name)
@@ -269,13 +280,12 @@ func (c Config) validate() error {
 			return bad("secret key %d: %v", i+1, err)
 		}
 	}
-	if len(c.keys()) == 0 && !c.Insecure {
-		for _, a := range []string{c.AdvertiseAddr, c.BindAddr} {
-			if a == "" || (a == c.BindAddr && c.Transport != nil) {
-				continue
-			}
-			if h, _, _ := splitHostPort(a); !loopback(h) {
-				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, a)
+	if len(c.keys()) == 0 && !c.Insecure && c.Transport == nil {
+		// A name is checked once resolved, in New (bind.go); an IP or an
+		// empty host can be refused here.
+		if h, _, _ := splitHostPort(c.BindAddr); net.ParseIP(h) != nil || h == "" {
+			if ips, any, _ := bindHosts(context.Background(), nil, h); notLoopback(ips, any) != "" {
+				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, c.BindAddr)
 			}
 		}
 	}
@@ -294,16 +304,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-// loopback reports whether host names only this machine: "localhost" or a
-// loopback IP. An empty or unspecified host (every interface) is not.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func splitHostPort(s string) (string, int, error) {
 	h, p, err := net.SplitHostPort(s)
 	if err != nil {
@@ -317,21 +317,17 @@ func splitHostPort(s string) (string, int, error) {
 }
 
 // memberlistConfig builds memberlist's config from c (with defaults).
-// quiet, when it returns true, demotes memberlist's errors to debug (see
-// newStdLogger).
-func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) {
+// quiet, when it returns true, demotes memberlist's errors to debug, and
+// lim rate-limits its lines (see newStdLogger).
+func (c Config) memberlistConfig(quiet func() bool, lim *logLimiter) (*memberlist.Config, error) {
 	mc := memberlist.DefaultWANConfig()
 	mc.Name = c.Name
 	if c.Transport != nil {
 		mc.Transport = c.Transport
-	} else {
-		h, p, _ := splitHostPort(c.BindAddr)
-		mc.BindAddr, mc.BindPort = h, p
-		mc.AdvertisePort = p
 	}
 	if c.AdvertiseAddr != "" {
-		h, p, _ := splitHostPort(c.AdvertiseAddr)
-		mc.AdvertiseAddr, mc.AdvertisePort = h, p
+		_, p, _ := splitHostPort(c.AdvertiseAddr)
+		mc.AdvertisePort = p // the host, resolved, is set by New
 	}
 	if keys := c.keys(); len(keys) > 0 {
 		kr, err := memberlist.NewKeyring(keys[1:], keys[0])
@@ -349,6 +345,6 @@ func (c Config) memberlistConfig(quiet func() bool) (*memberlist.Config, error) 
 	mc.PushPullInterval = c.PushPullInterval
 	mc.TCPTimeout = c.TCPTimeout
 	mc.GossipToTheDeadTime = c.GossipToTheDeadTime
-	mc.Logger = newStdLogger(c.Logger, quiet)
+	mc.Logger = newStdLogger(c.Logger, quiet, lim)
 	return mc, nil
 }

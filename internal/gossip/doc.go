@@ -66,20 +66,28 @@
 // # Who may speak
 //
 // Only members: every frame names its sender and carries the random token
-// the sender announced in its metadata when it joined (wire.go). memberlist
-// does not tell NotifyMsg who sent a message, so a frame is dropped unless
-// its sender is a member this node knows (alive, or failed and not yet
-// forgotten; not one that left), other than itself, whose token and
-// region (the one it joined with) the frame carries. Then every field is
-// checked: each total names the sender's region or one of its replicas
+// the sender announced in its metadata when it joined (its incarnation,
+// wire.go). memberlist does not tell NotifyMsg who sent a message, so a
+// frame is dropped unless its sender is a member this node knows (alive,
+// or failed and not yet forgotten; not one that left), other than itself,
+// whose token and region (the one it joined with) the frame carries.
+// memberlist's encryption does not stop a captured packet from being sent
+// again, so a frame also names the receiver's incarnation and carries a
+// sequence number: one sent elsewhere, seen before or older than the
+// receiver's window is dropped, and so is one from a member memberlist
+// holds failed unless it is newer than every frame heard from it and sent
+// after it failed (replay.go). Then every field is
+// checked: each total names the sender's region or one of its replicas,
+// exactly <region>~<6 hex digits> (region.IsReplica: no prefix of the
+// region, no name cut to fit; so a region name is at most 57 bytes)
 // (at most MaxReplicas replica names per region with live buckets, so a
 // bucket holds a bounded number of regions); names are valid UTF-8 within
 // region.MaxRegionName; a bucket starts no later than now plus one window
 // (older than its expiry it is skipped); a count is at most MaxCount
 // (2^53). A frame that fails is dropped whole and counted in
-// rlcluster_gossip_dropped_total by reason (not_member, foreign_region,
-// old_bucket, future_bucket, foreign_kind, replicas_full, repair_busy,
-// malformed). The member,
+// rlcluster_gossip_dropped_total by reason (not_member, misdirected,
+// replay, stale, not_alive, foreign_region, old_bucket, future_bucket,
+// foreign_kind, replicas_full, repair_busy, malformed). The member,
 // clock-offset and freshness maps forget a member that left after
 // GossipToTheDeadTime, one that failed after an hour.
 //
@@ -112,8 +120,9 @@
 //
 // # Files
 //
-//	node.go        Node: New, Listen, Close, broadcasting to a region
+//	node.go        Node: New, Close, broadcasting to a region
 //	config.go      Config and its defaults
+//	bind.go        Listen; resolving and binding the addresses a host names
 //	membership.go  the join and reconnect loops, members, readiness, clocks
 //	delegate.go    memberlist's callbacks: metadata, messages, events
 //	flush.go       Dirty, and sending the due totals every FlushInterval
@@ -123,6 +132,7 @@
 //	reconcile.go   exchanging a closed bucket's full vector
 //	route.go       which node of a region owns a key (rendezvous hashing)
 //	wire.go        the wire format
+//	replay.go      incarnations and sequence numbers: frames cannot be replayed
 //	keyring.go     encryption keys and their rotation
 //	metrics.go     the Node's Prometheus metrics
 //	accuracy.go    Accuracy: admitted/limit of closed buckets, watched keys' windows

@@ -159,7 +159,7 @@ func (n *Node) sendAsyncFor(kind Kind, c cost, dest *member, totals []region.Tot
 	}
 	if udp {
 		for _, f := range frames {
-			if err := n.ml.SendBestEffort(&dest.node, f); err != nil {
+			if err := n.sendPacket(dest, f); err != nil {
 				n.met.drop("send_error")
 				continue
 			}
@@ -196,7 +196,7 @@ func (n *Node) sendReliableFor(kind Kind, c cost, dest *member, totals []region.
 		return err
 	}
 	for _, f := range frames {
-		if err := n.ml.SendReliable(&dest.node, f); err != nil {
+		if err := n.sendStream(dest, f); err != nil {
 			n.met.drop("send_error")
 			return fmt.Errorf("send %s to %s: %w", kind, dest.node.Name, err)
 		}

@@ -25,13 +25,14 @@ const (
 // the last round trip measured to one of its members.
 type freshness struct {
 	heard map[string]time.Time     // region -> receipt of its last valid frame
+	back  map[string]time.Time     // region -> when it was heard again after a silence (or first)
 	rtt   map[string]time.Duration // region -> last ping round trip
 	node  map[string]time.Time     // member -> receipt of its last valid frame
 }
 
 func (f *freshness) init() {
 	if f.heard == nil {
-		f.heard, f.rtt, f.node = map[string]time.Time{}, map[string]time.Duration{}, map[string]time.Time{}
+		f.heard, f.back, f.rtt, f.node = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Duration{}, map[string]time.Time{}
 	}
 }
 
@@ -44,6 +45,9 @@ func (n *Node) heardFrom(s *member, now time.Time) (prev time.Time) {
 	prev = n.fresh.node[s.node.Name]
 	n.fresh.node[s.node.Name] = now
 	if s.region != n.cfg.Region {
+		if h, ok := n.fresh.heard[s.region]; !ok || now.Sub(h) > n.cfg.Suspicion {
+			n.fresh.back[s.region] = now
+		}
 		n.fresh.heard[s.region] = now
 	}
 	return prev
@@ -88,7 +92,7 @@ func (n *Node) heartbeat(old bool) {
 	}
 	to = append(to, n.failedMembers(time.Now(), old)...)
 	for _, m := range to {
-		if err := n.ml.SendBestEffort(&m.node, frame); err != nil {
+		if err := n.sendPacket(m, frame); err != nil {
 			n.met.drop("send_error")
 			continue
 		}
@@ -100,7 +104,12 @@ func (n *Node) heartbeat(old bool) {
 // regions heard from within Suspicion (this one included) as alive, the
 // other member regions as silent, the alive nodes of this region, and the
 // horizon: FlushInterval plus the largest one-way delay (half the last
-// ping round trip) to an alive region. Regions are sorted.
+// ping round trip) to an alive region. Regions are sorted. A region heard
+// again after a silence stays silent for two horizons (to it), until the
+// totals it resends on hearing this node (KindRejoin) can have arrived:
+// its first frames carry only what changed since, and a node that took it
+// for alive at once would stop charging it while its estimate still lacks
+// what it admitted during the split.
 func (n *Node) GuardView(now time.Time) guard.View {
 	v := guard.View{Region: n.cfg.Region, Alive: []string{n.cfg.Region}, Nodes: 1}
 	regions := map[string]bool{}
@@ -125,7 +134,8 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		if ok {
 			v.Ages[r] = max(now.Sub(h), 0)
 		}
-		if ok && now.Sub(h) <= n.cfg.Suspicion {
+		back := n.fresh.back[r]
+		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= 2*(n.cfg.FlushInterval+n.fresh.rtt[r]/2) {
 			v.Alive = append(v.Alive, r)
 			oneWay = max(oneWay, n.fresh.rtt[r]/2)
 		} else {

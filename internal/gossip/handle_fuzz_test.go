@@ -23,7 +23,7 @@ func FuzzHandle(f *testing.F) {
 	good, _ := Encode(KindFlush, t0, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: sec, Region: "a", Count: 3}}, 1360)
 	rec, _ := Encode(KindReconcile, t0, testSender("a"), []region.Total{
 		{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1},
-		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~f00d", Count: 1 << 40},
+		{Key: "k2", Window: time.Minute, Bucket: minute - 1, Region: "a~00f00d", Count: 1 << 40},
 	}, 1360)
 	touch, _ := Encode(KindTouch, t0, testSender("b"), []region.Total{{Key: "t", Window: time.Second, Bucket: sec, Region: "b", Count: 1}}, 1360)
 	repair, _ := EncodeEmpty(KindRepair, t0, testSender("a"))
@@ -36,8 +36,8 @@ func FuzzHandle(f *testing.F) {
 	canary := region.Total{Key: "canary", Window: time.Minute, Bucket: minute, Region: "a", Count: 1000}
 	// The seeds must reach the store, or the canary check is vacuous.
 	n0 := receiver(f, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
-	n0.handle(good[0])
-	n0.handle(rec[0])
+	deliver(n0, good[0])
+	deliver(n0, rec[0])
 	if got := counterValue(n0.met.merges); got != 3 {
 		f.Fatalf("the seed frames merged %v totals, want 3", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMemberlistLogLines: memberlist's lines come out as slog records at
@@ -27,7 +28,7 @@ func TestMemberlistLogLines(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), func() bool { return c.quiet })
+			l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), func() bool { return c.quiet }, nil)
 			l.Print(c.line)
 			got := buf.String()
 			if strings.Count(got, "\n") != 1 || strings.Contains(got, `\n`) || strings.Contains(got, `\t`) {
@@ -40,5 +41,42 @@ func TestMemberlistLogLines(t *testing.T) {
 	}
 	if got, want := errLine(errors.New("1 error occurred:\n\t* Failed to join 127.0.0.1:9: refused\n\n")), "Failed to join 127.0.0.1:9: refused"; got != want {
 		t.Errorf("errLine() = %q, want %q", got, want)
+	}
+}
+
+// TestLogLimiter: per kind (level and leading words), the first logBurst
+// lines of a period are logged, the rest counted; the first line of the
+// next period says how many were suppressed. Addresses and details do not
+// make new kinds, and at most maxLogKinds kinds are told apart.
+func TestLogLimiter(t *testing.T) {
+	now := t0
+	var buf bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&buf, nil))
+	met := newMetrics()
+	lim := newLogLimiter(func() time.Time { return now }, met.logSuppressed)
+	w := newStdLogger(lg, nil, lim)
+	for i := range 100 {
+		w.Printf("[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from=10.0.%d.%d:7946", i/250, i%250)
+	}
+	w.Printf("[WARN] memberlist: Got ping for unexpected node 'x%d' from=1.2.3.4:5", 1)
+	if got, want := strings.Count(buf.String(), "\n"), logBurst+1; got != want {
+		t.Errorf("%d lines logged, want %d:\n%s", got, want, buf.String())
+	}
+	kind := "error: Decrypt packet failed"
+	if got, want := counterValue(met.logSuppressed.WithLabelValues(kind)), 100.0-logBurst; got != want {
+		t.Errorf("suppressed{%s} = %v, want %v", kind, got, want)
+	}
+	now = now.Add(logPeriod)
+	buf.Reset()
+	w.Printf("[ERR] memberlist: Decrypt packet failed: again")
+	if got := buf.String(); !strings.Contains(got, "suppressed=95") {
+		t.Errorf("the first line of the next period = %q, want suppressed=95", got)
+	}
+	// Made-up kinds share "other" beyond maxLogKinds.
+	for i := range 3 * maxLogKinds {
+		w.Printf("[WARN] memberlist: %s: x", strings.Repeat("k", i+1))
+	}
+	if got := len(lim.kinds); got > maxLogKinds {
+		t.Errorf("%d kinds kept, want at most %d", got, maxLogKinds)
 	}
 }

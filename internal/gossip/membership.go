@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strconv"
@@ -16,11 +17,15 @@ import (
 
 // member is a copy of one memberlist node as this node saw it last.
 type member struct {
-	node    memberlist.Node // copy, Meta included
-	region  string
-	api     string
-	state   string // alive, dead, left
-	since   time.Time
+	node   memberlist.Node // copy, Meta included
+	region string
+	api    string
+	state  string // alive, dead, left
+	since  time.Time
+	// deadAt is when this node saw the member fail, on Config.Now (zero
+	// unless state is dead): frames sent before it are not proof of
+	// life (see replay.go).
+	deadAt  time.Time
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
 	// ownStore: the member decides from a store of its own (see
@@ -293,7 +298,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 		m.since = old.since
 	}
 	if old != nil && old.region != meta.region && old.state == "alive" {
-		n.log.Warn("member announced another region, keeping the one it joined with",
+		n.logNet(slog.LevelWarn, "member announced another region, keeping the one it joined with",
 			"member", cp.Name, "member_region", old.region, "announced", meta.region)
 		meta.region = old.region
 	}
@@ -310,12 +315,18 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	if old != nil && (old.state == state || old.heardOnly) && state == "dead" {
 		m.retryAt, m.backoff = old.retryAt, old.backoff
 	}
+	if state == "dead" {
+		m.deadAt = n.cfg.Now()
+		if old != nil && old.state == "dead" && old.token == m.token {
+			m.deadAt = old.deadAt
+		}
+	}
 	if state != "alive" {
 		n.ageMu.Lock()
 		delete(n.offsets, cp.Name)
 		delete(n.skewed, cp.Name)
 		n.ageMu.Unlock()
-		n.log.Info("member "+state, "member", cp.Name, "member_region", meta.region)
+		n.logNet(slog.LevelInfo, "member "+state, "member", cp.Name, "member_region", meta.region)
 	}
 }
 
@@ -350,10 +361,13 @@ func (n *Node) pruneMembers(now time.Time) {
 		regions[m.region] = true
 	}
 	names := make(map[string]bool, len(n.members))
-	for name := range n.members {
+	tokens := make(map[string]uint64, len(n.members))
+	for name, m := range n.members {
 		names[name] = true
+		tokens[name] = m.token
 	}
 	n.memMu.Unlock()
+	n.pruneSequences(tokens)
 	n.ageMu.Lock()
 	for r := range n.newest {
 		if !regions[r] {

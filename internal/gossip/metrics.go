@@ -29,6 +29,9 @@ type metrics struct {
 	resends     prometheus.Counter
 	skew        prometheus.Counter
 	staleness   *prometheus.HistogramVec
+	// logSuppressed counts log lines that network input caused beyond
+	// their kind's share (see logLimiter), by kind.
+	logSuppressed *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -44,7 +47,7 @@ func newMetrics() *metrics {
 		bytesRecv: cv("bytes_received_total", "Replication frame bytes received (payload), by kind.", "kind"),
 		merges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "merges_total",
 			Help: "Remote totals max-merged into the local store."}),
-		dropped: cv("dropped_total", "Totals or frames dropped, by reason (malformed, version, kind, oversized, queue_full, dirty_full, touched_full, send_error, send_busy, store_error, retry_expired, ...).", "reason"),
+		dropped: cv("dropped_total", "Totals or frames dropped, by reason (malformed, version, kind, oversized, not_member, misdirected, replay, stale, not_alive, foreign_region, queue_full, dirty_full, touched_full, send_error, send_busy, store_error, retry_expired, ...).", "reason"),
 		lagDesc: prometheus.NewDesc("rlcluster_gossip_replication_lag_seconds",
 			"Age of the newest totals merged from each remote region (sender's clock); absent before the first.", []string{"region"}, nil),
 		membersDesc: prometheus.NewDesc("rlcluster_gossip_members",
@@ -70,6 +73,7 @@ func newMetrics() *metrics {
 		Buckets: []float64{.005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10, 30, 60}}, []string{"class"})
 	m.staleness.WithLabelValues(classNear)
 	m.staleness.WithLabelValues(classFar)
+	m.logSuppressed = cv("log_lines_suppressed_total", "Log lines that network input caused beyond the first 5 of their kind in a minute, not written, by kind (level and leading words; at most 64 kinds and \"other\").", "kind")
 	m.repairs.WithLabelValues("requested")
 	m.repairs.WithLabelValues("answered")
 	// Make the common label values appear at zero.
@@ -142,7 +146,7 @@ func (m *metrics) dropCount(r string) float64 {
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.met
 	return []prometheus.Collector{m.msgsSent, m.bytesSent, m.bytesWhy, m.msgsRecv, m.bytesRecv, m.merges, m.dropped,
-		m.repairs, m.repairTs, m.resends, m.skew, m.staleness, (*stateCollector)(m)}
+		m.repairs, m.repairTs, m.resends, m.skew, m.staleness, m.logSuppressed, (*stateCollector)(m)}
 }
 
 // stateCollector reports the gauges computed from the node's state at

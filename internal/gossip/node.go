@@ -62,9 +62,11 @@ type Node struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
-	ml    *memberlist.Memberlist
-	met   *metrics
-	keys  *memberlist.Keyring // nil without encryption
+	// logLim rate-limits the log lines network input causes (log.go).
+	logLim *logLimiter
+	ml     *memberlist.Memberlist
+	met    *metrics
+	keys   *memberlist.Keyring // nil without encryption
 
 	token      uint64      // random, announced in the metadata, carried by every frame
 	started    time.Time   // cfg.Now() at New, for Ready
@@ -102,6 +104,7 @@ type Node struct {
 	pending []*pending // reconciliation sends to retry
 
 	rep repairState // self-repair and rejoin bookkeeping (repair.go)
+	seq sequences   // sequence numbers sent and accepted (replay.go)
 
 	inbox    chan []byte
 	inboxB   atomic.Int64 // bytes of the frames in inbox
@@ -117,7 +120,8 @@ type Node struct {
 
 // New starts a node: it binds (or uses cfg.Transport), starts the flush,
 // reconciliation and merge loops and, when cfg.Join is set, a background
-// loop that joins the seeds. It never blocks on the network.
+// loop that joins the seeds. It blocks on the network only to resolve
+// host names in cfg.BindAddr and cfg.AdvertiseAddr (at most 10 s).
 func New(cfg Config, store Store) (*Node, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is required", ErrConfig)
@@ -149,20 +153,29 @@ func New(cfg Config, store Store) (*Node, error) {
 	}
 	n.met.node = n
 	n.initRepair()
-	mc, err := cfg.memberlistConfig(n.stopping.Load)
+	n.logLim = newLogLimiter(cfg.Now, n.met.logSuppressed)
+	mc, err := cfg.memberlistConfig(n.stopping.Load, n.logLim)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Transport != nil && mc.Keyring == nil && !cfg.Insecure && cfg.AdvertiseAddr == "" {
-		if ip, _, err := cfg.Transport.FinalAdvertiseAddr("", 0); err == nil && !ip.IsLoopback() {
-			return nil, fmt.Errorf("%w: %w: transport address %s is not loopback", ErrConfig, ErrNoKey, ip)
-		}
+	b, err := cfg.bind(context.Background(), mc.Keyring != nil, n.logLim)
+	if err != nil {
+		return nil, err
+	}
+	if b.transport != nil {
+		mc.Transport = b.transport
+	}
+	if b.advertise != "" {
+		mc.AdvertiseAddr = b.advertise
 	}
 	d := &delegate{n: n}
 	mc.Delegate, mc.Events, mc.Ping = d, d, d
 	n.keys = mc.Keyring
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if b.transport != nil {
+			_ = b.transport.Shutdown()
+		}
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
 	}
 	n.ml = ml
@@ -339,31 +352,4 @@ func (n *Node) kill() {
 		n.loops.Wait()
 		n.sends.Wait()
 	})
-}
-
-// Listen returns memberlist's UDP/TCP transport bound to addr (host:port;
-// port 0 picks a free one), for wrapping in a FaultTransport and passing as
-// Config.Transport.
-func Listen(addr string, logger *slog.Logger) (*memberlist.NetTransport, error) {
-	h, p, err := splitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("gossip: listen %q: %w", addr, err)
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	var lastErr error
-	for range 10 {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{h}, BindPort: p, Logger: newStdLogger(logger, nil),
-		})
-		if err == nil {
-			return nt, nil
-		}
-		lastErr = err
-		if p != 0 {
-			break
-		}
-	}
-	return nil, fmt.Errorf("gossip: listen %q: %w", addr, lastErr)
 }

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -12,9 +13,9 @@ import (
 // Healing without waiting for the failure detector.
 //
 // memberlist notices that a partition healed only when a probe, a gossip
-// message or a reconnect gets through and the news spreads: measured, 150
-// to 250 ms after the link heals at 60 ms one way, and longer with
-// production timings. Replication does not wait for it:
+// message or a reconnect gets through and the news spreads, several
+// gossip intervals after the link heals. Replication does not wait for
+// it:
 //
 //   - Probes. Every flush interval, a node sends each silent member
 //     of another region (one memberlist holds failed, for its first minute
@@ -192,7 +193,7 @@ func (n *Node) probe() {
 		}
 		for _, s := range sends {
 			for _, f := range s.frames {
-				if err := n.ml.SendBestEffort(&s.dest.node, f); err != nil {
+				if err := n.sendPacket(s.dest, f); err != nil {
 					n.met.drop("send_error")
 					continue
 				}
@@ -249,7 +250,7 @@ func (n *Node) revive(s *member) {
 	if !ok {
 		return
 	}
-	n.log.Info("member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
+	n.logNet(slog.LevelInfo, "member heard from again before the failure detector saw it", "member", m.node.Name, "member_region", m.region)
 	if n.allow("revive\x00"+m.node.Name, now) {
 		n.queueJoined(m, true)
 	}

@@ -37,7 +37,7 @@ func TestReviveOnlyAuthenticated(t *testing.T) {
 			}
 		}
 		for _, f := range fs {
-			n.handle(f)
+			deliver(n, f)
 		}
 	}
 	queued := func() map[string]bool {

@@ -3,7 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
-	"strings"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -56,6 +56,10 @@ func (n *Node) handle(b []byte) {
 		n.met.drop("not_member")
 		return
 	}
+	if reason := n.unreplayed(m, sender); reason != "" {
+		n.met.drop(reason)
+		return
+	}
 	n.met.received(m.Kind, len(b))
 	now := n.cfg.Now()
 	if reason := n.check(now, m, sender); reason != "" {
@@ -63,7 +67,9 @@ func (n *Node) handle(b []byte) {
 		n.log.Debug("dropped frame", "reason", reason, "from", m.Node, "kind", m.Kind.String())
 		return
 	}
-	n.noteFrame(sender, n.heardFrom(sender, now), now)
+	if m.Kind != KindState { // a state frame has no sequence: no proof of life
+		n.noteFrame(sender, n.heardFrom(sender, now), now)
+	}
 	if m.Kind == KindTouch { // check let through touches of this region only
 		n.remember(now, m.Totals)
 		return
@@ -106,7 +112,7 @@ func (n *Node) handle(b []byte) {
 		cancel()
 		if err != nil {
 			n.met.drop("store_error")
-			n.log.Warn("merge remote totals", "from", m.From, "n", len(remote), "err", err)
+			n.logNet(slog.LevelWarn, "merge remote totals", "from", m.From, "n", len(remote), "err", err)
 			return
 		}
 		n.met.merged(len(remote))
@@ -192,29 +198,18 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// validRegion reports whether s may name a region: 1 to MaxRegionLen bytes
-// of valid UTF-8.
+// validRegion reports whether s may name a member's region: 1 to
+// region.MaxReplicaOf bytes of valid UTF-8, so that its replicas' names
+// (s~id, at most MaxRegionLen bytes) name it whole.
 func validRegion(s string) bool {
-	return len(s) > 0 && len(s) <= MaxRegionLen && utf8.ValidString(s)
+	return len(s) > 0 && len(s) <= region.MaxReplicaOf && utf8.ValidString(s)
 }
 
 // replicaOf reports whether name is the region reg itself or one of its
-// replicas: reg + "~" + id with a non-empty id, or, when that is longer
-// than MaxRegionLen, the form region.FallbackRegion makes by cutting reg to
-// fit (a MaxRegionLen-byte name whose part before its last "~" is a prefix
-// of reg).
+// replicas, exactly: reg + "~" + the 6 hex digits of a replica's id
+// (region.IsReplica). A member reports only these names: its region's.
 func replicaOf(name, reg string) bool {
-	if name == reg {
-		return true
-	}
-	if len(name) > len(reg)+1 && name[len(reg)] == '~' && name[:len(reg)] == reg {
-		return true
-	}
-	if len(name) != MaxRegionLen {
-		return false
-	}
-	i := strings.LastIndexByte(name, '~')
-	return i > 0 && i < len(name)-1 && len(reg) > i && reg[:i] == name[:i] && len(reg)+len(name)-i > MaxRegionLen
+	return name == reg || region.IsReplica(name, reg)
 }
 
 // admitReplica reports whether a total of region reg (the sender's) may be

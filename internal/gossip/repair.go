@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -157,14 +158,14 @@ func (n *Node) askRepair(m *member, kind Kind) {
 		return
 	}
 	if kind == KindRejoin {
-		if err := n.ml.SendBestEffort(&m.node, f); err == nil {
+		if err := n.sendPacket(m, f); err == nil {
 			n.met.sent(kind, len(f))
 		}
 	}
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
-		if err := n.ml.SendReliable(&m.node, f); err != nil {
+		if err := n.sendStream(m, f); err != nil {
 			n.met.drop("send_error")
 			n.log.Debug("send "+kind.String(), "to", m.node.Name, "err", err)
 			return
@@ -291,7 +292,7 @@ func (n *Node) restore(now time.Time, m Message) {
 	}
 	if err != nil {
 		n.met.drop("store_error")
-		n.log.Warn("restore totals", "from", m.Node, "n", len(ts), "err", err)
+		n.logNet(slog.LevelWarn, "restore totals", "from", m.Node, "n", len(ts), "err", err)
 		n.rep.mu.Lock()
 		n.rep.again = true
 		n.rep.mu.Unlock()

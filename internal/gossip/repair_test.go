@@ -287,7 +287,7 @@ func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range fs {
-			n.handle(f)
+			deliver(n, f)
 		}
 	}
 	own := []region.Total{{Key: "k", Window: w, Bucket: b, Region: "eu", Count: 7}}

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ func TestHandleValidates(t *testing.T) {
 	sec := t0.Unix()
 	long := strings.Repeat("x", MaxRegionLen) // a region whose fallback name is cut
 	fb := region.FallbackRegion(long)
+	prefix := "a~" + strings.Repeat("0", MaxRegionLen-2) // a 64-byte name whose part before "~" prefixes "ab"
 	tot := func(r string, b int64) region.Total {
 		return region.Total{Key: "k", Window: time.Second, Bucket: b, Region: r, Count: 5}
 	}
@@ -36,12 +38,16 @@ func TestHandleValidates(t *testing.T) {
 		{"made-up region", testSender("a"), KindFlush, []region.Total{tot("a", sec), tot("zz", sec)}, "foreign_region"},
 		{"another member's region", testSender("a"), KindReconcile, []region.Total{tot("c", sec)}, "foreign_region"},
 		{"prefix is not a replica", testSender("a"), KindFlush, []region.Total{tot("ab", sec)}, "foreign_region"},
+		{"replica of a prefix", testSender("ap"), KindFlush, []region.Total{tot(prefix, sec)}, "foreign_region"},
+		{"replica id not 6 hex digits", testSender("a"), KindFlush, []region.Total{tot("a~0f1e2", sec)}, "foreign_region"},
+		{"replica id upper case", testSender("a"), KindFlush, []region.Total{tot("a~0F1E2D", sec)}, "foreign_region"},
+		{"replica of a replica", testSender("a"), KindFlush, []region.Total{tot("a~0f1e2d~0f1e2d", sec)}, "foreign_region"},
 		{"far-future bucket", testSender("a"), KindFlush, []region.Total{tot("a", sec+2)}, "future_bucket"},
 		{"bucket before the epoch", testSender("a"), KindFlush, []region.Total{tot("a", -1<<60)}, "old_bucket"},
 		{"touch before the epoch", testSender("b"), KindTouch, []region.Total{tot("b", -1<<60)}, "old_bucket"},
 		{"touch from another region", testSender("a"), KindTouch, []region.Total{tot("a", sec)}, "foreign_region"},
 		{"flush from own region", testSender("b"), KindFlush, []region.Total{tot("b", sec)}, "foreign_kind"},
-		{"cut fallback name", Sender{Node: "node-long", Region: long, Token: 9}, KindFlush, []region.Total{tot(fb, sec)}, ""},
+		{"region too long for a whole replica name", Sender{Node: "node-long", Region: long, Token: 9}, KindFlush, []region.Total{tot(fb, sec)}, "not_member"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,7 +58,7 @@ func TestHandleValidates(t *testing.T) {
 			if err != nil || len(fs) != 1 {
 				t.Fatalf("Encode() = %d frames, %v", len(fs), err)
 			}
-			n.handle(fs[0])
+			deliver(n, fs[0])
 			merged := counterValue(n.met.merges)
 			if c.reason == "" {
 				if got, want := merged, float64(len(c.totals)); got != want {
@@ -81,10 +87,10 @@ func TestReplicasBounded(t *testing.T) {
 	sec := t0.Unix()
 	var ts []region.Total
 	for i := range 10 {
-		ts = append(ts, region.Total{Key: "k", Window: time.Second, Bucket: sec, Region: "a~" + string(rune('0'+i)), Count: 1})
+		ts = append(ts, region.Total{Key: "k", Window: time.Second, Bucket: sec, Region: fmt.Sprintf("a~%06x", i), Count: 1})
 	}
 	fs, _ := Encode(KindFlush, t0, testSender("a"), ts, 1360)
-	n.handle(fs[0])
+	deliver(n, fs[0])
 	v, err := store.Vectors(context.Background(), []region.BucketRef{{Key: "k", Window: time.Second, Bucket: sec}})
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +104,8 @@ func TestReplicasBounded(t *testing.T) {
 	// Past the bucket's expiry a new name is admitted.
 	later := t0.Add(time.Minute)
 	n.cfg.Now = func() time.Time { return later }
-	fs, _ = Encode(KindFlush, later, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: later.Unix(), Region: "a~new", Count: 1}}, 1360)
-	n.handle(fs[0])
+	fs, _ = Encode(KindFlush, later, testSender("a"), []region.Total{{Key: "k", Window: time.Second, Bucket: later.Unix(), Region: "a~00000a", Count: 1}}, 1360)
+	deliver(n, fs[0])
 	if got, want := counterValue(n.met.merges), 5.0; got != want {
 		t.Errorf("merges = %v, want %v (the new name after the old ones expired)", got, want)
 	}

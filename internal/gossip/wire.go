@@ -11,19 +11,26 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, version 3. Every replication message is one frame, all
+// The wire format, version 5. Every replication message is one frame, all
 // integers big-endian or (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (3; version 2 frames, whose entries end after the
-//	              count, are read too); a frame of another version is dropped
+//	0    1        version (5); a frame of another version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
 //	              5 repair (a request, no entries), 6 repaired (its answer),
 //	              7 rejoin (no entries)
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
-//	10   8        token: the random token the sender announced in its
-//	              member metadata when it joined (uint64)
-//	18   1        sender node name length (1..255), then the name (UTF-8)
+//	10   8        token: the sender's incarnation, a random value it draws
+//	              at start and announces in its member metadata (uint64)
+//	18   8        to: the receiver's token, so that a frame is valid only
+//	              at the incarnation it was sent to; 0 in a state frame,
+//	              which memberlist's push-pull hands to whichever member
+//	              it syncs with
+//	26   8        seq: the sender's sequence number for frames to that
+//	              incarnation, from 1; 0 in a state frame. The receiver
+//	              drops a number it has seen, or one older than the last
+//	              4096 (see replay.go)
+//	34   1        sender node name length (1..255), then the name (UTF-8)
 //	     1        nregions, 1..MaxRegions; region 0 is the sender's region
 //	     ...      nregions times: 1-byte length (1..MaxRegionLen), name
 //	              bytes (valid UTF-8)
@@ -42,9 +49,7 @@ import (
 //
 // Offsets are ms from the bucket's start; the trail must be a valid coarse
 // trail for the window (window.Trail.Valid) counting at most count hits,
-// or the frame is malformed. Version 3 frames carried two half-buckets per
-// entry instead of a trail; they are read as a trail of one mark per half
-// at its last hit, which counts each half's hits no earlier than they fell.
+// or the frame is malformed.
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key, a small count and a mark or two takes about
 // 40 bytes, so one UDP packet (about 1360 bytes of payload) carries about
@@ -54,14 +59,10 @@ import (
 // frame says on its own; whether its sender may say it (a live member,
 // reporting only its own region) is the receiver's check (see receive.go).
 const (
-	// Version is the wire format version this package writes; it reads
-	// it, version 3 (entries with halves) and version 2 (entries end after
-	// the count).
-	Version = 4
-	// version3 carried two half-buckets per entry.
-	version3 = 3
-	// version2 is the oldest wire format read: entries end after the count.
-	version2 = 2
+	// Version is the wire format version this package writes and reads.
+	// Versions 2 to 4 carried no sequence numbers (2, 3), or no trails
+	// (a sequenced version 4 of half-buckets): they are dropped.
+	Version = 5
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -81,7 +82,9 @@ const (
 	maxEntries = 1<<16 - 1
 	// headerFixed is the size of the fixed part of the header, up to the
 	// sender name's length byte.
-	headerFixed = 19
+	headerFixed = 35
+	// offTo and offSeq are the offsets of the header's to and seq fields.
+	offTo, offSeq = 18, 26
 	// maxWindowMs bounds a window on the wire: the longest window a limit
 	// may have.
 	maxWindowMs = int64(window.MaxWindow / time.Millisecond)
@@ -155,8 +158,14 @@ type Message struct {
 	From string
 	// Node is the sender's node name.
 	Node string
-	// Token is the token the sender announced in its metadata.
+	// Token is the token the sender announced in its metadata: its
+	// incarnation.
 	Token uint64
+	// To is the receiver's token the frame was sent to (0: a state frame).
+	To uint64
+	// Seq is the sender's sequence number for frames to To (0: a state
+	// frame).
+	Seq uint64
 	// Totals are the entries; each Total.Region is one of the frame's regions.
 	Totals []region.Total
 }
@@ -182,8 +191,8 @@ func entrySize(t region.Total) int {
 	n += binary.PutUvarint(b[:], t.Count)
 	n += binary.PutUvarint(b[:], uint64(len(t.Trail)))
 	next := int64(0)
-	for _, m := range t.Trail {
-		n += binary.PutUvarint(b[:], uint64(m.At-next)) + binary.PutUvarint(b[:], m.N)
+	for i, m := range t.Trail {
+		n += binary.PutUvarint(b[:], uint64(m.At-next)) + binary.PutUvarint(b[:], t.Trail.N(i))
 		next = m.At + 1
 	}
 	return n
@@ -282,9 +291,9 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		cur = binary.AppendUvarint(cur, t.Count)
 		cur = binary.AppendUvarint(cur, uint64(len(t.Trail)))
 		next := int64(0)
-		for _, m := range t.Trail {
+		for i, m := range t.Trail {
 			cur = binary.AppendUvarint(cur, uint64(m.At-next))
-			cur = binary.AppendUvarint(cur, m.N)
+			cur = binary.AppendUvarint(cur, t.Trail.N(i))
 			next = m.At + 1
 		}
 		n++
@@ -298,6 +307,7 @@ func (e *encoder) header(budget int) []byte {
 	b = append(b, Version, byte(e.kind))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.sent))
 	b = binary.BigEndian.AppendUint64(b, e.from.Token)
+	b = append(b, make([]byte, 16)...) // to and seq: see stamp
 	b = append(b, byte(len(e.from.Node)))
 	b = append(b, e.from.Node...)
 	b = append(b, byte(len(e.regions)))
@@ -309,7 +319,9 @@ func (e *encoder) header(budget int) []byte {
 }
 
 // Encode packs totals into frames of at most budget bytes (a single entry
-// larger than budget gets a frame of its own). from is the sending node;
+// larger than budget gets a frame of its own), with to and seq 0: a
+// state frame as it is, any other stamped for its receiver (stamp) as it
+// is sent. from is the sending node;
 // totals with an empty or too long key or an out-of-range window are left
 // out, and so are counts above MaxCount.
 func Encode(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int) ([][]byte, error) {
@@ -331,6 +343,17 @@ func EncodeEmpty(kind Kind, sent time.Time, from Sender) ([]byte, error) {
 	return e.header(e.head), nil
 }
 
+// stamp returns a copy of frame addressed to the incarnation to, with
+// sequence number seq.
+func stamp(frame []byte, to, seq uint64) []byte {
+	out := append([]byte(nil), frame...)
+	if len(out) >= headerFixed {
+		binary.BigEndian.PutUint64(out[offTo:], to)
+		binary.BigEndian.PutUint64(out[offSeq:], seq)
+	}
+	return out
+}
+
 // Decode parses one frame. It returns ErrOversized, ErrVersion, ErrKind or
 // ErrMalformed (wrapped) for a frame it cannot accept, and never panics.
 func Decode(b []byte) (Message, error) {
@@ -341,10 +364,9 @@ func Decode(b []byte) (Message, error) {
 	if len(b) < 1 {
 		return m, fmt.Errorf("empty frame: %w", ErrMalformed)
 	}
-	if b[0] != Version && b[0] != version3 && b[0] != version2 {
+	if b[0] != Version {
 		return m, ErrVersion
 	}
-	version := b[0]
 	if len(b) < headerFixed {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
@@ -353,7 +375,12 @@ func Decode(b []byte) (Message, error) {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))
-	m.Token = binary.BigEndian.Uint64(b[10:18])
+	m.Token = binary.BigEndian.Uint64(b[10:offTo])
+	m.To = binary.BigEndian.Uint64(b[offTo:offSeq])
+	m.Seq = binary.BigEndian.Uint64(b[offSeq:headerFixed])
+	if m.Kind == KindState && (m.To != 0 || m.Seq != 0) {
+		return m, fmt.Errorf("state frame addressed to a receiver: %w", ErrMalformed)
+	}
 	p := headerFixed
 	nl := int(b[p-1])
 	if nl == 0 || p+nl >= len(b) {
@@ -425,17 +452,11 @@ func Decode(b []byte) (Message, error) {
 		}
 		p += k
 		t := region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
-		if version != version2 {
-			decode := decodeTrail
-			if version == version3 {
-				decode = decodeHalves
-			}
-			k, err := decode(b[p:], &t)
-			if err != nil {
-				return m, fmt.Errorf("entry %d: %w", i, err)
-			}
-			p += k
+		k, err := decodeTrail(b[p:], &t)
+		if err != nil {
+			return m, fmt.Errorf("entry %d: %w", i, err)
 		}
+		p += k
 		m.Totals[i] = t
 	}
 	if p != len(b) {
@@ -455,7 +476,7 @@ func decodeTrail(b []byte, t *region.Total) (int, error) {
 	if k > 0 {
 		t.Trail = make(window.Trail, k)
 	}
-	next := int64(0)
+	next, cum := int64(0), uint64(0)
 	for i := range t.Trail {
 		d, n1 := binary.Uvarint(b[p:])
 		if n1 <= 0 || d > uint64(maxWindowMs) {
@@ -467,42 +488,12 @@ func decodeTrail(b []byte, t *region.Total) (int, error) {
 			return 0, fmt.Errorf("bad mark: %w", ErrMalformed)
 		}
 		p += n2
-		t.Trail[i] = window.Mark{At: next + int64(d), N: n}
+		cum += n
+		t.Trail[i] = window.Mark{At: next + int64(d), Cum: cum}
 		next = t.Trail[i].At + 1
 	}
 	if !region.ValidTrail(*t) {
 		return 0, fmt.Errorf("trail not valid for the window or the count: %w", ErrMalformed)
-	}
-	return p, nil
-}
-
-// decodeHalves reads a version 3 entry's halves into t as a trail of one
-// mark per half, at its last hit, and returns the bytes read.
-func decodeHalves(b []byte, t *region.Total) (int, error) {
-	if len(b) < 1 || b[0] > 3 {
-		return 0, fmt.Errorf("bad halves flags: %w", ErrMalformed)
-	}
-	flags, p := b[0], 1
-	for i := range 2 {
-		if flags&(1<<i) == 0 {
-			continue
-		}
-		var v [5]uint64
-		for j := range v {
-			x, k := binary.Uvarint(b[p:])
-			if k <= 0 || x > MaxCount {
-				return 0, fmt.Errorf("bad half: %w", ErrMalformed)
-			}
-			v[j] = x
-			p += k
-		}
-		if v[0] == 0 || v[1] > uint64(maxWindowMs) || v[2] > uint64(maxWindowMs) {
-			return 0, fmt.Errorf("empty half sent: %w", ErrMalformed)
-		}
-		t.Trail = append(t.Trail, window.Mark{At: int64(v[1] + v[2]), N: v[0]})
-	}
-	if !region.ValidTrail(*t) {
-		return 0, fmt.Errorf("halves not valid for the window or the count: %w", ErrMalformed)
 	}
 	return p, nil
 }

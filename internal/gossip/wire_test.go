@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -100,7 +99,7 @@ func TestFrameSize(t *testing.T) {
 		t.Errorf("entrySize(20-byte key, a full trail) = %d, want <= %d", got, 33+window.Granules*5)
 	}
 	// Keys far below their limit, a few hits each: a mark or two.
-	one.Trail = window.Trail{{At: 12000, N: 3}, {At: 30500, N: 2}}
+	one.Trail = window.Trail{{At: 12000, Cum: 3}, {At: 30500, Cum: 5}}
 	var totals []region.Total
 	for i := range 1000 {
 		tt := one
@@ -172,40 +171,29 @@ func withMark(n uint64, at int64) []byte {
 	return binary.AppendUvarint(b, n)
 }
 
-// A version 3 frame (entries with two half-buckets) decodes as a trail of
-// one mark per half at its last hit.
-func TestDecodeVersion3(t *testing.T) {
-	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Minute, Bucket: 5, Region: "eu", Count: 9}}, 1360)
-	v3 := append([]byte(nil), f[0][:len(f[0])-1]...)
-	v3[0] = 3
-	v3 = append(v3, 3)                            // both halves
-	v3 = append(v3, 4, 100, 20, 0, 0)             // early: N 4, First 100, Last-First 20
-	v3 = append(v3, 5, 0xb0, 0xea, 0x01, 7, 0, 0) // late: N 5, First 30000, Last-First 7
-	m, err := Decode(v3)
-	if err != nil {
-		t.Fatalf("Decode(version 3) = %v", err)
-	}
-	want := window.Trail{{At: 120, N: 4}, {At: 30007, N: 5}}
-	if len(m.Totals) != 1 || !slices.Equal(m.Totals[0].Trail, want) || m.Totals[0].Count != 9 {
-		t.Errorf("Decode(version 3) totals = %+v, want one of count 9 with trail %v", m.Totals, want)
-	}
-}
-
-// A version 2 frame (entries without halves) still decodes, so that nodes
-// of the previous release can be upgraded one at a time.
-func TestDecodeVersion2(t *testing.T) {
+// A frame carries its receiver's incarnation and a sequence number that
+// stamp sets; frames of versions 2 to 4, which carried neither or no
+// trails, are refused, and so is a state frame (push-pull, sent to no one in
+// particular) that names a receiver.
+func TestDecodeStampAndVersions(t *testing.T) {
 	f, _ := Encode(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}}, 1360)
-	v2 := append([]byte(nil), f[0][:len(f[0])-1]...) // without the trail's length
-	v2[0] = 2
-	m, err := Decode(v2)
-	if err != nil {
-		t.Fatalf("Decode(version 2) = %v", err)
+	m, err := Decode(stamp(f[0], 0xfeed, 42))
+	if err != nil || m.To != 0xfeed || m.Seq != 42 || m.Token != testSender("eu").Token {
+		t.Errorf("Decode(stamped) = to %x seq %d token %x, %v; want to feed seq 42", m.To, m.Seq, m.Token, err)
 	}
-	if want := (region.Total{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}); len(m.Totals) != 1 || !reflect.DeepEqual(m.Totals[0], want) {
-		t.Errorf("Decode(version 2) totals = %+v, want [%+v]", m.Totals, want)
+	if m, err := Decode(f[0]); err != nil || m.To != 0 || m.Seq != 0 {
+		t.Errorf("Decode(unstamped) = to %x seq %d, %v; want 0 0", m.To, m.Seq, err)
 	}
-	if _, err := Decode(f[0]); err != nil || f[0][0] != Version {
-		t.Errorf("Decode(version %d) = %v", f[0][0], err)
+	for _, v := range []byte{2, 3, 4} {
+		old := append([]byte(nil), f[0]...)
+		old[0] = v
+		if _, err := Decode(old); !errors.Is(err, ErrVersion) {
+			t.Errorf("Decode(version %d) = %v, want ErrVersion", v, err)
+		}
+	}
+	st, _ := Encode(KindState, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Second, Bucket: 5, Region: "eu", Count: 9}}, 1360)
+	if _, err := Decode(stamp(st[0], 1, 1)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Decode(a state frame addressed to a receiver) = %v, want ErrMalformed", err)
 	}
 }
 
@@ -258,7 +246,7 @@ func FuzzDecode(f *testing.F) {
 		{Key: "k3", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5, Trail: trailOf(time.Minute, 1, 2, 5000, 30001)},
 	}, 1360)
 	f.Add(frames[0])
-	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'n', 1, 1, 'x', 0, 0})
+	f.Add(append([]byte{Version, 1}, append(make([]byte, headerFixed-3), 1, 'n', 1, 1, 'x', 0, 0)...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)

@@ -100,8 +100,8 @@ func TestCharge(t *testing.T) {
 	}{
 		{"no split", []string{"a", "b", "c"}, nil, false},
 		{"minority", []string{"a"}, []string{"b", "c"}, true},
-		{"majority", []string{"b", "c"}, []string{"a"}, false},
-		{"half with the smallest", []string{"a"}, []string{"b"}, false},
+		{"majority", []string{"b", "c"}, []string{"a"}, true},
+		{"half with the smallest", []string{"a"}, []string{"b"}, true},
 		{"half without it", []string{"b"}, []string{"a"}, true},
 	}
 	for _, tt := range tests {
@@ -301,5 +301,40 @@ func TestProbeWithinShare(t *testing.T) {
 	gb.Done(now, "k", 60, 1, vb, &res)
 	if got := gb.shard("k").keys["k"].quota; got != 1 {
 		t.Errorf("b's quota of 1 free hit = %d, want 1", got)
+	}
+}
+
+// TestTurn: at any instant at most one of the alive regions may probe a
+// limit too small to share, every region gets its turn once per round,
+// and a region told to wait is told exactly until its next turn.
+func TestTurn(t *testing.T) {
+	regions := []string{"a", "b", "c"}
+	turns := map[string]int{}
+	for ms := int64(0); ms < 6000; ms += 7 {
+		now := time.UnixMilli(1_700_000_000_000 + ms)
+		owners := 0
+		for _, r := range regions {
+			v := View{Region: r, Alive: regions, Horizon: 100 * time.Millisecond}
+			ok, wait := turn(now, &v)
+			if ok {
+				owners++
+				turns[r]++
+				continue
+			}
+			if got, _ := turn(now.Add(wait), &v); !got {
+				t.Fatalf("%s at +%d ms: told to wait %v, not its turn then", r, ms, wait)
+			}
+			if got, _ := turn(now.Add(wait-time.Millisecond), &v); got {
+				t.Fatalf("%s at +%d ms: its turn before the %v it was told to wait", r, ms, wait)
+			}
+		}
+		if owners > 1 {
+			t.Fatalf("+%d ms: %d regions' turn at once", ms, owners)
+		}
+	}
+	for _, r := range regions {
+		if turns[r] == 0 {
+			t.Errorf("%s never had a turn in 6 s", r)
+		}
 	}
 }

@@ -26,9 +26,10 @@ func TestNode(t *testing.T) {
 		if !ok {
 			t.Fatalf("Admit %d denied", i)
 		}
-		// b and a alive of three: the majority charges nothing.
-		if tk.StoreLimit != 90 {
-			t.Errorf("StoreLimit = %d, want 90", tk.StoreLimit)
+		// b and a alive of three: c, silent, is charged its share,
+		// ceil(90/3) = 30.
+		if tk.StoreLimit != 60 {
+			t.Errorf("StoreLimit = %d, want 60", tk.StoreLimit)
 		}
 		res := region.Result{Decision: window.Decision{Allowed: true, Remaining: uint64(89 - i)}}
 		n.Done(&tk, &res)

@@ -25,7 +25,7 @@ import (
 // atomic as a whole, as each decision is on its own.
 //
 // On a Redis Cluster every key of a script must hash to one slot, so only
-// decisions whose keys share a slot are batched together (see slotGroups).
+// decisions whose keys share a slot are batched together (see Redis.groups).
 var batchScript = newBatchScript(batchSources...)
 
 // singleScripts are the scripts a lone decision runs, in the order of
@@ -39,10 +39,9 @@ var batchSources = []string{counterSource, gcraSource, logSource}
 // newBatchScript builds the batch script over the scripts of sources.
 func newBatchScript(sources ...string) *redis.Script {
 	var b strings.Builder
-	// One TIME per call, which is atomic, for all its decisions: read per
-	// decision it cost Redis 14k of the counter script's 150k instructions
-	// per decision in calls of 8 decisions with ServerClock, 4k once per
-	// call (callgrind, one region, as loadtest/scriptcost counts).
+	// One TIME per call, which is atomic, for all its decisions, rather
+	// than one per decision (docs/performance.md, "Redis's share per
+	// decision").
 	b.WriteString(timeAlone)
 	b.WriteString(`local readTime, clock = serverTime, nil
 serverTime = function()

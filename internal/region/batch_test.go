@@ -59,7 +59,8 @@ func TestBatchConcurrentDecisionsOneEvalsha(t *testing.T) {
 	const n = 24
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	seq := newTestRedis(t, RedisConfig{URL: srv.URL(), Coalesce: Coalesce{Disabled: true, Unbatched: true}})
+	seq := newTestRedis(t, RedisConfig{URL: srv.URL(), Coalesce: Coalesce{Disabled: true}})
+	SetUnbatched(seq)
 	reqs := batchRequests(n)
 	// seed gives every key some history, one decision at a time.
 	seed := func() {
@@ -83,7 +84,8 @@ func TestBatchConcurrentDecisionsOneEvalsha(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed()
-	co := newTestRedis(t, RedisConfig{URL: srv.URL(), ReadTimeout: time.Minute, Coalesce: Coalesce{MaxWait: time.Hour, MaxBatch: n}})
+	co := newTestRedis(t, RedisConfig{URL: srv.URL(), ReadTimeout: time.Minute})
+	SetGathering(co, time.Hour, n)
 	redistest.ResetStats(t, srv.Addr)
 	// A blocked round trip in flight makes the next n calls gather into
 	// one batch, sent when full.

@@ -66,17 +66,18 @@ func redisCPU(b *testing.B, s *region.Redis) float64 {
 func BenchmarkRedisCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, tc := range []struct {
-		name  string
-		batch int
-		co    region.Coalesce
+		name      string
+		batch     int
+		co        region.Coalesce
+		unbatched bool
 	}{
-		{"single/coalesced", 1, region.Coalesce{}},
-		{"single/direct", 1, region.Coalesce{Disabled: true}},
-		{"batch10/coalesced", 10, region.Coalesce{}},
-		{"batch10/direct", 10, region.Coalesce{Disabled: true}},
-		{"single/coalesced/unbatched", 1, region.Coalesce{Unbatched: true}},
-		{"batch10/coalesced/unbatched", 10, region.Coalesce{Unbatched: true}},
-		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true, Unbatched: true}},
+		{"single/coalesced", 1, region.Coalesce{}, false},
+		{"single/direct", 1, region.Coalesce{Disabled: true}, false},
+		{"batch10/coalesced", 10, region.Coalesce{}, false},
+		{"batch10/direct", 10, region.Coalesce{Disabled: true}, false},
+		{"single/coalesced/unbatched", 1, region.Coalesce{}, true},
+		{"batch10/coalesced/unbatched", 10, region.Coalesce{}, true},
+		{"batch10/direct/unbatched", 10, region.Coalesce{Disabled: true}, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Coalesce: tc.co})
@@ -84,6 +85,9 @@ func BenchmarkRedisCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
+			if tc.unbatched {
+				region.SetUnbatched(s)
+			}
 			b.SetParallelism(16)
 			redistest.ResetStats(b, srv.Addr)
 			cpu0 := redisCPU(b, s)
@@ -278,4 +282,46 @@ func scriptMicros(b *testing.B, c redis.UniversalClient) float64 {
 	}
 	b.Fatal("no cmdstat_evalsha in INFO commandstats")
 	return 0
+}
+
+// BenchmarkRedisMemoryPerKey reports the Redis memory of one key of the
+// default sliding window at limits of 10, 1000 and 100000 per minute, once
+// a window's worth of hits has been admitted at 0.9x the limit, spread
+// evenly (MEMORY USAGE of the current bucket's hash, SAMPLES 0), beside
+// the two-bucket counter on the same hits. An exact trail (up to
+// window.ExactMax) holds a mark per millisecond that admitted hits; a
+// coarse one at most window.Granules. It measures once, whatever b.N.
+//
+//	go test ./internal/region -run '^$' -bench RedisMemoryPerKey -benchtime 1x
+func BenchmarkRedisMemoryPerKey(b *testing.B) {
+	srv := redistest.Start(b)
+	s, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	start := time.UnixMilli(window.Bucket(time.Now().UnixMilli(), time.Minute) * 60000)
+	for b.Loop() {
+		for _, lim := range []uint64{10, 1000, 100000} {
+			for _, algo := range []window.Algorithm{window.SlidingWindow, window.SlidingWindowTwoBucket} {
+				l := window.Limit{Limit: lim, Window: time.Minute, Algorithm: algo}
+				key := "mem/" + algo.String() + "/" + strconv.FormatUint(lim, 10)
+				n := lim * 9 / 10
+				reqs := make([]region.Request, 1)
+				res := make([]region.Result, 1)
+				for i := range n {
+					reqs[0] = region.Request{Key: key, Limit: l, Hits: 1, Now: start.Add(time.Duration(i*59000/n) * time.Millisecond)}
+					if err := s.Check(ctx, reqs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+				bytes, err := s.Client().MemoryUsage(ctx, region.CounterKey(key, time.Minute, window.Bucket(window.Ms(start), time.Minute)), 0).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(bytes), "B/key-"+algo.String()+"@"+strconv.FormatUint(lim, 10))
+			}
+		}
+	}
 }

@@ -16,38 +16,31 @@ import (
 // the processor once (runtime.Gosched), again while yielding brings more
 // calls, so that requests already read and ready to run join it, and then
 // sends it. A lone request at low load is not delayed: its yield returns at
-// once. Without the yield the leader went alone and the requests that came
-// with it waited a round trip for the next batch: on one core shared with
-// Redis, 0.21-0.27 script calls per decision, most of them lone, against
-// 0.04-0.05 with it, and 12-17% less CPU per decision, node and Redis
-// together (loadtest/bench, uniform10k over Connect JSON and Envoy RLS).
+// once. Without the yield the leader would go alone, and the requests that
+// came with it would wait a round trip for the next batch.
 //
 // While a round trip is in flight, later calls gather into the next batch,
-// which is sent when the round trip in flight returns, when MaxWait has
-// passed since the batch's first call, or when it holds MaxBatch requests,
+// which is sent when the round trip in flight returns, when maxWait has
+// passed since the batch's first call, or when it holds maxBatch requests,
 // whichever comes first. Each batch is one
 // round trip, its decisions one script call (see [Redis]); each call still
 // gets its own results and its own error.
 type Coalesce struct {
 	// Disabled sends every Check as its own round trip.
 	Disabled bool
-	// MaxWait is the longest a call waits for others to join its batch
-	// while a round trip is in flight. Default 2ms: a batch normally goes
-	// when the round trip in flight returns, well before; the bound only
-	// sends a second round trip beside a slow one. A shorter bound split
-	// batches under load (on one core shared with Redis, 0.30-0.34 script
-	// calls per decision at 200µs against 0.18-0.24 at 2ms, and about 12%
-	// more CPU per decision; loadtest/bench, uniform10k over Connect JSON).
-	MaxWait time.Duration
-	// MaxBatch is the most requests one gathered pipeline carries; a call
-	// with at least this many requests is sent on its own. Default 64.
-	MaxBatch int
-	// Unbatched sends each decision of a round trip as its own EVALSHA of
-	// its script. By default the decisions of a round trip (a gathered
-	// batch, or one Check of several requests) go as one EVALSHA of a batch
-	// script that runs them all, one per hash slot on a Redis Cluster.
-	Unbatched bool
 }
+
+const (
+	// maxWait is the longest a call waits for others to join its batch
+	// while a round trip is in flight. A batch normally goes when the
+	// round trip in flight returns, well before; the bound only sends a
+	// second round trip beside a slow one. A shorter bound splits batches
+	// under load (docs/performance.md).
+	maxWait = 2 * time.Millisecond
+	// maxBatch is the most requests one gathered pipeline carries; a call
+	// with at least this many requests is sent on its own.
+	maxBatch = 64
+)
 
 // maxYields bounds how often a leading call yields for others to join its
 // batch (see coalescer.check).
@@ -73,8 +66,8 @@ type coalescer struct {
 	gather   bool
 	maxWait  time.Duration
 	maxBatch int
-	// timeout, when set, bounds each call's wait (see [Redis.bound]); it
-	// is set before the first call.
+	// timeout, when set, bounds each call's wait (see
+	// [RedisConfig.CallTimeout]).
 	timeout time.Duration
 
 	// calls holds spare calls, per coalescer so that no call (and its
@@ -91,11 +84,10 @@ type coalescer struct {
 type batch struct {
 	calls []*call
 	n     int         // requests in calls
-	timer *time.Timer // sends the batch at MaxWait
+	timer *time.Timer // sends the batch at maxWait
 	// expired is closed the coalescer's timeout after the batch opened;
 	// nil without a timeout. One timer per batch bounds every call in it,
-	// where a context per call cost each decision a timer and about six
-	// allocations.
+	// rather than a context (and its timer) per call.
 	expired  chan struct{}
 	deadline *time.Timer
 }
@@ -110,16 +102,11 @@ type call struct {
 	done chan error
 }
 
-// newCoalescer returns a coalescer sending through r; with cfg.Disabled it
-// gathers nothing, and only bounds each call's wait.
-func newCoalescer(cfg Coalesce, r roundTripper) *coalescer {
-	if cfg.MaxWait <= 0 {
-		cfg.MaxWait = 2 * time.Millisecond
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 64
-	}
-	c := &coalescer{r: r, gather: !cfg.Disabled, maxWait: cfg.MaxWait, maxBatch: cfg.MaxBatch}
+// newCoalescer returns a coalescer sending through r that bounds each
+// call's wait at timeout (0: only the call's context bounds it); with
+// cfg.Disabled it gathers nothing.
+func newCoalescer(cfg Coalesce, timeout time.Duration, r roundTripper) *coalescer {
+	c := &coalescer{r: r, gather: !cfg.Disabled, maxWait: maxWait, maxBatch: maxBatch, timeout: timeout}
 	c.calls.New = func() any { return &call{done: make(chan error, 1)} }
 	return c
 }

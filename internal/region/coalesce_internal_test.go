@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -91,13 +93,14 @@ func reqsFor(keys ...string) []Request {
 
 // TestCoalescerTiming steps the coalescer through fake time: a lone call
 // goes at once; calls that arrive while a round trip is in flight gather
-// and go at MaxWait; a full batch goes at once; a call that leaves at its
+// and go at maxWait; a full batch goes at once; a call that leaves at its
 // deadline leaves the batch whole for the others.
 func TestCoalescerTiming(t *testing.T) {
 	const rtt, maxWait = time.Millisecond, 200 * time.Microsecond
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeTrips{rtt: rtt}
-		c := newCoalescer(Coalesce{MaxWait: maxWait, MaxBatch: 4}, f)
+		c := newCoalescer(Coalesce{}, 0, f)
+		c.setBounds(maxWait, 4)
 		start := time.Now()
 		ends := make(map[string]time.Duration)
 		errs := make(map[string]error)
@@ -127,7 +130,7 @@ func TestCoalescerTiming(t *testing.T) {
 		}
 		for _, k := range []string{"b1", "b2"} {
 			if got, want := ends[k], maxWait+rtt; got != want {
-				t.Errorf("%s answered after %v, want %v (MaxWait, then one round trip)", k, got, want)
+				t.Errorf("%s answered after %v, want %v (maxWait, then one round trip)", k, got, want)
 			}
 			if errs[k] != nil {
 				t.Errorf("%s: %v", k, errs[k])
@@ -141,7 +144,7 @@ func TestCoalescerTiming(t *testing.T) {
 			t.Fatalf("round trips = %v, want [lone] then [b1 b2 leaver]", trips)
 		}
 
-		// A batch that reaches MaxBatch goes without waiting for MaxWait.
+		// A batch that reaches maxBatch goes without waiting for maxWait.
 		start = time.Now()
 		clear(ends)
 		run(context.Background(), "lone2")
@@ -167,7 +170,7 @@ func TestCoalescerTiming(t *testing.T) {
 
 // TestCoalescerLeaderGathersReadyCalls checks that calls ready to run
 // together share one round trip that goes at once: the first opens a batch
-// and yields, the others join it, and no call waits for MaxWait. A call
+// and yields, the others join it, and no call waits for maxWait. A call
 // that finds a round trip in flight would wait for it, so without the
 // leader's yield the first call goes alone and the others a round trip
 // later. The scheduler sometimes resumes a yielding goroutine before the
@@ -178,7 +181,8 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 	const rtt, calls, rounds = time.Millisecond, 20, 10
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeTrips{rtt: rtt}
-		c := newCoalescer(Coalesce{MaxWait: time.Hour, MaxBatch: 64}, f)
+		c := newCoalescer(Coalesce{}, 0, f)
+		c.setBounds(time.Hour, 64)
 		whole := 0
 		for range rounds {
 			before := len(f.got())
@@ -212,7 +216,8 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 		// No call waits past its deadline, whoever sends its round trip: a
 		// leader that sends its batch, or a call that fills one.
 		for _, maxBatch := range []int{64, 2} {
-			c := newCoalescer(Coalesce{MaxWait: time.Hour, MaxBatch: maxBatch}, &fakeTrips{rtt: 10 * rtt})
+			c := newCoalescer(Coalesce{}, 0, &fakeTrips{rtt: 10 * rtt})
+			c.setBounds(time.Hour, maxBatch)
 			start := time.Now()
 			var wg sync.WaitGroup
 			for i := range calls {
@@ -221,7 +226,7 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 					defer cancel()
 					err := c.check(ctx, reqsFor(fmt.Sprint("d", i)), make([]Result, 1))
 					if took := time.Since(start); took != rtt || !errors.Is(err, context.DeadlineExceeded) {
-						t.Errorf("MaxBatch %d, call %d: %v after %v, want DeadlineExceeded after %v (its deadline, not the %v round trip)", maxBatch, i, err, took, rtt, 10*rtt)
+						t.Errorf("maxBatch %d, call %d: %v after %v, want DeadlineExceeded after %v (its deadline, not the %v round trip)", maxBatch, i, err, took, rtt, 10*rtt)
 					}
 				})
 			}
@@ -254,10 +259,10 @@ func TestCoalescerLeaderGathersReadyCalls(t *testing.T) {
 func TestCoalescerTimeout(t *testing.T) {
 	const timeout, slow = time.Millisecond, 10 * time.Millisecond
 	synctest.Test(t, func(t *testing.T) {
-		for _, cfg := range []Coalesce{{MaxWait: time.Hour, MaxBatch: 4}, {Disabled: true}} {
+		for _, cfg := range []Coalesce{{}, {Disabled: true}} {
 			f := &fakeTrips{rtt: slow}
-			c := newCoalescer(cfg, f)
-			c.timeout = timeout
+			c := newCoalescer(cfg, timeout, f)
+			c.setBounds(time.Hour, 4)
 			check := func(name string, keys ...string) {
 				t.Helper()
 				start := time.Now()
@@ -285,4 +290,31 @@ func TestCoalescerTimeout(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOpenBoundsRedisCalls: the store Open composes bounds each Redis
+// call at the failover's timeout in Redis's own coalescer (one timer per
+// round trip), not with a context per call; a Redis made without a call
+// timeout is bounded by the failover's contexts.
+func TestOpenBoundsRedisCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, timeout := range []time.Duration{0, 20 * time.Millisecond} {
+		st, err := Open(context.Background(), Config{Redis: RedisConfig{URL: srv.URL()}, Failover: FailoverConfig{Timeout: timeout}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := cmp.Or(timeout, DefaultStoreTimeout)
+		if got := st.Redis.co.timeout; got != want || !st.Failover.bounded {
+			t.Errorf("Open(Timeout %v): Redis call timeout %v, failover leaves it to Redis %v; want %v, true", timeout, got, st.Failover.bounded, want)
+		}
+		_ = st.Close()
+	}
+	r := newTestRedis(t, RedisConfig{URL: srv.URL()})
+	f, err := NewFailover(r, NewMemory(MemoryConfig{Region: FallbackRegion("here")}), FailoverConfig{Region: "here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.bounded {
+		t.Errorf("NewFailover over a Redis without a call timeout leaves the bound to it, want a context per call")
+	}
 }

@@ -14,7 +14,8 @@ import (
 
 func TestCoalescingSharesRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{MaxBatch: 32})
+	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{})
+	region.SetGathering(s, 0, 32)
 	const goroutines, calls = 64, 20
 	l := window.Limit{Limit: 300, Window: time.Minute}
 	allowed := make([]int, goroutines)
@@ -70,9 +71,10 @@ func TestCoalescingSharesRoundTrips(t *testing.T) {
 
 func TestCoalescingDoesNotHoldALoneRequest(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{MaxWait: time.Hour})
+	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{})
+	region.SetGathering(s, time.Hour, 0)
 	l := window.Limit{Limit: 3, Window: time.Minute}
-	// With MaxWait of an hour, a request that waited for company would
+	// With maxWait of an hour, a request that waited for company would
 	// never return: sequential requests go at once, one round trip each.
 	for i, want := range []bool{true, true, true, false} {
 		r, err := check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})

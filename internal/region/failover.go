@@ -59,6 +59,9 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("region: unknown store failure policy %q (want local, open or closed)", s)
 }
 
+// DefaultStoreTimeout is FailoverConfig.Timeout's default.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
 // FailoverConfig configures a [Failover]. Zero fields mean their default.
 type FailoverConfig struct {
 	// Region is the local region's name, the primary's. Required.
@@ -67,7 +70,7 @@ type FailoverConfig struct {
 	Policy Policy
 	// Timeout bounds how long a decision waits for the primary; past it,
 	// the decision is made under Policy and counted as a failure. It also
-	// bounds each recovery probe. Default 50ms.
+	// bounds each recovery probe. Default [DefaultStoreTimeout].
 	Timeout time.Duration
 	// Threshold is the number of consecutive failures (errors or timeouts)
 	// that opens the breaker. Default 3.
@@ -231,9 +234,10 @@ var _ Store = (*Failover)(nil)
 var ErrTimeout = errors.New("region: store timeout")
 
 // FallbackRegion returns a fallback region name for region: region + "~" +
-// 6 random hex digits, at most MaxRegionName bytes (region is cut to fit).
+// 6 random hex digits, at most MaxRegionName bytes (region is cut to fit
+// when it is longer than MaxReplicaOf).
 func FallbackRegion(region string) string {
-	var id [3]byte
+	var id [replicaIDLen / 2]byte
 	_, _ = rand.Read(id[:])
 	suffix := "~" + hex.EncodeToString(id[:])
 	if len(region)+len(suffix) > MaxRegionName {
@@ -242,11 +246,35 @@ func FallbackRegion(region string) string {
 	return region + suffix
 }
 
+// replicaIDLen is the length of a replica name's id: hex digits.
+const replicaIDLen = 6
+
+// MaxReplicaOf is the longest region name whose replicas' names
+// (FallbackRegion) keep it whole: MaxRegionName less "~" and the id.
+const MaxReplicaOf = MaxRegionName - 1 - replicaIDLen
+
+// IsReplica reports whether name is exactly a name FallbackRegion makes
+// for region, uncut: region + "~" + 6 lower-case hex digits. A prefix of
+// region, or a name cut to fit, is not one.
+func IsReplica(name, region string) bool {
+	if len(region) == 0 || len(region) > MaxReplicaOf || len(name) != len(region)+1+replicaIDLen ||
+		name[:len(region)] != region || name[len(region)] != '~' {
+		return false
+	}
+	for _, c := range []byte(name[len(region)+1:]) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // NewFailover returns a Failover over primary with fallback, which must
 // count under a region other than cfg.Region: make it with
 // NewMemory(MemoryConfig{Region: FallbackRegion(cfg.Region)}). Close closes
-// both stores. A [Redis] primary is bounded at cfg.Timeout from then on, for
-// every caller (see [Redis.Check]).
+// both stores. A [Redis] primary whose RedisConfig.CallTimeout is at most
+// cfg.Timeout bounds its calls itself (as [Open] makes it); any other
+// primary is called with a context of cfg.Timeout's deadline.
 func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover, error) {
 	switch {
 	case primary == nil || fallback == nil:
@@ -261,7 +289,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		return nil, errors.New("region: failover: durations and counts must not be negative")
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 50 * time.Millisecond
+		cfg.Timeout = DefaultStoreTimeout
 	}
 	if cfg.Threshold == 0 {
 		cfg.Threshold = 3
@@ -294,8 +322,7 @@ func NewFailover(primary Store, fallback *Memory, cfg FailoverConfig) (*Failover
 		wb:       map[BucketRef]*memBucket{},
 		stop:     make(chan struct{}),
 	}
-	if r, ok := primary.(*Redis); ok {
-		r.bound(cfg.Timeout)
+	if r, ok := primary.(*Redis); ok && r.co.timeout > 0 && r.co.timeout <= cfg.Timeout {
 		f.bounded = true
 	}
 	return f, nil

@@ -1,6 +1,7 @@
 package region_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,12 +21,13 @@ import (
 
 // newRedisFailover returns a Failover for region "here" over a Redis
 // store on srv, whose client waits 3s for a reply (far longer than any
-// store timeout the tests set), with an in-memory fallback; cfg's Region
+// store timeout the tests set) and whose calls are bounded at cfg.Timeout
+// (as [region.Open] makes them), with an in-memory fallback; cfg's Region
 // is set.
 func newRedisFailover(t *testing.T, srv *redistest.Server, cfg region.FailoverConfig) (*region.Redis, *region.Memory, *region.Failover) {
 	t.Helper()
 	r, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here",
-		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
+		ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, DialTimeout: 3 * time.Second, CallTimeout: cmp.Or(cfg.Timeout, region.DefaultStoreTimeout)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,8 @@ func (shared) Close() error { return nil }
 // counts exactly the patient admissions on their keys.
 func TestFailoverTimeoutsLeaveBatchesIntact(t *testing.T) {
 	srv := redistest.Start(t)
-	r := newRedisStore(t, srv.URL(), "here", region.Coalesce{MaxWait: time.Millisecond})
+	r := newRedisStore(t, srv.URL(), "here", region.Coalesce{})
+	region.SetGathering(r, time.Millisecond, 0)
 	mk := func(timeout time.Duration) *region.Failover {
 		fb := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("here")})
 		f, err := region.NewFailover(shared{r}, fb, region.FailoverConfig{Region: "here", Timeout: timeout, Threshold: 1 << 30})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,6 +149,34 @@ func TestParsePolicy(t *testing.T) {
 	}
 	if got := region.FallbackRegion(string(make([]byte, 80))); len(got) != region.MaxRegionName {
 		t.Errorf("len(FallbackRegion(80 bytes)) = %d, want %d", len(got), region.MaxRegionName)
+	}
+}
+
+// TestIsReplica: a replica name is exactly what FallbackRegion makes for
+// a region it holds whole: not a name cut to fit, nor one whose part
+// before "~" is only a prefix of the region.
+func TestIsReplica(t *testing.T) {
+	long := strings.Repeat("x", region.MaxReplicaOf)
+	for _, c := range []struct {
+		name, region string
+		want         bool
+	}{
+		{region.FallbackRegion("eu"), "eu", true},
+		{region.FallbackRegion(long), long, true},
+		{region.FallbackRegion(long + "y"), long + "y", false}, // cut to fit
+		{"eu~0f1e2d", "eu", true},
+		{"eu~0f1e2d", "eu-west", false},
+		{"eu~" + strings.Repeat("0", region.MaxRegionName-3), "eu-west", false},
+		{"eu~0F1E2D", "eu", false},
+		{"eu~0f1e2", "eu", false},
+		{"eu~0f1e2d0", "eu", false},
+		{"eu-0f1e2d", "eu", false},
+		{"eu", "eu", false},
+		{"~0f1e2d", "", false},
+	} {
+		if got := region.IsReplica(c.name, c.region); got != c.want {
+			t.Errorf("IsReplica(%q, %q) = %v, want %v", c.name, c.region, got, c.want)
+		}
 	}
 }
 

@@ -171,7 +171,7 @@ if c <= cap then
     if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
   elseif mode >= '2' and #prev > 0 then
     -- Per region, its count and its trail: the hits of the marks after e
-    -- (window.Trail.After) and the count's excess over the trail.
+    -- (window.Trail.After), fitted to the count.
     local pv = {}
     for i = 1, #prev, 2 do pv[prev[i]] = prev[i + 1] end
     for i = 1, #prev, 2 do
@@ -180,7 +180,7 @@ if c <= cap then
         local n = tonumber(prev[i + 1])
         local s = pv[r .. '\255m'] or ''
         local k = (#s - math.fmod(#s, 12)) / 12
-        local total = 0
+        local total, after = 0, 0
         if k > 0 then
           total = trailCum(s, k - 1)
           local lo, hi = 0, k
@@ -189,11 +189,19 @@ if c <= cap then
             if struct.unpack('<I4', s, mid * 12 + 1) > e then hi = mid else lo = mid + 1 end
           end
           if lo < k then
-            wp = wp + total
-            if lo > 0 then wp = wp - trailCum(s, lo - 1) end
+            after = total
+            if lo > 0 then after = after - trailCum(s, lo - 1) end
           end
         end
-        if n > total and e < W - 1 then wp = wp + n - total end
+        -- window.Trail.Fit: the count is the authority on how many hits
+        -- there are: an excess counts until the bucket's last ms, a
+        -- shortfall drops the trail's earliest hits.
+        if n > total then
+          if e < W - 1 then after = after + n - total end
+        elseif after > n then
+          after = n
+        end
+        wp = wp + after
       end
     end
   end

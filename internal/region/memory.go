@@ -113,6 +113,9 @@ type memBucket struct {
 	idx    int64
 	used   bool
 	counts []regionN
+	// private is set on a bucket read for one decision (a Redis reply):
+	// nothing else holds its trails, so results may share them.
+	private bool
 }
 
 // regionN is one region's state of a bucket: its count n, and the halves
@@ -489,7 +492,7 @@ func (b *memBucket) getTrail(region string, wMs int64) window.Trail {
 		return nil
 	}
 	if i := b.find(region); i >= 0 {
-		return b.counts[i].trail(wMs, false, false)
+		return b.counts[i].trail(wMs, false, false, b.private)
 	}
 	return nil
 }
@@ -539,7 +542,7 @@ func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64)
 // window.Limit.DecideTrails, and returns them with the index of region
 // (-1 when absent). A region whose count exceeds its trail's (hits counted
 // without marks) has the excess added at the bucket's last millisecond
-// (window.Trail.WithExcess). The trails alias b's: they are valid until b
+// (window.Trail.Fit). The trails alias b's: they are valid until b
 // next changes.
 func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]window.Trail, int) {
 	local := -1
@@ -550,20 +553,24 @@ func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]wind
 		if c.region == region {
 			local = len(buf)
 		}
-		buf = append(buf, c.h.WithExcess(c.n, wMs))
+		buf = append(buf, c.h.Fit(c.n, wMs))
 	}
 	return buf, local
 }
 
-// trail returns a copy of c's trail, exact when exact is set and the
-// trail is, else coarse, with its excess (see trails) when excess is set.
-func (c regionN) trail(wMs int64, exact, excess bool) window.Trail {
+// trail returns c's trail, exact when exact is set and the trail is, else
+// coarse, with its excess (see trails) when excess is set: a copy, or,
+// when shared is set, c's own marks where nothing changes them.
+func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 	h := c.h
 	if excess {
-		h = h.WithExcess(c.n, wMs)
+		h = h.Fit(c.n, wMs)
 	}
 	if !exact {
 		h = h.Coarse(wMs)
+	}
+	if shared || len(h) == 0 {
+		return h
 	}
 	return append(window.Trail(nil), h...)
 }
@@ -584,12 +591,12 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact b
 	out[0] = RegionCount{Region: local}
 	if cur != nil {
 		for _, c := range cur.counts {
-			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentTrail: c.reported(local, wMs, marked, exact)})
+			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentTrail: c.reported(local, wMs, marked, exact, cur.private)})
 		}
 	}
 	if prev != nil {
 		for _, c := range prev.counts {
-			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousTrail: c.reported(local, wMs, marked, exact)})
+			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousTrail: c.reported(local, wMs, marked, exact, prev.private)})
 		}
 	}
 	sortRegions(out)
@@ -617,11 +624,11 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact b
 // reported returns the trail a RegionCount reports for c: none without
 // marked, else a copy as a decision reads it (with its excess), exact for
 // the local region's exact trail.
-func (c regionN) reported(local string, wMs int64, marked, exact bool) window.Trail {
+func (c regionN) reported(local string, wMs int64, marked, exact, shared bool) window.Trail {
 	if !marked {
 		return nil
 	}
-	return c.trail(wMs, exact && c.region == local, true)
+	return c.trail(wMs, exact && c.region == local, true, shared)
 }
 
 func sortRegions(rc []RegionCount) {
@@ -696,7 +703,7 @@ func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, erro
 			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
 				v := make([]Total, 0, len(b.counts))
 				for _, c := range b.counts {
-					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Trail: c.trail(k.wMs, false, false)})
+					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Trail: c.trail(k.wMs, false, false, false)})
 				}
 				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })
 				out[i] = v

@@ -99,8 +99,14 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 		m := NewMemory(mc)
 		return &Stack{Store: m, Memory: m, desc: desc}, nil
 	}
+	fc := cfg.Failover
+	fc.Region, fc.Logger = cfg.Region, cfg.Logger
+	if fc.Timeout == 0 {
+		fc.Timeout = DefaultStoreTimeout
+	}
 	rc := cfg.Redis
 	rc.Region = cfg.Region
+	rc.CallTimeout = fc.Timeout // Redis bounds its own calls: one timer per round trip
 	r, err := newRedis(rc)
 	if err != nil {
 		return nil, fmt.Errorf("open redis: %w: %w", ErrConfig, err)
@@ -108,8 +114,6 @@ func Open(ctx context.Context, cfg Config) (*Stack, error) {
 	mc := cfg.Memory
 	mc.Region = FallbackRegion(cfg.Region)
 	fb := NewMemory(mc)
-	fc := cfg.Failover
-	fc.Region, fc.Logger = cfg.Region, cfg.Logger
 	f, err := NewFailover(r, fb, fc)
 	if err != nil {
 		_ = r.Close()

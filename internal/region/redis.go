@@ -59,6 +59,12 @@ type RedisConfig struct {
 	// Coalesce gathers concurrent Check calls into shared pipelines (see
 	// [Coalesce]). The zero value turns coalescing on with its defaults.
 	Coalesce Coalesce
+	// CallTimeout, when set, bounds how long a Check waits for its answer:
+	// past it, Check returns an error wrapping [ErrTimeout] while the
+	// round trip goes on (see [Redis.Check]). One timer per round trip
+	// bounds every call it carries. Default 0: only ctx bounds a call.
+	// [Open] sets it to the failover's timeout.
+	CallTimeout time.Duration
 	// TLSConfig, when set, replaces the TLS settings a rediss:// (or
 	// rediss+sentinel://) URL implies: a CA pool in RootCAs, client
 	// certificates for Redis's tls-auth-clients. ServerName defaults to the
@@ -140,8 +146,8 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	_, _ = rand.Read(id[:])
 	r := &Redis{c: c, region: cfg.Region, marginMs: cfg.TTLMargin.Milliseconds(), server: cfg.ServerClock, node: hex.EncodeToString(id[:])}
 	r.regionArg = r.region
-	r.co = newCoalescer(cfg.Coalesce, r)
-	r.batch = !cfg.Coalesce.Unbatched
+	r.co = newCoalescer(cfg.Coalesce, cfg.CallTimeout, r)
+	r.batch = true
 	_, r.cluster = c.(*redis.ClusterClient)
 	return r, nil
 }
@@ -285,8 +291,8 @@ func logKey(key string, wMs int64) string {
 // Check decides each request; see [Store]. Concurrent calls are coalesced
 // into shared pipelines unless RedisConfig.Coalesce disables it.
 //
-// A call leaves when ctx ends or, once a [Failover] bounds the store, when
-// its timeout passes, even while the round trip goes on: go-redis reads a
+// A call leaves when ctx ends or its RedisConfig.CallTimeout passes, even
+// while the round trip goes on: go-redis reads a
 // reply until its own read timeout, whatever ctx's deadline (its
 // ContextTimeoutEnabled is off, so that a caller's deadline never closes a
 // connection that other calls' pipelines share). Such a call is in doubt:
@@ -294,12 +300,6 @@ func logKey(key string, wMs int64) string {
 func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
 	return r.co.check(ctx, reqs, res)
 }
-
-// bound makes every later Check wait at most d for its answer and then
-// return an error wrapping [ErrTimeout]; the round trip goes on. One timer
-// per round trip bounds all the calls it carries. [NewFailover] sets it,
-// before the first Check.
-func (r *Redis) bound(d time.Duration) { r.co.timeout = d }
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
@@ -715,7 +715,7 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 // parseVector parses the elements of an HGETALL reply into b, which holds
 // no counts yet.
 func parseVector(b *memBucket, raw []any) error {
-	b.used, b.counts = true, make([]regionN, 0, len(raw)/2)
+	b.used, b.private, b.counts = true, true, make([]regionN, 0, len(raw)/2)
 	trails := false
 	for i := 0; i+1 < len(raw); i += 2 {
 		f, _ := raw[i].(string)
@@ -755,7 +755,7 @@ func trailField(f string) (reg string, ok bool) {
 // It stops at the first mark that does not follow from the ones before
 // (offsets not increasing, counts not growing, or not integers below
 // 2^53): the hits after it are then the count's excess, which counts as
-// late as any (window.Trail.WithExcess), as in the script.
+// late as any (window.Trail.Fit), as in the script.
 func parseTrail(s string) window.Trail {
 	k := len(s) / markBytes
 	if k == 0 {
@@ -770,7 +770,7 @@ func parseTrail(s string) window.Trail {
 		if !(f > float64(cum) && f <= 1<<53) || f != math.Trunc(f) || (len(t) > 0 && at <= t[len(t)-1].At) {
 			break
 		}
-		t = append(t, window.Mark{At: at, N: uint64(f) - cum})
+		t = append(t, window.Mark{At: at, Cum: uint64(f)})
 		cum = uint64(f)
 	}
 	return t
@@ -779,11 +779,9 @@ func parseTrail(s string) window.Trail {
 // formatTrail packs t as the scripts store it (see trailSuffix).
 func formatTrail(t window.Trail) string {
 	b := make([]byte, 0, len(t)*markBytes)
-	var cum uint64
 	for _, m := range t {
-		cum += m.N
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.At))
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(cum)))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(m.Cum)))
 	}
 	return string(b)
 }

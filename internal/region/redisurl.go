@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -15,6 +16,24 @@ import (
 
 // newClient builds the go-redis client for cfg.URL.
 func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
+	o, err := clientOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch o := o.(type) {
+	case *redis.ClusterOptions:
+		return redis.NewClusterClient(o), nil
+	case *redis.FailoverOptions:
+		return redis.NewFailoverClient(o), nil
+	default:
+		return redis.NewClient(o.(*redis.Options)), nil
+	}
+}
+
+// clientOptions parses cfg.URL with go-redis's parser for its kind into
+// *redis.Options, *redis.ClusterOptions or *redis.FailoverOptions, and
+// fills them from cfg.
+func clientOptions(cfg RedisConfig) (any, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("region: redis: empty URL")
 	}
@@ -23,19 +42,14 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	// Each kind parses into its own options type; all of them get cfg's
-	// settings through the same clientOptions.
-	var (
-		opts  clientOptions
-		build func() redis.UniversalClient
-	)
+	// settings through the same fill.
 	switch kind {
 	case "cluster":
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("region: parse cluster URL: %w", urlError(err))
 		}
-		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
-		build = func() redis.UniversalClient { return redis.NewClusterClient(o) }
+		return o, cfg.fill(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig)
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(u)
 		if err != nil {
@@ -49,57 +63,31 @@ func newClient(cfg RedisConfig) (redis.UniversalClient, error) {
 			// master alike.
 			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
 		}
-		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
-		build = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
+		return o, cfg.fill(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig)
 	default:
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("region: parse redis URL: %w", urlError(err))
 		}
-		opts = clientOptions{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig}
-		build = func() redis.UniversalClient { return redis.NewClient(o) }
+		return o, cfg.fill(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize, &o.Password, &o.TLSConfig)
 	}
-	if err := cfg.fill(opts); err != nil {
-		return nil, err
-	}
-	return build(), nil
 }
 
-// clientOptions points at the fields that every kind of go-redis options
-// (standalone, Cluster, Sentinel) has and that RedisConfig sets.
-type clientOptions struct {
-	dial, read, write *time.Duration
-	retries, pool     *int
-	password          *string
-	tls               **tls.Config
-}
-
-// fill sets o from cfg: timeouts, retries and pool size, the password that
-// replaces the URL's, and the TLS config (see withTLS).
-func (cfg RedisConfig) fill(o clientOptions) error {
-	*o.dial = orDefault(cfg.DialTimeout, 2*time.Second)
-	*o.read = orDefault(cfg.ReadTimeout, time.Second)
-	*o.write = orDefault(cfg.WriteTimeout, time.Second)
-	*o.retries = cfg.MaxRetries
-	if cfg.MaxRetries == 0 {
-		*o.retries = -1
-	}
+// fill sets the fields that every kind of go-redis options has from cfg:
+// timeouts, retries and pool size, the password that replaces the URL's,
+// and the TLS config (see withTLS).
+func (cfg RedisConfig) fill(dial, read, write *time.Duration, retries, pool *int, password *string, tc **tls.Config) error {
+	*dial = cmp.Or(cfg.DialTimeout, 2*time.Second)
+	*read = cmp.Or(cfg.ReadTimeout, time.Second)
+	*write = cmp.Or(cfg.WriteTimeout, time.Second)
+	*retries = cmp.Or(cfg.MaxRetries, -1)
 	if cfg.PoolSize > 0 {
-		*o.pool = cfg.PoolSize
+		*pool = cfg.PoolSize
 	}
-	if cfg.Password != "" {
-		*o.password = cfg.Password
-	}
-	tc, err := withTLS(cfg, *o.tls)
-	*o.tls = tc
+	*password = cmp.Or(cfg.Password, *password)
+	var err error
+	*tc, err = withTLS(cfg, *tc)
 	return err
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // parseURL classifies a Redis URL as "standalone", "cluster" or "sentinel"
@@ -111,7 +99,8 @@ func parseURL(raw string) (kind, rewritten string, err error) {
 	}
 	switch scheme {
 	case "redis+sentinel", "rediss+sentinel":
-		return parseSentinelURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
+		u, err := sentinelURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
+		return "sentinel", u, err
 	case "redis", "rediss":
 	default:
 		return "", "", fmt.Errorf("region: redis URL %q: scheme must be redis, rediss, redis+sentinel or rediss+sentinel", RedactURL(raw))
@@ -125,15 +114,13 @@ func parseURL(raw string) (kind, rewritten string, err error) {
 	case q.Has("master_name"):
 		return "sentinel", raw, nil
 	case q.Has("cluster"):
+		// go-redis has no cluster parameter: it is ours, and goes.
 		v := q.Get("cluster")
 		q.Del("cluster")
 		u.RawQuery = q.Encode()
 		if b, err := strconv.ParseBool(v); err != nil {
 			return "", "", fmt.Errorf("region: redis URL: cluster=%q: %w", v, err)
-		} else if b {
-			return "cluster", u.String(), nil
-		}
-		if q.Has("addr") {
+		} else if b || q.Has("addr") {
 			return "cluster", u.String(), nil
 		}
 		return "standalone", u.String(), nil
@@ -143,46 +130,39 @@ func parseURL(raw string) (kind, rewritten string, err error) {
 	return "standalone", raw, nil
 }
 
-// parseSentinelURL turns [user:pass@]h1:p1,h2:p2/master[/db][?query] into
-// go-redis's failover URL form.
-func parseSentinelURL(scheme, rest string) (string, string, error) {
-	query := ""
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		rest, query = rest[:i], rest[i+1:]
+// sentinelURL rewrites the rest of a redis+sentinel URL (scheme without
+// "+sentinel"), [user:password@]s1:p1,s2:p2/master[/db][?query], into
+// go-redis's failover form: scheme://[user:password@]s1:p1[/db]?query
+// with master_name=master and addr=s2:p2. Only the list of sentinels is
+// cut out by hand (url.Parse cannot read it); go-redis checks the rest.
+func sentinelURL(scheme, rest string) (string, error) {
+	end := len(rest)
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		end = i
 	}
-	hostsPart, path, _ := strings.Cut(rest, "/")
-	userinfo := ""
-	if i := strings.LastIndexByte(hostsPart, '@'); i >= 0 {
-		userinfo, hostsPart = hostsPart[:i+1], hostsPart[i+1:]
+	at := strings.LastIndexByte(rest[:end], '@') + 1
+	hosts := strings.Split(rest[at:end], ",")
+	if slices.Contains(hosts, "") {
+		return "", errors.New("region: sentinel URL: no sentinel addresses")
 	}
-	hosts := strings.Split(hostsPart, ",")
-	if hostsPart == "" || slices.Contains(hosts, "") {
-		return "", "", fmt.Errorf("region: sentinel URL: no sentinel addresses")
-	}
-	parts := strings.Split(path, "/")
-	if parts[0] == "" {
-		return "", "", fmt.Errorf("region: sentinel URL: missing master name (%s+sentinel://host:port,.../mastername)", scheme)
-	}
-	if len(parts) > 2 {
-		return "", "", fmt.Errorf("region: sentinel URL: path %q: want /mastername or /mastername/db", path)
-	}
-	q, err := url.ParseQuery(query)
+	u, err := url.Parse(scheme + "://" + rest[:at] + hosts[0] + rest[end:])
 	if err != nil {
-		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
+		return "", fmt.Errorf("region: sentinel URL: %w", urlError(err))
 	}
-	master, err := url.PathUnescape(parts[0])
-	if err != nil {
-		return "", "", fmt.Errorf("region: sentinel URL: %w", err)
+	master, db, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if master == "" {
+		return "", fmt.Errorf("region: sentinel URL: missing master name (%s+sentinel://host:port,.../mastername)", scheme)
 	}
+	q := u.Query()
 	q.Set("master_name", master)
 	for _, h := range hosts[1:] {
 		q.Add("addr", h)
 	}
-	out := scheme + "://" + userinfo + hosts[0]
-	if len(parts) == 2 {
-		out += "/" + parts[1]
+	u.Path, u.RawPath, u.RawQuery = "", "", q.Encode()
+	if db != "" {
+		u.Path = "/" + db
 	}
-	return "sentinel", out + "?" + q.Encode(), nil
+	return u.String(), nil
 }
 
 // urlError strips the URL from a url.Parse error (it may hold a password).

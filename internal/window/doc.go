@@ -12,13 +12,18 @@
 // algorithms:
 //
 //   - [SlidingWindow], the default, decided by [Limit.DecideTrails]: each
-//     epoch-aligned bucket of length W is split at H = floor(W/2) into two
-//     halves, and each region keeps per half its count, the offsets of its
-//     first and last hit and where its latest run of hits began ([Half]).
-//     The oldest half overlapping the trailing window is weighted over the
-//     span its hits fell in. With Limit.Strict it counts each run whole
-//     while any of its hits may be in the window: never above the limit in
-//     one region.
+//     region keeps per epoch-aligned bucket of length W a [Trail] of
+//     marks, each some hits and the offset of the last of them, and a mark
+//     counts whole while its last hit is in the trailing window:
+//
+//     estimate = cur's count + the hits of prev's marks with At > e
+//     allow    = estimate + hits <= limit
+//
+//     Up to [ExactMax] hits per window the local region's trail is exact
+//     (a granule of 1 ms): it decides as a sliding log of its own
+//     admissions. Above it, and across regions, a granule is 1/[Granules]
+//     of the bucket. The estimate is never below the exact count, so one
+//     region never admits more than the limit in a trailing window.
 //
 //   - [SlidingWindowTwoBucket] and [FixedWindow] keep one count per bucket
 //     and decide with [Limit.DecideCounter] on the previous and current
@@ -30,12 +35,13 @@
 //     The two-bucket formula is the seeds', kept with its worked examples.
 //
 //     Counter algorithms' counts are grow-only per region and replicate
-//     across regions; a bucket's [Halves] merge field by field
-//     ([Half.Merge]), so replication stays idempotent and order-free.
+//     across regions; a region's trails merge granule by granule
+//     ([Trail.Merge]), so replication stays idempotent and order-free.
 //
 //   - [TokenBucket], computed as GCRA by [Limit.DecideGCRA]: one theoretical
-//     arrival time per key; limit tokens refill evenly over W and the burst
-//     is limit. It also serves as "leaky bucket as a meter".
+//     arrival time per key; limit tokens refill evenly over W into a bucket
+//     of Limit.Burst tokens (the limit by default), the most admitted at
+//     once. It also serves as "leaky bucket as a meter".
 //
 //   - [SlidingLog], decided by [Limit.DecideLog] on the timestamps of the
 //     admitted requests of the last W: exact, memory-heavy, for small limits.
@@ -64,26 +70,11 @@
 //
 // # Accuracy
 //
-// Accuracy is the exact count admitted in the trailing window (t-W, t] that
-// ends at every admission t, over the limit, for one key in one region.
-// Measured with loadtest/accuracy on a limit of 1000 per 4 s (go run
-// ./loadtest/accuracy -mode M): cold starts at 1x, 2x and 10x the limit's
-// rate, evenly spaced or Poisson, beginning at phases 0.1 to 0.9 of the
-// bucket, and on/off bursts at 10x. The steady minimum is over admissions
-// from 2W after the load began, at 2x and 10x.
-//
-//	mode                    worst trailing window   steady min (constant / Poisson)
-//	default (half spans)    1.036                   0.998 / 0.942
-//	strict                  1.000                   0.001 / 0.001 (bunched)
-//	two-bucket              1.900 (1 + phase)       0.880 / 0.877
-//	sub-buckets, K = 100    1.024                   0.995 / 0.929
-//	exact sliding log       1.000                   0.997 / 0.930
-//
-// Under Poisson arrivals even an exact log leaves the trailing window
-// below the limit at times: randomness, not the algorithm. The default's
-// error grows for small limits (100 per 10 s: 1.13) and for patterns that
-// put several bursts in one half (20 on/off runs: 1.038). Strict admits in
-// bunches after a burst. Across regions each mode adds the replication
-// delay's error: a region decides on the other regions' counts as last
-// heard. docs/design.md has the per-phase table and the costs.
+// Accuracy is measured in both directions at every decision: the exact
+// count admitted in the trailing window (t-W, t] that ends at every
+// admission t, over the limit, and whether an exact sliding log given the
+// same admissions would have decided the same. TestTrailAccuracy and
+// TestAdversarialSearch state and check the default's bounds;
+// docs/design.md has the figures and loadtest/accuracy measures them
+// against the simulator and a running node.
 package window

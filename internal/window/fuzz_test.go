@@ -224,3 +224,41 @@ func FuzzDecideSliding(f *testing.F) {
 		checkInvariants(t, &slidingState{s: s, j: d.Bucket, c: c}, l, now, hits, d)
 	})
 }
+
+// FuzzDecideTrails plays a sequence of requests and remote regions' hits,
+// taken from the fuzzer's bytes, through the default sliding window and
+// checks every decision's invariants (checkInvariants) and that the local
+// region never admits more than the limit in a trailing window. Each step
+// is 4 bytes: the time since the last step (ms, scaled to the window), a
+// request's hits, and whether the step is a remote region's hits instead.
+func FuzzDecideTrails(f *testing.F) {
+	f.Add(uint64(100), uint64(10_000), []byte{0, 1, 0, 0, 10, 99, 0, 0, 200, 1, 1, 1})
+	f.Add(uint64(5000), uint64(1_000), []byte{1, 200, 0, 2, 0, 50, 0, 0})
+	f.Fuzz(func(t *testing.T, limit, windowMs uint64, steps []byte) {
+		l := fuzzLimit(limit, windowMs, SlidingWindow)
+		if l.Limit > 1<<20 {
+			l.Limit = 1 + l.Limit%(1<<20)
+		}
+		s := newTrailState(l, 3)
+		ex := &exactLog{w: l.WindowMs()}
+		w := l.WindowMs()
+		now := int64(1_700_000_000_000)/w*w + int64(windowMs%uint64(w))
+		for i := 0; i+3 < len(steps) && i < 4*300; i += 4 {
+			now += int64(binary.BigEndian.Uint16(steps[i:])) * w / 4096
+			hits := 1 + uint64(steps[i+2])%l.Limit
+			if steps[i+3]%4 == 3 {
+				s.remote(1+int(steps[i+3]/4)%2, now, hits)
+				continue
+			}
+			d := s.decide(now, hits, false)
+			checkInvariants(t, trailLimiter{s}, l, now, hits, d)
+			s.decide(now, hits, true)
+			if d.Allowed {
+				ex.add(arrival{now, hits})
+				if c := ex.count(now); c > l.Limit {
+					t.Fatalf("%v: %d hits admitted in the trailing window at %d", l, c, now)
+				}
+			}
+		}
+	})
+}

@@ -145,10 +145,10 @@ func exactRetry(lim limiter, l Limit, nowMs int64, hits uint64, d Decision) stri
 	after := clone(lim)
 	after.decide(nowMs, hits, true)
 	at := nowMs + ms(d.ResetAfter)
-	if !after.decide(at, l.Limit, false).Allowed {
+	if !after.decide(at, l.Capacity(), false).Allowed {
 		return fmt.Sprintf("full limit denied at now+ResetAfter (%v)", d.ResetAfter)
 	}
-	if d.ResetAfter > 0 && after.decide(at-1, l.Limit, false).Allowed {
+	if d.ResetAfter > 0 && after.decide(at-1, l.Capacity(), false).Allowed {
 		return fmt.Sprintf("full limit allowed at now+ResetAfter-1ms (%v)", d.ResetAfter)
 	}
 	// Remaining: a request for Remaining hits fits now, one more does not.

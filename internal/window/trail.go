@@ -17,24 +17,26 @@ const (
 	Granules = 64
 )
 
-// Mark is N hits of one region in one bucket, the last of them admitted at
-// offset At (ms from the start of the bucket). All N count while the last
-// one is in the trailing window.
+// Mark is some hits of one region in one bucket: the last of them was
+// admitted at offset At (ms from the start of the bucket), and Cum is the
+// trail's hits up to and including this mark. All of a mark's hits count
+// while its last one is in the trailing window.
 type Mark struct {
-	At int64
-	N  uint64
+	At  int64
+	Cum uint64
 }
 
 // Trail is one region's hits in one bucket: marks in increasing order of
-// At, at most one per granule. In an exact trail a granule is one
-// millisecond, so each mark is where its hits really fell; in a coarse trail
-// it is a 1/Granules share of the bucket ([CoarseGranule]), and a mark's
-// hits fell anywhere in its granule up to At.
+// At and of Cum, at most one per granule. In an exact trail a granule is
+// one millisecond, so each mark is where its hits really fell; in a coarse
+// trail it is a 1/Granules share of the bucket ([CoarseGranule]), and a
+// mark's hits fell anywhere in its granule up to At. Cumulative counts make
+// [Trail.Count] and [Trail.After] one lookup and one binary search.
 //
-// A trail only grows: a mark's N and At never decrease and marks are only
-// added. Two reports of the same region's trail merge granule by granule
-// ([Trail.Merge]), so replication stays idempotent and order-free. The nil
-// Trail is empty.
+// A trail only grows: marks are only added, and the last one's At and Cum
+// only grow. Two reports of the same region's trail merge granule by
+// granule ([Trail.Merge]), so replication stays idempotent and order-free.
+// The nil Trail is empty.
 type Trail []Mark
 
 // CoarseGranule returns the coarse granule of offset at in a bucket of wMs:
@@ -53,13 +55,20 @@ func granule(at, wMs int64, exact bool) int64 {
 // l: limits up to ExactMax.
 func (l Limit) Exact() bool { return l.Limit <= ExactMax }
 
-// Count returns the trail's hits, saturating.
+// Count returns the trail's hits.
 func (t Trail) Count() uint64 {
-	var n uint64
-	for _, m := range t {
-		n = satAdd(n, m.N)
+	if len(t) == 0 {
+		return 0
 	}
-	return n
+	return t[len(t)-1].Cum
+}
+
+// N returns the hits of mark i.
+func (t Trail) N(i int) uint64 {
+	if i == 0 {
+		return t[0].Cum
+	}
+	return t[i].Cum - t[i-1].Cum
 }
 
 // Last returns the offset of the trail's last hit, -1 when it is empty.
@@ -70,15 +79,31 @@ func (t Trail) Last() int64 {
 	return t[len(t)-1].At
 }
 
+// after returns the index of the first mark with At > e.
+func (t Trail) after(e int64) int {
+	lo, hi := 0, len(t)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t[m].At <= e {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // After returns how many of the trail's hits count in the trailing window
 // at offset e of the next bucket: those of the marks with At > e.
 func (t Trail) After(e int64) uint64 {
-	i := sort.Search(len(t), func(i int) bool { return t[i].At > e })
-	var n uint64
-	for _, m := range t[i:] {
-		n = satAdd(n, m.N)
+	i := t.after(e)
+	switch {
+	case i == len(t):
+		return 0
+	case i == 0:
+		return t.Count()
 	}
-	return n
+	return t.Count() - t[i-1].Cum
 }
 
 // Add records hits admitted at offset at of a bucket of wMs, in a granule of
@@ -87,27 +112,29 @@ func (t Trail) After(e int64) uint64 {
 // that the trail stays ordered and no hit leaves the window early.
 func (t *Trail) Add(at, wMs int64, hits uint64, exact bool) {
 	s := *t
+	var cum uint64
 	if n := len(s); n > 0 {
 		last := &s[n-1]
 		at = max(at, last.At)
 		if granule(at, wMs, exact) == granule(last.At, wMs, exact) {
-			last.At, last.N = at, satAdd(last.N, hits)
+			last.At, last.Cum = at, satAdd(last.Cum, hits)
 			return
 		}
+		cum = last.Cum
 	}
-	*t = append(s, Mark{At: at, N: hits})
+	*t = append(s, Mark{At: at, Cum: satAdd(cum, hits)})
 }
 
 // Coarse returns t with its marks gathered into coarse granules of a bucket
-// of wMs: per granule the sum of its marks' hits at its last mark's offset.
-// It returns t itself when t is coarse already.
+// of wMs: per granule one mark at its last mark's offset. It returns t
+// itself when t is coarse already.
 func (t Trail) Coarse(wMs int64) Trail {
 	if t.coarse(wMs) {
 		return t
 	}
 	out := make(Trail, 0, min(len(t), Granules))
-	for _, m := range t {
-		out.Add(m.At, wMs, m.N, false)
+	for i, m := range t {
+		out.Add(m.At, wMs, t.N(i), false)
 	}
 	return out
 }
@@ -123,17 +150,19 @@ func (t Trail) coarse(wMs int64) bool {
 }
 
 // Valid reports whether t is a trail a region can hold in a bucket of wMs:
-// marks with N >= 1 at strictly increasing offsets from 0 to wMs-1, and,
-// unless exact, at most one per coarse granule. Replication carries coarse
-// trails only.
+// marks at strictly increasing offsets from 0 to wMs-1 with strictly
+// increasing Cum from 1, and, unless exact, at most one per coarse
+// granule. Replication carries coarse trails only.
 func (t Trail) Valid(wMs int64, exact bool) bool {
+	var cum uint64
 	for i, m := range t {
-		if m.N == 0 || m.At < 0 || m.At >= wMs {
+		if m.Cum <= cum || m.At < 0 || m.At >= wMs {
 			return false
 		}
 		if i > 0 && granule(m.At, wMs, exact) <= granule(t[i-1].At, wMs, exact) {
 			return false
 		}
+		cum = m.Cum
 	}
 	return true
 }
@@ -145,7 +174,8 @@ func (t Trail) Valid(wMs int64, exact bool) bool {
 // trail, so the merge of any of them, in any order and any number of times,
 // is the newest of them in each granule: idempotent, commutative and
 // associative, and never more hits than the region admitted. t may be exact
-// (a region's own trail, echoed back coarse by a peer).
+// (a region's own trail, echoed back coarse by a peer). Merge never changes
+// the marks t held: it makes a new slice when anything changes.
 func (t *Trail) Merge(o Trail, wMs int64) {
 	if len(o) == 0 {
 		return
@@ -155,7 +185,9 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 		return
 	}
 	a, b := *t, o
+	var ca, cb uint64 // the Cum before a's and b's first marks
 	out := make(Trail, 0, max(len(a), len(b)))
+	var cum uint64
 	for len(a) > 0 || len(b) > 0 {
 		var g int64
 		switch {
@@ -166,45 +198,76 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 		default:
 			g = min(CoarseGranule(a[0].At, wMs), CoarseGranule(b[0].At, wMs))
 		}
-		ia, na, la := granuleRun(a, g, wMs)
-		ib, nb, lb := granuleRun(b, g, wMs)
+		ia, la := granuleRun(a, g, wMs)
+		ib, lb := granuleRun(b, g, wMs)
+		var na, nb uint64
+		if ia > 0 {
+			na = a[ia-1].Cum - ca
+		}
+		if ib > 0 {
+			nb = b[ib-1].Cum - cb
+		}
+		src, base := a[:ia], ca
 		if nb > na || (nb == na && lb > la) {
-			out = append(out, b[:ib]...)
-		} else {
-			out = append(out, a[:ia]...)
+			src, base = b[:ib], cb
+		}
+		for _, m := range src {
+			out = append(out, Mark{At: m.At, Cum: satAdd(cum, m.Cum-base)})
+		}
+		if len(src) > 0 {
+			cum = out[len(out)-1].Cum
+		}
+		if ia > 0 {
+			ca = a[ia-1].Cum
+		}
+		if ib > 0 {
+			cb = b[ib-1].Cum
 		}
 		a, b = a[ia:], b[ib:]
 	}
 	*t = out
 }
 
-// granuleRun returns how many of t's first marks lie in coarse granule g,
-// their hits and the last one's offset.
-func granuleRun(t Trail, g, wMs int64) (k int, n uint64, last int64) {
+// granuleRun returns how many of t's first marks lie in coarse granule g
+// and the last one's offset (-1 when none).
+func granuleRun(t Trail, g, wMs int64) (k int, last int64) {
 	last = -1
 	for k < len(t) && CoarseGranule(t[k].At, wMs) == g {
-		n, last = satAdd(n, t[k].N), t[k].At
+		last = t[k].At
 		k++
 	}
-	return k, n, last
+	return k, last
 }
 
-// WithExcess returns t with the hits of count n that it lacks (a count
-// reported without its marks) added as a mark at the bucket's last
-// millisecond, wMs-1: they count as long as any hit of the bucket may.
-// It returns t itself when t holds n hits or more.
-func (t Trail) WithExcess(n uint64, wMs int64) Trail {
+// Fit returns t as a decision reads it for a region whose count is n: the
+// count is the authority on how many hits there are, the trail on where
+// they fell. Hits of n that t lacks (a count reported without its marks)
+// are added as a mark at the bucket's last millisecond, wMs-1, so they
+// count as long as any hit of the bucket may; when t holds more hits than
+// n (two histories merged, after a restart), its earliest hits are dropped
+// until it holds n, which keeps the ones that count longest. It returns t
+// itself when t holds exactly n.
+func (t Trail) Fit(n uint64, wMs int64) Trail {
 	c := t.Count()
-	if n <= c {
+	switch {
+	case n == c:
 		return t
+	case n < c:
+		drop := c - n
+		i := sort.Search(len(t), func(i int) bool { return t[i].Cum > drop })
+		out := make(Trail, len(t)-i)
+		for j, m := range t[i:] {
+			out[j] = Mark{At: m.At, Cum: m.Cum - drop}
+		}
+		return out
 	}
 	out := make(Trail, len(t), len(t)+1)
 	copy(out, t)
 	if k := len(out); k > 0 && out[k-1].At == wMs-1 {
-		out[k-1].N = satAdd(out[k-1].N, n-c)
+		out[k-1].Cum = n
 		return out
 	}
-	return append(out, Mark{At: wMs - 1, N: n - c})
+	return append(out, Mark{At: wMs - 1, Cum: n})
 }
 
 // DecideTrails decides a request for hits with the default sliding window
@@ -226,7 +289,7 @@ func (t Trail) WithExcess(n uint64, wMs int64) Trail {
 // for a coarse one.
 //
 // prev and cur are the regions' trails of buckets b-1 and b, in any order
-// (with any count reported without marks added by [Trail.WithExcess]), and
+// (fitted to each region's count by [Trail.Fit]), and
 // cur[local] is the local region's, the one an allowed request adds its
 // hits to (for ResetAfter; pass a local out of range when cur lacks it).
 // The decision does not change prev or cur: when it is allowed, the caller
@@ -303,7 +366,7 @@ func earliestTrails(e, w int64, prev, cur []Trail, over uint64) int64 {
 		idx = make([]int, 0, len(prev)+len(cur))
 	}
 	for _, t := range prev {
-		idx = append(idx, sort.Search(len(t), func(i int) bool { return t[i].At > e }))
+		idx = append(idx, t.after(e))
 	}
 	for range cur {
 		idx = append(idx, 0)
@@ -334,9 +397,9 @@ func earliestTrails(e, w int64, prev, cur []Trail, over uint64) int64 {
 		}
 		var n uint64
 		if best < len(prev) {
-			n = prev[best][idx[best]].N
+			n = prev[best].N(idx[best])
 		} else {
-			n = cur[best-len(prev)][idx[best]].N
+			n = cur[best-len(prev)].N(idx[best])
 		}
 		idx[best]++
 		if n >= over {

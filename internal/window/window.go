@@ -24,7 +24,8 @@ const (
 	// FixedWindow counts hits per epoch-aligned bucket: allow = cur + hits <= limit.
 	FixedWindow
 	// TokenBucket is a token bucket computed as GCRA: limit tokens refill
-	// evenly over the window and the burst is limit.
+	// evenly over the window into a bucket of Limit.Burst tokens (the
+	// limit when Burst is 0).
 	TokenBucket
 	// SlidingLog keeps every hit's timestamp: exact, memory-heavy.
 	SlidingLog
@@ -101,10 +102,15 @@ const Never = time.Duration(math.MaxInt64)
 var (
 	ErrLimit  = errors.New("window: limit must be from 1 to 2^53")
 	ErrWindow = errors.New("window: window must be from 1s to 7d, in whole milliseconds")
-	ErrHits   = errors.New("window: hits must be from 1 to the limit")
+	ErrHits   = errors.New("window: hits must be from 1 to the limit (a token bucket's burst)")
 	ErrAlgo   = errors.New("window: unknown algorithm")
 	ErrStrict = errors.New("window: strict applies to the sliding_window algorithm only")
+	ErrBurst  = errors.New("window: burst applies to the token_bucket algorithm only, from 1 to 1000 times the limit and at most 2^53")
 )
+
+// MaxBurstFactor bounds a token bucket's burst at this many times its limit,
+// so that a full bucket refills within 1000 windows.
+const MaxBurstFactor = 1000
 
 // Limit is at most Limit hits per Window, counted by Algorithm.
 // The zero Algorithm means SlidingWindow. A Limit is a small value, safe to
@@ -118,6 +124,19 @@ type Limit struct {
 	// trailing window in one region. It remains so that configurations
 	// that set it keep loading.
 	Strict bool
+	// Burst is a TokenBucket's capacity in tokens, the most hits it admits
+	// at once; 0 means Limit. Limit tokens refill per Window whatever the
+	// burst. At most MaxBurstFactor times Limit. Only for TokenBucket.
+	Burst uint64
+}
+
+// Capacity returns the most hits one request may ask of l: the burst of a
+// token bucket that sets one, else the limit.
+func (l Limit) Capacity() uint64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
 }
 
 // Validate reports whether l is within the supported bounds.
@@ -134,12 +153,17 @@ func (l Limit) Validate() error {
 	if l.Strict && !l.Algorithm.Trails() {
 		return ErrStrict
 	}
+	if l.Burst > 0 && (l.Algorithm != TokenBucket || l.Burst > MaxLimit || l.Burst/MaxBurstFactor > l.Limit ||
+		(l.Burst/MaxBurstFactor == l.Limit && l.Burst%MaxBurstFactor != 0)) {
+		return ErrBurst
+	}
 	return nil
 }
 
-// ValidateHits reports whether hits may be asked of l.
+// ValidateHits reports whether hits may be asked of l: from 1 to
+// l.Capacity().
 func (l Limit) ValidateHits(hits uint64) error {
-	if hits < 1 || hits > l.Limit {
+	if hits < 1 || hits > l.Capacity() {
 		return ErrHits
 	}
 	return nil

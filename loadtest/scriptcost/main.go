@@ -2,7 +2,7 @@
 // the counter script in each sliding window mode: it starts redis-server
 // under valgrind's callgrind, makes the same sequential decisions on a key
 // whose previous and current buckets hold two other regions' counts (with
-// their halves for the default and strict modes; counts alone for the
+// their trails for the default mode; counts alone for the
 // two-bucket counter, as its regions report them), and prints the
 // instructions Redis executed per decision in each mode (reading the
 // request, running it, writing the reply), read from a callgrind dump taken
@@ -55,10 +55,10 @@ type mode struct {
 var modes = []mode{
 	{name: "two-bucket", limit: window.Limit{Algorithm: window.SlidingWindowTwoBucket}},
 	{name: "default", limit: window.Limit{}, halves: true},
-	{name: "strict", limit: window.Limit{Strict: true}, halves: true},
+	{name: "default, exact (limit 1000)", limit: window.Limit{Limit: 1000}, halves: true},
 	{name: "two-bucket, peek", limit: window.Limit{Algorithm: window.SlidingWindowTwoBucket}, peek: true},
 	{name: "default, peek", limit: window.Limit{}, halves: true, peek: true},
-	{name: "two-bucket on a hash with halves", limit: window.Limit{Algorithm: window.SlidingWindowTwoBucket}, halves: true},
+	{name: "two-bucket on a hash with trails", limit: window.Limit{Algorithm: window.SlidingWindowTwoBucket}, halves: true},
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -109,7 +109,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		l := m.limit
-		l.Limit, l.Window = 1<<40, time.Minute
+		l.Window = time.Minute
+		if l.Limit == 0 {
+			l.Limit = 1 << 40
+		}
 		start := time.UnixMilli(1_760_000_040_000).Truncate(time.Minute)
 		reqs, res := make([]region.Request, 1), make([]region.Result, 1)
 		check := func(at time.Time) error {
@@ -247,7 +250,7 @@ func connect(ctx context.Context, url string) (*region.Redis, error) {
 }
 
 // seed merges two other regions' counts of the previous and current
-// bucket, with halves when m says so.
+// bucket, with their trails when m says so.
 func seed(ctx context.Context, s *region.Redis, key string, m mode) error {
 	w := time.Minute
 	wMs := w.Milliseconds()

@@ -58,7 +58,6 @@ func scenarios(keys, reqs int) []scenario {
 		add("all 10x", 10*time.Second, 100, steady(10, 5, seq(rd.r)...))
 		add("all 10x", time.Second, 100, steady(10, 5, seq(rd.r)...))
 		add("partition", 10*time.Second, 100, partition)
-		out = append(out, scenario{Name: "partition strict", Regions: rd.r, Delay: rd.d, Window: 10 * time.Second, Limit: 100, Strict: true, run: partition})
 		add(fmt.Sprintf("zipf %d keys", keys), 10*time.Second, 100, zipf(reqs, keys))
 	}
 	return out

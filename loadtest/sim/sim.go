@@ -54,6 +54,7 @@ type node struct {
 	guard *guard.Guard
 	dirty map[region.BucketRef]region.Total // the newest own total of each bucket
 	heard []int64                           // per region: last frame received (ms), -inf when never
+	back  []int64                           // per region: when it was heard again after a silence (ms)
 	// own is the latest own total per key of the buckets an estimate
 	// reads (the current and the previous), re-sent whole to a region
 	// heard from again after it was silent.
@@ -93,7 +94,7 @@ func (q *events) Pop() any {
 func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, now: startMs}
 	for i := range cfg.Regions {
-		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions),
+		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
 		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
 		n.guard = guard.New(guard.Config{})
@@ -133,6 +134,7 @@ func (w *world) run(untilMs int64) {
 			n := w.regions[e.to]
 			if e.at-n.heard[e.from] > w.cfg.Suspicion.Milliseconds() {
 				n.resend[e.from] = true // it was silent: send it the open buckets again
+				n.back[e.from] = e.at
 			}
 			n.heard[e.from] = e.at
 			if len(e.tot) > 0 {
@@ -141,6 +143,11 @@ func (w *world) run(untilMs int64) {
 		}
 	}
 }
+
+// catchUp is how long a region heard again after a silence stays silent
+// to the guard, as gossip.Node.GuardView keeps it: until its resent totals
+// can have arrived.
+func catchUp(flush, oneWay time.Duration) time.Duration { return 2 * (flush + oneWay) }
 
 // view is what region r's gossip node would report at now.
 func (w *world) view(r int) *guard.View {
@@ -151,7 +158,7 @@ func (w *world) view(r int) *guard.View {
 		switch {
 		case j == r:
 			v.Alive = append(v.Alive, o.name)
-		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds():
+		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && w.now-n.back[j] >= catchUp(w.cfg.Flush, w.cfg.Delay).Milliseconds():
 			v.Alive = append(v.Alive, o.name)
 			maxDelay = max(maxDelay, w.cfg.Delay)
 		default:

@@ -131,6 +131,9 @@ func udpRTTs(t *testing.T, src, dst string, n int, timeout time.Duration) []time
 
 // TestDelay shows the round trip between two emulated regions is twice the
 // configured one-way delay, within a few ms, and that a lossy pair drops.
+// The delay is judged by the lower quartile of the round trips: on a busy
+// machine the scheduler adds to the others, which is not the emulator's
+// doing.
 func TestDelay(t *testing.T) {
 	requireNFQueue(t)
 	const oneWay = 30 * time.Millisecond
@@ -141,9 +144,9 @@ func TestDelay(t *testing.T) {
 		t.Fatalf("got %d answers of 20 on a lossless path", len(rtts))
 	}
 	slices.Sort(rtts)
-	median, minRTT := rtts[len(rtts)/2], rtts[0]
-	added := median / 2
-	t.Logf("a<->b: configured one-way %v; round trips min %v median %v max %v; measured one-way %v", oneWay, minRTT, median, rtts[len(rtts)-1], added)
+	quartile, median, minRTT := rtts[len(rtts)/4], rtts[len(rtts)/2], rtts[0]
+	added := quartile / 2
+	t.Logf("a<->b: configured one-way %v; round trips min %v lower quartile %v median %v max %v; measured one-way %v", oneWay, minRTT, quartile, median, rtts[len(rtts)-1], added)
 	if minRTT < 2*oneWay {
 		t.Errorf("min round trip %v < twice the one-way delay %v: a packet was released early", minRTT, 2*oneWay)
 	}

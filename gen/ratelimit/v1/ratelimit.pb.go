@@ -12,6 +12,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -176,6 +177,118 @@ func (Scope) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
+// ResetRequest names the counters to clear: key under a rule, or key with
+// an inline limit (whose window and algorithm do not matter: every inline
+// counter of the key is cleared; its scope does).
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the caller's key, as in CheckRequest.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// rule names a configured rule. Exactly one of rule and limit is set.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// limit is an inline limit. Exactly one of rule and limit is set.
+	Limit         *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ResetResponse says when the reset took effect.
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reset_at is the reset instant: hits counted before it no longer count.
+	ResetAt       *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResetResponse) GetResetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetAt
+	}
+	return nil
+}
+
 // Limit is an inline limit: at most limit hits per window.
 type Limit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -196,14 +309,19 @@ type Limit struct {
 	// unused after bursts (measured: admissions come in bunches, and the
 	// count in the trailing window at an admission can fall to almost
 	// nothing). Only with the sliding window algorithm.
-	Strict        bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	Strict bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	// burst, with the token bucket algorithm, is the bucket's capacity: the
+	// most hits it admits at once, from a full bucket. limit tokens still
+	// refill per window. 0 means limit; at most 1000 times limit. Only with
+	// the token bucket algorithm.
+	Burst         uint64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +333,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +346,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limit) GetLimit() uint64 {
@@ -266,13 +384,21 @@ func (x *Limit) GetStrict() bool {
 	return false
 }
 
+func (x *Limit) GetBurst() uint64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 // CheckRequest asks whether key may spend hits now.
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key identifies what is limited (a user, an IP, a tenant); 1 byte to 1 KiB
 	// by default.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// hits is the number of hits to spend; 0 means 1. It may not exceed the limit.
+	// hits is the number of hits to spend; 0 means 1. It may not exceed the
+	// limit (a token bucket's burst, when it has one).
 	Hits uint64 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
 	// rule names a configured rule. Exactly one of rule and limit is set.
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -284,7 +410,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +422,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +435,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckRequest) GetKey() string {
@@ -363,7 +489,7 @@ type RegionCount struct {
 
 func (x *RegionCount) Reset() {
 	*x = RegionCount{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +501,7 @@ func (x *RegionCount) String() string {
 func (*RegionCount) ProtoMessage() {}
 
 func (x *RegionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +514,7 @@ func (x *RegionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionCount.ProtoReflect.Descriptor instead.
 func (*RegionCount) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegionCount) GetRegion() string {
@@ -442,7 +568,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +580,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +593,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Mark) GetAtMs() int64 {
@@ -497,7 +623,7 @@ type EstimateTerm struct {
 
 func (x *EstimateTerm) Reset() {
 	*x = EstimateTerm{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +635,7 @@ func (x *EstimateTerm) String() string {
 func (*EstimateTerm) ProtoMessage() {}
 
 func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +648,7 @@ func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateTerm.ProtoReflect.Descriptor instead.
 func (*EstimateTerm) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EstimateTerm) GetCount() uint64 {
@@ -594,7 +720,7 @@ type WindowStats struct {
 
 func (x *WindowStats) Reset() {
 	*x = WindowStats{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +732,7 @@ func (x *WindowStats) String() string {
 func (*WindowStats) ProtoMessage() {}
 
 func (x *WindowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +745,7 @@ func (x *WindowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowStats.ProtoReflect.Descriptor instead.
 func (*WindowStats) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WindowStats) GetBucket() int64 {
@@ -716,7 +842,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +854,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +867,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -811,7 +937,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +949,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +962,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckBatchRequest) GetChecks() []*CheckRequest {
@@ -860,7 +986,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +998,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1011,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckResult) GetResult() isCheckResult_Result {
@@ -944,7 +1070,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1082,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1095,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() string {
@@ -997,7 +1123,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1135,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1148,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckBatchResponse) GetResults() []*CheckResult {
@@ -1049,7 +1175,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1187,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1200,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -1116,7 +1242,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1254,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1267,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeekResponse) GetResponse() *CheckResponse {
@@ -1155,13 +1281,20 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xca\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"_\n" +
+	"\fResetRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12)\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"F\n" +
+	"\rResetResponse\x125\n" +
+	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xe0\x01\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12)\n" +
 	"\x05scope\x18\x05 \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\x12\x16\n" +
-	"\x06strict\x18\x06 \x01(\bR\x06strict\"s\n" +
+	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x14\n" +
+	"\x05burst\x18\a \x01(\x04R\x05burst\"s\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
@@ -1230,12 +1363,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSCOPE_GLOBAL\x10\x01\x12\x10\n" +
-	"\fSCOPE_REGION\x10\x022\xe9\x01\n" +
+	"\fSCOPE_REGION\x10\x022\xb0\x02\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ratelimit.v1.CheckBatchRequest\x1a .ratelimit.v1.CheckBatchResponse\x12B\n" +
-	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
+	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\x05Reset\x12\x1a.ratelimit.v1.ResetRequest\x1a\x1b.ratelimit.v1.ResetResponse\"\x03\x90\x02\x02B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
 
 var (
 	file_ratelimit_v1_ratelimit_proto_rawDescOnce sync.Once
@@ -1250,55 +1384,62 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(Algorithm)(0),              // 0: ratelimit.v1.Algorithm
-	(Scope)(0),                  // 1: ratelimit.v1.Scope
-	(*Limit)(nil),               // 2: ratelimit.v1.Limit
-	(*CheckRequest)(nil),        // 3: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),         // 4: ratelimit.v1.RegionCount
-	(*Mark)(nil),                // 5: ratelimit.v1.Mark
-	(*EstimateTerm)(nil),        // 6: ratelimit.v1.EstimateTerm
-	(*WindowStats)(nil),         // 7: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),       // 8: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 9: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),         // 10: ratelimit.v1.CheckResult
-	(*Error)(nil),               // 11: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),  // 12: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),         // 13: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),        // 14: ratelimit.v1.PeekResponse
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(Algorithm)(0),                // 0: ratelimit.v1.Algorithm
+	(Scope)(0),                    // 1: ratelimit.v1.Scope
+	(*ResetRequest)(nil),          // 2: ratelimit.v1.ResetRequest
+	(*ResetResponse)(nil),         // 3: ratelimit.v1.ResetResponse
+	(*Limit)(nil),                 // 4: ratelimit.v1.Limit
+	(*CheckRequest)(nil),          // 5: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),           // 6: ratelimit.v1.RegionCount
+	(*Mark)(nil),                  // 7: ratelimit.v1.Mark
+	(*EstimateTerm)(nil),          // 8: ratelimit.v1.EstimateTerm
+	(*WindowStats)(nil),           // 9: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),         // 10: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),     // 11: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),           // 12: ratelimit.v1.CheckResult
+	(*Error)(nil),                 // 13: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),    // 14: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),           // 15: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),          // 16: ratelimit.v1.PeekResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	15, // 0: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
-	0,  // 1: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	1,  // 2: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
-	2,  // 3: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	15, // 4: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	5,  // 5: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
-	4,  // 6: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	6,  // 7: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	15, // 8: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 9: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 10: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 11: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	3,  // 12: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	8,  // 13: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	11, // 14: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	10, // 15: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	2,  // 16: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	8,  // 17: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	3,  // 18: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	9,  // 19: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	13, // 20: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	8,  // 21: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	12, // 22: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	14, // 23: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	21, // [21:24] is the sub-list for method output_type
-	18, // [18:21] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
+	17, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
+	18, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
+	4,  // 5: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	18, // 6: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	7,  // 7: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
+	6,  // 8: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	8,  // 9: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	18, // 10: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	18, // 11: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 12: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 13: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	5,  // 14: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	10, // 15: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	13, // 16: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	12, // 17: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	4,  // 18: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	10, // 19: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	5,  // 20: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	11, // 21: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	15, // 22: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	2,  // 23: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	10, // 24: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	14, // 25: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	16, // 26: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	3,  // 27: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1306,7 +1447,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 	if File_ratelimit_v1_ratelimit_proto != nil {
 		return
 	}
-	file_ratelimit_v1_ratelimit_proto_msgTypes[8].OneofWrappers = []any{
+	file_ratelimit_v1_ratelimit_proto_msgTypes[10].OneofWrappers = []any{
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
@@ -1316,7 +1457,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

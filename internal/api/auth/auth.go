@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,7 +73,11 @@ func (t *Tokens) Set(entries []string) error {
 		if err != nil {
 			return fmt.Errorf("auth: token %d: %w", i+1, err)
 		}
-		ts.digests = append(ts.digests, sha256.Sum256([]byte(tok)))
+		d := sha256.Sum256([]byte(tok))
+		if sc != nil {
+			sc.ID = "sha256:" + hex.EncodeToString(d[:4])
+		}
+		ts.digests = append(ts.digests, d)
 		ts.scopes = append(ts.scopes, sc)
 	}
 	t.set.Store(ts)

@@ -70,7 +70,7 @@ func TestTokens(t *testing.T) {
 	}{
 		{"none", nil, "no bearer token"},
 		{"short", []string{tokA, "short-secret"}, "token 2: 12 bytes, want at least 16"},
-		{"space", []string{"has space 0123456789"}, "token 1: word 2 is not rules=, domains= or prefixes="},
+		{"space", []string{"has space 0123456789"}, "token 1: word 2 is not admin, or rules=, inline=, domains= or prefixes="},
 		{"control", []string{"has\x01control-0123456789"}, "token 1: must be visible ASCII"},
 		{"scope twice", []string{tokA + " rules=a rules=b"}, "token 1: rules= given twice"},
 		{"empty scope entry", []string{tokA + " prefixes=a,,b"}, "token 1: prefixes=: an empty entry"},

@@ -101,14 +101,22 @@ type Config struct {
 	// ShadowMode answers every denial allowed, except Envoy's, whose
 	// statuses stay as decided (the Envoy adapter changes overall_code).
 	ShadowMode bool
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	// ResetTTL is how long the node trusts what it last read of a key's
+	// reset instant before reading it again (see [Decider.Reset]);
+	// default [DefaultResetTTL].
+	ResetTTL time.Duration
+	// MaxResetKeys bounds the keys whose reset instant the node keeps;
+	// default 1<<17.
+	MaxResetKeys int
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
 }
 
 // Decider validates, decides and records. It is safe for concurrent use.
 type Decider struct {
 	cfg       Config
 	rules     atomic.Pointer[rules.Set]
+	resets    *resetCache
 	decisions *prometheus.CounterVec   // rule, outcome
 	latency   *prometheus.HistogramVec // method
 	storeErrs prometheus.Counter
@@ -158,8 +166,15 @@ func New(cfg Config, rs *rules.Set) (*Decider, error) {
 		return nil, fmt.Errorf("decision: Config.MaxKeyBytes %d must be from 1 to %d (%d, the longest key replication carries, less %d for the namespace prefix)",
 			cfg.MaxKeyBytes, MaxKeyBytes, region.MaxKeyBytes, MaxPrefixBytes)
 	}
+	if cfg.ResetTTL <= 0 {
+		cfg.ResetTTL = DefaultResetTTL
+	}
+	if cfg.MaxResetKeys <= 0 {
+		cfg.MaxResetKeys = 1 << 17
+	}
 	d := &Decider{
-		cfg: cfg,
+		cfg:    cfg,
+		resets: newResetCache(cfg.ResetTTL, cfg.MaxResetKeys),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rlcluster_decisions_total",
 			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, guard_denied: denied by the burst guard before the store, shadow_denied: denied but answered allowed in shadow mode, error).",
@@ -381,7 +396,10 @@ func (d *Decider) validate(in Input) (Request, error) {
 		}
 	}
 	hits := max(in.Hits, 1)
-	if ns != Envoy && hits > l.Limit {
+	if ns != Envoy && hits > l.Capacity() {
+		if l.Burst > 0 {
+			return r, Invalid("%s%s: %d is more than the burst of %d", f, hitsField, hits, l.Burst)
+		}
 		return r, Invalid("%s%s: %d is more than the limit of %d", f, hitsField, hits, l.Limit)
 	}
 	key := in.StoreKey
@@ -407,7 +425,7 @@ func checkScope(in Input) error {
 	case in.NS == Envoy:
 		return nil // bound by domain, in the Envoy adapter
 	case in.Rule == "" && in.NS == Inline && !sc.AllowInline():
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may only use its rules, not inline limits", f))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit: this token may not use inline limits (its scope does not name inline=yes)", f))
 	case in.Rule != "" && !sc.AllowRule(in.Rule):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%srule: this token may not use rule %q", f, truncate(in.Rule, 128)))
 	case in.NS != ForwardAuth && !sc.AllowKey(in.Key):
@@ -490,6 +508,15 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 		}
 		l.Strict = true
 	}
+	if b := lim.GetBurst(); b > 0 {
+		if l.Algorithm != window.TokenBucket {
+			return l, Invalid("%slimit.burst: applies to the token bucket algorithm only, not %s", field, l.Algorithm)
+		}
+		if b/window.MaxBurstFactor > l.Limit || (b/window.MaxBurstFactor == l.Limit && b%window.MaxBurstFactor != 0) || b > window.MaxLimit {
+			return l, Invalid("%slimit.burst: must be at most %d times the limit (%d) and at most 2^53, got %d", field, window.MaxBurstFactor, l.Limit, b)
+		}
+		l.Burst = b
+	}
 	if l.Algorithm == window.SlidingLog && l.Limit > d.cfg.MaxLogLimit {
 		return l, Invalid("%slimit.limit: %d is more than the maximum of %d for sliding_log (its memory grows with the limit)", field, l.Limit, d.cfg.MaxLogLimit)
 	}
@@ -508,12 +535,24 @@ func truncate(s string, n int) string {
 
 // Decide asks the store for every request in one call and writes the
 // outcomes to out (len(out) == len(reqs)), recording each (see record).
+// Each request's key is first pointed at its current generation (see
+// [Decider.Reset]), which may read reset instants in one store call
+// before.
 // A store failure is unavailable (and counted); a done ctx is its own
 // code.
 func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) error {
+	stale := d.resetGens(reqs)
+	if len(stale) > 0 && d.cfg.Guard != nil {
+		// The guard's path decides a subset of the requests: read the
+		// resets first there.
+		if err := d.readResets(ctx, reqs, stale); err != nil {
+			return d.storeFailed(ctx, reqs, err)
+		}
+		stale = nil
+	}
 	var sreqs []region.Request
 	var res []region.Result
-	if len(reqs) == 1 {
+	if len(reqs) == 1 && len(stale) == 0 {
 		// The common case in one allocation instead of two.
 		one := new(struct {
 			req [1]region.Request
@@ -521,7 +560,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 		})
 		sreqs, res = one.req[:], one.res[:]
 	} else {
-		sreqs, res = make([]region.Request, len(reqs)), make([]region.Result, len(reqs))
+		sreqs, res = make([]region.Request, len(reqs), len(reqs)+len(stale)), make([]region.Result, len(reqs)+len(stale))
 	}
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store
@@ -530,11 +569,39 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	if skip != nil {
 		return d.decideGuarded(ctx, reqs, sreqs, res, out, tickets, skip)
 	}
+	sreqs = append(sreqs, resetPeeks(reqs, stale)...)
 	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
 		return d.storeFailed(ctx, reqs, err)
 	}
+	redo := d.learnResets(reqs, stale, res[len(reqs):])
 	for i := range reqs {
-		out[i] = d.record(&reqs[i], res[i], false)
+		if redo == nil || !redo[i] {
+			out[i] = d.record(&reqs[i], res[i], false)
+		}
+	}
+	if redo != nil {
+		return d.decideAgain(ctx, reqs, out, redo)
+	}
+	return nil
+}
+
+// decideAgain decides reqs[i] again for every i with redo[i]: each was
+// decided under a generation that a reset the same call read has ended
+// (what it consumed there no longer counts).
+func (d *Decider) decideAgain(ctx context.Context, reqs []Request, out []Outcome, redo []bool) error {
+	var again []Request
+	var idx []int
+	for i, r := range redo {
+		if r {
+			again, idx = append(again, reqs[i]), append(idx, i)
+		}
+	}
+	outs := make([]Outcome, len(again))
+	if err := d.Decide(ctx, again, outs); err != nil {
+		return err
+	}
+	for j, i := range idx {
+		out[i] = outs[j]
 	}
 	return nil
 }

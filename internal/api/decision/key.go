@@ -24,7 +24,8 @@ const (
 	ForwardAuth
 	// Envoy keys are a descriptor of Envoy's rate-limit service:
 	// "e:" + domain + "/" + key=value/... with '%', '/' and '=' escaped in
-	// every part (see [EnvoyDescriptor]).
+	// every part (see [EnvoyDescriptor]); an entry that a wildcard with
+	// share_threshold matched is key=%*wildcard.
 	Envoy
 )
 
@@ -45,8 +46,9 @@ const (
 )
 
 // MaxPrefixBytes is the longest prefix a namespace adds to a caller's key:
-// the region tag, a namespace's tag, the longest rule name and its ':'.
-const MaxPrefixBytes = len(tagRegion) + len(tagRule) + rules.MaxNameBytes + 1
+// a reset generation's tag (see [GenKey]), the region tag, a namespace's
+// tag, the longest rule name and its ':'.
+const MaxPrefixBytes = maxGenPrefixBytes + len(tagRegion) + len(tagRule) + rules.MaxNameBytes + 1
 
 // MaxKeyBytes is the largest bound on a caller's key (Config.MaxKeyBytes)
 // that keeps every store key within [region.MaxKeyBytes], the longest key
@@ -67,7 +69,10 @@ func ForwardAuthKey(rule, key string) string { return tagForwardAuth + rule + ":
 // EnvoyDescriptor encodes a domain and a request descriptor's entries as
 // domain + "/" + key=value/key=value..., each part escaped ('%' as %25,
 // '/' as %2F, '=' as %3D) so that different descriptors never share a
-// string. Config.MaxKeyBytes bounds the result; [EnvoyKey] tags it.
+// string. A Shared entry's value is "%*" + its wildcard, which no escaped
+// value can be (an escaped '%' is followed by two hex digits), so a
+// shared counter is never a single value's. Config.MaxKeyBytes bounds the
+// result; [EnvoyKey] tags it.
 func EnvoyDescriptor(domain string, entries []rules.Entry) string {
 	_, d := EnvoyStoreKey(domain, entries)
 	return d
@@ -79,7 +84,7 @@ func EnvoyDescriptor(domain string, entries []rules.Entry) string {
 func EnvoyStoreKey(domain string, entries []rules.Entry) (storeKey, descriptor string) {
 	n := len(tagEnvoy) + len(domain)
 	for _, e := range entries {
-		n += 2 + len(e.Key) + len(e.Value)
+		n += 4 + len(e.Key) + len(e.Value)
 	}
 	var b strings.Builder
 	b.Grow(n)
@@ -89,6 +94,9 @@ func EnvoyStoreKey(domain string, entries []rules.Entry) (storeKey, descriptor s
 		b.WriteByte('/')
 		b.WriteString(escapeKeyPart(e.Key))
 		b.WriteByte('=')
+		if e.Shared {
+			b.WriteString(sharedMark)
+		}
 		b.WriteString(escapeKeyPart(e.Value))
 	}
 	k := b.String()
@@ -102,6 +110,10 @@ func EnvoyKey(descriptor string) string { return tagEnvoy + descriptor }
 // RegionKey returns the store key of a region-scoped limit's counter,
 // given the store key the same limit has with global scope.
 func RegionKey(storeKey string) string { return tagRegion + storeKey }
+
+// sharedMark starts the value of an entry matched by a wildcard with
+// share_threshold.
+const sharedMark = "%*"
 
 var keyPartEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
 

@@ -18,6 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
@@ -52,6 +53,22 @@ var (
 )
 
 func (h Headers) enabled() bool { return h.Limit != "" || h.Remaining != "" || h.Reset != "" }
+
+// MaxEntries bounds the entries of one request descriptor. Envoy's
+// actions make a descriptor of a few entries; a key of more would also
+// exceed the key bound long before.
+const MaxEntries = 64
+
+// TooManyDescriptors is the refusal of a request of more than max
+// descriptors.
+func TooManyDescriptors(max int) error {
+	return decision.Invalid("descriptors: more than the maximum of %d descriptors", max)
+}
+
+// TooManyEntries is the refusal of descriptor i for more than max entries.
+func TooManyEntries(i, max int) error {
+	return decision.Invalid("descriptors[%d].entries: more than the maximum of %d entries", i, max)
+}
 
 // Config configures a [Service]. Every field is required unless it says
 // otherwise.
@@ -100,7 +117,11 @@ type envoyDescriptor struct {
 //     descriptor's explicit 0 only looks);
 //   - a descriptor in shadow_mode is OK even when over its limit; global
 //     shadow mode leaves the statuses as decided and makes overall_code OK;
-//   - overall_code is OVER_LIMIT when any status is.
+//   - overall_code is OVER_LIMIT when any status of a limit without
+//     quota_mode is, or when the request has limits in quota_mode and
+//     every one of their statuses is (see [overall]);
+//   - dynamic_metadata merges the metadata of every limit whose status is
+//     OK, and says which quota_mode limits are over.
 //
 // Every descriptor goes through [decision.Decider.Validate] in the Envoy
 // namespace, and its outcome through the same outcome step as the Connect
@@ -125,7 +146,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		return nil, decision.Invalid("descriptors: at least one is required")
 	}
 	if len(m.GetDescriptors()) > s.cfg.MaxBatch {
-		return nil, decision.Invalid("descriptors: %d, more than the maximum of %d", len(m.GetDescriptors()), s.cfg.MaxBatch)
+		return nil, TooManyDescriptors(s.cfg.MaxBatch)
 	}
 	if !auth.FromContext(ctx).AllowDomain(m.GetDomain()) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain: this token may not use domain %.128q", m.GetDomain()))
@@ -194,7 +215,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 			statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		case lim.Unlimited:
 			statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-		case lim.Limit.Limit == 0 || (!d.req.Store.Peek && d.req.Store.Hits > lim.Limit.Limit):
+		case lim.Limit.Limit == 0 || (!d.req.Store.Peek && d.req.Store.Hits > lim.Limit.Capacity()):
 			// Nothing can ever admit these hits: over the limit without
 			// asking the store (OK for a shadow_mode limit).
 			b := window.Bucket(window.Ms(now), lim.Limit.Window)
@@ -237,12 +258,8 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		}
 	}
 
-	resp.OverallCode, resp.Statuses = rlsv3.RateLimitResponse_OK, statuses
-	for _, st := range statuses {
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
+	resp.Statuses = statuses
+	resp.OverallCode, resp.DynamicMetadata = overall(descs, replaced, statuses)
 	if s.cfg.Headers.enabled() {
 		resp.ResponseHeadersToAdd = s.rlsHeaders(statuses)
 	}
@@ -252,12 +269,77 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 	return resp, nil
 }
 
+// applied returns the limit that applies to descriptor d: nil when none
+// matched or another matched limit replaces it.
+func applied(d *envoyDescriptor, replaced map[string]bool) *rules.EnvoyLimit {
+	if d.lim == nil || (d.lim.Name != "" && replaced[d.lim.Name]) {
+		return nil
+	}
+	return d.lim
+}
+
+// overall returns the request's overall code and dynamic metadata, as
+// envoyproxy/ratelimit decides them. The request is over the limit when a
+// limit without quota_mode is, or when it has limits in quota_mode and
+// all of them are: a quota in quota mode is a soft limit, and the request
+// may go on while one quota has room. The metadata, nil when there is
+// none, holds:
+//
+//   - the fields of each applied limit's metadata whose status is OK, in
+//     request order (a later descriptor's field replaces an earlier one's);
+//   - when any applied limit is in quota mode, "quotaModeEnabled": true and
+//     "quotaModeViolations": the indexes of the quota-mode descriptors
+//     over their limits.
+func overall(descs []envoyDescriptor, replaced map[string]bool, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) (rlsv3.RateLimitResponse_Code, *structpb.Struct) {
+	code := rlsv3.RateLimitResponse_OK
+	var fields map[string]*structpb.Value
+	quotas, violations := 0, []*structpb.Value(nil)
+	for i := range descs {
+		lim := applied(&descs[i], replaced)
+		isOver := statuses[i].GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case lim != nil && lim.QuotaMode:
+			quotas++
+			if isOver {
+				violations = append(violations, structpb.NewNumberValue(float64(i)))
+			}
+		case isOver:
+			code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if lim != nil && lim.Metadata != nil && !isOver {
+			if fields == nil {
+				fields = map[string]*structpb.Value{}
+			}
+			for k, v := range lim.Metadata.GetFields() {
+				fields[k] = v
+			}
+		}
+	}
+	if quotas > 0 {
+		if len(violations) == quotas {
+			code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if fields == nil {
+			fields = map[string]*structpb.Value{}
+		}
+		fields["quotaModeEnabled"] = structpb.NewBoolValue(true)
+		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
+	}
+	if fields == nil {
+		return code, nil
+	}
+	return code, &structpb.Struct{Fields: fields}
+}
+
 // envoyDescriptor checks the Envoy-specific parts of request descriptor
 // i, matches it (or takes its override) and validates it.
 func (s *Service) envoyDescriptor(i int, m *rlsv3.RateLimitRequest, dom *rules.Domain, d *commonv3.RateLimitDescriptor, now time.Time) (envoyDescriptor, error) {
 	var ed envoyDescriptor
 	if len(d.GetEntries()) == 0 {
 		return ed, decision.Invalid("descriptors[%d].entries: at least one is required", i)
+	}
+	if len(d.GetEntries()) > MaxEntries {
+		return ed, TooManyEntries(i, MaxEntries)
 	}
 	if d.GetIsNegativeHits() {
 		return ed, decision.Invalid("descriptors[%d].is_negative_hits: not supported", i)

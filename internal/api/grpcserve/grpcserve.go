@@ -1,7 +1,7 @@
 // Package grpcserve serves the API's gRPC services with grpc-go's own
 // HTTP/2 transport on a listener of their own: Envoy's rate-limit service
 // (RLS v3 ShouldRateLimit), ratelimit.v1 RateLimitService (Check,
-// CheckBatch, Peek), gRPC health checking and server reflection.
+// CheckBatch, Peek, Reset), gRPC health checking and server reflection.
 //
 // Every call goes through the same methods as the Connect handler on the
 // main port ([api.Server] and [envoyrls.Service]), hence the one decision
@@ -30,13 +30,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
@@ -65,13 +70,18 @@ type Config struct {
 	MaxRequestBytes int
 	// IdleTimeout closes connections idle this long; default 2m.
 	IdleTimeout time.Duration
+	// MaxStreams bounds the calls in flight on one connection (HTTP/2's
+	// SETTINGS_MAX_CONCURRENT_STREAMS); default [DefaultMaxStreams].
+	MaxStreams uint32
 }
+
+// DefaultMaxStreams is Config.MaxStreams's default.
+const DefaultMaxStreams = 100
 
 // streamWorkers is how many goroutines serve calls, reused from call to
 // call (grpc-go starts a new goroutine for a call when they are all busy).
-// A new goroutine per call grows its stack through the decision path on
-// every call: that copying was about a quarter of the node's CPU on
-// Envoy's hot-key row of loadtest/bench.
+// A new goroutine per call would grow its stack through the decision path
+// on every call (docs/performance.md has what that copying cost).
 func streamWorkers() uint32 {
 	return uint32(max(64, 16*runtime.GOMAXPROCS(0)))
 }
@@ -93,19 +103,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 2 * time.Minute
 	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(cfg.MaxStreams),
+		grpc.ForceServerCodecV2(boundedCodec{api: cfg.API, proto: encoding.GetCodecV2(protoenc.Name)}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
-		grpc.UnaryInterceptor(unaryErrors),
 	}
+	budget := budgeted{api: cfg.API}
 	if cfg.Tokens != nil {
 		a := authenticator{tokens: cfg.Tokens, open: auth.OpenPaths(cfg.OpenPaths)}
-		opts = []grpc.ServerOption{
-			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
-			grpc.ChainUnaryInterceptor(a.unary, unaryErrors),
-			grpc.StreamInterceptor(a.stream),
-		}
+		opts = append(opts, grpc.ChainUnaryInterceptor(a.unary, unaryErrors, budget.unary), grpc.StreamInterceptor(a.stream))
+	} else {
+		opts = append(opts, grpc.ChainUnaryInterceptor(unaryErrors, budget.unary))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -158,6 +170,50 @@ func (s *Server) Stop(ctx context.Context) bool {
 		<-done
 		return false
 	}
+}
+
+// boundedCodec is grpc-go's protobuf codec, except that requests decode
+// as the API's own codecs decode them ([api.Server.UnmarshalRequest]): at
+// most one more check, descriptor or entry than a request may carry.
+type boundedCodec struct {
+	api   *api.Server
+	proto encoding.CodecV2
+}
+
+func (c boundedCodec) Name() string { return c.proto.Name() }
+
+func (c boundedCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return c.api.UnmarshalRequest(buf.ReadOnlyData(), m)
+}
+
+// budgeted makes large requests take their size from the API's request
+// memory budget ([api.Server.AcquireRequest]) while they are decided.
+type budgeted struct{ api *api.Server }
+
+func (b budgeted) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	size := 0
+	switch m := req.(type) {
+	case *ratelimitv1.CheckBatchRequest:
+		size = proto.Size(m)
+	case *rlsv3.RateLimitRequest:
+		if len(m.GetDescriptors()) > 4 { // Envoy's usual calls are not measured
+			size = proto.Size(m)
+		}
+	}
+	release, err := b.api.AcquireRequest(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return h(ctx, req)
 }
 
 // unaryErrors turns the API's Connect errors into gRPC statuses with the

@@ -135,6 +135,14 @@ func TestServe(t *testing.T) {
 	if err := cc.Invoke(ctx, "/ratelimit.v1.RateLimitService/Peek", &ratelimitv1.PeekRequest{Key: "k2", Limit: inlineCheck("").Limit}, &peek); err != nil || !peek.GetResponse().GetAllowed() {
 		t.Errorf("Peek: %v, %v; want allowed", peek.GetResponse(), err)
 	}
+	// Reset clears k's count: the check denied above is allowed again.
+	var reset ratelimitv1.ResetResponse
+	if err := cc.Invoke(ctx, "/ratelimit.v1.RateLimitService/Reset", &ratelimitv1.ResetRequest{Key: "k", Limit: inlineCheck("").Limit}, &reset); err != nil || reset.GetResetAt() == nil {
+		t.Fatalf("Reset: %v, %v", reset.GetResetAt(), err)
+	}
+	if err := cc.Invoke(ctx, "/ratelimit.v1.RateLimitService/Check", inlineCheck("k"), &check); err != nil || !check.GetAllowed() {
+		t.Errorf("Check after Reset: allowed %v, %v; want allowed", check.GetAllowed(), err)
+	}
 	var batch ratelimitv1.CheckBatchResponse
 	err = cc.Invoke(ctx, "/ratelimit.v1.RateLimitService/CheckBatch", &ratelimitv1.CheckBatchRequest{Checks: []*ratelimitv1.CheckRequest{inlineCheck("b"), {Key: "b"}}}, &batch)
 	if err != nil || len(batch.GetResults()) != 2 {

@@ -20,6 +20,7 @@ var rateLimitServiceDesc = grpc.ServiceDesc{
 		{MethodName: "Check", Handler: unary(ratelimitv1connect.RateLimitServiceCheckProcedure, ratelimitv1connect.RateLimitServiceHandler.Check)},
 		{MethodName: "CheckBatch", Handler: unary(ratelimitv1connect.RateLimitServiceCheckBatchProcedure, ratelimitv1connect.RateLimitServiceHandler.CheckBatch)},
 		{MethodName: "Peek", Handler: unary(ratelimitv1connect.RateLimitServicePeekProcedure, ratelimitv1connect.RateLimitServiceHandler.Peek)},
+		{MethodName: "Reset", Handler: unary(ratelimitv1connect.RateLimitServiceResetProcedure, ratelimitv1connect.RateLimitServiceHandler.Reset)},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "ratelimit/v1/ratelimit.proto",

@@ -1,12 +1,14 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -28,19 +30,28 @@ import (
 //	          algorithm: fixed_window  # rlcluster's addition; default sliding_window
 //	          scope: region            # rlcluster's addition; default global
 //	          strict: false            # rlcluster's addition, sliding_window only
+//	          burst: 20                # rlcluster's addition, token_bucket only
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //	    shadow_mode: true
+//	  - key: path
+//	    value: files/*          # a wildcard: '*' matches any run of characters
+//	    share_threshold: true   # every matching value counts under one counter
+//	    rate_limit: {unit: minute, requests_per_unit: 100}
+//	  - key: service
+//	    value: service_1
+//	    quota_mode: true        # over the limit only when every quota is
+//	    rate_limit: {unit: minute, requests_per_unit: 1}
+//	    metadata: {name: service_1}  # sent back while under the limit
 //
 // Matching follows envoyproxy/ratelimit: for each entry of a request's
 // descriptor, the key and value are looked up in the current level (an
-// exact key and value first, then a value ending in '*' as a prefix, then
-// the key alone); the limit applies only when the last entry lands on a
-// descriptor with a rate_limit. A request descriptor with more or fewer
-// entries than the configured depth matches nothing.
+// exact key and value first, then the values holding a '*' wildcard, in
+// file order, then the key alone); the limit applies only when the last
+// entry lands on a descriptor with a rate_limit. A request descriptor with
+// more or fewer entries than the configured depth matches nothing.
 
-// envoyUnits maps envoyproxy/ratelimit's units to windows. Months and
-// years are longer than [window.MaxWindow] and not supported.
+// envoyUnits maps envoyproxy/ratelimit's units to windows.
 var envoyUnits = map[string]struct {
 	unit   rlsv3.RateLimitResponse_RateLimit_Unit
 	window time.Duration
@@ -69,6 +80,14 @@ type EnvoyLimit struct {
 	Limit window.Limit
 	// Scope says whose hits count (rate_limit.scope; default global).
 	Scope Scope
+	// QuotaMode is the descriptor's quota_mode: its denial alone does not
+	// make the request over the limit; the request is over the limit when
+	// every quota-mode descriptor of it is (or any other one is).
+	QuotaMode bool
+	// Metadata is the descriptor's metadata, returned in the response's
+	// dynamic_metadata while the descriptor is under its limit; nil when
+	// none is configured.
+	Metadata *structpb.Struct
 }
 
 // descKey is a descriptor's key and value ("" for a value-less key).
@@ -88,9 +107,13 @@ type descNode struct {
 	limit     *EnvoyLimit
 }
 
+// wildcardChild is a descriptor whose value holds a '*'.
 type wildcardChild struct {
-	key, prefix string
-	node        *descNode
+	key, pattern string
+	// share is share_threshold: every value the pattern matches counts
+	// under one counter, the pattern's.
+	share bool
+	node  *descNode
 }
 
 func (n *descNode) leaf() bool { return len(n.children) == 0 && len(n.wildcards) == 0 }
@@ -104,18 +127,31 @@ type Domain struct {
 }
 
 // Entry is one key/value pair of a request's descriptor.
-type Entry struct{ Key, Value string }
+type Entry struct {
+	Key, Value string
+	// Shared is set by [Domain.Match] on an entry that a wildcard with
+	// share_threshold matched: Value is then the wildcard, which every
+	// value it matches counts under.
+	Shared bool
+}
 
 // Match returns the limit that applies to a request descriptor's entries,
-// or nil when none does.
+// or nil when none does. An entry matched by a wildcard with
+// share_threshold on the way is rewritten in place: its Value becomes the
+// wildcard and Shared is set, so that the counter key built from the
+// entries is the same for every value the wildcard matches.
 func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 	n := &d.root
-	for i, e := range entries {
+	for i := range entries {
+		e := &entries[i]
 		next := n.children[descKey{e.Key, e.Value}]
 		if next == nil {
 			for _, w := range n.wildcards {
-				if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+				if w.key == e.Key && MatchWildcard(w.pattern, e.Value) {
 					next = w.node
+					if w.share {
+						e.Value, e.Shared = w.pattern, true
+					}
 					break
 				}
 			}
@@ -137,18 +173,74 @@ func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 	return nil
 }
 
+// MatchWildcard reports whether value matches pattern, in which each '*'
+// matches any run of characters, the empty one included ("files/*",
+// "/api*v1", "svc*ep*rpc").
+func MatchWildcard(pattern, value string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == value
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
 // envoyDescriptorYAML is one entry of a descriptors list.
 type envoyDescriptorYAML struct {
 	Key            string
 	Value          string
 	RateLimit      *envoyRateLimitYAML
 	ShadowMode     bool
+	ShareThreshold bool
+	QuotaMode      bool
+	Metadata       yaml.Node
 	DetailedMetric bool // accepted; metrics only
 	ValueToMetric  bool // accepted; metrics only
 	Descriptors    []envoyDescriptorYAML
 
 	line  int
+	lines map[string]int // line of each field present
 	probs []fieldProblem
+}
+
+// lineOf returns the line of field f, or of the descriptor when f is
+// absent.
+func (d *envoyDescriptorYAML) lineOf(f string) int {
+	if l, ok := d.lines[f]; ok {
+		return l
+	}
+	return d.line
+}
+
+// metadataStruct converts a descriptor's metadata, a mapping of any
+// YAML values, to the Struct the response carries; nil when absent.
+func metadataStruct(n *yaml.Node) (*structpb.Struct, error) {
+	if n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, errors.New("must be a mapping")
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil {
+		return nil, fmt.Errorf("must be a mapping with string keys: %v", err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, fmt.Errorf("must hold only strings, numbers, booleans, lists and mappings: %v", err)
+	}
+	return s, nil
 }
 
 type envoyRateLimitYAML struct {
@@ -160,6 +252,7 @@ type envoyRateLimitYAML struct {
 	Algorithm       string
 	Scope           string
 	Strict          bool
+	Burst           uint64
 
 	line  int
 	lines map[string]int // line of each field present
@@ -187,9 +280,12 @@ type envoyReplaceYAML struct {
 
 func (d *envoyDescriptorYAML) UnmarshalYAML(n *yaml.Node) error {
 	d.line = n.Line
-	d.probs = decodeFields(n, nil,
+	d.lines = map[string]int{}
+	d.probs = decodeFields(n, d.lines,
 		field{"key", &d.Key}, field{"value", &d.Value}, field{"rate_limit", &d.RateLimit},
-		field{"shadow_mode", &d.ShadowMode}, field{"detailed_metric", &d.DetailedMetric},
+		field{"shadow_mode", &d.ShadowMode}, field{"share_threshold", &d.ShareThreshold},
+		field{"quota_mode", &d.QuotaMode}, field{"metadata", &d.Metadata},
+		field{"detailed_metric", &d.DetailedMetric},
 		field{"value_to_metric", &d.ValueToMetric}, field{"descriptors", &d.Descriptors})
 	return nil
 }
@@ -200,7 +296,7 @@ func (r *envoyRateLimitYAML) UnmarshalYAML(n *yaml.Node) error {
 	r.probs = decodeFields(n, r.lines,
 		field{"unit", &r.Unit}, field{"requests_per_unit", &r.RequestsPerUnit}, field{"unlimited", &r.Unlimited},
 		field{"name", &r.Name}, field{"replaces", &r.Replaces}, field{"algorithm", &r.Algorithm},
-		field{"strict", &r.Strict},
+		field{"strict", &r.Strict}, field{"burst", &r.Burst},
 		field{"scope", &r.Scope})
 	return nil
 }
@@ -252,13 +348,16 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			s += "_" + y.Value
 		}
 		n := &descNode{children: make(map[descKey]*descNode)}
-		if strings.HasSuffix(y.Value, "*") {
+		if y.ShareThreshold && !strings.Contains(y.Value, "*") {
+			at(y.lineOf("share_threshold"), ".share_threshold", "applies to a wildcard value (one holding a '*'), not %q", y.Value)
+		}
+		if strings.Contains(y.Value, "*") {
 			for _, w := range parent.wildcards {
-				if w.key == y.Key && w.prefix == strings.TrimSuffix(y.Value, "*") {
+				if w.key == y.Key && w.pattern == y.Value {
 					at(y.line, "", "duplicate of another descriptor with key %q and value %q at this level", y.Key, y.Value)
 				}
 			}
-			parent.wildcards = append(parent.wildcards, wildcardChild{key: y.Key, prefix: strings.TrimSuffix(y.Value, "*"), node: n})
+			parent.wildcards = append(parent.wildcards, wildcardChild{key: y.Key, pattern: y.Value, share: y.ShareThreshold, node: n})
 		} else {
 			k := descKey{y.Key, y.Value}
 			if _, dup := parent.children[k]; dup {
@@ -272,7 +371,13 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			for _, u := range rl.probs {
 				*bad = append(*bad, problem{u.line, u.text(rp)})
 			}
-			lim := &EnvoyLimit{Stat: s, Name: rl.Name, Unlimited: rl.Unlimited, Shadow: y.ShadowMode}
+			lim := &EnvoyLimit{Stat: s, Name: rl.Name, Unlimited: rl.Unlimited, Shadow: y.ShadowMode, QuotaMode: y.QuotaMode}
+			if md, err := metadataStruct(&y.Metadata); err != nil {
+				at(y.lineOf("metadata"), ".metadata", "%v", err)
+				ok = false
+			} else {
+				lim.Metadata = md
+			}
 			for j, r := range rl.Replaces {
 				rep := fmt.Sprintf("%s.replaces[%d]", rp, j)
 				for _, u := range r.probs {
@@ -299,6 +404,12 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 			if rl.Strict && err == nil && !algo.Trails() {
 				at(rl.lineOf("strict"), ".rate_limit.strict", "applies to sliding_window only, not %s", algo)
 				ok = false
+			}
+			if _, set := rl.lines["burst"]; set && err == nil && !hasProblem(rl.probs, "burst") {
+				if p := burstProblem(algo, rl.Burst, rl.RequestsPerUnit); p != "" {
+					at(rl.lineOf("burst"), ".rate_limit.burst", "%s", p)
+					ok = false
+				}
 			}
 			scope, err := ParseScope(rl.Scope)
 			if err != nil && !hasProblem(rl.probs, "scope") {
@@ -328,7 +439,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				ok = false
 			default:
 				lim.Unit = u.unit
-				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict}
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict, Burst: rl.Burst}
 			}
 			if ok {
 				n.limit = lim

@@ -140,6 +140,7 @@ func CheckName(name string) error {
 //	    window: 1m
 //	    algorithm: sliding_window   # optional
 //	    strict: false               # optional, sliding_window only
+//	    burst: 20                   # optional, token_bucket only
 //	    shadow_mode: false          # optional
 //	    scope: global               # optional: global or region
 //
@@ -151,6 +152,7 @@ type ruleYAML struct {
 	Window     string
 	Algorithm  string
 	Strict     bool
+	Burst      uint64
 	ShadowMode bool
 	Scope      string
 }
@@ -222,13 +224,17 @@ func rulesFiles(path string) ([]string, error) {
 //	                               # token_bucket, sliding_log
 //	    strict: true            # optional, sliding_window only: never more
 //	                            # than the limit in a trailing window
+//	    burst: 20               # optional, token_bucket only: the bucket's
+//	                            # capacity (default: limit)
 //	    shadow_mode: true       # optional: count, but always allow
 //	    scope: region           # optional: global (default) or region
 //
 // or one envoyproxy/ratelimit domain, unchanged (domain, descriptors with
 // key, value, rate_limit {unit, requests_per_unit, unlimited, name,
-// replaces}, shadow_mode, detailed_metric, nested descriptors), plus an
-// optional rate_limit.algorithm, rate_limit.strict and rate_limit.scope.
+// replaces}, shadow_mode, share_threshold, quota_mode, metadata,
+// detailed_metric, nested descriptors), plus an optional
+// rate_limit.algorithm, rate_limit.strict, rate_limit.burst and
+// rate_limit.scope.
 //
 // A limit with a region-local algorithm (token_bucket, sliding_log) and
 // global scope is valid: the file does not know how many regions the
@@ -333,7 +339,8 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	lines := map[string]int{}
 	probs := decodeFields(item, lines,
 		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
-		field{"algorithm", &y.Algorithm}, field{"strict", &y.Strict}, field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
+		field{"algorithm", &y.Algorithm}, field{"strict", &y.Strict}, field{"burst", &y.Burst},
+		field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
 	label := fmt.Sprintf("rule %d", n)
 	if y.Name != "" {
 		label = fmt.Sprintf("rule %d (%s)", n, y.Name)
@@ -397,6 +404,11 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	if y.Strict && err == nil && !algo.Trails() {
 		fail("strict", "applies to sliding_window only, not %s", algo)
 	}
+	if _, set := lines["burst"]; set && !hasProblem(probs, "burst") && err == nil {
+		if p := burstProblem(algo, y.Burst, y.Limit); p != "" {
+			fail("burst", "%s", p)
+		}
+	}
 	scope, err := ParseScope(y.Scope)
 	if err != nil && !hasProblem(probs, "scope") {
 		fail("scope", "%v", err)
@@ -411,7 +423,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		}
 		rb.warns = append(rb.warns, fmt.Sprintf("%s: %s: %s: %s", location(file, lineOf(f)), label, f, regionLocalWarning(algo)))
 	}
-	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict}, Shadow: y.ShadowMode, Scope: scope})
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict, Burst: y.Burst}, Shadow: y.ShadowMode, Scope: scope})
 }
 
 // addDomain checks an envoyproxy/ratelimit domain file.
@@ -465,6 +477,20 @@ func location(file string, line int) string {
 		return fmt.Sprintf("line %d", line)
 	}
 	return fmt.Sprintf("%s:%d", file, line)
+}
+
+// burstProblem explains why burst cannot go with algo and limit, or
+// returns "".
+func burstProblem(algo window.Algorithm, burst, limit uint64) string {
+	switch {
+	case algo != window.TokenBucket:
+		return fmt.Sprintf("applies to token_bucket only, not %s", algo)
+	case burst < 1 || burst > window.MaxLimit:
+		return fmt.Sprintf("must be from 1 to 2^53, got %d", burst)
+	case limit > 0 && (burst/window.MaxBurstFactor > limit || (burst/window.MaxBurstFactor == limit && burst%window.MaxBurstFactor != 0)):
+		return fmt.Sprintf("must be at most %d times the limit (%d), got %d", window.MaxBurstFactor, limit, burst)
+	}
+	return ""
 }
 
 // algorithmProblem explains an unknown algorithm name in the file's words.

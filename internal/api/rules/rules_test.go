@@ -163,7 +163,7 @@ descriptors:
           unit: month
           requests_per_unit: 1
           algorithm: magic
-          burst: 3
+          bursts: 3
         shadowmode: true
       - key: api
         rate_limit:
@@ -184,8 +184,8 @@ descriptors:
 		`line 14: domain "shop": descriptors[3].rate_limit.unit: must not be set when unlimited is true`,
 		`line 18: domain "shop": descriptors[3].descriptors[0].rate_limit.unit: "month" is not supported: windows are at most a week (use second, minute, hour, day or week)`,
 		`line 20: domain "shop": descriptors[3].descriptors[0].rate_limit.algorithm: "magic" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`,
-		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "burst" (want unit, requests_per_unit, unlimited, name, replaces, algorithm, strict or scope)`,
-		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`,
+		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "bursts" (want unit, requests_per_unit, unlimited, name, replaces, algorithm, strict, burst or scope)`,
+		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, share_threshold, quota_mode, metadata, detailed_metric, value_to_metric or descriptors)`,
 		`line 27: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[0].name: "a" is this limit's own name`,
 		`line 28: domain "shop": descriptors[3].descriptors[1].rate_limit.replaces[1].name: required`,
 	}, "\n")
@@ -263,7 +263,7 @@ func TestLoadMessages(t *testing.T) {
 		want       []string // after "<file>:"
 	}{
 		{"misspelled field", "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n",
-			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, shadow_mode or scope)`}},
+			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, burst, shadow_mode or scope)`}},
 		{"unknown algorithm", "rules:\n  - name: a\n    limit: 5\n    window: 1m\n  - name: b\n    limit: 5\n    window: 1m\n    algorithm: leaky\n",
 			[]string{`8: rule 2 (b): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
 		{"wrong types", "rules:\n  - name: a\n    limit: five\n    window: [1m]\n    shadow_mode: maybe\n",
@@ -276,7 +276,7 @@ func TestLoadMessages(t *testing.T) {
 			[]string{"2: rule 1 (a): limit: required (1 to 2^53)", "2: rule 1 (a): window: required (a Go duration such as 1s, 1m, 1h)"}},
 		{"not a list", "rules:\n  name: a\n", []string{"2: rules: must be a list of rules"}},
 		{"rule not a mapping", "rules:\n  - a\n", []string{
-			"2: rule 1: must be a mapping of name, limit, window, algorithm, strict, shadow_mode or scope",
+			"2: rule 1: must be a mapping of name, limit, window, algorithm, strict, burst, shadow_mode or scope",
 			"2: rule 1: name: required",
 			"2: rule 1: limit: required (1 to 2^53)",
 			"2: rule 1: window: required (a Go duration such as 1s, 1m, 1h)",
@@ -287,7 +287,7 @@ func TestLoadMessages(t *testing.T) {
 		{"envoy unknown algorithm", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      algorithm: leaky\n",
 			[]string{`7: domain "mail": descriptors[0].rate_limit.algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
 		{"envoy misspelled field", "domain: mail\ndescriptors:\n  - key: to\n    ratelimit: {unit: day, requests_per_unit: 5}\n",
-			[]string{`4: domain "mail": descriptors[0]: unknown field "ratelimit" (want key, value, rate_limit, shadow_mode, detailed_metric, value_to_metric or descriptors)`}},
+			[]string{`4: domain "mail": descriptors[0]: unknown field "ratelimit" (want key, value, rate_limit, shadow_mode, share_threshold, quota_mode, metadata, detailed_metric, value_to_metric or descriptors)`}},
 		{"envoy wrong types", "domain: mail\ndescriptors:\n  - key: to\n    rate_limit:\n      unit: day\n      requests_per_unit: -1\n    descriptors: {key: x}\n",
 			[]string{
 				`6: domain "mail": descriptors[0].rate_limit.requests_per_unit: must be a whole number, got "-1"`,
@@ -316,7 +316,7 @@ func TestLoadMessages(t *testing.T) {
 // in either format, and that whatever it accepts is a set of valid,
 // uniquely named rules that a lookup finds, with a summary.
 func FuzzParseRules(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/envoyproxy/*.yaml")
+	files, _ := filepath.Glob("../testdata/envoyproxy*/*.yaml")
 	for _, p := range files {
 		b, err := os.ReadFile(p)
 		if err != nil {

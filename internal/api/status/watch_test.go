@@ -218,7 +218,7 @@ func TestWatchRendersWindows(t *testing.T) {
 		{"scoped, another prefix", "r:login:bot-1", loginToken, http.StatusForbidden},
 		{"scoped, inline", "i:user-1", loginToken, http.StatusForbidden},
 		{"scoped, forward-auth of its rule", "f:login:10.0.0.1", loginToken, http.StatusOK},
-		{"scoped, Envoy domain", "e:web/path=%2F", loginToken, http.StatusOK}, // domains= not set: any
+		{"scoped, Envoy domain", "e:web/path=%2F", loginToken, http.StatusForbidden}, // domains= not set: none
 		{"no namespace", "user-1", fullToken, http.StatusBadRequest},
 		{"rule key without a key", "r:login", fullToken, http.StatusBadRequest},
 	} {

@@ -50,6 +50,7 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"ConcurrentNeverOverAdmits", testConcurrent},
 		{"TrailsDecideAsWindow", testTrails},
 		{"TrailsReplicate", testTrailsMerge},
+		{"TokenBucketBurst", testTokenBucketBurst},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -247,6 +248,29 @@ func testAlgorithm(t *testing.T, s region.Store, key string, l window.Limit) {
 	later := now.Add(20*time.Second + r.RetryAfter)
 	if r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 5, Now: later}); !r.Allowed {
 		t.Errorf("%v: full limit denied two windows later: %+v", a, r.Decision)
+	}
+}
+
+// testTokenBucketBurst: a token bucket of 5 per 10 s with a burst of 12
+// admits 12 hits at one instant, then one every 2 s; one request may take
+// the whole burst.
+func testTokenBucketBurst(t *testing.T, s region.Store, key string) {
+	l := window.Limit{Limit: 5, Window: 10 * time.Second, Algorithm: window.TokenBucket, Burst: 12}
+	now := t0.Add(3 * time.Second)
+	for i := range 12 {
+		if r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now}); !r.Allowed || r.Remaining != uint64(11-i) {
+			t.Fatalf("hit %d: Allowed %v Remaining %d, want true %d", i+1, r.Allowed, r.Remaining, 11-i)
+		}
+	}
+	r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now})
+	if r.Allowed || r.RetryAfter != 2*time.Second || r.ResetAfter != 24*time.Second {
+		t.Errorf("hit 13: Allowed %v RetryAfter %v ResetAfter %v, want false 2s 24s", r.Allowed, r.RetryAfter, r.ResetAfter)
+	}
+	if r := Check(t, s, region.Request{Key: key, Limit: l, Hits: 1, Now: now.Add(2 * time.Second)}); !r.Allowed {
+		t.Errorf("hit 13 at RetryAfter: denied: %+v", r.Decision)
+	}
+	if r := Check(t, s, region.Request{Key: key + "/whole", Limit: l, Hits: 12, Now: now}); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("12 hits at once: Allowed %v Remaining %d, want true 0", r.Allowed, r.Remaining)
 	}
 }
 
@@ -697,7 +721,7 @@ func testTrailsMerge(t *testing.T, s region.Store, key string) {
 		merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: reg, Count: h.Count(), Trail: h})
 	}
 	// Invalid trails are merged as counts alone.
-	bad := window.Trail{{At: 7, N: 1}, {At: 3, N: 1}}
+	bad := window.Trail{{At: 7, Cum: 1}, {At: 3, Cum: 2}}
 	merge(t, s, region.Total{Key: key, Window: w, Bucket: b, Region: "r3", Count: 2, Trail: bad})
 	l := window.Limit{Limit: 1000, Window: w}
 	var here window.Trail

@@ -41,6 +41,8 @@ const (
 	RateLimitServiceCheckBatchProcedure = "/ratelimit.v1.RateLimitService/CheckBatch"
 	// RateLimitServicePeekProcedure is the fully-qualified name of the RateLimitService's Peek RPC.
 	RateLimitServicePeekProcedure = "/ratelimit.v1.RateLimitService/Peek"
+	// RateLimitServiceResetProcedure is the fully-qualified name of the RateLimitService's Reset RPC.
+	RateLimitServiceResetProcedure = "/ratelimit.v1.RateLimitService/Reset"
 )
 
 // RateLimitServiceClient is a client for the ratelimit.v1.RateLimitService service.
@@ -55,6 +57,14 @@ type RateLimitServiceClient interface {
 	// anything. It has no side effects, so the Connect protocol serves it over
 	// HTTP GET as well.
 	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
+	// Reset clears key's counts under a rule or an inline limit's namespace
+	// in every region: hits counted before the reset instant no longer count
+	// anywhere, once the reset has reached each region (the usual
+	// replication delay). The instant replicates like the counts, max-merged,
+	// so a reset is neither lost nor undone by a count that arrives late.
+	// When the node requires bearer tokens, only a token with the admin scope
+	// may call it (permission_denied otherwise). Resetting twice is harmless.
+	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 }
 
 // NewRateLimitServiceClient constructs a client for the ratelimit.v1.RateLimitService service. By
@@ -87,6 +97,13 @@ func NewRateLimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		reset: connect.NewClient[v1.ResetRequest, v1.ResetResponse](
+			httpClient,
+			baseURL+RateLimitServiceResetProcedure,
+			connect.WithSchema(rateLimitServiceMethods.ByName("Reset")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -95,6 +112,7 @@ type rateLimitServiceClient struct {
 	check      *connect.Client[v1.CheckRequest, v1.CheckResponse]
 	checkBatch *connect.Client[v1.CheckBatchRequest, v1.CheckBatchResponse]
 	peek       *connect.Client[v1.PeekRequest, v1.PeekResponse]
+	reset      *connect.Client[v1.ResetRequest, v1.ResetResponse]
 }
 
 // Check calls ratelimit.v1.RateLimitService.Check.
@@ -112,6 +130,11 @@ func (c *rateLimitServiceClient) Peek(ctx context.Context, req *connect.Request[
 	return c.peek.CallUnary(ctx, req)
 }
 
+// Reset calls ratelimit.v1.RateLimitService.Reset.
+func (c *rateLimitServiceClient) Reset(ctx context.Context, req *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error) {
+	return c.reset.CallUnary(ctx, req)
+}
+
 // RateLimitServiceHandler is an implementation of the ratelimit.v1.RateLimitService service.
 type RateLimitServiceHandler interface {
 	// Check decides whether key may spend hits now and, when allowed, consumes
@@ -124,6 +147,14 @@ type RateLimitServiceHandler interface {
 	// anything. It has no side effects, so the Connect protocol serves it over
 	// HTTP GET as well.
 	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
+	// Reset clears key's counts under a rule or an inline limit's namespace
+	// in every region: hits counted before the reset instant no longer count
+	// anywhere, once the reset has reached each region (the usual
+	// replication delay). The instant replicates like the counts, max-merged,
+	// so a reset is neither lost nor undone by a count that arrives late.
+	// When the node requires bearer tokens, only a token with the admin scope
+	// may call it (permission_denied otherwise). Resetting twice is harmless.
+	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 }
 
 // NewRateLimitServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -152,6 +183,13 @@ func NewRateLimitServiceHandler(svc RateLimitServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	rateLimitServiceResetHandler := connect.NewUnaryHandler(
+		RateLimitServiceResetProcedure,
+		svc.Reset,
+		connect.WithSchema(rateLimitServiceMethods.ByName("Reset")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ratelimit.v1.RateLimitService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RateLimitServiceCheckProcedure:
@@ -160,6 +198,8 @@ func NewRateLimitServiceHandler(svc RateLimitServiceHandler, opts ...connect.Han
 			rateLimitServiceCheckBatchHandler.ServeHTTP(w, r)
 		case RateLimitServicePeekProcedure:
 			rateLimitServicePeekHandler.ServeHTTP(w, r)
+		case RateLimitServiceResetProcedure:
+			rateLimitServiceResetHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -179,4 +219,8 @@ func (UnimplementedRateLimitServiceHandler) CheckBatch(context.Context, *connect
 
 func (UnimplementedRateLimitServiceHandler) Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RateLimitService.Peek is not implemented"))
+}
+
+func (UnimplementedRateLimitServiceHandler) Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RateLimitService.Reset is not implemented"))
 }

@@ -1,0 +1,307 @@
+package decision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// Resets. A reset of a store key K is an instant R (Unix ms): hits counted
+// under K before R no longer count. R is kept as a replicated total of its
+// own, beside the counters: key ResetKey(K), window [ResetWindow], bucket
+// floor(R/ResetWindow), count R, one entry per region that reset K. It is
+// max-merged like every total, so a reset is never lost and a late message
+// never undoes it, and the stores and replication treat it as any other
+// count. The key's reset instant is the largest entry of the current and
+// previous buckets: a reset older than ResetWindow (the longest window)
+// has nothing left to clear.
+//
+// A decision applies R without reading the counters' layout: once a node
+// knows of R, it counts K under the generation key GenKey(K, R), whose
+// counters start empty, and the counts under K (or an older generation)
+// are never read again; they expire. A node learns a reset from the store
+// (its region's, where replication merges the other regions' resets) at
+// most Config.ResetTTL after its last look at K: the look is one more
+// request in the decision's own store call, and a decision that it shows
+// was made under an old generation is made again. So a reset reaches
+// every decision at most the replication delay plus ResetTTL after it was
+// made, and a decision made in a region before the reset reached it
+// counts in the old generation: under-counted, never over.
+
+// ResetWindow is the window of a reset instant's total: the longest
+// window, so that a reset outlives every counter it clears.
+const ResetWindow = window.MaxWindow
+
+// DefaultResetTTL is how long a node trusts what it last read of a key's
+// reset instant (Config.ResetTTL).
+const DefaultResetTTL = 500 * time.Millisecond
+
+// The tags of resets' keys: a reset instant's key is tagReset + the store
+// key, a generation's is tagGen + R + ":" + the store key. Neither starts
+// any namespace's tag (key.go), so no caller's key reaches them.
+const (
+	tagReset = "z:"
+	tagGen   = "g"
+)
+
+// maxGenPrefixBytes is the longest generation prefix: the tag, R in
+// decimal (below 2^53) and the ':'.
+const maxGenPrefixBytes = len(tagGen) + 16 + 1
+
+// ResetKey returns the key of storeKey's reset instant.
+func ResetKey(storeKey string) string { return tagReset + storeKey }
+
+// GenKey returns the key storeKey counts under after a reset at atMs; 0
+// (no reset) is storeKey itself.
+func GenKey(storeKey string, atMs int64) string {
+	if atMs <= 0 {
+		return storeKey
+	}
+	return tagGen + strconv.FormatInt(atMs, 10) + ":" + storeKey
+}
+
+// ErrNoReset is returned by [Decider.Reset] when the store cannot keep a
+// reset instant.
+var ErrNoReset = errors.New("decision: the store cannot record resets")
+
+// resetCache is what a node last read of keys' reset instants, in shards
+// so that concurrent decisions seldom share a lock. It is safe for
+// concurrent use and holds about max keys at most.
+type resetCache struct {
+	ttl    time.Duration
+	max    int // per shard
+	seed   maphash.Seed
+	shards [resetShards]resetShard
+}
+
+const resetShards = 32
+
+type resetShard struct {
+	mu sync.Mutex
+	m  map[string]resetEntry
+}
+
+type resetEntry struct {
+	atMs   int64     // the reset instant, 0 for none
+	readAt time.Time // when it was read
+}
+
+func newResetCache(ttl time.Duration, max int) *resetCache {
+	c := &resetCache{ttl: ttl, max: (max + resetShards - 1) / resetShards, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]resetEntry)
+	}
+	return c
+}
+
+func (c *resetCache) shard(key string) *resetShard {
+	return &c.shards[maphash.String(c.seed, key)%resetShards]
+}
+
+// get returns key's reset instant and whether it was read within the TTL
+// before now.
+func (c *resetCache) get(key string, now time.Time) (atMs int64, fresh bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	sh.mu.Unlock()
+	return e.atMs, ok && now.Sub(e.readAt) < c.ttl && !now.Before(e.readAt)
+}
+
+// put records key's reset instant as read at now; it never lowers one.
+func (c *resetCache) put(key string, atMs int64, now time.Time) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	if ok && e.atMs > atMs {
+		atMs = e.atMs
+	}
+	if !ok && len(sh.m) >= c.max {
+		// Full: forget about half of the shard. Which half does not
+		// matter: the store has the truth, read again after a miss.
+		n := 0
+		for k := range sh.m {
+			delete(sh.m, k)
+			if n++; n >= c.max/2 {
+				break
+			}
+		}
+	}
+	sh.m[key] = resetEntry{atMs: atMs, readAt: now}
+}
+
+// resetPeek is the store request that reads key's reset instant.
+func resetPeek(key string, now time.Time) region.Request {
+	return region.Request{
+		Key:   ResetKey(key),
+		Limit: window.Limit{Limit: window.MaxLimit, Window: ResetWindow, Algorithm: window.FixedWindow},
+		Hits:  1, Now: now, Peek: true,
+	}
+}
+
+// resetInstant returns the reset instant a peek's result shows: the
+// largest count of any region in its current and previous buckets.
+func resetInstant(res *region.Result) int64 {
+	var at uint64
+	for _, rc := range res.Regions {
+		at = max(at, rc.Current, rc.Previous)
+	}
+	return int64(min(at, window.MaxLimit))
+}
+
+// baseKey returns a store key without its generation prefix: the key
+// that reset instants are kept for.
+func baseKey(k string) string {
+	if !strings.HasPrefix(k, tagGen) {
+		return k
+	}
+	i := len(tagGen)
+	for i < len(k) && k[i] >= '0' && k[i] <= '9' {
+		i++
+	}
+	if i == len(tagGen) || i == len(k) || k[i] != ':' {
+		return k
+	}
+	return k[i+1:]
+}
+
+// resetGens points every request at its key's generation as this node
+// last read it, and returns the requests whose key's reset instant must be
+// read again (never read, or read more than the TTL ago).
+func (d *Decider) resetGens(reqs []Request) (stale []int) {
+	for i := range reqs {
+		q := &reqs[i].Store
+		k := baseKey(q.Key)
+		at, fresh := d.resets.get(k, q.Now)
+		q.Key = GenKey(k, at)
+		if !fresh {
+			stale = append(stale, i)
+		}
+	}
+	return stale
+}
+
+// resetPeeks returns the store requests that read the reset instants of
+// reqs[stale].
+func resetPeeks(reqs []Request, stale []int) []region.Request {
+	peeks := make([]region.Request, len(stale))
+	for j, i := range stale {
+		peeks[j] = resetPeek(baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
+	}
+	return peeks
+}
+
+// learnResets records what the peeks of reqs[stale] read, and returns
+// whether request stale[j] was decided under an older generation than
+// that (its decision must be made again, on the key's current counts).
+func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) (redo []bool) {
+	for j, i := range stale {
+		q := &reqs[i].Store
+		k := baseKey(q.Key)
+		d.resets.put(k, resetInstant(&res[j]), q.Now)
+		at, _ := d.resets.get(k, q.Now)
+		if g := GenKey(k, at); g != q.Key {
+			if redo == nil {
+				redo = make([]bool, len(reqs))
+			}
+			redo[i] = true
+			q.Key = g
+		}
+	}
+	return redo
+}
+
+// readResets reads the reset instants of reqs[stale] in one store call
+// and points the requests at their keys' generations.
+func (d *Decider) readResets(ctx context.Context, reqs []Request, stale []int) error {
+	peeks := resetPeeks(reqs, stale)
+	res := make([]region.Result, len(peeks))
+	if err := d.cfg.Store.Check(ctx, peeks, res); err != nil {
+		return err
+	}
+	d.learnResets(reqs, stale, res)
+	return nil
+}
+
+// restorer is a store that max-merges its own region's totals
+// ([region.Redis.Restore], [region.Memory.Restore]).
+type restorer interface {
+	Restore(ctx context.Context, totals []region.Total) error
+}
+
+// findRestorer returns s, or the first store it wraps (through Unwrap),
+// that can restore; nil when none can.
+func findRestorer(s region.Store) restorer {
+	for s != nil {
+		if r, ok := s.(restorer); ok {
+			return r
+		}
+		u, ok := s.(interface{ Unwrap() region.Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}
+
+// Reset records a reset of the counters that in names (its key under a
+// rule, or in the inline namespace; an inline limit's window and algorithm
+// do not matter, its scope does) at in.Now, and returns the reset's store
+// key and instant. It validates in as a Peek would (the token's scope
+// included). The instant goes to the store as this region's entry,
+// max-merged, and to the Replicator unless the limit is region-scoped.
+func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time, err error) {
+	in.Peek = true
+	in.Hits = 1
+	r, err := d.validate(in)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	st := findRestorer(d.cfg.Store)
+	if st == nil {
+		return "", time.Time{}, ErrNoReset
+	}
+	atMs := window.Ms(in.Now)
+	if atMs <= 0 {
+		return "", time.Time{}, Invalid("the clock is before the epoch")
+	}
+	t := region.Total{
+		Key:    ResetKey(r.Store.Key),
+		Window: ResetWindow,
+		Bucket: window.Bucket(atMs, ResetWindow),
+		Region: d.cfg.Region,
+		Count:  uint64(atMs),
+	}
+	if err := st.Restore(ctx, []region.Total{t}); err != nil {
+		return "", time.Time{}, fmt.Errorf("record reset: %w", err)
+	}
+	if d.cfg.Replicator != nil && r.Scope == rules.ScopeGlobal {
+		t.Limit, t.Estimate = 1, 1 // at once
+		d.cfg.Replicator.Dirty(t)
+	}
+	d.resets.put(r.Store.Key, atMs, in.Now)
+	return r.Store.Key, time.UnixMilli(atMs), nil
+}
+
+// ReadableKey returns a store key without its generation prefix, for logs
+// and the status page.
+func ReadableKey(storeKey string) string {
+	if !strings.HasPrefix(storeKey, tagGen) {
+		return storeKey
+	}
+	if _, rest, ok := strings.Cut(storeKey, ":"); ok {
+		return rest
+	}
+	return storeKey
+}

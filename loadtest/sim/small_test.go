@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// TestSmallLimits: a simultaneous burst in every region, at limits smaller
+// than the number of regions (a login's 3 or 5 per minute), admits at
+// most max(1.10 x the limit, the limit + 1) in any trailing window: a
+// region's share of such a limit holds no whole hit, so the regions take
+// turns at probing the full limit instead of each taking one.
+func TestSmallLimits(t *testing.T) {
+	t.Parallel()
+	for _, regions := range []int{3, 10} {
+		for _, lim := range []uint64{1, 2, 3, 5} {
+			t.Run(fmt.Sprintf("%d regions, limit %d", regions, lim), func(t *testing.T) {
+				t.Parallel()
+				cfg := config{Regions: regions, Delay: 60 * time.Millisecond, Flush: 20 * time.Millisecond,
+					Suspicion: 500 * time.Millisecond, Guard: true, Limit: window.Limit{Limit: lim, Window: time.Minute}}
+				w := newWorld(cfg, epoch)
+				from := burst(w)
+				st := w.stats(from)
+				bound := max(1.10, float64(lim+1)/float64(lim))
+				t.Logf("max %.3f of the limit (bound %.3f)", st.Max, bound)
+				if st.Max > bound+1e-9 {
+					t.Errorf("max %.3f of the limit in a trailing window, want <= %.3f", st.Max, bound)
+				}
+			})
+		}
+	}
+}
