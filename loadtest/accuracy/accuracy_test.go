@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,12 +415,56 @@ func TestNodeRetriesLateRuns(t *testing.T) {
 		}
 		var out bytes.Buffer
 		report(&out, rows)
-		if !strings.Contains(out.String(), "1 runs dropped and run again") {
+		if !strings.Contains(out.String(), "1 runs dropped and run again on fresh keys") {
 			t.Errorf("report:\n%s", out.String())
 		}
 	}
 	err := run(context.Background(), []string{"-node", srv.URL, "-windows-list", "1h", "-limits", "10", "-timeout", "10m"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "more than -timeout") {
 		t.Errorf("a grid of 1 h windows against a node: error %v, want one for -timeout", err)
+	}
+}
+
+// A cell that fails against a node (here its node refuses its limit) is
+// run again up to -retries, then reported as failed, and the other cells'
+// rows are still printed.
+func TestNodeCellFailureKeepsOthers(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			return
+		}
+		var in struct {
+			Limit struct {
+				Limit uint64 `json:"limit"`
+			} `json:"limit"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if in.Limit.Limit == 20 {
+			refused.Add(1)
+			http.Error(w, `{"code":"invalid_argument"}`, http.StatusBadRequest)
+			return
+		}
+		now := time.Now().UnixMilli()
+		fmt.Fprintf(w, `{"allowed":true,"stats":{"bucket":"%d","elapsedMs":"%d"}}`, now/1000, now%1000)
+	}))
+	t.Cleanup(srv.Close)
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-node", srv.URL, "-limits", "10,20", "-windows-list", "1s", "-rates", "1", "-arrivals", "even",
+		"-phases", "0.5", "-windows", "3", "-workers", "2", "-parallel", "2", "-retries", "1"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 cells failed") || !strings.Contains(err.Error(), "400 Bad Request") {
+		t.Errorf("error %v, want 1 of 2 cells failed with the node's 400", err)
+	}
+	if !strings.Contains(out.String(), "| 10 | 1s | even | 1x | 1 | 30 |") || strings.Contains(out.String(), "| 20 |") {
+		t.Errorf("output, want the row of 10 per 1 s only:\n%s", out.String())
+	}
+	// Two runs (the first and its retry), each refused at its warm-up: two
+	// workers' requests.
+	if got := refused.Load(); got != 4 {
+		t.Errorf("%d requests refused, want 4 (two warm-ups of two workers)", got)
 	}
 }

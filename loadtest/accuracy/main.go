@@ -134,7 +134,7 @@ func parse(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.node, "node", "", "base URL of a running rlnode to drive instead of simulating, on loopback (e.g. http://127.0.0.1:8080)")
 	fs.BoolVar(&c.remote, "remote", false, "allow a -node that is not on loopback")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent requests in flight per cell against -node")
-	fs.IntVar(&c.retries, "retries", 0, "against -node, run a cell's run again (on a fresh key) up to this many times when its requests went out more than W/10 behind their schedule, as on a busy machine")
+	fs.IntVar(&c.retries, "retries", 0, "against -node, run a cell's run again (on a fresh key) up to this many times when its requests went out more than W/10 behind their schedule, as on a busy machine, or a request failed")
 	fs.DurationVar(&c.maxLag, "max-lag", 0, "against -node, the most a request may go out behind its schedule before its run is dropped as late (0: W/10)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "against -node, the longest the grid may take; a grid planned to take longer is refused before it starts")
 	gridNode := fs.Bool("grid-node", false, "a grid small enough for a node: -limits 10,100,1000 -windows-list 10s -rates 0.5,0.9,2,10 -phases 0.5 -windows 3 -parallel 8 -workers 16 -retries 2 (flags given win)")
@@ -435,7 +435,7 @@ type row struct {
 	// cell ran (Redis slower than the node's store timeout); with
 	// -parallel, those of the cells that ran beside it count too
 	fallback uint64
-	retried  int // against a node: runs dropped for late requests
+	retried  int // against a node: runs dropped for late or failed requests
 }
 
 // merge adds run v to the row.
@@ -464,7 +464,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	start := time.Now()
 	rows, err := measure(ctx, c, cells)
-	if err != nil {
+	if len(rows) == 0 {
 		return err
 	}
 	what := "simulated, mode " + c.mode
@@ -481,11 +481,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintln(out)
 		summarize(out, rows)
 	}
-	return nil
+	return err
 }
 
 // measure runs every cell, simulated or against the node, c.parallel at
-// once, and returns their rows in the cells' order.
+// once, and returns their rows in the cells' order. When some cells fail
+// (or ctx ends), it returns the rows of the others with the error.
 func measure(ctx context.Context, c config, cells []cell) ([]row, error) {
 	var nd *nodeDriver
 	if c.node != "" {
@@ -522,17 +523,22 @@ dispatch:
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("measure: %w", err)
-	}
 	var rows []row
-	for _, r := range res {
+	failed := 0
+	for i, r := range res {
 		rows = append(rows, r...)
+		if errs[i] != nil {
+			failed++
+		}
 	}
-	return rows, nil
+	err := errors.Join(errs...)
+	if err != nil {
+		err = fmt.Errorf("%d of %d cells failed: %w", failed, len(cells), err)
+	}
+	if ctx.Err() != nil {
+		err = errors.Join(fmt.Errorf("measure: %w", ctx.Err()), err)
+	}
+	return rows, err
 }
 
 // spread returns the order to run cells in: heaviest and lightest
@@ -686,7 +692,7 @@ func report(out io.Writer, rows []row) {
 		fmt.Fprintf(out, "; requests went out up to %d ms late", lag)
 	}
 	if retried > 0 {
-		fmt.Fprintf(out, "; %d runs dropped and run again for requests more than W/10 late", retried)
+		fmt.Fprintf(out, "; %d runs dropped and run again on fresh keys (requests more than W/10 late, or a request that failed)", retried)
 	}
 	if fb > 0 {
 		fmt.Fprintf(out, "; %d decisions were made by the node's in-memory fallback (its store answered later than --store-timeout)", fb)

@@ -50,8 +50,10 @@ func newNodeDriver(c config, cells []cell) (*nodeDriver, error) {
 	conns := c.workers * c.parallel
 	return &nodeDriver{
 		client: &http.Client{
-			Timeout:   5 * time.Second,
-			Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns},
+			Timeout: 5 * time.Second,
+			// Idle connections are dropped well before a node's own idle
+			// timeout, so that none is reused just as the node closes it.
+			Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, IdleConnTimeout: 20 * time.Second},
 		},
 		base:    strings.TrimSuffix(c.node, "/"),
 		workers: c.workers,
@@ -61,7 +63,8 @@ func newNodeDriver(c config, cells []cell) (*nodeDriver, error) {
 	}, nil
 }
 
-// cell runs cl's runs against the node, each on a fresh key, and judges
+// cell runs cl's runs against the node, each on a fresh key (a run that
+// fails is run again on another, up to nd.retries times), and judges
 // their decisions on the node's clock.
 func (nd *nodeDriver) cell(ctx context.Context, i int, cl cell, byPhase bool) ([]row, error) {
 	before, err := fallbacks(ctx, nd.client, nd.base)
@@ -78,7 +81,7 @@ func (nd *nodeDriver) cell(ctx context.Context, i int, cl cell, byPhase bool) ([
 		for try := 0; ; try++ {
 			key := fmt.Sprintf("accuracy-%d-%d-%d-%d", nd.runID, i, j, try)
 			ds, runLag, err = nd.run(ctx, cl, r, key)
-			if err == nil || !errors.Is(err, errLate) || try >= nd.retries {
+			if err == nil || ctx.Err() != nil || try >= nd.retries {
 				break
 			}
 			retried++

@@ -47,9 +47,10 @@ func startNode(t *testing.T, redisURL string) string {
 // three windows a run, all cells at once) and holds the default counter to
 // its bounds on the node's own clock: every request decided and recorded,
 // denials included; no trailing window above the limit and no unjustified
-// admission. Unjustified denials stay rare: a request that takes its
-// instant a moment before another's but reaches the store after it is
-// denied on a count the judge, ordering by instant, does not see yet.
+// admission. Unjustified denials stay rare (at most 2 a cell, or 1%): a
+// request that takes its instant a moment before another's but reaches
+// the store after it is denied on a count the judge, ordering by
+// instant, does not see yet; concurrent clumps of requests do that most.
 func TestNodeGrid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives two nodes for several seconds")
@@ -94,8 +95,8 @@ func TestNodeGrid(t *testing.T) {
 				if f.max > 1 || r.v.badAdmit > 0 {
 					t.Errorf("%s: trailing max %.3f, %d unjustified admissions; want at most 1, none", r.cellName(), f.max, r.v.badAdmit)
 				}
-				if f.denyShare > 0.01 {
-					t.Errorf("%s: unjustified denials %s, want at most 1%%", r.cellName(), share(r.v.badDeny, r.v.decisions))
+				if r.v.badDeny > max(2, r.v.decisions/100) {
+					t.Errorf("%s: unjustified denials %s, want at most 2 or 1%%", r.cellName(), share(r.v.badDeny, r.v.decisions))
 				}
 			}
 			if denials == 0 {
