@@ -25,16 +25,19 @@ type modeFigures struct {
 	poissonMin float64 // lowest steady minimum, Poisson arrivals at 2x and 10x
 }
 
-// replay returns the trailing-window statistics of arrivals decided by d,
-// counting the steady minimum from steadyFrom.
-func replay(d decider, l window.Limit, arrivals []int64, steadyFrom int64) stats {
-	var admitted []int64
-	for _, t := range arrivals {
-		if d(t) {
-			admitted = append(admitted, t)
-		}
+// replay returns the verdict on arrivals decided by c,
+// counting the steady state from steadyFrom.
+func replay(c counter, l window.Limit, arrivals []arrival, steadyFrom int64) verdict {
+	return judge(simulate(c, arrivals), l.Limit, l.WindowMs(), steadyFrom)
+}
+
+// maxRatio returns the worst trailing window of a verdict.
+func maxRatio(v verdict) float64 {
+	var m float64
+	for _, x := range v.ratios {
+		m = max(m, x)
 	}
-	return trailing(admitted, l.Window, l.Limit, steadyFrom)
+	return m
 }
 
 // worstFigures runs every cold start (1x, 2x and 10x; constant, and Poisson
@@ -44,7 +47,7 @@ func replay(d decider, l window.Limit, arrivals []int64, steadyFrom int64) stats
 // exact log ("log") runs the cold starts only.
 func worstFigures(c counter) modeFigures {
 	l := c.limit
-	if c.mode == "subbuckets" {
+	if c.mode == modeSubBuckets {
 		l = c.sub.Limit
 	}
 	w := l.WindowMs()
@@ -62,9 +65,9 @@ func worstFigures(c counter) modeFigures {
 						} else if seed > 1 {
 							break
 						}
-						arr := coldStart(l, start, phase, rate, 6, r)
-						st := replay(newDecider(c), l, arr, arr[0]+2*w)
-						f.max = max(f.max, st.max)
+						arr := coldStart(l, start, phase, rate, 1, 6, r)
+						st := replay(c, l, arr, arr[0].at+2*w)
+						f.max = max(f.max, maxRatio(st))
 						switch {
 						case rate == 1:
 						case poisson:
@@ -77,13 +80,13 @@ func worstFigures(c counter) modeFigures {
 			}
 		}
 	}
-	if c.mode == "log" {
+	if c.mode == modeLog {
 		return f
 	}
 	for seed := uint64(1); seed <= 5; seed++ {
 		r := rand.New(rand.NewPCG(seed, 1234))
-		st := replay(newDecider(c), l, onOff(l, start, 10, 40, r), 1<<62)
-		f.max = max(f.max, st.max)
+		st := replay(c, l, onOff(l, start, 10, 1, 40, r), 1<<62)
+		f.max = max(f.max, maxRatio(st))
 	}
 	return f
 }
@@ -91,7 +94,7 @@ func worstFigures(c counter) modeFigures {
 // exactLogMin is the exact sliding log's lowest steady minimum under the
 // Poisson cold starts, computed once.
 var exactLogMin = sync.OnceValue(func() float64 {
-	return worstFigures(counter{mode: "log", limit: modesLimit}).poissonMin
+	return worstFigures(counter{mode: modeLog, limit: modesLimit}).poissonMin
 })
 
 // TestDocumentedModeBounds holds the measured bounds of the sub-bucket
@@ -115,7 +118,7 @@ func TestDocumentedModeBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := worstFigures(counter{mode: "subbuckets", sub: tt.s})
+			f := worstFigures(counter{mode: modeSubBuckets, sub: tt.s})
 			logMin := exactLogMin()
 			t.Logf("%s (K=%d): worst trailing window %.3fx limit; steady min %.3fx (constant), %.3fx (Poisson; exact log %.3fx)", tt.name, tt.s.K, f.max, f.constMin, f.poissonMin, logMin)
 			if f.max > tt.maxHi || f.max < tt.maxLo {

@@ -9,13 +9,15 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// TestStoresDecideAsSimulated plays the harness's patterns through the
-// real stores at the patterns' instants: the Redis store (its Lua script
-// decides and updates the halves) and the in-memory store admit exactly
-// the requests that the simulator's window math admits, in every mode, so
-// the node figures on Redis and on memory measure the same counter.
+// TestStoresDecideAsSimulated plays the harness's arrivals through the
+// real stores at their instants: the Redis store (its Lua script decides
+// and updates the trails) and the in-memory store take exactly the
+// decisions that the simulator's window math takes, in every mode a node
+// runs, so the node figures on Redis and on memory measure the same
+// counter.
 func TestStoresDecideAsSimulated(t *testing.T) {
 	srv := redistest.Start(t)
 	rs, err := region.NewRedis(context.Background(), region.RedisConfig{URL: srv.URL(), Region: "here", Coalesce: region.Coalesce{Disabled: true}})
@@ -27,38 +29,44 @@ func TestStoresDecideAsSimulated(t *testing.T) {
 		"redis":  rs,
 		"memory": region.NewMemory(region.MemoryConfig{Region: "here"}),
 	}
-	scs := []scenario{
-		{name: "cold 10x @0.10", rate: 10, phase: 0.1, seed: 1},
-		{name: "cold 10x @0.55", rate: 10, phase: 0.55, seed: 1},
-		{name: "cold 2x poisson @0.30", rate: 2, poisson: true, phase: 0.3, seed: 2},
-		{name: "on/off", rate: 10, onOff: true, seed: 3},
-	}
-	for _, mode := range []string{"default", "strict", "two-bucket"} {
-		c := config{mode: mode, limit: 200, window: 2 * time.Second}
-		s, err := c.counter()
+	// 200 per 2 s keeps an exact trail, 6000 per 1 s a coarse one.
+	for _, mode := range []string{modeDefault, modeTwoBucket} {
+		cnt, err := newCounter(mode, 0, window.Limit{Limit: 200, Window: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, sc := range scs {
-			want, _ := simulate(s, sc, 3)
-			w := s.limit.WindowMs()
+		coarse, err := newCounter(mode, 0, window.Limit{Limit: 6000, Window: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cells := []cell{
+			{cnt: cnt, shape: shapeEven, rate: 10, hits: 1, windows: 3, runs: []runSpec{{phase: 0.1, seed: 1}, {phase: 0.55, seed: 1}}},
+			{cnt: cnt, shape: shapePoisson, rate: 2, hits: 3, windows: 3, runs: []runSpec{{phase: 0.3, seed: 2}}},
+			{cnt: cnt, shape: shapeBunched, rate: 0.9, hits: 1, windows: 3, runs: []runSpec{{phase: 0.7, seed: 3}}},
+			{cnt: cnt, shape: shapeOnOff, rate: 10, hits: 2, windows: 3, runs: []runSpec{{seed: 3}}},
+			{cnt: coarse, shape: shapePoisson, rate: 2, hits: 20, windows: 3, runs: []runSpec{{phase: 0.4, seed: 4}}},
+			{cnt: coarse, shape: shapeOnOff, rate: 10, hits: 50, windows: 3, runs: []runSpec{{seed: 5}}},
+		}
+		for i, cl := range cells {
+			w := cl.cnt.limit.WindowMs()
 			start := (1_700_000_000_000/w + 1) * w
-			arr := sc.arrivals(s.limit, start, 3)
-			for name, st := range stores {
-				key := fmt.Sprintf("%s/%d", mode, i)
-				var got []int64
-				res := make([]region.Result, 1)
-				for _, at := range arr {
-					q := []region.Request{{Key: key, Limit: s.limit, Hits: 1, Now: time.UnixMilli(at)}}
-					if err := st.Check(context.Background(), q, res); err != nil {
-						t.Fatalf("%s %s %s: %v", name, mode, sc.name, err)
+			for j, r := range cl.runs {
+				arr := cl.arrivals(r, start)
+				want := simulate(cl.cnt, arr)
+				for name, st := range stores {
+					key := fmt.Sprintf("%s/%d/%d", mode, i, j)
+					got := make([]decision, 0, len(arr))
+					res := make([]region.Result, 1)
+					for _, a := range arr {
+						q := []region.Request{{Key: key, Limit: cl.cnt.limit, Hits: a.hits, Now: time.UnixMilli(a.at)}}
+						if err := st.Check(context.Background(), q, res); err != nil {
+							t.Fatalf("%s %s %s: %v", name, mode, cl.runName(r), err)
+						}
+						got = append(got, decision{a.at, a.hits, res[0].Allowed})
 					}
-					if res[0].Allowed {
-						got = append(got, at)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s, mode %s, %s %gx: decisions differ from the simulator's first at %d of %d", name, mode, cl.runName(r), cl.rate, firstDiff(got, want), len(want))
 					}
-				}
-				if !slices.Equal(got, want) {
-					t.Errorf("%s, mode %s, %s: admitted %d, the simulator %d (first difference at %d)", name, mode, sc.name, len(got), len(want), firstDiff(got, want))
 				}
 			}
 		}
@@ -69,7 +77,7 @@ func TestStoresDecideAsSimulated(t *testing.T) {
 }
 
 // firstDiff returns the index of the first element where a and b differ.
-func firstDiff(a, b []int64) int {
+func firstDiff[T comparable](a, b []T) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return i
