@@ -31,18 +31,15 @@ type Algorithm int32
 const (
 	// ALGORITHM_UNSPECIFIED means the default, ALGORITHM_SLIDING_WINDOW.
 	Algorithm_ALGORITHM_UNSPECIFIED Algorithm = 0
-	// ALGORITHM_SLIDING_WINDOW is the default sliding window counter. Each
-	// epoch-aligned bucket of length W is split at H = floor(W/2) into two
-	// halves, and each region keeps per half its count, the offsets of its
-	// first and last hit and where its latest run of hits began (a hit more
-	// than W/40 after the previous one starts a run). The oldest half that
-	// overlaps the trailing window is weighted over the span its hits fell
-	// in, so a burst is neither forgotten early nor counted twice. Measured
-	// (loadtest/accuracy, limit 1000 per 4 s, cold starts at any phase at 1x
-	// to 10x, on/off bursts): at most 1.04 times the limit in any trailing
-	// window. With Limit.strict, never more than the limit in one region.
-	// The exact formula is documented on WindowStats. Replicated across
-	// regions.
+	// ALGORITHM_SLIDING_WINDOW is the default sliding window counter. Per
+	// epoch-aligned bucket of length W, each region keeps a trail of marks,
+	// each some hits and the offset of the last of them, and a mark counts
+	// whole while its last hit is in the trailing window. Up to 2048 hits
+	// per window a region's own trail is exact to the millisecond, so it
+	// decides as a sliding log of its own admissions; above that, and across
+	// regions, a mark covers 1/64 of the bucket. One region never admits
+	// more than the limit in any trailing window. The exact formula is
+	// documented on WindowStats. Replicated across regions.
 	Algorithm_ALGORITHM_SLIDING_WINDOW Algorithm = 1
 	// ALGORITHM_FIXED_WINDOW counts hits per epoch-aligned window:
 	// allow iff cur + hits <= limit. Replicated across regions.
@@ -302,13 +299,9 @@ type Limit struct {
 	// scope says whose hits count: unspecified means SCOPE_GLOBAL. An
 	// unknown value is invalid_argument.
 	Scope Scope `protobuf:"varint,5,opt,name=scope,proto3,enum=ratelimit.v1.Scope" json:"scope,omitempty"`
-	// strict, with the sliding window (the default algorithm), counts each run
-	// of hits of the oldest overlapping half-bucket whole while any of its
-	// hits may still be in the trailing window: one region never admits more
-	// than the limit in any trailing window, at the price of capacity left
-	// unused after bursts (measured: admissions come in bunches, and the
-	// count in the trailing window at an admission can fall to almost
-	// nothing). Only with the sliding window algorithm.
+	// strict is accepted with the sliding window (the default algorithm) and
+	// changes nothing: that algorithm never admits more than the limit in
+	// any trailing window in one region. Refused with the other algorithms.
 	Strict bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
 	// burst, with the token bucket algorithm, is the bucket's capacity: the
 	// most hits it admits at once, from a full bucket. limit tokens still
