@@ -193,7 +193,13 @@ k6pid=$!
 sleep 8
 for n in ap-1 ap-2; do
 	cid=$("${compose[@]}" ps -q "$n")
-	docker network disconnect -f "${PROJECT}_ap" "$cid"
+	# The daemon has answered "is not connected" for a container it had
+	# just disconnected: what matters is that it is off the network.
+	if ! docker network disconnect -f "${PROJECT}_ap" "$cid" &&
+		docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$cid" | grep -qw "${PROJECT}_ap"; then
+		log "$n is still on ${PROJECT}_ap"
+		exit 1
+	fi
 done
 log "ap disconnected"
 sleep 12
