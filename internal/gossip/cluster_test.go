@@ -179,9 +179,9 @@ func TestConvergence(t *testing.T) {
 		perKey, len(keys), wirePerKey)
 	// Every key changes in every flush here, the worst case, and its total
 	// carries a trail with a mark for each 1/64 of the bucket that holds
-	// hits (2 to 5 bytes each): the figure is bounded by what the offered
-	// load can produce, about 9,000 to 9,400 bytes on this machine; more
-	// means totals are sent more often than designed.
+	// hits (2 to 5 bytes each): the figure, which the test logs, is bounded
+	// by what the offered load can produce; above the bound, totals are
+	// sent more often than designed.
 	if perKey > 12000 || perKey <= 0 {
 		t.Errorf("bandwidth: %.0f payload bytes per active key per second, want 1 to 12000", perKey)
 	}

@@ -234,7 +234,7 @@ type entry struct {
 	seen     bool              // headroom is set
 	weight   weights           // the alive regions' counts in the last result
 	silent   map[string]uint64 // silent regions' contributions in the last result
-	spans    *spans            // the span counter's state in that result, when it has one
+	trails   *trails           // the trail counter's state in that result, when it has one
 	// The other regions' admissions this region cannot have heard yet.
 	others uint64 // their shares of the headroom this horizon's quotas were set on (as read)
 	pend   uint64 // their shares of the previous horizon's, unheard at start
@@ -278,14 +278,14 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	e.others = max(e.others, o)
 }
 
-// spans is the default sliding window's state (window.Limit.DecideTrails)
+// trails is the default sliding window's state (window.Limit.DecideTrails)
 // as the horizon's first store result read it: every region's trails of
 // the previous and current buckets, and the estimate they give at t0 (the
 // request's hits included when allowed). The estimate at a later instant,
 // from the same trails, is what the window's slide freed since: a mark's
 // hits leave the window when its last hit does, so a bunch of admissions
 // frees its capacity in a bunch.
-type spans struct {
+type trails struct {
 	l         window.Limit
 	bucket    int64
 	prev, cur []window.Trail
@@ -294,7 +294,7 @@ type spans struct {
 
 // estimate is the estimate at t from the trails alone (nothing admitted
 // since t0).
-func (sp *spans) estimate(t time.Time) uint64 {
+func (sp *trails) estimate(t time.Time) uint64 {
 	ms := t.UnixMilli()
 	switch b := ms / sp.l.WindowMs(); b {
 	case sp.bucket:
@@ -307,7 +307,7 @@ func (sp *spans) estimate(t time.Time) uint64 {
 }
 
 // freed returns what the slide freed from t0 to t.
-func (sp *spans) freed(t time.Time) uint64 {
+func (sp *trails) freed(t time.Time) uint64 {
 	est := sp.estimate(t)
 	if est >= sp.est0 {
 		return 0
@@ -315,15 +315,15 @@ func (sp *spans) freed(t time.Time) uint64 {
 	return sp.est0 - est
 }
 
-// newSpans returns the trail counter's state of res, decided at now with
+// newTrails returns the trail counter's state of res, decided at now with
 // hits, or nil when res is not a trail counter's result or its trails do
 // not give back its estimate (the window is res.SubMs).
-func newSpans(now time.Time, limit, hits uint64, res *region.Result) *spans {
+func newTrails(now time.Time, limit, hits uint64, res *region.Result) *trails {
 	w := res.SubMs
 	if w <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 || res.Bucket*w+res.ElapsedMs != now.UnixMilli() {
 		return nil
 	}
-	sp := &spans{bucket: res.Bucket, prev: make([]window.Trail, 0, len(res.Regions)), cur: make([]window.Trail, 0, len(res.Regions))}
+	sp := &trails{bucket: res.Bucket, prev: make([]window.Trail, 0, len(res.Regions)), cur: make([]window.Trail, 0, len(res.Regions))}
 	has := false
 	for _, rc := range res.Regions {
 		sp.prev = append(sp.prev, rc.PreviousTrail)
@@ -422,10 +422,10 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
 	probe := e.used == 0 && !e.known
-	if e.used+hits > e.quota && e.known && e.spans != nil {
+	if e.used+hits > e.quota && e.known && e.trails != nil {
 		// The default sliding window: what left the estimate since the
-		// horizon's first result, recomputed from its halves.
-		e.setQuota(now, e.h0+e.spans.freed(now), limit, e.weight, v, g.cfg.Floor)
+		// horizon's first result, recomputed from its trails.
+		e.setQuota(now, e.h0+e.trails.freed(now), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
@@ -524,7 +524,7 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		e.quota, e.others = 0, 0
 		e.setQuota(now, before, limit, w, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
-		if e.spans = newSpans(now, limit, hits, res); e.spans != nil {
+		if e.trails = newTrails(now, limit, hits, res); e.trails != nil {
 			return guardRetry
 		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {

@@ -142,7 +142,7 @@ func TestSweep(t *testing.T) {
 }
 
 // A region alone at 10x the limit's rate on a short window of the default
-// sliding window (the span counter), the other regions alive but idle:
+// sliding window (the trail counter), the other regions alive but idle:
 // the guard in front of a real memory store must leave it at least 0.95 of
 // the limit in every trailing window once the load is steady. The span
 // counter frees a bunch of admissions over the span they were admitted in
@@ -150,7 +150,7 @@ func TestSweep(t *testing.T) {
 // and a lone hit left behind by a share below 1 and admitted a horizon
 // later starts a new run, which counts the whole bunch late: without
 // modelling both, the region kept well under half of the limit.
-func TestAloneOnSpanCounter(t *testing.T) {
+func TestAloneOnTrailCounter(t *testing.T) {
 	g := New(Config{})
 	st := region.NewMemory(region.MemoryConfig{Region: "a"})
 	v := &View{Region: "a", Alive: []string{"a", "b", "c"}, Nodes: 1, Horizon: 80 * time.Millisecond}

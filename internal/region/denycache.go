@@ -38,17 +38,16 @@ const (
 //
 //   - the counter algorithms: the bucket index b and the counts summed
 //     over regions (prev, cur), with the per-region counts (and, for the
-//     default SlidingWindow, the per-region halves, see
+//     default SlidingWindow, the per-region trails, see
 //     [RegionCount]);
 //   - TokenBucket: the theoretical arrival time TAT.
 //
 // Counts and the TAT only ever grow (the local count by admitted
 // decisions, remote counts by max-merge), so what a denial read is a lower
-// bound of the store's state at any later instant. (The halves of the
-// default sliding window weigh no less as they grow, except when a hit is
-// recorded before a half's first one, out of clock order between nodes:
-// then a remembered denial may be stricter than the store until it
-// expires.) A later request at time
+// bound of the store's state at any later instant. (The trails of the
+// default sliding window count no fewer hits after any offset as they
+// grow: a mark is only added after the last one, or moves later, and a
+// merge keeps the granule with more hits.) A later request at time
 // t in bucket b' first shifts the remembered counts to b' (b' = b: as they
 // are; b' = b+1: prev = cur, cur = 0; later: zero) and decides on them with
 // the same pure math the store uses ([window.Limit.DecideCounter],
@@ -252,7 +251,7 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 	}
 	b := window.Bucket(nowMs, q.Limit.Window)
 	if q.Limit.Algorithm.Trails() {
-		return c.answerSpans(q, e, nowMs, b, out), true
+		return c.answerTrails(q, e, nowMs, b, out), true
 	}
 	switch {
 	case b == e.bucket:
@@ -275,9 +274,9 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 	return false, true
 }
 
-// answerSpans is answer for the default sliding window, on the remembered
-// per-region halves.
-func (c *DenyCache) answerSpans(q *Request, e *denyEntry, nowMs, b int64, out *Result) bool {
+// answerTrails is answer for the default sliding window, on the remembered
+// per-region trails.
+func (c *DenyCache) answerTrails(q *Request, e *denyEntry, nowMs, b int64, out *Result) bool {
 	if b != e.bucket && b != e.bucket+1 {
 		return false
 	}

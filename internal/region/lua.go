@@ -39,7 +39,7 @@ const markBytes = 12
 //	        bucket b of now_ms); with server_clock, KEYS[3] bucket b+1's,
 //	        KEYS[4] bucket b-2's
 //	ARGV    now_ms, window_ms, limit, hits, region, peek (0/1),
-//	        mode (0 two-bucket, 1 fixed, 2 spans, 3 spans strict), ttl_ms,
+//	        mode (0 two-bucket, 1 fixed, 2 trails, 3 trails strict), ttl_ms,
 //	        server_clock (0/1)
 //
 // With server_clock the instant is Redis's TIME, the clock every node of
@@ -50,10 +50,11 @@ const markBytes = 12
 // (see timeAlone): the decisions of one batch script call, which runs
 // atomically, share one reading of it.
 //
-// In the span modes it decides exactly as window.Limit.DecideTrails on the
-// regions' halves (a region's count above its halves' is added to its late
-// half as spread over all of it), and an admitted request updates the local
-// region's half as window.Half.Add does. It returns {allowed (0/1), the
+// In the trail modes (2; 3 is strict, decided the same) it decides exactly
+// as window.Limit.DecideTrails on the regions' trails, each fitted to its
+// count as window.Trail.Fit does, and an admitted request adds its hits to
+// the local region's trail as window.Trail.Add does (a granule of 1 ms up
+// to window.ExactMax, else W/window.Granules). It returns {allowed (0/1), the
 // estimate, now_ms used, HGETALL previous, then the elements of HGETALL
 // current}, the hashes read before the update; the estimate is -1 when the
 // current bucket alone denies, and 2^53 when it is at least that.

@@ -118,11 +118,12 @@ type memBucket struct {
 	private bool
 }
 
-// regionN is one region's state of a bucket: its count n, and the halves
-// its hits fell in (window.Trail) for the default sliding window. n is the
-// authority on the count: hits counted without halves (the two-bucket and
-// fixed window algorithms, or a peer that sent none) leave n above
-// h.Count().
+// regionN is one region's state of a bucket: its count n, and the trail
+// of where its hits fell (window.Trail) for the default sliding window. n
+// is the authority on the count: hits counted without marks (the
+// two-bucket and fixed window algorithms, or a peer that sent none) leave
+// n above h.Count(); decisions read the trail fitted to n
+// (window.Trail.Fit).
 type regionN struct {
 	region string
 	n      uint64
@@ -597,7 +598,7 @@ func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 // regionCounts lists the per-region counts of cur and prev, sorted by
 // region, with local always present. It takes O(n log n) for n regions, so
 // that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
-// With spans, each region's PreviousTrail is set (see RegionCount).
+// With marked, each region's trails are set (see RegionCount).
 func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact bool) []RegionCount {
 	n := 1
 	if cur != nil {

@@ -438,7 +438,7 @@ func boolArg(b bool) any {
 // decision is one request's script call. Its keys and arguments live in
 // the decision itself (keyBuf, argBuf, nums), so that a round trip's
 // decisions take one allocation, not two more each; with one allocation for a
-// decision's keys (counterKeys) and none for parseVector's halves, that
+// decision's keys (counterKeys) and none for parseVector's counts, that
 // took BenchmarkRedisCheck from 30 to 26 allocations per decision (two
 // keys; four with ServerClock save two more). Its integer arguments are
 // passed as pointers into nums, and its keys as pointers into keyBuf (see

@@ -99,9 +99,9 @@ type RegionCount struct {
 	Previous uint64
 	// CurrentTrail and PreviousTrail are the region's state of the
 	// current and previous bucket as the default sliding window decided on
-	// them (window.Limit.DecideTrails): its halves, with hits counted
-	// without halves added to the late half as spread over all of it. Zero
-	// for the other algorithms.
+	// them (window.Limit.DecideTrails): its trail fitted to its count
+	// (window.Trail.Fit), exact for the local region's exact trail, else
+	// coarse. Nil for the other algorithms.
 	CurrentTrail, PreviousTrail window.Trail
 }
 
@@ -114,9 +114,9 @@ type Result struct {
 	// Local is the local region's total in the current bucket after the
 	// decision (counter algorithms); replication sends it to other regions.
 	Local uint64
-	// LocalTrail is the local region's halves of the current bucket after
-	// the decision (the default sliding window); replication sends them
-	// with Local.
+	// LocalTrail is the local region's coarse trail of the current bucket
+	// after the decision (the default sliding window); replication sends
+	// it with Local.
 	LocalTrail window.Trail
 	// LocalRegion, when set, is the region whose count Local is, if not the
 	// store's local region: a [Failover] deciding from its fallback counts
@@ -135,10 +135,9 @@ type Total struct {
 	Bucket int64
 	Region string
 	Count  uint64
-	// Halves is where in the bucket the region's hits fell, for the default
-	// sliding window; it merges by window.Trail.Merge, and its counts are
-	// at most Count (zero when the region's hits were counted without
-	// halves).
+	// Trail is where in the bucket the region's hits fell, for the default
+	// sliding window: coarse, merged by window.Trail.Merge, holding at most
+	// Count hits (nil when the region's hits were counted without marks).
 	Trail window.Trail
 	// Limit and Estimate, when Limit is not zero, are the limit of the
 	// decision that produced this total and the estimate it admitted at
@@ -148,11 +147,11 @@ type Total struct {
 	Limit, Estimate uint64
 }
 
-// ValidTrail reports whether t's halves may be merged: valid for its
-// window (window.Trail.Valid) and counting at most t.Count hits. The
-// stores merge a total's count without its halves when they are not.
+// ValidTrail reports whether t's trail may be merged: a valid coarse trail
+// for its window (window.Trail.Valid) holding at most t.Count hits. The
+// stores merge a total's count without its trail when it is not.
 func ValidTrail(t Total) bool {
-	return t.Window >= time.Millisecond && t.Trail.Valid(t.Window.Milliseconds(), false) && t.Trail.Count() <= t.Count
+	return t.Window >= time.Millisecond && t.Trail.Valid(t.Window.Milliseconds()) && t.Trail.Count() <= t.Count
 }
 
 // BucketRef names one bucket of a key's counter.

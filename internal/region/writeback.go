@@ -172,9 +172,9 @@ func (f *Failover) writeBack() bool {
 }
 
 // mirror max-merges the per-region counts of the primary's counter
-// decisions into the fallback, with their halves (the default sliding
-// window), so that the fallback weighs a burst over the span its hits fell
-// in as the primary does instead of over a whole half.
+// decisions into the fallback, with their trails (the default sliding
+// window), so that the fallback counts a burst until its hits leave the
+// window as the primary does.
 func (f *Failover) mirror(reqs []Request, res []Result) {
 	var buf [8]Total // a decision of one or two regions needs no more
 	totals := buf[:0]

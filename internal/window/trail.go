@@ -149,17 +149,17 @@ func (t Trail) coarse(wMs int64) bool {
 	return true
 }
 
-// Valid reports whether t is a trail a region can hold in a bucket of wMs:
-// marks at strictly increasing offsets from 0 to wMs-1 with strictly
-// increasing Cum from 1, and, unless exact, at most one per coarse
-// granule. Replication carries coarse trails only.
-func (t Trail) Valid(wMs int64, exact bool) bool {
+// Valid reports whether t is a coarse trail a region can report for a
+// bucket of wMs, as replication carries it: marks at strictly increasing
+// offsets from 0 to wMs-1 with strictly increasing Cum from 1, at most one
+// per coarse granule.
+func (t Trail) Valid(wMs int64) bool {
 	var cum uint64
 	for i, m := range t {
 		if m.Cum <= cum || m.At < 0 || m.At >= wMs {
 			return false
 		}
-		if i > 0 && granule(m.At, wMs, exact) <= granule(t[i-1].At, wMs, exact) {
+		if i > 0 && CoarseGranule(m.At, wMs) <= CoarseGranule(t[i-1].At, wMs) {
 			return false
 		}
 		cum = m.Cum

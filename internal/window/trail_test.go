@@ -170,7 +170,7 @@ func TestTrailMerge(t *testing.T) {
 		if want := grow.Coarse(w); !slices.Equal(m, want) {
 			t.Fatalf("merged %v, want %v", m, want)
 		}
-		if !m.Valid(w, false) {
+		if !m.Valid(w) {
 			t.Fatalf("merged trail %v not valid", m)
 		}
 		own := slices.Clone(grow)

@@ -37,8 +37,8 @@ func TestGoals(t *testing.T) {
 	if got := single.On.SteadyMin; !(got >= 0.95) {
 		t.Errorf("single region 10x, guard: steady min %v, want >= 0.95", got)
 	}
-	// On a 1 s window the span counter frees a bunch of admissions over
-	// the 100 ms they were admitted in: the guard must keep up with it.
+	// On a 1 s window the trail counter frees a bunch of admissions when
+	// its marks leave: the guard must keep up with it.
 	if got := single1s.On.SteadyMin; !(got >= 0.95) {
 		t.Errorf("single region 10x, 1 s window, guard: steady min %v, want >= 0.95", got)
 	}
