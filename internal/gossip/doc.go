@@ -38,8 +38,8 @@
 //     (rendezvous hashing over that region's live members); the owner
 //     merges each batch with one Store.Merge call. A total is due when its
 //     unsent hits reach the key's allowance, floor((limit/2 -
-//     estimate)/replicas) (every change of a key at or above half its
-//     limit), or MaxStaleness after its oldest unsent hit (urgency.go). An
+//     estimate)/replicas) and at most limit/(20 replicas) (every change
+//     of a key at or above half its limit), or MaxStaleness after its oldest unsent hit (urgency.go). An
 //     urgent total is sent in two consecutive flushes unless a newer one
 //     replaces it (the echo), so a lost UDP packet is repaired a flush
 //     later. It also tells one other node of its own region (the key's

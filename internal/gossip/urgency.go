@@ -12,7 +12,8 @@ import (
 //
 //   - urgent: its hits not yet sent reach the allowance
 //
-//     allowance = floor((limit/2 - estimate) / R)   (0 when estimate >= limit/2)
+//     allowance = min(floor((limit/2 - estimate) / R), floor(limit / (20 R)))
+//                 (0 when estimate >= limit/2)
 //
 //     where R is the number of counting replicas in the pool (this one
 //     included: one per region that shares a store, one per node that
@@ -69,13 +70,21 @@ type urgency struct {
 	echoes  []timed           // in order: periodic sends to echo
 }
 
+// hiddenBudget divides the limit into what the whole pool may hold unsent
+// for one key: at most limit/hiddenBudget, so that a region that cannot see
+// those hits (it takes them for idle regions' and bursts into what it
+// thinks is free) admits at most that much on top of the limit.
+const hiddenBudget = 20
+
 // allowance is how many hits a replica may hold unsent for a key of limit
-// admitted at estimate, with replicas counting replicas in the pool.
+// admitted at estimate, with replicas counting replicas in the pool:
+// (limit/2 - estimate)/replicas, and at most its part of the pool's
+// budget, limit/(hiddenBudget*replicas).
 func allowance(limit, estimate uint64, replicas int) uint64 {
 	if 2*estimate >= limit || replicas < 1 {
 		return 0
 	}
-	return (limit - 2*estimate) / (2 * uint64(replicas))
+	return min((limit-2*estimate)/(2*uint64(replicas)), limit/(hiddenBudget*uint64(replicas)))
 }
 
 // replicas is the number of counting replicas in v, this node's included:

@@ -18,13 +18,15 @@ func TestAllowance(t *testing.T) {
 		replicas        int
 		want            uint64
 	}{
-		{"idle key, three regions", 3000, 0, 3, 500},
-		{"a third of the way", 3000, 1000, 3, 166},
+		{"idle key, three regions: the budget", 3000, 0, 3, 50},
+		{"a third of the way: the budget", 3000, 1000, 3, 50},
+		{"near half: below the budget", 3000, 1400, 3, 33},
 		{"just below half", 3000, 1499, 3, 0},
 		{"at half", 3000, 1500, 3, 0},
 		{"above the limit", 3000, 4000, 3, 0},
 		{"odd limit", 7, 1, 3, 0},
-		{"two regions", 1000, 100, 2, 200},
+		{"two regions", 1000, 100, 2, 25},
+		{"a limit too small for a budget", 19, 0, 1, 0},
 		{"no replica count", 1000, 0, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,26 +105,26 @@ func TestSimUrgency(t *testing.T) {
 			}
 		}
 
-		// Unsent hits reaching the allowance: 100 at a time, the fourth
-		// request's 400 unsent pass (1500 - 400)/3 = 366.
-		for range 3 {
-			b, _ = s.hitN(eu, "burst", lim, 100)
+		// Unsent hits reaching the allowance: 10 at a time, the fifth
+		// request's 50 unsent reach the budget's 3000/(20*3) = 50.
+		for range 4 {
+			b, _ = s.hitN(eu, "burst", lim, 10)
 		}
 		time.Sleep(10 * fast)
 		if got := s.count("us", "eu", "burst", lim.Window, b); got != 0 {
-			t.Fatalf("us holds %d of 300 hits below the allowance, want 0", got)
+			t.Fatalf("us holds %d of 40 hits below the allowance, want 0", got)
 		}
-		fastly("allowance reached", "burst", 100)
+		fastly("allowance reached", "burst", 10)
 
 		// Near: at half the limit every hit goes at the next flush.
 		s.hitN(eu, "near", lim, 1500)
 		time.Sleep(10 * fast)
 		fastly("near key", "near", 1)
 
-		// Quiet: eu holds 100 unsent hits (allowance 466) and stops; us
+		// Quiet: eu holds 40 unsent hits (allowance 50) and stops; us
 		// takes the key past half its limit. Once eu hears it, eu's
 		// allowance is 0 and its hits follow at its next flush.
-		b, c = s.hitN(eu, "quiet", lim, 100)
+		b, c = s.hitN(eu, "quiet", lim, 40)
 		time.Sleep(10 * fast)
 		s.hitN(s.nodes["us-0"], "quiet", lim, 1500)
 		took = waitFor(t, stale, "eu's quiet hits in us", func() bool { return s.count("us", "eu", "quiet", lim.Window, b) == c })
