@@ -67,9 +67,15 @@
 // takes off its own pending, and one that took off less reads more.
 // Measured on the simulator's copy of a split, two regions contending for
 // 60 per second admitted up to 63 in a trailing window with that.)
-// Likewise this node's own admissions of the previous horizon stay out of
-// its weight c_self for one more horizon, as those of the current one do,
-// since the others cannot have heard of them either. What this costs: a
+// Likewise this region's admissions of the current and the previous
+// horizon stay out of its weight c_self, since the others cannot have
+// heard of them yet: this node's own, and its region's other nodes',
+// read from the region's trails (the default sliding window) or from what
+// the region's count grew by since the previous horizon's first result.
+// (Counting only its own, a node of a region of two took the other
+// node's fresh admissions for the region's weight, and the other regions,
+// not yet heard, for idle: a share of 1, and a simultaneous burst in
+// three regions of two nodes admitted 2.94 x the limit.) What this costs: a
 // burst from idle pauses for one horizon after its first (the others'
 // shares of the first stay pending), and a region whose partners took
 // less than their shares gives that up for one horizon. Per decision it
@@ -239,6 +245,12 @@ type entry struct {
 	others uint64 // their shares of the headroom this horizon's quotas were set on (as read)
 	pend   uint64 // their shares of the previous horizon's, unheard at start
 	recent uint64 // hits this node admitted in the previous horizon
+	// This region's count (current and previous buckets, all its nodes)
+	// as this horizon's first result read it, and as the previous
+	// horizon's did (when ok): what it grew by since is as fresh as
+	// this node's own admissions.
+	own0, ownPrev     uint64
+	own0ok, ownPrevOK bool
 	// The probe past the quota, when Admit lowered its store limit (see
 	// probeCut): by how much, and the limit it returned.
 	cut, cutLimit uint64
@@ -401,15 +413,17 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 		// is taken off the headroom (pending), the latter off this
 		// region's weight (Done), for one more horizon, fading as it
 		// arrives.
-		var pend, recent uint64
+		var pend, recent, ownPrev uint64
+		var ownPrevOK bool
 		if !e.start.IsZero() {
 			if gap := now.Sub(e.start.Add(e.horizon)); gap < e.horizon {
 				pend = window.MulDivCeil(e.others, uint64(e.horizon-gap), uint64(e.horizon))
 				recent = e.used
+				ownPrev, ownPrevOK = e.own0, e.own0ok
 			}
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent,
-			pend: pend, recent: recent}
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK}
 		e.setQuota(now, h, limit, e.weight, v, g.cfg.Floor)
 	}
 	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
@@ -491,7 +505,26 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	// leave them out of the weights, or every region would weigh itself
 	// more than the others weigh it and the shares would sum to more
 	// than 1.
-	fresh := min(w.own, e.used+e.recent)
+	//
+	// The other nodes of this region admit too, into the same count, and
+	// theirs are as fresh as this node's: what the region admitted since
+	// the previous horizon began, from its own trails (the default
+	// sliding window), or what its count grew by since the previous
+	// horizon's first result.
+	// Without trails, in a horizon that follows none, a region of several
+	// nodes cannot tell which of its count is fresh: it weighs none of it.
+	ft, tracked := freshOwn(res, v.Region, e.start.Add(-e.horizon).UnixMilli())
+	fresh := max(e.used+e.recent, ft)
+	if !e.known {
+		e.own0, e.own0ok = w.own, true
+	}
+	switch {
+	case e.ownPrevOK:
+		fresh = max(fresh, satSub(w.own, e.ownPrev))
+	case !tracked && v.Nodes > 1:
+		fresh = w.own
+	}
+	fresh = min(w.own, fresh)
 	w.own, w.sum = w.own-fresh, w.sum-fresh
 	e.weight = w
 	e.silent = silent
@@ -665,6 +698,32 @@ func turn(now time.Time, v *View) (mine bool, wait time.Duration) {
 		next += int64(r)
 	}
 	return false, time.Duration(next*sm-ms) * time.Millisecond
+}
+
+// freshOwn returns the hits region admitted at or after the Unix ms cut,
+// as the own trails of res (the default sliding window's) hold them: a
+// coarse mark counts whole when its last hit is at or after cut. ok is
+// false when res carries no trails (another counter).
+func freshOwn(res *region.Result, name string, cut int64) (n uint64, ok bool) {
+	w := res.SubMs
+	if w <= 0 || res.Bucket <= 0 {
+		return 0, false
+	}
+	start := res.Bucket * w // the current bucket's start
+	for _, rc := range res.Regions {
+		if rc.Region != name {
+			continue
+		}
+		if rc.CurrentTrail.Count() != rc.Current || rc.PreviousTrail.Count() != rc.Previous {
+			return 0, false // not a trail counter's result
+		}
+		n := rc.CurrentTrail.After(max(cut-start, 0) - 1)
+		if c := cut - (start - w); c < w {
+			n += rc.PreviousTrail.After(max(c, 0) - 1)
+		}
+		return n, true
+	}
+	return 0, true // no hits of its own in either bucket
 }
 
 // satSub returns a - b, or 0 when b > a.

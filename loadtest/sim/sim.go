@@ -41,20 +41,25 @@ type config struct {
 	Flush     time.Duration
 	Suspicion time.Duration
 	Guard     bool
-	Limit     window.Limit
+	// Nodes is the number of nodes per region (0 means 1): they share the
+	// region's store, as a regional Redis is shared, and each has a guard
+	// of its own.
+	Nodes int
+	Limit window.Limit
 	// Cut, when set, is called with (from, to, now ms) and reports whether
 	// the pair is partitioned at that instant.
 	Cut func(from, to int, nowMs int64) bool
 }
 
 type node struct {
-	name  string
-	idx   int
-	store *region.Memory
-	guard *guard.Guard
-	dirty map[region.BucketRef]region.Total // the newest own total of each bucket
-	heard []int64                           // per region: last frame received (ms), -inf when never
-	back  []int64                           // per region: when it was heard again after a silence (ms)
+	name   string
+	idx    int
+	store  *region.Memory
+	guards []*guard.Guard                    // one per node of the region
+	next   int                               // the node the next request goes to
+	dirty  map[region.BucketRef]region.Total // the newest own total of each bucket
+	heard  []int64                           // per region: last frame received (ms), -inf when never
+	back   []int64                           // per region: when it was heard again after a silence (ms)
 	// own is the latest own total per key of the buckets an estimate
 	// reads (the current and the previous), re-sent whole to a region
 	// heard from again after it was silent.
@@ -67,6 +72,7 @@ type event struct {
 	seq  int64
 	kind int // 0 request, 1 flush tick, 2 delivery
 	to   int
+	node int // the node of region to that decides a request
 	key  string
 	hits uint64
 	from int
@@ -97,7 +103,9 @@ func newWorld(cfg config, startMs int64) *world {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
 		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
-		n.guard = guard.New(guard.Config{})
+		for range max(cfg.Nodes, 1) {
+			n.guards = append(n.guards, guard.New(guard.Config{}))
+		}
 		for j := range n.heard {
 			n.heard[j] = startMs // all alive at the start (joined earlier)
 		}
@@ -114,9 +122,12 @@ func (w *world) push(e *event) {
 	heap.Push(&w.q, e)
 }
 
-// request schedules hits for key in region r at atMs.
+// request schedules a hit for key in region r at atMs, on the region's
+// nodes in turn.
 func (w *world) request(r int, atMs int64, key string) {
-	w.push(&event{at: atMs, kind: 0, to: r, key: key, hits: 1})
+	n := w.regions[r]
+	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1})
+	n.next = (n.next + 1) % len(n.guards)
 }
 
 // run processes events until untilMs.
@@ -152,7 +163,7 @@ func catchUp(flush, oneWay time.Duration) time.Duration { return 2 * (flush + on
 // view is what region r's gossip node would report at now.
 func (w *world) view(r int) *guard.View {
 	n := w.regions[r]
-	v := &guard.View{Region: n.name, Nodes: 1}
+	v := &guard.View{Region: n.name, Nodes: len(n.guards)}
 	maxDelay := time.Duration(0)
 	for j, o := range w.regions {
 		switch {
@@ -175,10 +186,12 @@ func (w *world) decide(e *event) {
 	now := time.UnixMilli(w.now)
 	l := w.cfg.Limit
 	var v *guard.View
+	var g *guard.Guard
 	sl := l
 	if w.cfg.Guard {
 		v = w.view(e.to)
-		ok, lim, _ := n.guard.Admit(now, e.key, l.Limit, e.hits, v)
+		g = n.guards[e.node%len(n.guards)]
+		ok, lim, _ := g.Admit(now, e.key, l.Limit, e.hits, v)
 		if !ok {
 			w.guardNo++
 			return
@@ -189,7 +202,7 @@ func (w *world) decide(e *event) {
 	res := make([]region.Result, 1)
 	_ = n.store.Check(context.Background(), req, res)
 	if w.cfg.Guard {
-		n.guard.Done(now, e.key, l.Limit, e.hits, v, &res[0])
+		g.Done(now, e.key, l.Limit, e.hits, v, &res[0])
 	}
 	if !res[0].Allowed {
 		return
@@ -273,8 +286,11 @@ type scenario struct {
 	Window  time.Duration
 	Limit   uint64
 	Strict  bool // the strict counter instead of the default
-	run     func(w *world) (steadyFromMs int64)
-	Keys    int
+	Nodes   int  // nodes per region (0: 1)
+	// Algorithm is the counter (0: the default sliding window).
+	Algorithm window.Algorithm
+	run       func(w *world) (steadyFromMs int64)
+	Keys      int
 }
 
 // burst releases limit requests at the same instant in every region, at a
@@ -352,8 +368,8 @@ type result struct {
 func runScenario(sc scenario) result {
 	out := result{scenario: sc}
 	for _, g := range []bool{false, true} {
-		cfg := config{Regions: sc.Regions, Delay: sc.Delay, Flush: 20 * time.Millisecond,
-			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict}}
+		cfg := config{Regions: sc.Regions, Nodes: sc.Nodes, Delay: sc.Delay, Flush: 20 * time.Millisecond,
+			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm}}
 		w := newWorld(cfg, epoch)
 		from := sc.run(w)
 		st := w.stats(from)
