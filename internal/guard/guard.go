@@ -455,7 +455,11 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 			e.setQuota(now, e.h0+freed, limit, e.weight, v, g.cfg.Floor)
 		}
 	}
-	if e.used+hits > e.quota {
+	// A key this node has no answer for yet has a quota of the limit, not
+	// of the headroom, which only the store knows: its first request is
+	// a probe too, decided as one past the quota, so that regions that
+	// start at once do not each take a share of what others used.
+	if e.used+hits > e.quota || (probe && !e.seen) {
 		if !probe {
 			return false, storeLimit, retry
 		}
