@@ -30,15 +30,16 @@
 // could each take one free hit). A simultaneous burst in every region
 // admits at most the headroom in the first horizon, then shrinks
 // geometrically as the regions hear each other. A region whose traffic
-// dominates the recent counts gets most of the headroom per horizon; a
-// region whose count is the only nonzero one among the alive regions (the
-// others idle for the whole window, as last heard) gets all of it (share
-// 1), so that a single active region keeps the whole limit, and a region
-// that is the only one alive is not guarded at all. An idle region that
-// starts to burst then still takes its floor share f/(sum + R*f) of what
-// is left for one horizon before the active one hears of it: the first
-// horizon of a burst from idle, when no region has a count, is shared as
-// above.
+// dominates the recent counts gets most of the headroom per horizon, and
+// a region that is the only one alive is not guarded at all. A region
+// whose count is the only one known still leaves the others their floor
+// shares f/(sum + R*f), since an idle region may start to burst unseen
+// and take its floor share: the shares of every region's view must sum
+// to 1. (With a share of 1 for such a region, one region at 0.1x and two
+// idle ones bursting together with it admitted 1.36 x the limit.) A
+// single active region still keeps the whole limit: its share grows to
+// (c_self + f)/(c_self + R*f) of each horizon's headroom, and what it
+// leaves is shared again in the next.
 //
 // # What is still on its way
 //
@@ -61,8 +62,7 @@
 // what the others may have admitted that it cannot have heard. They are
 // what the others could take under the same shares of their own headroom,
 // which is at most the one read here (a store's estimate lacks only
-// admissions), and 0 for a region that is the only active one (share 1):
-// a single region keeps the whole limit. (The others' shares of the
+// admissions). (The others' shares of the
 // headroom net of this region's pending are not a bound: each region
 // takes off its own pending, and one that took off less reads more.
 // Measured on the simulator's copy of a split, two regions contending for
@@ -638,7 +638,7 @@ func quota(h, limit uint64, w weights, v *View, floor uint64) (q, others uint64)
 // share returns this region's share num/den of the headroom and the
 // shares of the alive regions named before it, b/den.
 func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) {
-	if len(v.Alive) <= 1 || (w.own > 0 && w.own == w.sum) {
+	if len(v.Alive) <= 1 {
 		return 1, 1, 0
 	}
 	r := uint64(len(v.Alive))

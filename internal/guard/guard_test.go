@@ -188,9 +188,9 @@ func TestAloneOnTrailCounter(t *testing.T) {
 	}
 }
 
-// A share below 1 is for regions that might burst unseen; a region whose
-// count is the only one known (others alive, all idle) gets the whole
-// headroom, while the first horizon of a burst from idle is still shared.
+// A region whose count is the only one known (others alive, all idle)
+// still leaves the others their floor shares, since they may burst
+// unseen; the first horizon of a burst from idle is shared equally.
 func TestQuotaLoneRegion(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
 	// f = 100/(3*8) = 4, equal weights: a, first in name order, takes
@@ -198,8 +198,9 @@ func TestQuotaLoneRegion(t *testing.T) {
 	if got, others := quota(10, 100, weights{}, v, DefaultFloor); got != 3 || others != 7 {
 		t.Errorf("quota from idle = %d (others %d), want 3 (others 7)", got, others)
 	}
-	if got, others := quota(100, 100, weights{own: 150, sum: 150}, v, DefaultFloor); got != 100 || others != 0 {
-		t.Errorf("quota alone = %d (others %d), want 100 (others 0)", got, others)
+	// floor(100 * 154 / 162) = 95, the others' floor shares 5.
+	if got, others := quota(100, 100, weights{own: 150, sum: 150}, v, DefaultFloor); got != 95 || others != 5 {
+		t.Errorf("quota alone = %d (others %d), want 95 (others 5)", got, others)
 	}
 	// floor(100 * 154 / 172) = 89, the others 11.
 	if got, others := quota(100, 100, weights{own: 150, sum: 160}, v, DefaultFloor); got != 89 || others != 11 {
@@ -211,11 +212,9 @@ func TestQuotaLoneRegion(t *testing.T) {
 // the headroom exactly, whatever the headroom and the weights (rounding
 // each share up let every region take a part of one free hit, so that
 // the regions took up to R-1 hits more than the headroom per horizon).
-// (A region whose count is the only nonzero one takes the whole headroom
-// by design, so every case has two counts or none.)
 func TestQuotasSumToHeadroom(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	for _, c := range [][3]uint64{{0, 0, 0}, {0, 10, 1}, {5, 7, 0}, {30, 29, 1}, {1, 1, 1}, {100, 3, 50}} {
+	for _, c := range [][3]uint64{{0, 0, 0}, {0, 10, 1}, {5, 7, 0}, {30, 29, 1}, {1, 1, 1}, {100, 3, 50}, {40, 0, 0}, {0, 0, 7}} {
 		for h := range uint64(40) {
 			var sum uint64
 			for i, r := range names {
