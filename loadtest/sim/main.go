@@ -35,7 +35,13 @@ import (
 func main() {
 	keys := flag.Int("keys", 10000, "keys of the zipf scenario")
 	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
+	n := flag.Int("search", 0, "run this many random fault schedules instead of the scenarios, and print the worst per class")
+	from := flag.Uint64("seed", 1, "the first seed of -search")
 	flag.Parse()
+	if *n > 0 {
+		printSearch(os.Stdout, *from, *n)
+		return
+	}
 	table(os.Stdout, scenarios(*keys, *reqs))
 }
 
@@ -90,4 +96,13 @@ func fmtMin(f float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.3f", f)
+}
+
+// printSearch runs n fault schedules from seed from and prints one row per
+// class: runs, how many broke the bound, and the worst over the bound.
+func printSearch(w io.Writer, from uint64, n int) {
+	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed |\n| --- | ---: | ---: | ---: | ---: |\n")
+	for _, r := range searchTable(from, n) {
+		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed)
+	}
 }

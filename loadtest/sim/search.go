@@ -1,0 +1,331 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// schedule is one random run of the fault search: a pool, a key's limit,
+// phases of load per region and network faults, on the virtual clock.
+// Everything follows from Seed (see gen).
+type schedule struct {
+	Seed    uint64
+	Regions int
+	Nodes   int
+	Delay   time.Duration
+	Window  time.Duration
+	Limit   uint64
+	Strict  bool
+	Windows int // the run's length, in windows
+	Phases  []phase
+	Faults  []fault
+}
+
+// phase offers load from FromMs to ToMs (from the run's start): Rate[r] is
+// region r's offered rate in multiples of the limit's rate (Limit per
+// Window), Poisson or evenly spaced; Burst[r] releases Limit requests in
+// region r at FromMs (100 per ms).
+type phase struct {
+	FromMs, ToMs int64
+	Rate         []float64
+	Burst        []bool
+	Poisson      bool
+}
+
+// fault cuts the network from FromMs to ToMs: the pair (a, b) cannot talk
+// when Group[a] != Group[b] (a split), or when the pair is in Links.
+type fault struct {
+	FromMs, ToMs int64
+	Group        []int    // a split: each region's side; nil for cut links
+	Links        [][2]int // cut links
+}
+
+func (f fault) cuts(a, b int) bool {
+	if f.Group != nil {
+		return f.Group[a] != f.Group[b]
+	}
+	for _, l := range f.Links {
+		if (l[0] == a && l[1] == b) || (l[0] == b && l[1] == a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f fault) String() string {
+	if f.Group != nil {
+		groups := map[int][]string{}
+		for r, g := range f.Group {
+			groups[g] = append(groups[g], fmt.Sprint(r))
+		}
+		var sides []string
+		for _, g := range slices.Sorted(mapsKeys(groups)) {
+			sides = append(sides, strings.Join(groups[g], ","))
+		}
+		return fmt.Sprintf("split %s %d-%d ms", strings.Join(sides, "|"), f.FromMs, f.ToMs)
+	}
+	var ls []string
+	for _, l := range f.Links {
+		ls = append(ls, fmt.Sprintf("%d-%d", l[0], l[1]))
+	}
+	return fmt.Sprintf("cut %s %d-%d ms", strings.Join(ls, ","), f.FromMs, f.ToMs)
+}
+
+func mapsKeys(m map[int][]string) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// gen returns the schedule of seed: 3 to 6 regions (10 in one of eight),
+// 1 to 3 nodes each, 30 to 100 ms one-way, windows of 1 s or 10 s, limits
+// from 1 to 300, six windows of one to four load phases, and up to two
+// faults: a split into two or three sides, or one or more cut links, each
+// held for half a window to two windows.
+func gen(seed uint64) schedule {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
+	s := schedule{Seed: seed, Regions: 3 + rng.IntN(4), Nodes: 1 + rng.IntN(3), Delay: time.Duration(pick(30, 60, 100)) * time.Millisecond,
+		Window: time.Duration(pick(1, 10)) * time.Second, Limit: uint64(pick(1, 2, 3, 5, 10, 30, 100, 300)), Strict: rng.IntN(4) == 0, Windows: 6}
+	if rng.IntN(8) == 0 {
+		s.Regions = 10
+	}
+	wm := s.Window.Milliseconds()
+	span := int64(s.Windows) * wm
+	cuts := []int64{0, span}
+	for range rng.IntN(4) {
+		cuts = append(cuts, rng.Int64N(span))
+	}
+	slices.Sort(cuts)
+	rates := []float64{0, 0, 0.1, 0.5, 1, 3, 10}
+	for i := 0; i+1 < len(cuts); i++ {
+		if cuts[i] == cuts[i+1] {
+			continue
+		}
+		p := phase{FromMs: cuts[i], ToMs: cuts[i+1], Rate: make([]float64, s.Regions), Burst: make([]bool, s.Regions), Poisson: rng.IntN(2) == 0}
+		for r := range s.Regions {
+			p.Rate[r] = rates[rng.IntN(len(rates))]
+			p.Burst[r] = rng.IntN(6) == 0
+		}
+		s.Phases = append(s.Phases, p)
+	}
+	for range rng.IntN(3) {
+		from := rng.Int64N(span - wm)
+		f := fault{FromMs: from, ToMs: min(span, from+wm/2+rng.Int64N(3*wm/2))}
+		if rng.IntN(2) == 0 {
+			sides := 2 + rng.IntN(2)
+			f.Group = make([]int, s.Regions)
+			for r := range f.Group {
+				f.Group[r] = rng.IntN(sides)
+			}
+			f.Group[0], f.Group[1] = 0, 1 // at least two sides
+		} else {
+			for a := range s.Regions {
+				for b := a + 1; b < s.Regions; b++ {
+					if rng.IntN(s.Regions) == 0 {
+						f.Links = append(f.Links, [2]int{a, b})
+					}
+				}
+			}
+			if len(f.Links) == 0 {
+				f.Links = [][2]int{{0, 1}}
+			}
+		}
+		s.Faults = append(s.Faults, f)
+	}
+	return s
+}
+
+func (s schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d regions x %d nodes, %v one-way, limit %d per %v", s.Seed, s.Regions, s.Nodes, s.Delay, s.Limit, s.Window)
+	if s.Strict {
+		b.WriteString(" (strict)")
+	}
+	for _, p := range s.Phases {
+		fmt.Fprintf(&b, "; %d-%d ms rates %v", p.FromMs, p.ToMs, p.Rate)
+		if slices.Contains(p.Burst, true) {
+			fmt.Fprintf(&b, " bursts %v", p.Burst)
+		}
+	}
+	for _, f := range s.Faults {
+		fmt.Fprintf(&b, "; %v", f)
+	}
+	return b.String()
+}
+
+// bounds are the global bound's limits, in hits, in a trailing window:
+// Calm when the window overlaps no fault, Fault when it does.
+type bounds struct{ Calm, Fault float64 }
+
+// boundsOf is what rlcluster promises for s: at most max(1.05 L, L + 1)
+// in any trailing window, and max((1 + 1/R) L, that) in one that overlaps
+// a fault, whatever its shape.
+func boundsOf(s schedule) bounds {
+	l := float64(s.Limit)
+	calm := max(1.05*l, l+1)
+	return bounds{Calm: calm, Fault: max((1+1/float64(s.Regions))*l, calm)}
+}
+
+// outcome is a schedule's run: the worst trailing window over its bound.
+type outcome struct {
+	Worst    float64 // the largest count/bound over every admission (> 1: the bound is broken)
+	Count    int     // that window's count
+	AtMs     int64   // its end, from the run's start
+	InFault  bool    // whether it overlapped a fault
+	Admitted int
+}
+
+// runSchedule plays s with the guard on.
+func runSchedule(s schedule) outcome {
+	cfg := config{Regions: s.Regions, Nodes: s.Nodes, Delay: s.Delay, Flush: 20 * time.Millisecond, Suspicion: 500 * time.Millisecond,
+		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}}
+	start := epoch + s.Window.Milliseconds()/7
+	w := newWorld(cfg, epoch)
+	w.cfg.Cut = func(a, b int, now int64) bool {
+		for _, f := range s.Faults {
+			if now >= start+f.FromMs && now < start+f.ToMs && f.cuts(a, b) {
+				return true
+			}
+		}
+		return false
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0xa11))
+	wm := s.Window.Milliseconds()
+	perMs := float64(s.Limit) / float64(wm) // the limit's rate, per ms
+	req := func(r int, at int64) { w.request(r, at, "k") }
+	for _, p := range s.Phases {
+		for r := range s.Regions {
+			if p.Burst[r] {
+				for i := range s.Limit {
+					req(r, start+p.FromMs+int64(i)/100)
+				}
+			}
+			rate := p.Rate[r] * perMs
+			if rate <= 0 {
+				continue
+			}
+			for t := float64(p.FromMs) + rng.Float64()/rate; t < float64(p.ToMs); {
+				req(r, start+int64(t))
+				if p.Poisson {
+					t += rng.ExpFloat64() / rate
+				} else {
+					t += 1 / rate
+				}
+			}
+		}
+	}
+	span := int64(s.Windows) * wm
+	w.run(start + span + wm)
+	b := boundsOf(s)
+	out := outcome{}
+	ts := w.admitted["k"]
+	out.Admitted = len(ts)
+	lo := 0
+	for i, t := range ts {
+		for ts[lo] <= t-wm {
+			lo++
+		}
+		if i+1 < len(ts) && ts[i+1] == t {
+			continue // the window ends after every admission at t
+		}
+		rel := t - start
+		inFault := false
+		for _, f := range s.Faults {
+			if rel-wm < f.ToMs && rel >= f.FromMs {
+				inFault = true
+			}
+		}
+		bound := b.Calm
+		if inFault {
+			bound = b.Fault
+		}
+		if r := float64(i-lo+1) / bound; r > out.Worst {
+			out = outcome{Worst: r, Count: i - lo + 1, AtMs: rel, InFault: inFault, Admitted: len(ts)}
+		}
+	}
+	return out
+}
+
+// class names the kind of schedule s is, for the search's table: its
+// faults (none, one region cut off alone, another split, cut links), its
+// window, and whether its limit is small (below regions x nodes).
+func class(s schedule) string {
+	fk := "no fault"
+	for _, f := range s.Faults {
+		k := "cut links"
+		if f.Group != nil {
+			k = "other split"
+			sizes := map[int]int{}
+			for _, g := range f.Group {
+				sizes[g]++
+			}
+			if len(sizes) == 2 {
+				for _, n := range sizes {
+					if n == 1 {
+						k = "one region alone"
+					}
+				}
+			}
+		}
+		if fk == "no fault" || k == "cut links" || (k == "other split" && fk == "one region alone") {
+			fk = k
+		}
+	}
+	size := "limit >= regions x nodes"
+	if s.Limit < uint64(s.Regions*s.Nodes) {
+		size = "small limit"
+	}
+	return fmt.Sprintf("%s, %v windows, %s", fk, s.Window, size)
+}
+
+// classRow is one class's line of the search's table.
+type classRow struct {
+	Class        string
+	Runs, Broken int
+	Worst        float64
+	Seed         uint64
+}
+
+// searchTable runs the schedules of seeds from..from+n-1 and returns one
+// row per class, in name order.
+func searchTable(from uint64, n int) []classRow {
+	rows := map[string]*classRow{}
+	for seed := from; seed < from+uint64(n); seed++ {
+		s := gen(seed)
+		o := runSchedule(s)
+		c := class(s)
+		r := rows[c]
+		if r == nil {
+			r = &classRow{Class: c}
+			rows[c] = r
+		}
+		r.Runs++
+		if o.Worst > 1+1e-9 {
+			r.Broken++
+		}
+		if o.Worst > r.Worst {
+			r.Worst, r.Seed = o.Worst, seed
+		}
+	}
+	var out []classRow
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range rows {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		out = append(out, *rows[k])
+	}
+	return out
+}

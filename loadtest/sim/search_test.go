@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var (
+	searchN    = flag.Int("search.schedules", 60, "random fault schedules TestFaultSearch runs")
+	searchFrom = flag.Uint64("search.seed", 1, "the first seed TestFaultSearch runs")
+)
+
+// ceilings reads testdata/ceilings.txt: per class of schedule, the most
+// over the bound (count / bound) that any schedule of the class may reach.
+// A class at 1 holds its bound; one above 1 is known to pass it, and its
+// ceiling is the worst the search has found, so that nothing gets worse.
+func ceilings(t *testing.T) map[string]float64 {
+	t.Helper()
+	f, err := os.Open("testdata/ceilings.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		c, v, ok := strings.Cut(line, "|")
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil {
+			t.Fatalf("ceilings.txt: bad line %q", line)
+		}
+		out[strings.TrimSpace(c)] = x
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// regressionSeeds reads testdata/seeds.txt: every seed the search has
+// found over its bound, one per line (with a comment after #).
+func regressionSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	b, err := os.ReadFile("testdata/seeds.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		s, err := strconv.ParseUint(line, 10, 64)
+		if err != nil {
+			t.Fatalf("seeds.txt: bad line %q", line)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestFaultSearch runs random fault schedules (gen: 3 to 10 regions of 1
+// to 3 nodes, 30 to 100 ms apart, limits of 1 to 300 per 1 s or 10 s,
+// load phases with bursts, splits of any shape and cut links) and every
+// seed kept in testdata/seeds.txt, and checks each against its bound:
+// at most max(1.05 L, L + 1) in a trailing window that overlaps no fault,
+// max((1 + 1/R) L, that) in one that does, or, for the classes of
+// schedule that testdata/ceilings.txt lists above 1, no worse than the
+// worst found so far. More: go test ./loadtest/sim -run FaultSearch
+// -search.schedules 10000, or go run ./loadtest/sim -search 10000 for
+// the table per class.
+func TestFaultSearch(t *testing.T) {
+	t.Parallel()
+	ceil := ceilings(t)
+	check := func(seed uint64) {
+		s := gen(seed)
+		c := class(s)
+		limit, ok := ceil[c]
+		if !ok {
+			t.Errorf("seed %d: class %q has no ceiling in testdata/ceilings.txt", seed, c)
+			return
+		}
+		o := runSchedule(s)
+		if o.Worst > limit+1e-9 {
+			t.Errorf("seed %d (%s): %d in a trailing window ending %d ms in, %.3f of its bound (in a fault: %v), want at most %.3f; %v",
+				seed, c, o.Count, o.AtMs, o.Worst, o.InFault, limit, s)
+		}
+	}
+	seeds := regressionSeeds(t)
+	for _, s := range seeds {
+		check(s)
+	}
+	for s := *searchFrom; s < *searchFrom+uint64(*searchN); s++ {
+		check(s)
+	}
+	t.Logf("%d kept seeds and %d random schedules from seed %d within their ceilings", len(seeds), *searchN, *searchFrom)
+}
