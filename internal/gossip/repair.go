@@ -398,7 +398,7 @@ func (n *Node) rejoined(s *member) {
 }
 
 func (n *Node) queueJoined(m *member, tell bool) {
-	if m.isLocal || (m.region == n.cfg.Region && !(n.cfg.OwnStore && m.ownStore)) {
+	if m.isLocal || (m.region == n.cfg.Region && !n.apartFrom(m)) {
 		return
 	}
 	n.rep.mu.Lock()
