@@ -65,8 +65,9 @@ type fbNode struct {
 
 // decide decides one hit at now as the decision path does (the guard, the
 // store against the limit the guard returns, the guard's record, and the
-// replication of an admitted total under the region it counts in).
-func (fb *fbNode) decide(key string, lim window.Limit, now time.Time) bool {
+// replication of an admitted total under the region it counts in). An
+// admitted hit's total is recorded in truth, by bucket and region.
+func (fb *fbNode) decide(key string, lim window.Limit, now time.Time, truth *acked) bool {
 	v := fb.node.GuardView(now)
 	ok, sl, _ := fb.g.Admit(now, key, lim.Limit, 1, &v)
 	if !ok {
@@ -80,10 +81,34 @@ func (fb *fbNode) decide(key string, lim window.Limit, now time.Time) bool {
 	}
 	fb.g.Done(now, key, lim.Limit, 1, &v, &res[0])
 	if res[0].Allowed {
+		reg := fb.region
+		if res[0].LocalRegion != "" {
+			reg = res[0].LocalRegion
+		}
+		truth.note(res[0].Bucket, reg, res[0].Local)
 		fb.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Region: res[0].LocalRegion,
 			Count: res[0].Local, Limit: lim.Limit, Estimate: res[0].Estimate + 1})
 	}
 	return res[0].Allowed
+}
+
+// acked is the largest total acknowledged of each region (or replica) in
+// each bucket of one key.
+type acked struct {
+	mu sync.Mutex
+	by map[int64]bucketVec
+}
+
+func (a *acked) note(b int64, reg string, count uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.by == nil {
+		a.by = map[int64]bucketVec{}
+	}
+	if a.by[b] == nil {
+		a.by[b] = bucketVec{}
+	}
+	a.by[b][reg] = max(a.by[b][reg], count)
 }
 
 // TestSimFallbackContention: region x has two nodes whose shared store
@@ -96,7 +121,11 @@ func (fb *fbNode) decide(key string, lim window.Limit, now time.Time) bool {
 // others idle and takes the whole limit. The largest count in any trailing
 // window of the whole pool, from two windows after the load began, stays
 // within 1.10 x the limit, as it does with x's Redis up (the control
-// case; both at 60 ms one-way, 1 s windows, on the bubble's clock).
+// case; both at 60 ms one-way, 1 s windows, on the bubble's clock). Then
+// x's Redis comes back: once both x nodes decide with it again (their
+// fallbacks written back), x's Redis and y's store hold the acknowledged
+// vector of the key's last two buckets (the in-memory stores keep no
+// more) within two flush intervals plus the one-way delay.
 func TestSimFallbackContention(t *testing.T) {
 	for _, down := range []bool{false, true} {
 		name := map[bool]string{false: "x on its Redis", true: "x on its fallback"}[down]
@@ -174,6 +203,7 @@ func fallbackContention(t *testing.T, down bool) {
 		lim := window.Limit{Limit: L, Window: W}
 		const every = 4 * time.Millisecond // 250 per second per node: 10x the limit in all
 		var mu sync.Mutex
+		var truth acked
 		admitted := map[string][]time.Time{}
 		stop := make(chan struct{})
 		began := time.Now()
@@ -183,7 +213,7 @@ func fallbackContention(t *testing.T, down bool) {
 			go func() {
 				defer wg.Done()
 				tick(stop, every, func(int) bool {
-					if now := time.Now(); fb.decide("contended", lim, now) {
+					if now := time.Now(); fb.decide("contended", lim, now, &truth) {
 						mu.Lock()
 						admitted[fb.node.Name()] = append(admitted[fb.node.Name()], now)
 						mu.Unlock()
@@ -225,6 +255,65 @@ func fallbackContention(t *testing.T, down bool) {
 		}
 		if got < 0.9 {
 			t.Errorf("the pool admitted at most %.3f x the limit in a trailing window, want >= 0.9 (the limit stays usable)", got)
+		}
+
+		// x's Redis comes back; the probes find it (backing off up to 5 s).
+		shared["x"].down.Store(false)
+		waitFor(t, 30*time.Second, "both x nodes decide with their Redis again, their fallbacks written back", func() bool {
+			for _, fb := range nodes[:2] {
+				if st := fb.store.(*region.Failover).Status(); st.Mode != region.ModePrimary || (down && st.WriteBacks == 0) {
+					return false
+				}
+			}
+			return true
+		})
+		var last int64 // the key's newest bucket, closed by then
+		for b := range truth.by {
+			last = max(last, b)
+		}
+		back := time.Now()
+		if end := bucketEnd(W, last); end.After(back) {
+			time.Sleep(end.Sub(back))
+			back = end
+		}
+		agree := func() (bool, string) {
+			for b := last - 1; b <= last; b++ {
+				want := truth.by[b]
+				for _, r := range regions {
+					vs, err := shared[r].Vectors(context.Background(), []region.BucketRef{{Key: "contended", Window: W, Bucket: b}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := bucketVec{}
+					for _, tt := range vs[0] {
+						if tt.Count > 0 {
+							got[tt.Region] = tt.Count
+						}
+					}
+					if !sameVec(got, want) {
+						return false, fmt.Sprintf("%s's store holds %v in bucket %d, want %v (acknowledged)", r, got, b, want)
+					}
+				}
+			}
+			return true, ""
+		}
+		var diff string
+		for {
+			ok, d := agree()
+			if ok {
+				break
+			}
+			diff = d
+			if time.Since(back) > 10*time.Second {
+				t.Fatalf("10 s after x's Redis answered again: %s", diff)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(back)
+		bound := 2*testConfig().FlushInterval + oneWay
+		t.Logf("every store holds the acknowledged vectors %v after x decides with its Redis again and the bucket closed (bound %v); last difference: %s", took, bound, diff)
+		if took > bound {
+			t.Errorf("agreement %v after x's Redis answered again and the bucket closed, want <= %v", took, bound)
 		}
 	}
 }
