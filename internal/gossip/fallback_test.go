@@ -198,6 +198,31 @@ func fallbackContention(t *testing.T, down bool) {
 				t.Fatalf("%s: store mode %v, want fallback %v", fb.node.Name(), got, down)
 			}
 		}
+		if down {
+			// Every member learns that x's nodes count apart within a
+			// flush (the node notices) plus a memberlist gossip interval
+			// and the one-way delay (the metadata update's broadcast).
+			tripped := time.Now()
+			waitFor(t, 10*time.Second, "every member sees x's nodes count apart", func() bool {
+				for _, fb := range nodes {
+					fb.node.memMu.RLock()
+					for _, x := range nodes[:2] {
+						if m := fb.node.members[x.node.Name()]; m != nil && !m.isLocal && !m.ownStore {
+							fb.node.memMu.RUnlock()
+							return false
+						}
+					}
+					fb.node.memMu.RUnlock()
+				}
+				return true
+			})
+			took := time.Since(tripped)
+			bound := testConfig().FlushInterval + testConfig().GossipInterval + oneWay
+			t.Logf("every member saw x's nodes count apart %v after their breakers opened (bound %v)", took, bound)
+			if took > bound {
+				t.Errorf("x's nodes were seen counting apart %v after their breakers opened, want <= %v", took, bound)
+			}
+		}
 		time.Sleep(time.Second) // the outage's start settles (a phase's length)
 
 		lim := window.Limit{Limit: L, Window: W}
