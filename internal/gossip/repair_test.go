@@ -446,8 +446,8 @@ func TestRestartKeepsUnsentHits(t *testing.T) {
 	us := start("us-0", "us", usStore, true, nil, eu.node.Addr())
 	waitMembers(t, []*ownNode{eu, us}, 2)
 
-	const hits = 20
-	lim := window.Limit{Limit: 1000, Window: 6 * time.Second} // allowance (1000 - 2*20) / (2*2) = 240 > 20
+	const hits = 10
+	lim := window.Limit{Limit: 1000, Window: 6 * time.Second} // allowance (1000 - 2*10) / (2*2) = 245, and L/20 / 2 = 25: > 10
 	b := waitBucketStart(t, lim.Window)
 	key := "unsent"
 	var acked uint64
