@@ -15,9 +15,10 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// sharedStore is a region's shared store (a Redis) that can go down: while
-// down, every call fails as a Redis that went away does. Closing it is
-// left to the test, so that each node's Failover can close its own layers.
+// sharedStore is a node's link to its region's shared store (a Redis),
+// which can go down: while down, every call fails as a Redis that went
+// away does. Closing it is left to the test, so that each node's Failover
+// can close its own layers.
 type sharedStore struct {
 	region.Store
 	down atomic.Bool
@@ -121,19 +122,22 @@ func (a *acked) note(b int64, reg string, count uint64) {
 // others idle and takes the whole limit. The largest count in any trailing
 // window of the whole pool, from two windows after the load began, stays
 // within 1.10 x the limit, as it does with x's Redis up (the control
-// case; both at 60 ms one-way, 1 s windows, on the bubble's clock). Then
-// x's Redis comes back: once both x nodes decide with it again (their
-// fallbacks written back), x's Redis and y's store hold the acknowledged
-// vector of the key's last two buckets (the in-memory stores keep no
-// more) within two flush intervals plus the one-way delay.
+// case; all at 60 ms one-way, 1 s windows, on the bubble's clock), and
+// when only x-1 has lost its link to x's Redis (x-0 on Redis and x-1 on
+// its fallback exchange their counts both ways). Then x's Redis comes
+// back: once the x nodes decide with it again (their fallbacks written
+// back), x's Redis and y's store hold the acknowledged vector of the key's
+// last two buckets (the in-memory stores keep no more) within two flush
+// intervals plus the one-way delay.
 func TestSimFallbackContention(t *testing.T) {
-	for _, down := range []bool{false, true} {
-		name := map[bool]string{false: "x on its Redis", true: "x on its fallback"}[down]
-		t.Run(name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { fallbackContention(t, down) }) })
+	for down, name := range []string{"x on its Redis", "x-1 alone on its fallback", "x on its fallback"} {
+		t.Run(name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { fallbackContention(t, name, down) }) })
 	}
 }
 
-func fallbackContention(t *testing.T, down bool) {
+// fallbackContention runs TestSimFallbackContention with the last down
+// nodes of x (0, 1 or 2) cut off from x's Redis.
+func fallbackContention(t *testing.T, name string, down int) {
 	{
 		const (
 			oneWay = 60 * time.Millisecond
@@ -143,14 +147,17 @@ func fallbackContention(t *testing.T, down bool) {
 		regions := []string{"x", "y"}
 		fn, mn := NewFaultNetwork(7), newMemNet()
 		wan(fn, regions, oneWay)
-		shared := map[string]*sharedStore{}
+		shared := map[string]*region.Memory{}
 		var nodes []*fbNode
+		var links []*sharedStore
 		var stores []region.Store
 		seed := ""
 		for _, r := range regions {
-			shared[r] = &sharedStore{Store: region.NewMemory(region.MemoryConfig{Region: r})}
+			shared[r] = region.NewMemory(region.MemoryConfig{Region: r})
 			for i := range 2 {
-				f, err := region.NewFailover(shared[r], region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(r)}),
+				link := &sharedStore{Store: shared[r]}
+				links = append(links, link)
+				f, err := region.NewFailover(link, region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion(r)}),
 					region.FailoverConfig{Region: r})
 				if err != nil {
 					t.Fatal(err)
@@ -187,26 +194,28 @@ func fallbackContention(t *testing.T, down bool) {
 		}
 		waitAllAlive(t, 30*time.Second, len(nodes), all...)
 
-		// x's Redis goes down: each x node opens its breaker after a few
-		// failed calls and decides from its fallback from then on.
-		shared["x"].down.Store(down)
-		for _, fb := range nodes[:2] {
+		// x's Redis goes away for the last down x nodes: each opens its
+		// breaker after a few failed calls and decides from its fallback
+		// from then on.
+		cut := nodes[2-down : 2]
+		for i, fb := range nodes[:2] {
+			links[i].down.Store(i >= 2-down)
 			for range 3 {
 				_ = fb.store.Check(context.Background(), []region.Request{{Key: "probe", Limit: window.Limit{Limit: 1, Window: W}, Hits: 1, Now: time.Now(), Peek: true}}, make([]region.Result, 1))
 			}
-			if got := fb.store.(*region.Failover).Status().Mode; (got == region.ModeFallback) != down {
-				t.Fatalf("%s: store mode %v, want fallback %v", fb.node.Name(), got, down)
+			if got, want := fb.store.(*region.Failover).Status().Mode == region.ModeFallback, i >= 2-down; got != want {
+				t.Fatalf("%s: on its fallback %v, want %v", fb.node.Name(), got, want)
 			}
 		}
-		if down {
+		if down > 0 {
 			// Every member learns that x's nodes count apart within a
 			// flush (the node notices) plus a memberlist gossip interval
 			// and the one-way delay (the metadata update's broadcast).
 			tripped := time.Now()
-			waitFor(t, 10*time.Second, "every member sees x's nodes count apart", func() bool {
+			waitFor(t, 10*time.Second, "every member sees x's nodes on their fallbacks count apart", func() bool {
 				for _, fb := range nodes {
 					fb.node.memMu.RLock()
-					for _, x := range nodes[:2] {
+					for _, x := range cut {
 						if m := fb.node.members[x.node.Name()]; m != nil && !m.isLocal && !m.ownStore {
 							fb.node.memMu.RUnlock()
 							return false
@@ -274,7 +283,7 @@ func fallbackContention(t *testing.T, down bool) {
 		}
 		got := ratio(pool)
 		t.Logf("%s, y on its store, 10x a limit of %d per %v: the largest trailing window held %.3f x the limit (x %.3f, y %.3f; %v)",
-			map[bool]string{false: "x on its Redis", true: "x on its fallback"}[down], L, W, got, ratio(byRegion["x"]), ratio(byRegion["y"]), per)
+			name, L, W, got, ratio(byRegion["x"]), ratio(byRegion["y"]), per)
 		if got > 1.10 {
 			t.Errorf("the pool admitted %.3f x the limit in a trailing window, want <= 1.10", got)
 		}
@@ -283,10 +292,12 @@ func fallbackContention(t *testing.T, down bool) {
 		}
 
 		// x's Redis comes back; the probes find it (backing off up to 5 s).
-		shared["x"].down.Store(false)
-		waitFor(t, 30*time.Second, "both x nodes decide with their Redis again, their fallbacks written back", func() bool {
-			for _, fb := range nodes[:2] {
-				if st := fb.store.(*region.Failover).Status(); st.Mode != region.ModePrimary || (down && st.WriteBacks == 0) {
+		for _, l := range links {
+			l.down.Store(false)
+		}
+		waitFor(t, 30*time.Second, "the x nodes decide with their Redis again, their fallbacks written back", func() bool {
+			for _, fb := range cut {
+				if st := fb.store.(*region.Failover).Status(); st.Mode != region.ModePrimary || st.WriteBacks == 0 {
 					return false
 				}
 			}
