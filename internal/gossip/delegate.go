@@ -21,8 +21,9 @@ var (
 
 // Node metadata layout: version (2), region length (1), region, API address
 // length (1), API address, flags (1; bit 0: leaving gracefully; bit 1:
-// the node's store is its own, not shared with its region's other nodes,
-// see Config.OwnStore), token (8: the random value the node's frames
+// the node decides from a store of its own now, not shared with its
+// region's other nodes: Config.OwnStore, or its fallback, see apart.go),
+// token (8: the random value the node's frames
 // carry, see wire.go).
 const (
 	metaVersion  = 2
@@ -84,7 +85,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	if d.n.leaving.Load() {
 		flags |= flagLeaving
 	}
-	if d.n.cfg.OwnStore {
+	if d.n.apart() {
 		flags |= flagOwnStore
 	}
 	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags, d.n.token)

@@ -60,10 +60,12 @@
 //     (KindRejoin) to do the same; a node whose store lost its counts
 //     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
 //     its region's totals (KindRepair) and max-merges their answers
-//     (KindRepaired) back. See repair.go and restore.go.
+//     (KindRepaired) back, with its own unsent totals. See repair.go and
+//     restore.go.
 //   - With Config.OwnStore (the in-memory store), each node counts as a
 //     replica of its own and also replicates to its region's other such
-//     nodes, which merge it.
+//     nodes, which merge it; so does a node while its store decides from
+//     its fallback (Fallbacker), and it gets every total. See apart.go.
 //
 // # Who may speak
 //

@@ -81,7 +81,13 @@ func (c *tally) merge(t region.Total) {
 func (c tally) same(o tally) bool { return c.n == o.n && slices.Equal(c.h, o.h) }
 
 // flushLoop flushes the dirty totals every FlushInterval.
-func (n *Node) flushLoop() { n.every(n.cfg.FlushInterval, func() { n.flush(false) }) }
+// It also announces a change of the store's mode (apart.go).
+func (n *Node) flushLoop() {
+	n.every(n.cfg.FlushInterval, func() {
+		n.checkFallback()
+		n.flush(false)
+	})
+}
 
 // flush sends the dirty totals that are due (see urgency.go) to every
 // other region, the echoes that are due, and the first touches to the
@@ -208,8 +214,9 @@ func (n *Node) sendReliableFor(kind Kind, c cost, dest *member, totals []region.
 // view is the live membership, grouped for routing.
 type view struct {
 	// remote maps a region to its alive members, the destinations of
-	// totals; with Config.OwnStore it also maps the local region to its
-	// alive members that decide from stores of their own.
+	// totals; it also maps the local region to its alive members that
+	// count apart (a store of their own, see apart.go) or, when this node
+	// counts apart, to all of them.
 	remote map[string][]*member
 	local  []*member // alive members of the local region but self
 }
@@ -224,7 +231,7 @@ func (n *Node) view() view {
 		}
 		if m.region == n.cfg.Region {
 			v.local = append(v.local, m)
-			if n.cfg.OwnStore && m.ownStore {
+			if n.apartFrom(m) {
 				v.remote[m.region] = append(v.remote[m.region], m)
 			}
 		} else {

@@ -28,8 +28,8 @@ type member struct {
 	deadAt  time.Time
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
-	// ownStore: the member decides from a store of its own (see
-	// Config.OwnStore), so it needs every total, not only its keys'.
+	// ownStore: the member decides from a store of its own now (see
+	// apart.go), so it needs every total, not only its keys'.
 	ownStore bool
 	// retryAt and backoff pace the reconnect loop's attempts at a dead
 	// member (only the reconnect loop touches them, under memMu).
@@ -309,8 +309,8 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	if state == "alive" && !m.isLocal && m.region != n.cfg.Region {
 		n.seenRemote.Store(true)
 	}
-	if state == "alive" && (old == nil || old.state != "alive" || old.token != m.token) {
-		n.memberUp(m) // new, back from dead, or restarted under its name
+	if state == "alive" && (old == nil || old.state != "alive" || old.token != m.token || (m.ownStore && !old.ownStore)) {
+		n.memberUp(m) // new, back from dead, restarted under its name, or now counting apart
 	}
 	if old != nil && (old.state == state || old.heardOnly) && state == "dead" {
 		m.retryAt, m.backoff = old.retryAt, old.backoff

@@ -65,10 +65,13 @@ type Node struct {
 	// logLim rate-limits the log lines network input causes (log.go).
 	logLim *logLimiter
 	ml     *memberlist.Memberlist
+	addr   string // ml's advertised address, read once: UpdateNode rewrites its local node
 	met    *metrics
 	keys   *memberlist.Keyring // nil without encryption
 
 	token      uint64      // random, announced in the metadata, carried by every frame
+	fb         Fallbacker  // the store, when it may decide from a fallback (apart.go)
+	onFallback atomic.Bool // the store decides from its fallback, as announced
 	started    time.Time   // cfg.Now() at New, for Ready
 	seenRemote atomic.Bool // a member of another region was seen alive
 
@@ -152,6 +155,10 @@ func New(cfg Config, store Store) (*Node, error) {
 		replicas: map[string]map[string]time.Time{},
 	}
 	n.met.node = n
+	if fb, ok := store.(Fallbacker); ok {
+		n.fb = fb
+		n.onFallback.Store(fb.OnFallback()) // announced in the first metadata
+	}
 	n.initRepair()
 	n.logLim = newLogLimiter(cfg.Now, n.met.logSuppressed)
 	mc, err := cfg.memberlistConfig(n.stopping.Load, n.logLim)
@@ -179,6 +186,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
 	}
 	n.ml = ml
+	n.addr = ml.LocalNode().Address()
 	n.goLoop(n.flushLoop)
 	n.goLoop(n.reconcileLoop)
 	n.goLoop(n.receiveLoop)
@@ -225,7 +233,7 @@ func (n *Node) goLoop(f func()) {
 
 // Addr returns the host:port other nodes reach this node at (the address to
 // give others as a seed).
-func (n *Node) Addr() string { return n.ml.LocalNode().Address() }
+func (n *Node) Addr() string { return n.addr }
 
 // self names this node in the frames it sends.
 func (n *Node) self() Sender {

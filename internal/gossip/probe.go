@@ -68,13 +68,13 @@ const (
 func (n *Node) silentAfter() time.Duration { return 3 * n.cfg.HeartbeatInterval }
 
 // replicates reports whether m is a member totals go to: one of another
-// region, or, with Config.OwnStore, one of this region that decides from
-// a store of its own. Called with memMu held.
+// region, or one of this region when either counts apart (apart.go).
+// Called with memMu held.
 func (n *Node) replicates(m *member) bool {
 	if m.isLocal || m.region == "" {
 		return false
 	}
-	return m.region != n.cfg.Region || (n.cfg.OwnStore && m.ownStore)
+	return m.region != n.cfg.Region || n.apartFrom(m)
 }
 
 // failedMembers returns the members totals go to that memberlist holds

@@ -85,7 +85,7 @@ func (n *Node) handle(b []byte) {
 		n.rejoined(sender)
 		return
 	}
-	if m.From == n.cfg.Region && !(n.cfg.OwnStore && sender.ownStore) {
+	if m.From == n.cfg.Region && !n.apartFrom(sender) {
 		return // push-pull state of a node sharing this node's store
 	}
 	remote := m.Totals[:0:0]
@@ -149,8 +149,8 @@ func (n *Node) handle(b []byte) {
 //     bucket that has expired is not a reason to drop the frame (a late
 //     total is normal); handle skips such totals.
 //   - foreign_kind: a flush or reconciliation sent by a node of this
-//     region that shares its store (nothing to merge; see
-//     Config.OwnStore); a repair answer ([KindRepaired]) that this node
+//     region while neither counts apart (they share a store: nothing to
+//     merge; see apart.go); a repair answer ([KindRepaired]) that this node
 //     did not ask for; a repair or rejoin request that carries totals.
 //   - foreign_region: as above; and a repair answer whose totals are not
 //     of this node's region or its replicas.
@@ -160,8 +160,8 @@ func (n *Node) handle(b []byte) {
 // MaxCount, at most MaxRegions regions per frame.
 func (n *Node) check(now time.Time, m Message, sender *member) string {
 	own := m.From == n.cfg.Region
-	peers := own && n.cfg.OwnStore && sender.ownStore // each counts apart
-	reports := m.From                                 // whose totals m may carry
+	peers := own && n.apartFrom(sender) // one of them counts apart
+	reports := m.From                   // whose totals m may carry
 	switch {
 	case m.Kind == KindTouch && !own:
 		return "foreign_region"

@@ -149,6 +149,74 @@ func (n *Node) RequestRepair(reason string) {
 			n.askRepair(m, KindRepair)
 		}
 	}
+	n.restoreOwn(now)
+}
+
+// restoreOwn max-merges into the store, in the background, this node's own
+// word on its region's totals of the buckets that have not expired: the
+// dirty totals not yet sent (under urgency, a far key's hits wait up to its
+// allowance or MaxStaleness) and the ones last sent. The other regions
+// hold only what was sent, so their answers cannot bring the unsent hits
+// back; each is a count this region's store once returned, so the merge
+// never takes the count above what the region admitted. A failure is
+// retried with the next repair (epochLoop).
+func (n *Node) restoreOwn(now time.Time) {
+	ts := n.ownTotals(now)
+	if len(ts) == 0 {
+		return
+	}
+	n.sends.Add(1)
+	go func() {
+		defer n.sends.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		defer cancel()
+		var err error
+		if r, ok := n.store.(Restorer); ok {
+			err = r.Restore(ctx, ts)
+		} else {
+			err = n.store.Merge(ctx, ts)
+		}
+		if err != nil {
+			n.met.drop("store_error")
+			n.log.Warn("restore this node's own totals", "n", len(ts), "err", err)
+			n.rep.mu.Lock()
+			n.rep.again = true
+			n.rep.mu.Unlock()
+			return
+		}
+		n.met.repairTotals(len(ts))
+	}()
+}
+
+// ownTotals returns, for each of this region's totals (its own and its
+// replicas') that the node holds dirty, sent last or about to echo, in a
+// bucket that has not expired, the largest of them.
+func (n *Node) ownTotals(now time.Time) []region.Total {
+	best := map[dref]tally{}
+	add := func(dk dref, c tally) {
+		if c.n == 0 || !replicaOf(dk.region, n.cfg.Region) || !now.Before(n.expiry(dk.window, dk.bucket)) {
+			return
+		}
+		b := best[dk]
+		b.merge(region.Total{Window: dk.window, Count: c.n, Trail: c.h})
+		best[dk] = b
+	}
+	n.mu.Lock()
+	for dk, c := range n.dirty {
+		add(dk, c)
+	}
+	for dk, c := range n.echo {
+		add(dk, c)
+	}
+	for dk, s := range n.urg.state {
+		add(dk, s.sent)
+	}
+	n.mu.Unlock()
+	out := make([]region.Total, 0, len(best))
+	for dk, c := range best {
+		out = append(out, region.Total{Key: dk.key, Window: dk.window, Bucket: dk.bucket, Region: dk.region, Count: c.n, Trail: c.h})
+	}
+	return out
 }
 
 // askRepair sends m a frame of kind (KindRepair or KindRejoin, no
@@ -330,7 +398,7 @@ func (n *Node) rejoined(s *member) {
 }
 
 func (n *Node) queueJoined(m *member, tell bool) {
-	if m.isLocal || (m.region == n.cfg.Region && !(n.cfg.OwnStore && m.ownStore)) {
+	if m.isLocal || (m.region == n.cfg.Region && !n.apartFrom(m)) {
 		return
 	}
 	n.rep.mu.Lock()

@@ -411,3 +411,98 @@ func TestDeadMembersKept(t *testing.T) {
 		t.Errorf("the newest dead member is %q, want dead", s)
 	}
 }
+
+// TestRestartKeepsUnsentHits: eu decides on a real redis-server with
+// replication by urgency, us on its own in-memory store. eu admits hits of
+// a key far below its limit, which wait under its allowance, unsent; then
+// eu's Redis restarts empty. Its peers hold none of those hits, so their
+// repair answers cannot bring them back: the node's own unsent totals must
+// be restored with them. Then the bucket's hits are all counted in eu's
+// Redis again (none lost), and once the bucket closes both regions hold
+// the same vector for it, the acknowledged one. The periodic send (after
+// MaxStaleness) comes after the repair and before the bucket closes, so
+// that a node that lost its hits from Redis still pushes its older, larger
+// dirty total to us.
+func TestRestartKeepsUnsentHits(t *testing.T) {
+	fn := NewFaultNetwork(5)
+	const oneWay = 20 * time.Millisecond
+	wan(fn, []string{"eu", "us"}, oneWay)
+	srv := redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL()},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
+	start := func(name, reg string, st region.Store, own bool, epoch func(context.Context) (string, bool, error), seed string) *ownNode {
+		cfg := testConfig()
+		cfg.Name, cfg.Region, cfg.OwnStore = name, reg, own
+		cfg.Transport = listenLoopback(t, fn, reg)
+		cfg.Epoch, cfg.EpochInterval = epoch, 100*time.Millisecond
+		cfg.MaxStaleness = 3 * time.Second
+		if seed != "" {
+			cfg.Join = []string{seed}
+		}
+		return &ownNode{name: name, region: reg, node: startTestNode(t, cfg, st), store: st}
+	}
+	eu := start("eu-0", "eu", rd, false, rd.Epoch, "")
+	us := start("us-0", "us", usStore, true, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+
+	const hits = 10
+	lim := window.Limit{Limit: 1000, Window: 6 * time.Second} // allowance (1000 - 2*10) / (2*2) = 245, and L/20 / 2 = 25: > 10
+	b := waitBucketStart(t, lim.Window)
+	key := "unsent"
+	var acked uint64
+	for range hits {
+		res := make([]region.Result, 1)
+		if err := rd.Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+			t.Fatal(err)
+		}
+		r := res[0]
+		if !r.Allowed || r.Bucket != b {
+			t.Fatalf("hit %d: allowed %v in bucket %d, want allowed in %d", acked+1, r.Allowed, r.Bucket, b)
+		}
+		acked = r.Local
+		eu.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Limit: lim.Limit, Estimate: r.Estimate + 1})
+	}
+	count := func(st region.Store, from string) uint64 {
+		vs, err := st.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: lim.Window, Bucket: b}})
+		if err != nil {
+			t.Fatalf("Vectors: %v", err)
+		}
+		for _, tt := range vs[0] {
+			if tt.Region == from {
+				return tt.Count
+			}
+		}
+		return 0
+	}
+	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
+	answered := counterValue(us.node.met.repairs.WithLabelValues("answered"))
+	restarted := time.Now()
+	srv.Restart(t) // empty: no persistence
+	waitFor(t, 10*time.Second, "eu asks for a repair after the restart and us answers", func() bool {
+		return counterValue(eu.node.met.repairs.WithLabelValues("requested")) > requested &&
+			counterValue(us.node.met.repairs.WithLabelValues("answered")) > answered
+	})
+	// With a machine so slow that the periodic send reached us before its
+	// answer, the answer brings the hits back and the test cannot fail.
+	t.Logf("%d hits acknowledged in eu; us held %d of them when it answered eu's repair, %v after the restart began",
+		acked, count(usStore, "eu"), time.Since(restarted).Round(time.Millisecond))
+	end := bucketEndOf(lim.Window, b)
+	// Every region agrees on the closed bucket within two flush intervals
+	// plus the one-way delay of its reconciliation (Grace after the close),
+	// a TCP dial and a poll step on a loaded machine aside.
+	var euHas, usHas uint64
+	deadline := end.Add(10 * time.Second)
+	for {
+		euHas, usHas = count(rd, "eu"), count(usStore, "eu")
+		if time.Now().After(end) && euHas == acked && usHas == acked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the bucket closed: eu's Redis holds %d of eu's hits, us holds %d, want both %d (acknowledged)", euHas, usHas, acked)
+		}
+		<-time.After(10 * time.Millisecond) // poll step
+	}
+	took := max(time.Since(end), 0)
+	checkTiming(t, "agreement on the closed bucket after its close", took, testConfig().Grace+2*testConfig().FlushInterval+4*oneWay)
+}

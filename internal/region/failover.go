@@ -491,3 +491,10 @@ func (f *Failover) Close() error {
 	f.probes.Wait()
 	return errors.Join(f.primary.Close(), f.fallback.Close())
 }
+
+// OnFallback reports whether decisions are made from the in-memory
+// fallback now: the breaker is open under PolicyLocal. The fallback then
+// counts under the fallback region, apart from the region's other nodes,
+// and replication must bring it every other count (see gossip's
+// Fallbacker).
+func (f *Failover) OnFallback() bool { return f.cfg.Policy == PolicyLocal && f.open.Load() }

@@ -226,6 +226,11 @@ func TestFailoverPolicies(t *testing.T) {
 				if st.Mode != region.ModeFallback || st.Timeouts != 2 || st.Transitions != 1 || st.ModeName() != c.policy.String() {
 					t.Fatalf("Status() = %+v, want fallback after 2 timeouts, 1 transition", st)
 				}
+				// Only the local policy counts, apart from the region's
+				// other nodes, in the fallback.
+				if got, want := f.OnFallback(), c.policy == region.PolicyLocal; got != want {
+					t.Errorf("OnFallback() with the breaker open = %v, want %v", got, want)
+				}
 				p.set("fail")
 				before := p.callCount()
 				for range 50 {
@@ -251,6 +256,9 @@ func TestFailoverPolicies(t *testing.T) {
 				synctest.Wait()
 				if st := f.Status(); st.Mode != region.ModePrimary || st.Transitions != 2 || st.LastError != "" {
 					t.Errorf("Status() one probe after recovery = %+v, want primary, 2 transitions and no error", st)
+				}
+				if f.OnFallback() {
+					t.Errorf("OnFallback() after recovery = true, want false")
 				}
 				r := storetest.Check(t, f, req("k2", now))
 				if !r.Allowed || r.LocalRegion != "" {

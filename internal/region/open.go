@@ -193,6 +193,10 @@ func (s *Stack) Restore(ctx context.Context, totals []Total) error {
 	return s.Memory.Restore(ctx, totals)
 }
 
+// OnFallback reports whether the stack decides from its in-memory fallback
+// now (see [Failover.OnFallback]); false without Redis.
+func (s *Stack) OnFallback() bool { return s.Failover != nil && s.Failover.OnFallback() }
+
 // String describes the stack for logs, with the Redis URL redacted, for
 // example "redis redis://127.0.0.1:6379 (on failure: local, fallback
 // region eu~3fa9c1), deny cache of 100000 keys".
