@@ -134,6 +134,12 @@
 //
 //	headroom -= max(0, ceil(limit/R_all) - contribution(silent region))
 //
+// On a window not much longer than the suspicion timeout, waiting for it
+// would leave a region's admissions while it is unheard but not yet
+// silent a large part of the window: for a key whose window is known, a
+// region unheard for a quarter of it (at least two heartbeats, quietMin)
+// is charged as a silent one (see entry.quiet).
+//
 // No side of a split can tell whether it is the larger one, so every side
 // charges: each admits at most the limit less the shares of the regions
 // it does not hear, and the pool at most (1 + 1/R) x the limit in any
@@ -251,10 +257,44 @@ type entry struct {
 	// this node's own admissions.
 	own0, ownPrev     uint64
 	own0ok, ownPrevOK bool
+	// wMs is the key's bucket length as its last store result gave it
+	// (0: none yet); see quiet.
+	wMs int64
 	// The probe past the quota, when Admit lowered its store limit (see
 	// probeCut): by how much, and the limit it returned.
 	cut, cutLimit uint64
 }
+
+// quiet returns v with the alive regions that have not been heard from for
+// a quarter of the key's window (and at least quietMin) counted as
+// silent, for this key: on a window not much longer than the suspicion
+// timeout, what a region admits while it is unheard but not yet silent is
+// a large part of the window. It returns v itself when no region is so
+// quiet or the window is not known yet.
+func (e *entry) quiet(v *View) *View {
+	if e.wMs <= 0 || len(v.Ages) == 0 {
+		return v
+	}
+	after := max(time.Duration(e.wMs)*time.Millisecond/4, quietMin)
+	isQuiet := func(r string) bool { return r != v.Region && v.Ages[r] > after }
+	if !slices.ContainsFunc(v.Alive, isQuiet) {
+		return v
+	}
+	q := *v
+	q.Alive, q.Silent = nil, slices.Clone(v.Silent)
+	for _, r := range v.Alive {
+		if isQuiet(r) {
+			q.Silent = append(q.Silent, r)
+		} else {
+			q.Alive = append(q.Alive, r)
+		}
+	}
+	return &q
+}
+
+// quietMin is the least time unheard before [entry.quiet] counts an
+// alive region as silent for a key: two heartbeats.
+const quietMin = 200 * time.Millisecond
 
 // pending is what the other alive regions admitted in the previous horizon
 // that may still be on its way here at now: their shares of its headroom,
@@ -402,6 +442,7 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 		e = &entry{}
 		s.keys[key] = e
 	}
+	v = e.quiet(v)
 	storeLimit = charge(limit, limit, e.silent, v)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
@@ -503,6 +544,10 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
 	}
+	if res.SubMs > 0 {
+		e.wMs = res.SubMs
+	}
+	v = e.quiet(v)
 	w, silent := counts(res, v)
 	// This node's admissions of the current and the previous horizon are
 	// in its own count but may not have reached the other regions yet:

@@ -341,3 +341,44 @@ func TestTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestQuiet: on a key whose window is known (from a store result), an
+// alive region unheard for more than a quarter of the window (and at
+// least quietMin) is charged as a silent one for that key: its share,
+// ceil(90/3) = 30, comes off the store's limit. A region heard within
+// that, or a key with a longer window, is not charged.
+func TestQuiet(t *testing.T) {
+	v := view([]string{"a", "b", "c"}, nil)
+	v.Ages = map[string]time.Duration{"b": 20 * time.Millisecond, "c": 300 * time.Millisecond}
+	for _, c := range []struct {
+		name string
+		wMs  int64
+		want uint64
+	}{
+		{"unknown window", 0, 90},
+		{"1 s window: c is quiet", 1000, 60},
+		{"2 s window: c is not", 2000, 90},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := New(Config{})
+			key := "k"
+			if c.wMs > 0 {
+				// A first decision gives the guard the key's window.
+				g.Admit(t0, key, 90, 1, view([]string{"a", "b", "c"}, nil))
+				res := region.Result{Decision: window.Decision{Allowed: true, Limit: 90, Remaining: 89, SubMs: c.wMs}}
+				g.Done(t0, key, 90, 1, view([]string{"a", "b", "c"}, nil), &res)
+			}
+			now := t0.Add(time.Second)
+			ok, lim, _ := g.Admit(now, key, 90, 1, v)
+			if !ok {
+				t.Fatal("denied")
+			}
+			// The first request of a horizon is a probe, cut to this
+			// node's share of the headroom it reads; the charge comes
+			// off the limit before the cut.
+			if got := lim + g.shard(key).keys[key].cut; got != c.want {
+				t.Errorf("store limit before the probe's cut = %d, want %d", got, c.want)
+			}
+		})
+	}
+}

@@ -177,6 +177,12 @@ func (w *world) view(r int) *guard.View {
 		}
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
+	v.Ages = make(map[string]time.Duration, len(w.regions))
+	for j, o := range w.regions {
+		if j != r {
+			v.Ages[o.name] = time.Duration(w.now-n.heard[j]) * time.Millisecond
+		}
+	}
 	return v
 }
 
