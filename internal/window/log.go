@@ -30,7 +30,7 @@ func (l Limit) DecideLog(nowMs int64, log []LogEntry, hits uint64) Decision {
 	var sum uint64
 	last := nowMs - w // when the newest live entry with hits arrived
 	for _, e := range live {
-		sum = addSat(sum, e.Hits)
+		sum = satAdd(sum, e.Hits)
 		if e.Hits > 0 {
 			last = e.AtMs
 		}
@@ -82,12 +82,4 @@ func liveFrom(log []LogEntry, cut int64) int {
 		}
 	}
 	return lo
-}
-
-// addSat returns a + b, saturating at the maximum uint64.
-func addSat(a, b uint64) uint64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return ^uint64(0)
 }

@@ -18,7 +18,7 @@ const (
 // ErrSubBuckets is returned by [Sliding.Validate] for a sub-bucket count out
 // of 1..MaxSubBuckets or one that does not split the window into whole
 // milliseconds.
-var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 64 and split the window into whole milliseconds")
+var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 100 and split the window into whole milliseconds")
 
 // Sliding is a sliding window counter over sub-buckets: Limit.Window (W) is
 // split into K epoch-aligned sub-buckets of S = W/K whole milliseconds, and a
