@@ -343,9 +343,6 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
 		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
 	}
-	if c.MaxInlineLimit > window.MaxLimit {
-		errs = append(errs, fmt.Errorf("--max-inline-limit: %d, want at most %d (the most any limit may be)", c.MaxInlineLimit, uint64(window.MaxLimit)))
-	}
 	var err error
 	if c.Policy, err = region.ParsePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))
@@ -469,6 +466,7 @@ var fieldFlags = map[string]string{
 	"MaxBatch":          "max-batch",
 	"MaxRequestBytes":   "max-request-bytes",
 	"MaxWindow":         "max-inline-window",
+	"MaxInlineLimit":    "max-inline-limit",
 	"Region":            "region",
 	"DenyCache.MaxKeys": "deny-cache-keys",
 	"Suspicion":         "burst-guard-suspicion",

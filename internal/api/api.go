@@ -201,8 +201,8 @@ type Config struct {
 // Validate reports whether NewHandler accepts cfg's bounds, its zero
 // fields taking their defaults: MaxKeyBytes at most
 // [decision.MaxKeyBytes], MaxRequestBytes at least [MinRequestBytes],
-// MaxWindow from [window.MinWindow] to [window.MaxWindow], nothing
-// negative. Each problem is an error wrapping [ErrConfig] that names its
+// MaxWindow from [window.MinWindow] to [window.MaxWindow],
+// MaxInlineLimit at most [window.MaxLimit], nothing negative. Each problem is an error wrapping [ErrConfig] that names its
 // field ("MaxWindow: 192h0m0s, want 1s to 168h0m0s"). The parts a node
 // wires in (Store, Rules, Check, ...) are checked by NewHandler and
 // their own packages.
@@ -223,6 +223,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.MaxWindow != 0 && (cfg.MaxWindow < window.MinWindow || cfg.MaxWindow > window.MaxWindow) {
 		bad("MaxWindow", "%v, want %v to %v", cfg.MaxWindow, window.MinWindow, window.MaxWindow)
+	}
+	if cfg.MaxInlineLimit > window.MaxLimit {
+		bad("MaxInlineLimit", "%d, want at most %d (the most any limit may be)", cfg.MaxInlineLimit, uint64(window.MaxLimit))
 	}
 	if cfg.ReadyTimeout < 0 {
 		bad("ReadyTimeout", "%v, want 0 (the default) or more", cfg.ReadyTimeout)

@@ -218,6 +218,8 @@ func TestConfigValidate(t *testing.T) {
 		{"request too small", api.Config{MaxRequestBytes: 63}, "api: invalid config: MaxRequestBytes: 63, want at least 64"},
 		{"negative batch", api.Config{MaxBatch: -1}, "api: invalid config: MaxBatch: -1, want at least 1"},
 		{"window too short", api.Config{MaxWindow: time.Millisecond}, "api: invalid config: MaxWindow: 1ms, want 1s to 168h0m0s"},
+		{"largest inline limit", api.Config{MaxInlineLimit: window.MaxLimit}, ""},
+		{"inline limit too large", api.Config{MaxInlineLimit: window.MaxLimit + 1}, fmt.Sprintf("api: invalid config: MaxInlineLimit: %d, want at most %d (the most any limit may be)", uint64(window.MaxLimit)+1, uint64(window.MaxLimit))},
 		{"two problems", api.Config{MaxBatch: -1, ReadyTimeout: -time.Second},
 			"api: invalid config: MaxBatch: -1, want at least 1\napi: invalid config: ReadyTimeout: -1s, want 0 (the default) or more"},
 	} {

@@ -71,13 +71,9 @@ type Stack struct {
 // error of [Config.Validate].
 var ErrConfig = errors.New("region: bad store configuration")
 
-// Defaults of [Config]'s zero fields that rlnode's flags show.
-const (
-	// DefaultRegion is the region of a store configured without one.
-	DefaultRegion = defaultRegion
-	// DefaultMaxKeys is MemoryConfig.MaxKeys's default.
-	DefaultMaxKeys = defaultMaxKeys
-)
+// DefaultRegion is the region of a store configured without one, as
+// rlnode's flags show it.
+const DefaultRegion = defaultRegion
 
 // Validate reports whether Open accepts cfg's settings, its zero fields
 // taking their defaults: a region name of at most [MaxRegionName] bytes
