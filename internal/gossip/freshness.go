@@ -22,18 +22,47 @@ const (
 
 // freshness is what this node heard of each remote region, on its own
 // clock: when a valid frame (totals or heartbeat) last came from it, and
-// the last round trip measured to one of its members.
+// the recent round trips measured to its members.
 type freshness struct {
-	heard map[string]time.Time     // region -> receipt of its last valid frame
-	back  map[string]time.Time     // region -> when it was heard again after a silence (or first)
-	rtt   map[string]time.Duration // region -> last ping round trip
-	node  map[string]time.Time     // member -> receipt of its last valid frame
+	heard map[string]time.Time // region -> receipt of its last valid frame
+	back  map[string]time.Time // region -> when it was heard again after a silence (or first)
+	rtt   map[string]*rtts     // region -> its recent ping round trips
+	node  map[string]time.Time // member -> receipt of its last valid frame
 }
 
 func (f *freshness) init() {
 	if f.heard == nil {
-		f.heard, f.back, f.rtt, f.node = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Duration{}, map[string]time.Time{}
+		f.heard, f.back, f.rtt, f.node = map[string]time.Time{}, map[string]time.Time{}, map[string]*rtts{}, map[string]time.Time{}
 	}
+}
+
+// rttSamples is how many of a region's last ping round trips the horizon
+// is taken from.
+const rttSamples = 16
+
+// rtts are a region's last rttSamples ping round trips.
+type rtts struct {
+	d    [rttSamples]time.Duration
+	next int
+}
+
+func (r *rtts) add(d time.Duration) {
+	r.d[r.next%rttSamples] = d
+	r.next++
+}
+
+// high is the largest of the recent round trips (0 for none): a horizon
+// taken from the last one alone is too short whenever that ping was
+// faster than the frames that carry counts.
+func (r *rtts) high() time.Duration {
+	if r == nil {
+		return 0
+	}
+	var m time.Duration
+	for _, d := range r.d {
+		m = max(m, d)
+	}
+	return m
 }
 
 // heardFrom records a valid frame from member s at now (this node's
@@ -60,7 +89,12 @@ func (n *Node) noteRTT(r string, rtt time.Duration) {
 	}
 	n.freshMu.Lock()
 	n.fresh.init()
-	n.fresh.rtt[r] = rtt
+	rs := n.fresh.rtt[r]
+	if rs == nil {
+		rs = &rtts{}
+		n.fresh.rtt[r] = rs
+	}
+	rs.add(rtt)
 	n.freshMu.Unlock()
 }
 
@@ -103,8 +137,8 @@ func (n *Node) heartbeat(old bool) {
 // GuardView returns the pool as the burst guard sees it at now: the
 // regions heard from within Suspicion (this one included) as alive, the
 // other member regions as silent, the alive nodes of this region, and the
-// horizon: FlushInterval plus the largest one-way delay (half the last
-// ping round trip) to an alive region. Regions are sorted. A region heard
+// horizon: FlushInterval plus the largest one-way delay (half the largest
+// of the last 16 ping round trips) to an alive region. Regions are sorted. A region heard
 // again after a silence stays silent for two horizons (to it), until the
 // totals it resends on hearing this node (KindRejoin) can have arrived:
 // its first frames carry only what changed since, and a node that took it
@@ -135,9 +169,10 @@ func (n *Node) GuardView(now time.Time) guard.View {
 			v.Ages[r] = max(now.Sub(h), 0)
 		}
 		back := n.fresh.back[r]
-		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= 2*(n.cfg.FlushInterval+n.fresh.rtt[r]/2) {
+		ow := n.fresh.rtt[r].high() / 2
+		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= 2*(n.cfg.FlushInterval+ow) {
 			v.Alive = append(v.Alive, r)
-			oneWay = max(oneWay, n.fresh.rtt[r]/2)
+			oneWay = max(oneWay, ow)
 		} else {
 			v.Silent = append(v.Silent, r)
 		}

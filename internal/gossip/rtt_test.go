@@ -1,0 +1,29 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRTTHigh: the horizon's one-way delay comes from the largest of a
+// region's last rttSamples round trips, so that one fast ping does not
+// shorten it, and a slow one stops counting once rttSamples newer ones
+// have come.
+func TestRTTHigh(t *testing.T) {
+	var r *rtts
+	if got := r.high(); got != 0 {
+		t.Errorf("no samples: high = %v, want 0", got)
+	}
+	r = &rtts{}
+	r.add(120 * time.Millisecond)
+	r.add(40 * time.Millisecond) // a fast ping
+	if got := r.high(); got != 120*time.Millisecond {
+		t.Errorf("after 120 ms and 40 ms: high = %v, want 120ms", got)
+	}
+	for range rttSamples - 1 {
+		r.add(60 * time.Millisecond)
+	}
+	if got := r.high(); got != 60*time.Millisecond {
+		t.Errorf("after %d newer samples of 60 ms: high = %v, want 60ms", rttSamples-1, got)
+	}
+}
