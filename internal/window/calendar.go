@@ -200,3 +200,49 @@ func (c Calendar) DecideCalendar(now time.Time, limit, cur, hits uint64) Decisio
 func ceilDuration(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
+
+// MaxCalendarBucket bounds a calendar bucket's length: a leap year and
+// the largest change of a zone's offset within it.
+const MaxCalendarBucket = 367 * 24 * time.Hour
+
+// BucketAt returns the bucket of l that holds nowMs, as the stores and
+// replication name buckets: for a window of fixed length, w = l.Window and
+// b = floor(nowMs / W); for a calendar window, w is minus the calendar
+// bucket's length and b its start in Unix ms. A negative w thus names a
+// calendar bucket whose bounds need no time zone ([BucketSpan]).
+func (l Limit) BucketAt(nowMs int64) (w time.Duration, b int64) {
+	if l.Calendar.Unit == 0 {
+		return l.Window, Bucket(nowMs, l.Window)
+	}
+	start, end := l.Calendar.Bucket(time.UnixMilli(nowMs))
+	return -end.Sub(start), start.UnixMilli()
+}
+
+// BucketWindow returns the w that [Limit.BucketAt] gives with b: l.Window
+// for a window of fixed length, minus the length of the calendar bucket
+// that starts at b for a calendar window.
+func (l Limit) BucketWindow(b int64) time.Duration {
+	if l.Calendar.Unit == 0 {
+		return l.Window
+	}
+	w, _ := l.BucketAt(b)
+	return w
+}
+
+// BucketSpan returns the first instant and the end (exclusive) of the
+// bucket (w, b) in Unix ms: b*W to (b+1)*W for a fixed window (w > 0),
+// b to b - w for a calendar bucket (w < 0, see [Limit.BucketAt]).
+func BucketSpan(w time.Duration, b int64) (startMs, endMs int64) {
+	wm := w.Milliseconds()
+	if wm < 0 {
+		return b, b - wm
+	}
+	return b * wm, (b + 1) * wm
+}
+
+// ValidCalendarBucket reports whether (w, b) may name a calendar bucket:
+// a length of 1 s to MaxCalendarBucket and a start at or after the epoch,
+// both in whole seconds, as [Calendar.Bucket] cuts them.
+func ValidCalendarBucket(w time.Duration, b int64) bool {
+	return w <= -time.Second && w >= -MaxCalendarBucket && w%time.Second == 0 && b >= 0 && b%1000 == 0
+}
