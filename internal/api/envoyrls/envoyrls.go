@@ -218,7 +218,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		case lim.Limit.Limit == 0 || (!d.req.Store.Peek && d.req.Store.Hits > lim.Limit.Capacity()):
 			// Nothing can ever admit these hits: over the limit without
 			// asking the store (OK for a shadow_mode limit).
-			b := window.Bucket(window.Ms(now), lim.Limit.Window)
+			_, b := lim.Limit.BucketAt(window.Ms(now))
 			o := s.cfg.Decider.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
 			statuses[i] = msgs(i).status(lim, o.Allowed, 0, b, now)
 		default:
@@ -442,8 +442,8 @@ func (m *statusMsgs) status(lim *rules.EnvoyLimit, allowed bool, remaining uint6
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
 	if resetBucket != 0 {
-		end := time.UnixMilli((resetBucket + 1) * lim.Limit.WindowMs())
-		st.DurationUntilReset = m.duration(end.Sub(now))
+		_, end := window.BucketSpan(lim.Limit.BucketWindow(resetBucket), resetBucket)
+		st.DurationUntilReset = m.duration(time.UnixMilli(end).Sub(now))
 	}
 	return st
 }
