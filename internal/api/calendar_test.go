@@ -56,6 +56,9 @@ func TestCalendarLimits(t *testing.T) {
 				if got, want := r.GetStats().GetBucket(), time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC).UnixMilli(); got != want {
 					t.Errorf("rule hit %d: stats.bucket %d, want February's start %d", i+1, got, want)
 				}
+				if st := r.GetStats(); st.GetWhole() != st.GetEstimate() || st.GetEstimate() != uint64(min(i, 3)) || len(st.GetTerms()) != 0 {
+					t.Errorf("rule hit %d: stats whole %d estimate %d terms %v, want the count before it, %d, whole", i+1, st.GetWhole(), st.GetEstimate(), st.GetTerms(), min(i, 3))
+				}
 				if i == 3 && r.GetRetryAfter().AsDuration() != 2*time.Hour {
 					t.Errorf("denied rule hit: retry_after %v, want 2h", r.GetRetryAfter().AsDuration())
 				}

@@ -231,7 +231,7 @@ func (c Calendar) Index(t time.Time) int64 {
 // ElapsedMs the time since it began.
 func (c Calendar) DecideCalendar(now time.Time, limit, cur, hits uint64) Decision {
 	start, end := c.Bucket(now)
-	d := Decision{Limit: limit, Estimate: cur, Bucket: start.UnixMilli(), ElapsedMs: now.Sub(start).Milliseconds()}
+	d := Decision{Limit: limit, Estimate: cur, SubWhole: cur, Bucket: start.UnixMilli(), ElapsedMs: now.Sub(start).Milliseconds()}
 	until := end.Sub(now)
 	if until < time.Millisecond {
 		until = time.Millisecond
