@@ -86,9 +86,9 @@
 // region, no name cut to fit; so a region name is at most 57 bytes)
 // (at most MaxReplicas replica names per region with live buckets, so a
 // bucket holds a bounded number of regions); names are valid UTF-8 within
-// region.MaxRegionName; a bucket starts no later than now plus one window
-// (a calendar bucket: plus its length)
-// (older than its expiry it is skipped); a count is at most MaxCount
+// region.MaxRegionName; a bucket starts no later than now plus one window,
+// a calendar bucket's being its own length (older than its expiry it is
+// skipped); a count is at most MaxCount
 // (2^53). A frame that fails is dropped whole and counted in
 // rlcluster_gossip_dropped_total by reason (not_member, misdirected,
 // replay, stale, not_alive, foreign_region, old_bucket, future_bucket,
