@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
@@ -175,6 +177,13 @@ descriptors:
 	pro := rlsReq("saas", desc("plan", "pro"))
 	if r := call(t, c, pro, ok, st{ok, 1000, year, 999}); reset(r) != until2025 {
 		t.Errorf("pro: duration_until_reset %v, want %v", reset(r), until2025)
+	}
+	// A request's override of unit MONTH is a calendar month too, counted
+	// with the free plan's 2 hits of February.
+	override := desc("plan", "free")
+	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MONTH}
+	if r := call(t, c, rlsReq("saas", override), ok, st{ok, 5, month, 2}); reset(r) != untilMarch {
+		t.Errorf("month override: duration_until_reset %v, want %v", reset(r), untilMarch)
 	}
 	pro.HitsAddend = 1001 // more than a year's limit: refused without the store
 	if r := call(t, c, pro, over, st{over, 1000, year, 0}); reset(r) != until2025 {

@@ -404,12 +404,26 @@ func descField(i int) string {
 // envoyproxy/ratelimit applies it: in place of the configured one. Its
 // metric label is the domain's, "<domain>.override", whatever the entries.
 func overrideLimit(domName string, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*rules.EnvoyLimit, error) {
+	unit, w, _ := rules.EnvoyUnit(o.GetUnit().String())
 	switch o.GetUnit() {
 	case typev3.RateLimitUnit_SECOND, typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR, typev3.RateLimitUnit_DAY:
+	case typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR:
+		// A calendar month or year in UTC, as a domain's unit.
+		if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+			return nil, fmt.Errorf("unit_multiplier %d: a %v is a calendar window, not a multiple of one", m.GetValue(), o.GetUnit())
+		}
+		cal := window.Calendar{Unit: window.CalendarMonth}
+		if o.GetUnit() == typev3.RateLimitUnit_YEAR {
+			cal.Unit = window.CalendarYear
+		}
+		return &rules.EnvoyLimit{
+			Stat:  domName + ".override",
+			Unit:  unit,
+			Limit: window.Limit{Limit: uint64(o.GetRequestsPerUnit()), Algorithm: window.FixedWindow, Calendar: cal},
+		}, nil
 	default:
-		return nil, fmt.Errorf("unit %v is not supported (second, minute, hour or day)", o.GetUnit())
+		return nil, fmt.Errorf("unit %v is not supported (second, minute, hour, day, month or year)", o.GetUnit())
 	}
-	unit, w, _ := rules.EnvoyUnit(o.GetUnit().String())
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
 		// Compare before multiplying: the product can overflow.
 		if n := uint64(m.GetValue()); n > uint64(window.MaxWindow/w) {
