@@ -70,6 +70,7 @@ func TestDocsExamples(t *testing.T) {
 		{"docs/rules.md", "## envoyproxy/ratelimit's share_threshold, quota_mode and metadata", 4},
 		{"docs/rules.md", "## Token bucket burst", 1},
 		{"docs/rules.md", "## Resetting a key", 3},
+		{"docs/rules.md", "## Calendar windows", 2},
 	} {
 		t.Run(tc.heading, func(t *testing.T) {
 			if got := runDocSection(t, tc.path, tc.heading); got != tc.answers {

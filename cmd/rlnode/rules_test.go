@@ -94,7 +94,7 @@ func TestRunRulesHotReload(t *testing.T) {
 	polltest.Until(t, 10*time.Second, "the rejection", func() bool {
 		return strings.Contains(logs.String(), "rules rejected: keeping the rules in use")
 	})
-	if !strings.Contains(logs.String(), `\"fortnight\" is not second, minute, hour, day or week`) {
+	if !strings.Contains(logs.String(), `\"fortnight\" is not second, minute, hour, day, week, month or year`) {
 		t.Errorf("the rejection does not say why:\n%s", logs)
 	}
 	if got, _ := perUnit(t, c, "edge", "remote_address", "10.0.0.3"); got != 1 {
@@ -183,12 +183,11 @@ func TestValidate(t *testing.T) {
 	errOut.Reset()
 	// The environment names the rules too.
 	err := run(context.Background(), []string{"validate"}, env(map[string]string{"RLNODE_RULES": bad}), &out, &errOut)
-	if !errors.Is(err, errInvalidRules) || !strings.Contains(err.Error(), bad+": 3 problems") {
-		t.Errorf("validate bad = %v, want 3 problems", err)
+	if !errors.Is(err, errInvalidRules) || !strings.Contains(err.Error(), bad+": 2 problems") {
+		t.Errorf("validate bad = %v, want 2 problems (unit year is a calendar year)", err)
 	}
-	if got, want := errOut.String(), bad+`:4: domain "edge": descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day or week
+	if got, want := errOut.String(), bad+`:4: domain "edge": descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day, week, month or year
 `+bad+`:5: domain "edge": descriptors[1].key: required
-`+bad+`:7: domain "edge": descriptors[2].rate_limit.unit: "year" is not supported: windows are at most a week (use second, minute, hour, day or week)
 `; got != want {
 		t.Errorf("validate printed:\n%s\nwant:\n%s", got, want)
 	}
@@ -197,7 +196,7 @@ func TestValidate(t *testing.T) {
 	writeAtomic(t, native, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n  - name: api\n    limit: 5\n    window: 1m\n    algorithm: leaky\n")
 	errOut.Reset()
 	err = run(context.Background(), []string{"validate", "--rules", native}, env(nil), io.Discard, &errOut)
-	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, burst, shadow_mode or scope)
+	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope)
 `+native+`:9: rule 2 (api): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log
 `; !errors.Is(err, errInvalidRules) || got != want {
 		t.Errorf("validate = %v, printed:\n%s\nwant:\n%s", err, got, want)

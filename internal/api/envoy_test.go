@@ -477,7 +477,9 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 	neg := desc("a", "b")
 	neg.IsNegativeHits = true
 	month := desc("a", "b")
-	month.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MONTH}
+	month.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MONTH, UnitMultiplier: wrapperspb.UInt32(2)}
+	unknown := desc("a", "b")
+	unknown.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_UNKNOWN}
 	// 2^32-1 days overflows a time.Duration; 8 days is only too long.
 	overflow := desc("azure", "b")
 	overflow.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)}
@@ -498,7 +500,8 @@ func TestEnvoyInvalidArgument(t *testing.T) {
 		{"hits over max", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}, HitsAddend: 101},
 			"descriptors[0].hits_addend: 101 is more than the maximum of 100"},
 		{"negative hits", rlsReq("d", neg), "descriptors[0].is_negative_hits: not supported"},
-		{"month override", rlsReq("d", month), "descriptors[0].limit: unit MONTH is not supported"},
+		{"two months override", rlsReq("d", month), "descriptors[0].limit: unit_multiplier 2: a MONTH is a calendar window, not a multiple of one"},
+		{"unknown unit override", rlsReq("d", unknown), "descriptors[0].limit: unit UNKNOWN is not supported (second, minute, hour, day, month or year)"},
 		{"overflowing multiplier", rlsReq("internal", overflow), "descriptors[0].limit: unit_multiplier 4294967295 makes a window longer than 168h0m0s"},
 		{"multiplier past a week", rlsReq("internal", eightDays), "descriptors[0].limit: unit_multiplier 8 makes a window longer than 168h0m0s"},
 	} {

@@ -94,6 +94,8 @@ type checkFields struct {
 	scope           ratelimitv1.Scope
 	strict          bool
 	burst           uint64
+	calendar        ratelimitv1.Calendar
+	timeZone        string
 	seenLimitFields uint8
 }
 
@@ -101,7 +103,8 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict, Burst: f.burst}
+	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict, Burst: f.burst,
+		Calendar: f.calendar, TimeZone: f.timeZone}
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -164,6 +167,14 @@ func (f *checkFields) parseLimit(p *parser) bool {
 	case "burst":
 		bit = 32
 		f.burst, ok = p.uint()
+	case "calendar":
+		bit = 64
+		var v int32
+		v, ok = p.enum(ratelimitv1.Calendar_value)
+		f.calendar = ratelimitv1.Calendar(v)
+	case "timeZone", "time_zone":
+		bit = 128
+		f.timeZone, ok = p.str()
 	}
 	return ok && once(&f.seenLimitFields, bit)
 }

@@ -45,6 +45,7 @@ func TestConfiguredLimits(t *testing.T) {
 		{"key", &ratelimitv1.CheckRequest{Key: "123456789", Limit: inline(10, time.Minute)}, "key: 9 bytes, more than the maximum of 8"},
 		{"hits", &ratelimitv1.CheckRequest{Key: "a", Hits: 6, Limit: inline(10, time.Minute)}, "hits: 6 is more than the maximum of 5"},
 		{"window", &ratelimitv1.CheckRequest{Key: "a", Limit: inline(10, 2*time.Hour)}, "limit.window: 2h0m0s is more than the maximum of 1h0m0s"},
+		{"calendar", &ratelimitv1.CheckRequest{Key: "a", Limit: &ratelimitv1.Limit{Limit: 10, Calendar: ratelimitv1.Calendar_CALENDAR_DAY}}, "limit.calendar: a day is longer than the maximum window of 1h0m0s"},
 		{"sliding log limit", &ratelimitv1.CheckRequest{Key: "a", Limit: logLimit(101)}, "limit.limit: 101 is more than the maximum of 100 for sliding_log (its memory grows with the limit)"},
 	}
 	for i, pr := range protocols {

@@ -97,7 +97,7 @@ func TestReloadEnvoyExample(t *testing.T) {
 
 	// An invalid edit: rejected, counted, and the rules in use stay.
 	writeFile(t, path, strings.Replace(string(b), "unit: day", "unit: fortnight", 1))
-	if got := rl.Reload(s.API.SetRules); got == nil || !strings.Contains(got.Error(), `"fortnight" is not second, minute, hour, day or week`) {
+	if got := rl.Reload(s.API.SetRules); got == nil || !strings.Contains(got.Error(), `"fortnight" is not second, minute, hour, day, week, month or year`) {
 		t.Errorf("Reload() = %v, want the unit error", got)
 	}
 	if err := reloads(reg, 1, 1); err != nil {

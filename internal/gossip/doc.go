@@ -32,7 +32,9 @@
 // # Flow
 //
 //   - Dirty records the local total of a (key, window, bucket) after each
-//     admitted decision, in a bounded map.
+//     admitted decision, in a bounded map. A calendar window's bucket is
+//     named by minus its length and its start (window.Limit.BucketAt), so
+//     its end and expiry follow from its name as a fixed window's do.
 //   - Every FlushInterval the node sends the dirty totals that are due to
 //     each other region, batched per destination, to the key's owner there
 //     (rendezvous hashing over that region's live members); the owner
@@ -86,8 +88,9 @@
 // region, no name cut to fit; so a region name is at most 57 bytes)
 // (at most MaxReplicas replica names per region with live buckets, so a
 // bucket holds a bounded number of regions); names are valid UTF-8 within
-// region.MaxRegionName; a bucket starts no later than now plus one window
-// (older than its expiry it is skipped); a count is at most MaxCount
+// region.MaxRegionName; a bucket starts no later than now plus one window,
+// a calendar bucket's being its own length (older than its expiry it is
+// skipped); a count is at most MaxCount
 // (2^53). A frame that fails is dropped whole and counted in
 // rlcluster_gossip_dropped_total by reason (not_member, misdirected,
 // replay, stale, not_alive, foreign_region, old_bucket, future_bucket,

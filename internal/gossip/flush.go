@@ -3,7 +3,6 @@ package gossip
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -30,7 +29,7 @@ func (n *Node) Dirty(t region.Total) {
 	if t.Count == 0 || len(t.Key) == 0 {
 		return
 	}
-	if len(t.Key) > MaxKeyLen || t.Window < time.Millisecond || t.Window.Milliseconds() > maxWindowMs {
+	if len(t.Key) > MaxKeyLen || !validWindow(t.Window, t.Bucket) {
 		n.met.drop("bad_total")
 		return
 	}
@@ -43,7 +42,7 @@ func (n *Node) Dirty(t region.Total) {
 	}
 	k := ref{t.Key, t.Window, t.Bucket}
 	dk := dref{k, t.Region}
-	due := (t.Bucket + 1) * t.Window.Milliseconds()
+	_, due := window.BucketSpan(t.Window, t.Bucket)
 	now := n.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()

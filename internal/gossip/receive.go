@@ -183,8 +183,16 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 		if !replicaOf(t.Region, reports) {
 			return "foreign_region"
 		}
-		// Start no later than now + one window: b <= floor(now/W) + 1.
 		wm := t.Window.Milliseconds()
+		if wm < 0 {
+			// A calendar bucket (Decode checked its start and length):
+			// it starts no later than now + its length.
+			if t.Bucket > nowMs-wm {
+				return "future_bucket"
+			}
+			continue
+		}
+		// Start no later than now + one window: b <= floor(now/W) + 1.
 		if t.Bucket > floorDiv(nowMs, wm)+1 {
 			return "future_bucket"
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // pending is a reconciliation batch for one remote region that could not be
@@ -229,7 +230,7 @@ func (n *Node) retryPending() {
 // the set; full, one refused because the set is full (counted as a drop).
 // n.mu must be held.
 func (n *Node) touchLocked(k ref, always bool) (added, full bool) {
-	due := (k.bucket + 1) * k.window.Milliseconds()
+	_, due := window.BucketSpan(k.window, k.bucket)
 	set := n.touched[due]
 	if set == nil {
 		set = map[ref]struct{}{}
@@ -247,8 +248,17 @@ func (n *Node) touchLocked(k ref, always bool) (added, full bool) {
 	return true, false
 }
 
+// bucketStart returns the first instant of the bucket (w, b), Unix ms.
+func bucketStart(w time.Duration, b int64) int64 {
+	start, _ := window.BucketSpan(w, b)
+	return start
+}
+
+// bucketEnd returns the end of the bucket (w, b): (b+1)*W, or a calendar
+// bucket's (window.BucketSpan).
 func bucketEnd(w time.Duration, b int64) time.Time {
-	return time.UnixMilli((b + 1) * w.Milliseconds())
+	_, end := window.BucketSpan(w, b)
+	return time.UnixMilli(end)
 }
 
 // expiry is when a closed bucket stops mattering: one window after it
@@ -258,7 +268,7 @@ func bucketEnd(w time.Duration, b int64) time.Time {
 // is after the bucket began), so totals merged before expiry never
 // re-create a bucket the store has dropped.
 func (n *Node) expiry(w time.Duration, b int64) time.Time {
-	return bucketEnd(w, b).Add(w + n.cfg.RetryMargin)
+	return bucketEnd(w, b).Add(max(w, -w) + n.cfg.RetryMargin)
 }
 
 // keepRecent adds reconciled totals to the bounded ring that push-pull

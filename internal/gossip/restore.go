@@ -142,7 +142,7 @@ func (n *Node) restore(now time.Time, m Message, s *member) {
 		switch {
 		case t.Count == 0 || !now.Before(n.expiry(t.Window, t.Bucket)):
 			continue
-		case t.Bucket > floorDiv(sinceMs, t.Window.Milliseconds()):
+		case bucketStart(t.Window, t.Bucket) > sinceMs:
 			late = true // began after the loss: this store counted all of it
 			continue
 		}

@@ -31,11 +31,20 @@ type sim struct {
 	mn     *memNet
 	stores map[string]*region.Memory
 	nodes  map[string]*Node // by name: <region>-<i>
+	offset time.Duration    // the nodes' clocks: the bubble's plus offset
 }
 
 func newSim(t *testing.T, regions []string, perRegion int, oneWay time.Duration) *sim {
 	t.Helper()
-	s := &sim{t: t, fn: NewFaultNetwork(1), mn: newMemNet(), stores: map[string]*region.Memory{}, nodes: map[string]*Node{}}
+	return newSimAt(t, regions, perRegion, oneWay, 0)
+}
+
+// newSimAt is newSim with every node's clock offset ahead of the
+// bubble's (which starts in 2000), so a test can run at a date of its
+// choosing.
+func newSimAt(t *testing.T, regions []string, perRegion int, oneWay, offset time.Duration) *sim {
+	t.Helper()
+	s := &sim{t: t, fn: NewFaultNetwork(1), mn: newMemNet(), stores: map[string]*region.Memory{}, nodes: map[string]*Node{}, offset: offset}
 	wan(s.fn, regions, oneWay)
 	seed := ""
 	for _, r := range regions {
@@ -57,6 +66,7 @@ func (s *sim) start(name, r, seed string) *Node {
 	s.t.Helper()
 	cfg := testConfig()
 	cfg.Name, cfg.Region = name, r
+	cfg.Now = s.now
 	cfg.Transport = NewFaultTransport(s.mn.transport(), s.fn, r)
 	if seed != "" {
 		cfg.Join = []string{seed}
@@ -86,19 +96,33 @@ func (s *sim) waitAlive(want int) {
 	waitAllAlive(s.t, 30*time.Second, want, slices.Collect(maps.Values(s.nodes))...)
 }
 
+// now is the nodes' clock.
+func (s *sim) now() time.Time { return time.Now().Add(s.offset) }
+
 // hit admits one hit of key on node n as the API does (Check, then Dirty)
 // and returns the bucket and the new local total.
 func (s *sim) hit(n *Node, key string, lim window.Limit) (int64, uint64) {
 	s.t.Helper()
 	res := make([]region.Result, 1)
-	if err := s.stores[n.Region()].Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+	if err := s.stores[n.Region()].Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: s.now()}}, res); err != nil {
 		s.t.Fatal(err)
 	}
 	if !res[0].Allowed {
 		s.t.Fatalf("hit on %s denied", key)
 	}
-	n.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local})
+	n.Dirty(region.Total{Key: key, Window: lim.BucketWindow(res[0].Bucket), Bucket: res[0].Bucket, Count: res[0].Local})
 	return res[0].Bucket, res[0].Local
+}
+
+// peek decides a request for one hit of key in region r without
+// spending it.
+func (s *sim) peek(r, key string, lim window.Limit) window.Decision {
+	s.t.Helper()
+	res := make([]region.Result, 1)
+	if err := s.stores[r].Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: s.now(), Peek: true}}, res); err != nil {
+		s.t.Fatal(err)
+	}
+	return res[0].Decision
 }
 
 // count is region from's count of key's bucket as region at holds it.

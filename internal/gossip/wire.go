@@ -11,11 +11,14 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// The wire format, version 5. Every replication message is one frame, all
-// integers big-endian or (u)varint as noted:
+// The wire format, version 6, or 5 for a frame without calendar buckets.
+// Every replication message is one frame, all integers big-endian or
+// (u)varint as noted:
 //
 //	off  size     field
-//	0    1        version (5); a frame of another version is dropped
+//	0    1        version: 6 when the frame carries a calendar bucket,
+//	              else 5 (a version-5 node reads it); a frame of another
+//	              version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
 //	              5 repair (a request, no entries), 6 repaired (its answer),
 //	              7 rejoin (no entries)
@@ -37,8 +40,15 @@ import (
 //	     2        nentries (uint16)
 //	     ...      nentries times:
 //	                uvarint key length (1..MaxKeyLen), key bytes
-//	                uvarint window in ms (1..7d)
-//	                varint  bucket (zig-zag)
+//	                uvarint window in ms (1..7d); in version 6, 0 for a
+//	                        calendar bucket, then uvarint its length in
+//	                        ms (1 s..window.MaxCalendarBucket, whole
+//	                        seconds)
+//	                varint  bucket (zig-zag); a calendar bucket's start
+//	                        in Unix ms (whole seconds, not before the
+//	                        epoch), see window.Limit.BucketAt
+//	                        (region.Total names it with Window minus
+//	                        the length)
 //	                1 byte  region index (< nregions)
 //	                uvarint count (at most MaxCount)
 //	                uvarint nmarks (0..window.Granules): the region's
@@ -49,7 +59,8 @@ import (
 //
 // Offsets are ms from the bucket's start; the trail must be a valid coarse
 // trail for the window (window.Trail.Valid) counting at most count hits,
-// or the frame is malformed.
+// or the frame is malformed. A calendar bucket (a fixed window) carries
+// no marks.
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key, a small count and a mark or two takes about
 // 40 bytes, so one UDP packet (about 1360 bytes of payload) carries about
@@ -62,7 +73,10 @@ const (
 	// Version is the wire format version this package writes and reads.
 	// Versions 2 to 4 carried no sequence numbers (2, 3), or no trails
 	// (a sequenced version 4 of half-buckets): they are dropped.
-	Version = 5
+	Version = 6
+	// versionFixed is the version of a frame without calendar buckets:
+	// version 5, which a node of that version reads.
+	versionFixed = 5
 	// MaxMessage is the largest frame accepted or written (bytes).
 	MaxMessage = 1 << 20
 	// MaxKeyLen is the longest key carried (bytes); Dirty drops longer keys.
@@ -141,6 +155,13 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// validWindow reports whether the bucket (w, b) may be carried: a window
+// of 1 ms to window.MaxWindow, or a calendar bucket
+// (window.ValidCalendarBucket).
+func validWindow(w time.Duration, b int64) bool {
+	return (w >= time.Millisecond && w.Milliseconds() <= maxWindowMs) || window.ValidCalendarBucket(w, b)
+}
+
 // Errors returned by Decode; the drop counter uses them as reasons.
 var (
 	ErrVersion   = errors.New("gossip: unknown wire version")
@@ -185,7 +206,11 @@ type Sender struct {
 func entrySize(t region.Total) int {
 	var b [binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(b[:], uint64(len(t.Key))) + len(t.Key)
-	n += binary.PutUvarint(b[:], uint64(t.Window.Milliseconds()))
+	if t.Window < 0 {
+		n += 1 + binary.PutUvarint(b[:], uint64(-t.Window.Milliseconds()))
+	} else {
+		n += binary.PutUvarint(b[:], uint64(t.Window.Milliseconds()))
+	}
 	n += binary.PutVarint(b[:], t.Bucket)
 	n++
 	n += binary.PutUvarint(b[:], t.Count)
@@ -202,6 +227,9 @@ func entrySize(t region.Total) int {
 // valid for t (region.ValidTrail), so that a receiver never sees a
 // malformed entry.
 func wireTrail(t region.Total) window.Trail {
+	if t.Window < 0 {
+		return nil // a calendar bucket: a fixed window's count
+	}
 	t.Trail = t.Trail.Coarse(t.Window.Milliseconds())
 	if !region.ValidTrail(t) {
 		return nil
@@ -271,7 +299,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 	}
 	for _, t := range totals {
 		wm := t.Window.Milliseconds()
-		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || wm < 1 || wm > maxWindowMs || t.Count > MaxCount {
+		if len(t.Key) == 0 || len(t.Key) > MaxKeyLen || !validWindow(t.Window, t.Bucket) || t.Count > MaxCount {
 			skipped++
 			continue
 		}
@@ -285,6 +313,11 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 		}
 		cur = binary.AppendUvarint(cur, uint64(len(t.Key)))
 		cur = append(cur, t.Key...)
+		if wm < 0 {
+			cur[0] = Version // the frame carries a calendar bucket
+			cur = append(cur, 0)
+			wm = -wm
+		}
 		cur = binary.AppendUvarint(cur, uint64(wm))
 		cur = binary.AppendVarint(cur, t.Bucket)
 		cur = append(cur, byte(e.index[t.Region]))
@@ -304,7 +337,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 
 func (e *encoder) header(budget int) []byte {
 	b := make([]byte, 0, min(budget, 64<<10))
-	b = append(b, Version, byte(e.kind))
+	b = append(b, versionFixed, byte(e.kind))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.sent))
 	b = binary.BigEndian.AppendUint64(b, e.from.Token)
 	b = append(b, make([]byte, 16)...) // to and seq: see stamp
@@ -364,9 +397,10 @@ func Decode(b []byte) (Message, error) {
 	if len(b) < 1 {
 		return m, fmt.Errorf("empty frame: %w", ErrMalformed)
 	}
-	if b[0] != Version {
+	if b[0] != Version && b[0] != versionFixed {
 		return m, ErrVersion
 	}
+	calendar := b[0] == Version
 	if len(b) < headerFixed {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
@@ -432,12 +466,21 @@ func Decode(b []byte) (Message, error) {
 		key := string(b[p : p+int(kl)])
 		p += int(kl)
 		wm, k := binary.Uvarint(b[p:])
-		if k <= 0 || wm == 0 || wm > uint64(maxWindowMs) {
+		if k <= 0 || (wm == 0 && !calendar) || wm > uint64(maxWindowMs) {
 			return m, fmt.Errorf("entry %d: bad window: %w", i, ErrMalformed)
 		}
 		p += k
+		w := time.Duration(wm) * time.Millisecond
+		if wm == 0 { // a calendar bucket: its length follows
+			l, k := binary.Uvarint(b[p:])
+			if k <= 0 || l > uint64(window.MaxCalendarBucket/time.Millisecond) {
+				return m, fmt.Errorf("entry %d: bad calendar bucket: %w", i, ErrMalformed)
+			}
+			p += k
+			w = -time.Duration(l) * time.Millisecond
+		}
 		bucket, k := binary.Varint(b[p:])
-		if k <= 0 {
+		if k <= 0 || (w < 0 && !window.ValidCalendarBucket(w, bucket)) {
 			return m, fmt.Errorf("entry %d: bad bucket: %w", i, ErrMalformed)
 		}
 		p += k
@@ -451,7 +494,7 @@ func Decode(b []byte) (Message, error) {
 			return m, fmt.Errorf("entry %d: bad count: %w", i, ErrMalformed)
 		}
 		p += k
-		t := region.Total{Key: key, Window: time.Duration(wm) * time.Millisecond, Bucket: bucket, Region: reg, Count: count}
+		t := region.Total{Key: key, Window: w, Bucket: bucket, Region: reg, Count: count}
 		k, err := decodeTrail(b[p:], &t)
 		if err != nil {
 			return m, fmt.Errorf("entry %d: %w", i, err)
@@ -470,7 +513,7 @@ func Decode(b []byte) (Message, error) {
 // most t.Count hits, or ErrMalformed.
 func decodeTrail(b []byte, t *region.Total) (int, error) {
 	k, p := binary.Uvarint(b)
-	if p <= 0 || k > window.Granules {
+	if p <= 0 || k > window.Granules || (k > 0 && t.Window < 0) {
 		return 0, fmt.Errorf("bad trail length: %w", ErrMalformed)
 	}
 	if k > 0 {
@@ -492,7 +535,7 @@ func decodeTrail(b []byte, t *region.Total) (int, error) {
 		t.Trail[i] = window.Mark{At: next + int64(d), Cum: cum}
 		next = t.Trail[i].At + 1
 	}
-	if !region.ValidTrail(*t) {
+	if k > 0 && !region.ValidTrail(*t) {
 		return 0, fmt.Errorf("trail not valid for the window or the count: %w", ErrMalformed)
 	}
 	return p, nil

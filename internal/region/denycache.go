@@ -209,9 +209,15 @@ func (c *DenyCache) Check(ctx context.Context, reqs []Request, res []Result) err
 }
 
 // entryKey returns the key of q's entry: the store's own identity of the
-// state (sliding and fixed windows share their buckets).
+// state (sliding and fixed windows share their buckets; a calendar
+// window's is its current bucket's window, as Merge's totals name it).
 func entryKey(q *Request) memKey {
-	return memKey{key: q.Key, wMs: q.Limit.WindowMs(), kind: kindOf(q.Limit.Algorithm)}
+	k := memKey{key: q.Key, wMs: q.Limit.WindowMs(), kind: kindOf(q.Limit.Algorithm)}
+	if q.Limit.Calendar.Unit != 0 {
+		w, _ := q.Limit.BucketAt(window.Ms(q.Now))
+		k.wMs = w.Milliseconds()
+	}
+	return k
 }
 
 // answer writes to out the denial that the remembered state gives q, and
@@ -249,7 +255,7 @@ func (c *DenyCache) answer(q *Request, out *Result) (hit, held bool) {
 		*out = Result{Decision: d, TAT: e.tatUs}
 		return true, true
 	}
-	b := window.Bucket(nowMs, q.Limit.Window)
+	_, b := q.Limit.BucketAt(nowMs)
 	if q.Limit.Algorithm.Trails() {
 		return c.answerTrails(q, e, nowMs, b, out), true
 	}

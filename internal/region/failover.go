@@ -417,7 +417,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 				ResetAfter: f.cfg.ClosedRetryAfter,
 			}}
 			if q.Limit.Algorithm.Counted() {
-				res[i].Bucket = window.Bucket(window.Ms(q.Now), q.Limit.Window)
+				_, res[i].Bucket = q.Limit.BucketAt(window.Ms(q.Now))
 			}
 		}
 	default:
@@ -430,7 +430,7 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 			}
 			res[i].LocalRegion = f.fbRegion
 			if res[i].Allowed && !q.Peek {
-				f.remember(Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: f.fbRegion,
+				f.remember(Total{Key: q.Key, Window: q.Limit.BucketWindow(res[i].Bucket), Bucket: res[i].Bucket, Region: f.fbRegion,
 					Count: res[i].Local, Trail: res[i].LocalTrail})
 			}
 		}

@@ -210,6 +210,12 @@ func kindOf(a window.Algorithm) uint8 {
 func (m *Memory) check(r *Request) Result {
 	nowMs := window.Ms(r.Now)
 	k := memKey{key: r.Key, wMs: r.Limit.WindowMs(), kind: kindOf(r.Limit.Algorithm)}
+	var w time.Duration
+	var b int64
+	if k.kind == kindCounter {
+		w, b = r.Limit.BucketAt(nowMs) // a calendar bucket's own length
+		k.wMs = w.Milliseconds()
+	}
 	s := m.shard(r.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -244,7 +250,6 @@ func (m *Memory) check(r *Request) Result {
 		}
 		res.Decision = d
 	default:
-		b := window.Bucket(nowMs, r.Limit.Window)
 		var cur, prev *memBucket
 		if e != nil {
 			cur, prev = e.bucket(b), e.bucket(b-1)
@@ -254,7 +259,8 @@ func (m *Memory) check(r *Request) Result {
 		if d.Allowed && !r.Peek {
 			cur = e.ensure(b)
 			if cur != nil {
-				cur.add(m.region, r.Hits, nowMs-b*k.wMs, k.wMs, marked, exact)
+				start, _ := window.BucketSpan(w, b)
+				cur.add(m.region, r.Hits, nowMs-start, k.wMs, marked, exact)
 			}
 		}
 		res.Decision = d
@@ -390,22 +396,15 @@ func (e *memEntry) expired(nowMs int64) bool {
 	case kindLog:
 		return len(e.log) == 0 || e.log[len(e.log)-1].AtMs <= nowMs-e.k.wMs
 	}
-	// Both buckets older than the previous bucket of nowMs.
-	b := floorDiv(nowMs, e.k.wMs)
+	// Both buckets older than the previous bucket of nowMs: each ended a
+	// bucket's length ago or more.
+	w := time.Duration(e.k.wMs) * time.Millisecond
 	for i := range e.b {
-		if e.b[i].used && e.b[i].idx >= b-1 {
+		if _, end := window.BucketSpan(w, e.b[i].idx); e.b[i].used && end+max(e.k.wMs, -e.k.wMs) > nowMs {
 			return false
 		}
 	}
 	return true
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
 }
 
 func pruneLog(log []window.LogEntry, beforeMs int64) []window.LogEntry {
@@ -684,7 +683,7 @@ func (m *Memory) merge(totals []Total, own bool) {
 	)
 	for i := range totals {
 		t := &totals[i]
-		if (t.Region == m.region && !own) || t.Region == "" || t.Window < time.Millisecond {
+		if (t.Region == m.region && !own) || t.Region == "" || !storedWindow(t.Window, t.Bucket) {
 			continue
 		}
 		if e == nil || t.Key != k.key || t.Window.Milliseconds() != k.wMs {
@@ -713,7 +712,7 @@ func (m *Memory) merge(totals []Total, own bool) {
 func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error) {
 	out := make([][]Total, len(refs))
 	for i, r := range refs {
-		if r.Window < time.Millisecond {
+		if !storedWindow(r.Window, r.Bucket) {
 			continue
 		}
 		k := memKey{key: r.Key, wMs: r.Window.Milliseconds(), kind: kindCounter}

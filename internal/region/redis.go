@@ -477,16 +477,22 @@ func (r *Redis) setDecision(d *decision, q *Request) {
 		d.keys, d.args = d.keyBuf[:1], d.argBuf[:7]
 		return
 	}
-	b := window.Bucket(nowMs, q.Limit.Window)
+	w, b := q.Limit.BucketAt(nowMs)
+	// A calendar bucket (w < 0) follows the node's clock: the script's
+	// server clock picks among buckets of one length.
+	server := r.server && w > 0
+	if w < 0 {
+		wMs = -w.Milliseconds()
+	}
 	nk := 2
-	if r.server {
+	if server {
 		nk = 4
 	}
-	counterKeys(d.keyBuf[:nk], q.Key, q.Limit.Window, [4]int64{b, b - 1, b + 1, b - 2})
+	counterKeys(d.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2})
 	d.script = 0
 	*n = [3]int64{nowMs, wMs, 2*wMs + r.marginMs}
 	d.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
-		counterMode(q.Limit), &n[2], boolArg(r.server)}
+		counterMode(q.Limit), &n[2], boolArg(server)}
 	d.keys, d.args = d.keyBuf[:nk], d.argBuf[:9]
 }
 
@@ -694,7 +700,8 @@ func (r *Redis) result(q *Request, v any, out *Result) error {
 		wMs := q.Limit.WindowMs()
 		exact := q.Limit.Exact()
 		if allowed == 1 && !q.Peek {
-			cur.add(r.region, q.Hits, nowMs-window.Bucket(nowMs, q.Limit.Window)*wMs, wMs, marked, exact)
+			start, _ := window.BucketSpan(q.Limit.BucketAt(nowMs))
+			cur.add(r.region, q.Hits, nowMs-start, wMs, marked, exact)
 		}
 		out.Regions = regionCounts(r.region, cur, prev, wMs, marked, exact)
 		out.Local = cur.get(r.region)
@@ -832,10 +839,13 @@ func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 		pipe := r.c.Pipeline()
 		cmds = cmds[:0]
 		for _, t := range totals {
-			if (t.Region == r.region && !own) || t.Region == "" || t.Window < time.Millisecond {
+			if (t.Region == r.region && !own) || t.Region == "" || !storedWindow(t.Window, t.Bucket) {
 				continue
 			}
 			wMs := t.Window.Milliseconds()
+			if wMs < 0 { // a calendar bucket: live two of its lengths
+				wMs = -wMs
+			}
 			var trail string
 			if ValidTrail(t) {
 				trail = formatTrail(t.Trail)
@@ -898,7 +908,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 				return nil, fmt.Errorf("region: redis vectors %q: bad count %q: %w", refs[i].Key, s, err)
 			}
 			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
-			if x, ok := m[reg+trailSuffix]; ok {
+			if x, ok := m[reg+trailSuffix]; ok && refs[i].Window > 0 {
 				t.Trail = parseTrail(x).Coarse(refs[i].Window.Milliseconds())
 			}
 			v = append(v, t)

@@ -128,7 +128,8 @@ type Result struct {
 }
 
 // Total is one region's total count for a key's bucket, the unit of
-// replication. Totals only grow, so merging keeps the maximum.
+// replication. Totals only grow, so merging keeps the maximum. Window and
+// Bucket name the bucket as [BucketRef] does.
 type Total struct {
 	Key    string
 	Window time.Duration
@@ -154,7 +155,16 @@ func ValidTrail(t Total) bool {
 	return t.Window >= time.Millisecond && t.Trail.Valid(t.Window.Milliseconds()) && t.Trail.Count() <= t.Count
 }
 
-// BucketRef names one bucket of a key's counter.
+// storedWindow reports whether the bucket (w, b) is one the stores keep:
+// a window of fixed length (w of at least 1 ms), or a valid calendar
+// bucket (w negative, see window.Limit.BucketAt).
+func storedWindow(w time.Duration, b int64) bool {
+	return w >= time.Millisecond || window.ValidCalendarBucket(w, b)
+}
+
+// BucketRef names one bucket of a key's counter. For a calendar window,
+// Window is minus the bucket's length and Bucket its start in Unix ms
+// (window.Limit.BucketAt).
 type BucketRef struct {
 	Key    string
 	Window time.Duration

@@ -121,7 +121,7 @@ func (f *Failover) writeBack() bool {
 	nowMs := window.Ms(f.cfg.Now())
 	refs := make([]BucketRef, 0, len(wb))
 	for r := range wb {
-		if (r.Bucket+2)*r.Window.Milliseconds()+writeBackMargin.Milliseconds() > nowMs {
+		if _, end := window.BucketSpan(r.Window, r.Bucket); end+max(r.Window, -r.Window).Milliseconds()+writeBackMargin.Milliseconds() > nowMs {
 			refs = append(refs, r)
 		}
 	}
@@ -185,9 +185,9 @@ func (f *Failover) mirror(reqs []Request, res []Result) {
 		}
 		for _, rc := range res[i].Regions {
 			if rc.Current > 0 {
-				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current, Trail: rc.CurrentTrail})
+				totals = append(totals, Total{Key: q.Key, Window: q.Limit.BucketWindow(res[i].Bucket), Bucket: res[i].Bucket, Region: rc.Region, Count: rc.Current, Trail: rc.CurrentTrail})
 			}
-			if rc.Previous > 0 {
+			if rc.Previous > 0 && q.Limit.Calendar.Unit == 0 {
 				totals = append(totals, Total{Key: q.Key, Window: q.Limit.Window, Bucket: res[i].Bucket - 1, Region: rc.Region, Count: rc.Previous, Trail: rc.PreviousTrail})
 			}
 		}

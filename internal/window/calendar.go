@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	_ "time/tzdata" // zones by name even on a host without the IANA database
 )
 
 // CalendarUnit is the length of a calendar window: its buckets are the
@@ -43,6 +44,28 @@ func (u CalendarUnit) String() string {
 	return fmt.Sprintf("CalendarUnit(%d)", uint8(u))
 }
 
+// Longest returns the longest bucket of the unit in any zone: its
+// length plus an hour of a clock change (a leap year's for a year), 0
+// for no unit. Node and token ceilings on a window bound it.
+func (u CalendarUnit) Longest() time.Duration {
+	const day = 24 * time.Hour
+	switch u {
+	case CalendarMinute:
+		return time.Minute
+	case CalendarHour:
+		return time.Hour
+	case CalendarDay:
+		return day + time.Hour
+	case CalendarWeek:
+		return 7*day + time.Hour
+	case CalendarMonth:
+		return 31*day + time.Hour
+	case CalendarYear:
+		return 366*day + time.Hour
+	}
+	return 0
+}
+
 // ErrCalendarUnit is returned by ParseCalendarUnit for an unknown name.
 var ErrCalendarUnit = errors.New("window: unknown calendar unit (want minute, hour, day, week, month or year)")
 
@@ -55,6 +78,38 @@ func ParseCalendarUnit(s string) (CalendarUnit, error) {
 	}
 	return 0, fmt.Errorf("%w: %q", ErrCalendarUnit, s)
 }
+
+// ErrTimeZone is returned by ParseCalendar for a zone it cannot load.
+var ErrTimeZone = errors.New("window: unknown time zone (want an IANA name such as UTC or Europe/Berlin)")
+
+// MaxTimeZoneName bounds a time zone's name (the IANA database's longest
+// is 32 bytes).
+const MaxTimeZoneName = 64
+
+// ParseCalendar returns the calendar of the unit and the IANA time zone
+// named, UTC when zone is empty. Zones load as time.LoadLocation loads
+// them, from the copy of the IANA database Go embeds when the host has
+// none; "Local", the host's own zone, is refused.
+func ParseCalendar(unit, zone string) (Calendar, error) {
+	u, err := ParseCalendarUnit(unit)
+	if err != nil {
+		return Calendar{}, err
+	}
+	if zone == "" || zone == "UTC" {
+		return Calendar{Unit: u}, nil
+	}
+	if len(zone) > MaxTimeZoneName || zone == "Local" {
+		return Calendar{}, fmt.Errorf("%w: %.64q", ErrTimeZone, zone)
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return Calendar{}, fmt.Errorf("%w: %q", ErrTimeZone, zone)
+	}
+	return Calendar{Unit: u, Loc: loc}, nil
+}
+
+// Zone returns the name of c's time zone: "UTC" by default.
+func (c Calendar) Zone() string { return c.loc().String() }
 
 // Calendar is a calendar window: fixed windows aligned to the calendar
 // of a time zone. The zero Loc means UTC. A Calendar is a small value,
@@ -172,10 +227,11 @@ func (c Calendar) Index(t time.Time) int64 {
 //
 // ResetAfter is the time until the bucket ends (the real reset instant,
 // whatever the bucket's length); RetryAfter, when denied, is the same
-// (Never when hits exceed the limit). Bucket is the bucket's index.
+// (Never when hits exceed the limit). Bucket is the bucket's index and
+// ElapsedMs the time since it began.
 func (c Calendar) DecideCalendar(now time.Time, limit, cur, hits uint64) Decision {
 	start, end := c.Bucket(now)
-	d := Decision{Limit: limit, Estimate: cur, Bucket: start.UnixMilli()}
+	d := Decision{Limit: limit, Estimate: cur, SubWhole: cur, Bucket: start.UnixMilli(), ElapsedMs: now.Sub(start).Milliseconds()}
 	until := end.Sub(now)
 	if until < time.Millisecond {
 		until = time.Millisecond
@@ -199,4 +255,50 @@ func (c Calendar) DecideCalendar(now time.Time, limit, cur, hits uint64) Decisio
 // ceilDuration rounds d up to whole milliseconds.
 func ceilDuration(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// MaxCalendarBucket bounds a calendar bucket's length: a leap year and
+// the largest change of a zone's offset within it.
+const MaxCalendarBucket = 367 * 24 * time.Hour
+
+// BucketAt returns the bucket of l that holds nowMs, as the stores and
+// replication name buckets: for a window of fixed length, w = l.Window and
+// b = floor(nowMs / W); for a calendar window, w is minus the calendar
+// bucket's length and b its start in Unix ms. A negative w thus names a
+// calendar bucket whose bounds need no time zone ([BucketSpan]).
+func (l Limit) BucketAt(nowMs int64) (w time.Duration, b int64) {
+	if l.Calendar.Unit == 0 {
+		return l.Window, Bucket(nowMs, l.Window)
+	}
+	start, end := l.Calendar.Bucket(time.UnixMilli(nowMs))
+	return -end.Sub(start), start.UnixMilli()
+}
+
+// BucketWindow returns the w that [Limit.BucketAt] gives with b: l.Window
+// for a window of fixed length, minus the length of the calendar bucket
+// that starts at b for a calendar window.
+func (l Limit) BucketWindow(b int64) time.Duration {
+	if l.Calendar.Unit == 0 {
+		return l.Window
+	}
+	w, _ := l.BucketAt(b)
+	return w
+}
+
+// BucketSpan returns the first instant and the end (exclusive) of the
+// bucket (w, b) in Unix ms: b*W to (b+1)*W for a fixed window (w > 0),
+// b to b - w for a calendar bucket (w < 0, see [Limit.BucketAt]).
+func BucketSpan(w time.Duration, b int64) (startMs, endMs int64) {
+	wm := w.Milliseconds()
+	if wm < 0 {
+		return b, b - wm
+	}
+	return b * wm, (b + 1) * wm
+}
+
+// ValidCalendarBucket reports whether (w, b) may name a calendar bucket:
+// a length of 1 s to MaxCalendarBucket and a start at or after the epoch,
+// both in whole seconds, as [Calendar.Bucket] cuts them.
+func ValidCalendarBucket(w time.Duration, b int64) bool {
+	return w <= -time.Second && w >= -MaxCalendarBucket && w%time.Second == 0 && b >= 0 && b%1000 == 0
 }

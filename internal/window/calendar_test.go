@@ -123,3 +123,51 @@ func TestDecideCalendar(t *testing.T) {
 		t.Errorf("Bucket = %d, want February's start %d", got, want)
 	}
 }
+
+// TestCalendarLimit: a Limit with a Calendar validates only as a fixed
+// window without a length, names its buckets (minus the length, the
+// start) as the stores and replication do, and decides as
+// DecideCalendar through DecideCounter.
+func TestCalendarLimit(t *testing.T) {
+	month := Limit{Limit: 10, Algorithm: FixedWindow, Calendar: Calendar{Unit: CalendarMonth}}
+	if err := month.Validate(); err != nil {
+		t.Fatalf("Validate(%+v) = %v, want nil", month, err)
+	}
+	for _, bad := range []Limit{
+		{Limit: 10, Algorithm: SlidingWindow, Calendar: month.Calendar},
+		{Limit: 10, Algorithm: FixedWindow, Window: time.Hour, Calendar: month.Calendar},
+		{Limit: 10, Algorithm: FixedWindow, Calendar: Calendar{Unit: CalendarYear + 1}},
+		{Limit: 0, Algorithm: FixedWindow, Calendar: month.Calendar},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", bad)
+		}
+	}
+	at := time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC) // a leap year
+	start := time.Date(2028, 2, 1, 0, 0, 0, 0, time.UTC)
+	end := time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)
+	w, b := month.BucketAt(at.UnixMilli())
+	if w != -29*24*time.Hour || b != start.UnixMilli() {
+		t.Fatalf("BucketAt = %v, %d, want %v, %d", w, b, -29*24*time.Hour, start.UnixMilli())
+	}
+	if got := month.BucketWindow(b); got != w {
+		t.Errorf("BucketWindow(%d) = %v, want %v", b, got, w)
+	}
+	if s, e := BucketSpan(w, b); s != start.UnixMilli() || e != end.UnixMilli() {
+		t.Errorf("BucketSpan = %d, %d, want %d, %d", s, e, start.UnixMilli(), end.UnixMilli())
+	}
+	if !ValidCalendarBucket(w, b) || ValidCalendarBucket(w, b+1) || ValidCalendarBucket(time.Hour, b) {
+		t.Error("ValidCalendarBucket accepts a bad bucket or refuses a good one")
+	}
+	fixed := Limit{Limit: 10, Window: time.Minute, Algorithm: FixedWindow}
+	if w, b := fixed.BucketAt(at.UnixMilli()); w != time.Minute || b != at.UnixMilli()/60000 {
+		t.Errorf("fixed BucketAt = %v, %d", w, b)
+	}
+	d := month.DecideCounter(at.UnixMilli(), Counts{Cur: 9, Prev: 100}, 1)
+	if !d.Allowed || d.Remaining != 0 || d.Bucket != b || d.ResetAfter != end.Sub(at) {
+		t.Errorf("DecideCounter = %+v, want allowed, 0 remaining, bucket %d, reset after %v", d, b, end.Sub(at))
+	}
+	if d := month.DecideCounter(at.UnixMilli(), Counts{Cur: 10}, 1); d.Allowed || d.RetryAfter != end.Sub(at) {
+		t.Errorf("DecideCounter at the limit = %+v, want denied until %v", d, end.Sub(at))
+	}
+}

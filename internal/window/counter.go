@@ -99,7 +99,13 @@ func (l Limit) estimate(e, w int64, c Counts) uint64 {
 // hits should be from 1 to l.Limit: 0 asks whether the limit is already
 // exceeded, and more than l.Limit is never allowed (RetryAfter is [Never]).
 // l must be valid (see [Limit.Validate]).
+//
+// A calendar window ([Limit.Calendar]) decides with
+// [Calendar.DecideCalendar] on c.Cur.
 func (l Limit) DecideCounter(nowMs int64, c Counts, hits uint64) Decision {
+	if l.Calendar.Unit != 0 {
+		return l.Calendar.DecideCalendar(time.UnixMilli(nowMs), l.Limit, c.Cur, hits)
+	}
 	w := l.WindowMs()
 	b := nowMs / w // floor(nowMs / w), as Bucket, with one division
 	e := nowMs - b*w

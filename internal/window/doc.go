@@ -9,7 +9,9 @@
 // # Algorithms
 //
 // A [Limit] is at most Limit hits per Window, counted by one of five
-// algorithms:
+// algorithms; or, with a [Calendar], Limit hits per bucket of the
+// calendar (its minutes to years in a time zone, of unequal lengths),
+// counted as a fixed window ([Calendar.DecideCalendar]):
 //
 //   - [SlidingWindow], the default, decided by [Limit.DecideTrails]: each
 //     region keeps per epoch-aligned bucket of length W a [Trail] of

@@ -106,6 +106,7 @@ var (
 	ErrAlgo   = errors.New("window: unknown algorithm")
 	ErrStrict = errors.New("window: strict applies to the sliding_window algorithm only")
 	ErrBurst  = errors.New("window: burst applies to the token_bucket algorithm only, from 1 to 1000 times the limit and at most 2^53")
+	ErrCal    = errors.New("window: a calendar window is a fixed_window with no window length, burst or strict")
 )
 
 // MaxBurstFactor bounds a token bucket's burst at this many times its limit,
@@ -128,6 +129,12 @@ type Limit struct {
 	// at once; 0 means Limit. Limit tokens refill per Window whatever the
 	// burst. At most MaxBurstFactor times Limit. Only for TokenBucket.
 	Burst uint64
+	// Calendar, when its Unit is set, makes l a calendar window: Limit
+	// hits per bucket of the calendar ([Calendar.Bucket]), counted as a
+	// fixed window ([Calendar.DecideCalendar]). Window is then 0 and
+	// Algorithm FixedWindow. Its buckets are named as [Limit.BucketAt]
+	// says.
+	Calendar Calendar
 }
 
 // Capacity returns the most hits one request may ask of l: the burst of a
@@ -143,6 +150,12 @@ func (l Limit) Capacity() uint64 {
 func (l Limit) Validate() error {
 	if l.Limit < 1 || l.Limit > MaxLimit {
 		return ErrLimit
+	}
+	if l.Calendar.Unit != 0 {
+		if l.Calendar.Unit > CalendarYear || l.Algorithm != FixedWindow || l.Window != 0 || l.Strict || l.Burst != 0 {
+			return ErrCal
+		}
+		return nil
 	}
 	if l.Window < MinWindow || l.Window > MaxWindow || l.Window%time.Millisecond != 0 {
 		return ErrWindow

@@ -174,6 +174,78 @@ func (Scope) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
+// Calendar is the unit of a calendar window: its buckets are the
+// calendar's minutes, hours, days, weeks (from Monday), months or years
+// in a time zone, of unequal lengths (a day across a daylight-saving
+// change, February, a leap year).
+type Calendar int32
+
+const (
+	// CALENDAR_UNSPECIFIED means no calendar: the limit's window applies.
+	Calendar_CALENDAR_UNSPECIFIED Calendar = 0
+	// CALENDAR_MINUTE is a calendar minute.
+	Calendar_CALENDAR_MINUTE Calendar = 1
+	// CALENDAR_HOUR is a calendar hour.
+	Calendar_CALENDAR_HOUR Calendar = 2
+	// CALENDAR_DAY is a day, from midnight to midnight.
+	Calendar_CALENDAR_DAY Calendar = 3
+	// CALENDAR_WEEK is a week, from Monday at midnight.
+	Calendar_CALENDAR_WEEK Calendar = 4
+	// CALENDAR_MONTH is a month, from the 1st at midnight.
+	Calendar_CALENDAR_MONTH Calendar = 5
+	// CALENDAR_YEAR is a year, from January 1st at midnight.
+	Calendar_CALENDAR_YEAR Calendar = 6
+)
+
+// Enum value maps for Calendar.
+var (
+	Calendar_name = map[int32]string{
+		0: "CALENDAR_UNSPECIFIED",
+		1: "CALENDAR_MINUTE",
+		2: "CALENDAR_HOUR",
+		3: "CALENDAR_DAY",
+		4: "CALENDAR_WEEK",
+		5: "CALENDAR_MONTH",
+		6: "CALENDAR_YEAR",
+	}
+	Calendar_value = map[string]int32{
+		"CALENDAR_UNSPECIFIED": 0,
+		"CALENDAR_MINUTE":      1,
+		"CALENDAR_HOUR":        2,
+		"CALENDAR_DAY":         3,
+		"CALENDAR_WEEK":        4,
+		"CALENDAR_MONTH":       5,
+		"CALENDAR_YEAR":        6,
+	}
+)
+
+func (x Calendar) Enum() *Calendar {
+	p := new(Calendar)
+	*p = x
+	return p
+}
+
+func (x Calendar) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Calendar) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
+}
+
+func (Calendar) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[2]
+}
+
+func (x Calendar) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Calendar.Descriptor instead.
+func (Calendar) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+}
+
 // ResetRequest names the counters to clear: key under a rule, or key with
 // an inline limit (whose window and algorithm do not matter: every inline
 // counter of the key is cleared; its scope does).
@@ -292,7 +364,7 @@ type Limit struct {
 	// limit is the number of hits allowed per window, 1 to 2^53.
 	Limit uint64 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// window is the window's length, from 1s to 7 days, a whole number of
-	// milliseconds.
+	// milliseconds. Required unless calendar is set; then it must be unset.
 	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	// algorithm selects how hits are counted; unspecified means sliding window.
 	Algorithm Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
@@ -307,7 +379,16 @@ type Limit struct {
 	// most hits it admits at once, from a full bucket. limit tokens still
 	// refill per window. 0 means limit; at most 1000 times limit. Only with
 	// the token bucket algorithm.
-	Burst         uint64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
+	Burst uint64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
+	// calendar, when set, makes the limit a calendar window: limit hits per
+	// bucket of the calendar in time_zone, counted as a fixed window
+	// (algorithm unspecified or ALGORITHM_FIXED_WINDOW; no window, strict or
+	// burst) and replicated across regions like one. reset_after is the
+	// time until the bucket ends.
+	Calendar Calendar `protobuf:"varint,8,opt,name=calendar,proto3,enum=ratelimit.v1.Calendar" json:"calendar,omitempty"`
+	// time_zone is the calendar's IANA time zone, such as "Europe/Berlin";
+	// empty means UTC. Only with calendar.
+	TimeZone      string `protobuf:"bytes,9,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +463,20 @@ func (x *Limit) GetBurst() uint64 {
 		return x.Burst
 	}
 	return 0
+}
+
+func (x *Limit) GetCalendar() Calendar {
+	if x != nil {
+		return x.Calendar
+	}
+	return Calendar_CALENDAR_UNSPECIFIED
+}
+
+func (x *Limit) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 // CheckRequest asks whether key may spend hits now.
@@ -685,7 +780,8 @@ func (x *EstimateTerm) GetDenominator() uint64 {
 //     terms.
 type WindowStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// bucket is the current bucket's index, floor(unix_time_ms / W).
+	// bucket is the current bucket's index, floor(unix_time_ms / W); for a
+	// calendar window, the bucket's start in Unix ms.
 	Bucket int64 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	// current is the sum over regions of the current bucket's counts, after
 	// this request (so current - hits when allowed is the count before it).
@@ -1280,14 +1376,16 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12)\n" +
 	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"F\n" +
 	"\rResetResponse\x125\n" +
-	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xe0\x01\n" +
+	"\breset_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xb1\x02\n" +
 	"\x05Limit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x04R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12)\n" +
 	"\x05scope\x18\x05 \x01(\x0e2\x13.ratelimit.v1.ScopeR\x05scope\x12\x16\n" +
 	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x14\n" +
-	"\x05burst\x18\a \x01(\x04R\x05burst\"s\n" +
+	"\x05burst\x18\a \x01(\x04R\x05burst\x122\n" +
+	"\bcalendar\x18\b \x01(\x0e2\x16.ratelimit.v1.CalendarR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\t \x01(\tR\btimeZone\"s\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
@@ -1356,7 +1454,15 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSCOPE_GLOBAL\x10\x01\x12\x10\n" +
-	"\fSCOPE_REGION\x10\x022\xb0\x02\n" +
+	"\fSCOPE_REGION\x10\x02*\x98\x01\n" +
+	"\bCalendar\x12\x18\n" +
+	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fCALENDAR_MINUTE\x10\x01\x12\x11\n" +
+	"\rCALENDAR_HOUR\x10\x02\x12\x10\n" +
+	"\fCALENDAR_DAY\x10\x03\x12\x11\n" +
+	"\rCALENDAR_WEEK\x10\x04\x12\x12\n" +
+	"\x0eCALENDAR_MONTH\x10\x05\x12\x11\n" +
+	"\rCALENDAR_YEAR\x10\x062\xb0\x02\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
@@ -1376,63 +1482,65 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),                // 0: ratelimit.v1.Algorithm
 	(Scope)(0),                    // 1: ratelimit.v1.Scope
-	(*ResetRequest)(nil),          // 2: ratelimit.v1.ResetRequest
-	(*ResetResponse)(nil),         // 3: ratelimit.v1.ResetResponse
-	(*Limit)(nil),                 // 4: ratelimit.v1.Limit
-	(*CheckRequest)(nil),          // 5: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),           // 6: ratelimit.v1.RegionCount
-	(*Mark)(nil),                  // 7: ratelimit.v1.Mark
-	(*EstimateTerm)(nil),          // 8: ratelimit.v1.EstimateTerm
-	(*WindowStats)(nil),           // 9: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),         // 10: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),     // 11: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),           // 12: ratelimit.v1.CheckResult
-	(*Error)(nil),                 // 13: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),    // 14: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),           // 15: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),          // 16: ratelimit.v1.PeekResponse
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(Calendar)(0),                 // 2: ratelimit.v1.Calendar
+	(*ResetRequest)(nil),          // 3: ratelimit.v1.ResetRequest
+	(*ResetResponse)(nil),         // 4: ratelimit.v1.ResetResponse
+	(*Limit)(nil),                 // 5: ratelimit.v1.Limit
+	(*CheckRequest)(nil),          // 6: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),           // 7: ratelimit.v1.RegionCount
+	(*Mark)(nil),                  // 8: ratelimit.v1.Mark
+	(*EstimateTerm)(nil),          // 9: ratelimit.v1.EstimateTerm
+	(*WindowStats)(nil),           // 10: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),         // 11: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),     // 12: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),           // 13: ratelimit.v1.CheckResult
+	(*Error)(nil),                 // 14: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),    // 15: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),           // 16: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),          // 17: ratelimit.v1.PeekResponse
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	4,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
-	17, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
-	18, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	5,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
+	18, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
+	19, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
 	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
 	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
-	4,  // 5: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	18, // 6: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	7,  // 7: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
-	6,  // 8: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	8,  // 9: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	18, // 10: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	18, // 11: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	9,  // 12: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 13: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	5,  // 14: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	10, // 15: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	13, // 16: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	12, // 17: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	4,  // 18: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	10, // 19: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	5,  // 20: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	11, // 21: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	15, // 22: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	2,  // 23: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
-	10, // 24: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	14, // 25: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	16, // 26: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	3,  // 27: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
-	24, // [24:28] is the sub-list for method output_type
-	20, // [20:24] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 5: ratelimit.v1.Limit.calendar:type_name -> ratelimit.v1.Calendar
+	5,  // 6: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	19, // 7: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	8,  // 8: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
+	7,  // 9: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	9,  // 10: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	19, // 11: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	19, // 12: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	10, // 13: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 14: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	6,  // 15: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	11, // 16: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	14, // 17: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	13, // 18: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	5,  // 19: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	11, // 20: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	6,  // 21: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	12, // 22: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	16, // 23: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	3,  // 24: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	11, // 25: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	15, // 26: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	17, // 27: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	4,  // 28: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1449,7 +1557,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -445,7 +445,7 @@ func checkCeilings(f string, sc *auth.Scope, l window.Limit) error {
 	switch {
 	case sc == nil:
 		return nil
-	case sc.MaxWindow > 0 && l.Window > sc.MaxWindow:
+	case sc.MaxWindow > 0 && max(l.Window, l.Calendar.Unit.Longest()) > sc.MaxWindow:
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit.window: this token may not ask for a window longer than %v", f, sc.MaxWindow))
 	case sc.MaxLimit > 0 && l.Limit > sc.MaxLimit:
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%slimit.limit: this token may not ask for a limit over %d", f, sc.MaxLimit))
@@ -496,6 +496,9 @@ func (d *Decider) inlineWindow(field string, lim *ratelimitv1.Limit) (window.Lim
 		return l, Invalid("%slimit.limit: %d is more than the maximum of %d", field, lim.GetLimit(), m)
 	}
 	l.Limit = lim.GetLimit()
+	if lim.GetCalendar() != ratelimitv1.Calendar_CALENDAR_UNSPECIFIED || lim.GetTimeZone() != "" {
+		return d.inlineCalendar(field, lim, l)
+	}
 	w := lim.GetWindow()
 	if w == nil {
 		return l, Invalid("%slimit.window: required, from %v to %v", field, window.MinWindow, window.MaxWindow)
@@ -683,7 +686,7 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 			}
 			d.cfg.Replicator.Dirty(region.Total{
 				Key:    r.Store.Key,
-				Window: r.Store.Limit.Window,
+				Window: r.Store.Limit.BucketWindow(res.Bucket),
 				Bucket: res.Bucket,
 				Region: reg,
 				Count:  res.Local,

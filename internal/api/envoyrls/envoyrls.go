@@ -218,7 +218,7 @@ func (s *Service) Decide(ctx context.Context, m *rlsv3.RateLimitRequest) (*rlsv3
 		case lim.Limit.Limit == 0 || (!d.req.Store.Peek && d.req.Store.Hits > lim.Limit.Capacity()):
 			// Nothing can ever admit these hits: over the limit without
 			// asking the store (OK for a shadow_mode limit).
-			b := window.Bucket(window.Ms(now), lim.Limit.Window)
+			_, b := lim.Limit.BucketAt(window.Ms(now))
 			o := s.cfg.Decider.Refuse(d.req, region.Result{Decision: window.Decision{Bucket: b}})
 			statuses[i] = msgs(i).status(lim, o.Allowed, 0, b, now)
 		default:
@@ -404,12 +404,26 @@ func descField(i int) string {
 // envoyproxy/ratelimit applies it: in place of the configured one. Its
 // metric label is the domain's, "<domain>.override", whatever the entries.
 func overrideLimit(domName string, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*rules.EnvoyLimit, error) {
+	unit, w, _ := rules.EnvoyUnit(o.GetUnit().String())
 	switch o.GetUnit() {
 	case typev3.RateLimitUnit_SECOND, typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR, typev3.RateLimitUnit_DAY:
+	case typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR:
+		// A calendar month or year in UTC, as a domain's unit.
+		if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+			return nil, fmt.Errorf("unit_multiplier %d: a %v is a calendar window, not a multiple of one", m.GetValue(), o.GetUnit())
+		}
+		cal := window.Calendar{Unit: window.CalendarMonth}
+		if o.GetUnit() == typev3.RateLimitUnit_YEAR {
+			cal.Unit = window.CalendarYear
+		}
+		return &rules.EnvoyLimit{
+			Stat:  domName + ".override",
+			Unit:  unit,
+			Limit: window.Limit{Limit: uint64(o.GetRequestsPerUnit()), Algorithm: window.FixedWindow, Calendar: cal},
+		}, nil
 	default:
-		return nil, fmt.Errorf("unit %v is not supported (second, minute, hour or day)", o.GetUnit())
+		return nil, fmt.Errorf("unit %v is not supported (second, minute, hour, day, month or year)", o.GetUnit())
 	}
-	unit, w, _ := rules.EnvoyUnit(o.GetUnit().String())
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
 		// Compare before multiplying: the product can overflow.
 		if n := uint64(m.GetValue()); n > uint64(window.MaxWindow/w) {
@@ -442,8 +456,8 @@ func (m *statusMsgs) status(lim *rules.EnvoyLimit, allowed bool, remaining uint6
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
 	if resetBucket != 0 {
-		end := time.UnixMilli((resetBucket + 1) * lim.Limit.WindowMs())
-		st.DurationUntilReset = m.duration(end.Sub(now))
+		_, end := window.BucketSpan(lim.Limit.BucketWindow(resetBucket), resetBucket)
+		st.DurationUntilReset = m.duration(time.UnixMilli(end).Sub(now))
 	}
 	return st
 }

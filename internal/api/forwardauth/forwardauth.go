@@ -282,11 +282,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := out[0]
+	win := req.Store.Limit.BucketWindow(d.Bucket) // a calendar bucket's: minus its length
 	ratelimitheader.Set(w.Header(), ratelimitheader.Values{
 		Policy:     req.Label,
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,
-		Window:     req.Store.Limit.Window,
+		Window:     max(win, -win),
 		Remaining:  d.Remaining,
 		ResetAfter: d.ResetAfter,
 		RetryAfter: d.RetryAfter,

@@ -51,16 +51,21 @@ import (
 // entry lands on a descriptor with a rate_limit. A request descriptor with
 // more or fewer entries than the configured depth matches nothing.
 
-// envoyUnits maps envoyproxy/ratelimit's units to windows.
+// envoyUnits maps envoyproxy/ratelimit's units to windows: month and
+// year are calendar windows in UTC (fixed windows, as all of
+// envoyproxy/ratelimit's are).
 var envoyUnits = map[string]struct {
 	unit   rlsv3.RateLimitResponse_RateLimit_Unit
 	window time.Duration
+	cal    window.CalendarUnit
 }{
-	"SECOND": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-	"HOUR":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-	"DAY":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
-	"WEEK":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	"SECOND": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second, 0},
+	"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute, 0},
+	"HOUR":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour, 0},
+	"DAY":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour, 0},
+	"WEEK":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour, 0},
+	"MONTH":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 0, window.CalendarMonth},
+	"YEAR":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 0, window.CalendarYear},
 }
 
 // EnvoyLimit is one configured rate_limit of an envoy-format descriptor,
@@ -397,6 +402,7 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				}
 			}
 			algo, err := window.ParseAlgorithm(rl.Algorithm)
+			algoOK := err == nil
 			if err != nil && !hasProblem(rl.probs, "algorithm") {
 				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "%s", algorithmProblem(rl.Algorithm))
 				ok = false
@@ -426,17 +432,23 @@ func (d *Domain) buildLevel(parent *descNode, descs []envoyDescriptorYAML, path,
 				ok = false
 			case rl.Unlimited:
 			case rl.Unit == "":
-				at(rl.lineOf("unit"), ".rate_limit.unit", "required (second, minute, hour, day or week)")
-				ok = false
-			case strings.EqualFold(rl.Unit, "month") || strings.EqualFold(rl.Unit, "year"):
-				at(rl.lineOf("unit"), ".rate_limit.unit", "%q is not supported: windows are at most a week (use second, minute, hour, day or week)", rl.Unit)
+				at(rl.lineOf("unit"), ".rate_limit.unit", "required (second, minute, hour, day, week, month or year)")
 				ok = false
 			case !known:
-				at(rl.lineOf("unit"), ".rate_limit.unit", "%q is not second, minute, hour, day or week", rl.Unit)
+				at(rl.lineOf("unit"), ".rate_limit.unit", "%q is not second, minute, hour, day, week, month or year", rl.Unit)
+				ok = false
+			case u.cal != 0 && rl.Strict && algoOK && algo.Trails():
+				at(rl.lineOf("strict"), ".rate_limit.strict", "unit %s is a calendar window, counted as fixed_window: strict does not apply", rl.Unit)
+				ok = false
+			case u.cal != 0 && algoOK && rl.Algorithm != "" && algo != window.FixedWindow:
+				at(rl.lineOf("algorithm"), ".rate_limit.algorithm", "unit %s is a calendar window, counted as fixed_window, not %s", rl.Unit, algo)
 				ok = false
 			case rl.RequestsPerUnit > window.MaxLimit:
 				at(rl.lineOf("requests_per_unit"), ".rate_limit.requests_per_unit", "must be at most 2^53, got %d", rl.RequestsPerUnit)
 				ok = false
+			case u.cal != 0:
+				lim.Unit = u.unit
+				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Algorithm: window.FixedWindow, Calendar: window.Calendar{Unit: u.cal}}
 			default:
 				lim.Unit = u.unit
 				lim.Limit = window.Limit{Limit: rl.RequestsPerUnit, Window: u.window, Algorithm: algo, Strict: rl.Strict, Burst: rl.Burst}

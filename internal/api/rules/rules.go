@@ -150,6 +150,8 @@ type ruleYAML struct {
 	Name       string
 	Limit      uint64
 	Window     string
+	Calendar   string
+	TimeZone   string
 	Algorithm  string
 	Strict     bool
 	Burst      uint64
@@ -339,6 +341,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	lines := map[string]int{}
 	probs := decodeFields(item, lines,
 		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
+		field{"calendar", &y.Calendar}, field{"time_zone", &y.TimeZone},
 		field{"algorithm", &y.Algorithm}, field{"strict", &y.Strict}, field{"burst", &y.Burst},
 		field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
 	label := fmt.Sprintf("rule %d", n)
@@ -382,9 +385,29 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		fail("limit", "must be from 1 to 2^53, got %d", y.Limit)
 	}
 	var w time.Duration
-	if _, set := lines["window"]; !set {
-		fail("window", "required (a Go duration such as 1s, 1m, 1h)")
-	} else if !hasProblem(probs, "window") {
+	var cal window.Calendar
+	_, calSet := lines["calendar"]
+	_, windowSet := lines["window"]
+	_, zoneSet := lines["time_zone"]
+	switch {
+	case calSet && windowSet:
+		fail("calendar", "a rule has a window or a calendar, not both")
+	case calSet && !hasProblem(probs, "calendar") && !hasProblem(probs, "time_zone"):
+		c, err := window.ParseCalendar(y.Calendar, y.TimeZone)
+		switch {
+		case errors.Is(err, window.ErrTimeZone):
+			fail("time_zone", "%q is not an IANA time zone such as UTC or Europe/Berlin", y.TimeZone)
+		case err != nil:
+			fail("calendar", "%q is not minute, hour, day, week, month or year", y.Calendar)
+		default:
+			cal = c
+		}
+	case zoneSet && !calSet:
+		fail("time_zone", "applies to a calendar window only")
+	}
+	if !calSet && !windowSet {
+		fail("window", "required (a Go duration such as 1s, 1m, 1h), or a calendar (minute, hour, day, week, month or year)")
+	} else if !calSet && !hasProblem(probs, "window") {
 		d, err := time.ParseDuration(y.Window)
 		switch {
 		case err != nil:
@@ -400,6 +423,11 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 	algo, err := window.ParseAlgorithm(y.Algorithm)
 	if err != nil && !hasProblem(probs, "algorithm") {
 		fail("algorithm", "%s", algorithmProblem(y.Algorithm))
+	}
+	if _, set := lines["algorithm"]; calSet && set && err == nil && algo != window.FixedWindow {
+		fail("algorithm", "a calendar window is counted as fixed_window, not %s", algo)
+	} else if calSet {
+		algo = window.FixedWindow
 	}
 	if y.Strict && err == nil && !algo.Trails() {
 		fail("strict", "applies to sliding_window only, not %s", algo)
@@ -423,7 +451,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		}
 		rb.warns = append(rb.warns, fmt.Sprintf("%s: %s: %s: %s", location(file, lineOf(f)), label, f, regionLocalWarning(algo)))
 	}
-	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict, Burst: y.Burst}, Shadow: y.ShadowMode, Scope: scope})
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict, Burst: y.Burst, Calendar: cal}, Shadow: y.ShadowMode, Scope: scope})
 }
 
 // addDomain checks an envoyproxy/ratelimit domain file.

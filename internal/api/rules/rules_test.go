@@ -178,11 +178,10 @@ descriptors:
 		t.Fatal("Parse: no error")
 	}
 	want := strings.Join([]string{
-		`line 5: domain "shop": descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day or week`,
+		`line 5: domain "shop": descriptors[0].rate_limit.unit: "fortnight" is not second, minute, hour, day, week, month or year`,
 		`line 7: domain "shop": descriptors[1].key: required`,
 		`line 8: domain "shop": descriptors[2]: duplicate of another descriptor with key "user" and value "" at this level`,
 		`line 14: domain "shop": descriptors[3].rate_limit.unit: must not be set when unlimited is true`,
-		`line 18: domain "shop": descriptors[3].descriptors[0].rate_limit.unit: "month" is not supported: windows are at most a week (use second, minute, hour, day or week)`,
 		`line 20: domain "shop": descriptors[3].descriptors[0].rate_limit.algorithm: "magic" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`,
 		`line 21: domain "shop": descriptors[3].descriptors[0].rate_limit: unknown field "bursts" (want unit, requests_per_unit, unlimited, name, replaces, algorithm, strict, burst or scope)`,
 		`line 22: domain "shop": descriptors[3].descriptors[0]: unknown field "shadowmode" (want key, value, rate_limit, shadow_mode, share_threshold, quota_mode, metadata, detailed_metric, value_to_metric or descriptors)`,
@@ -263,7 +262,7 @@ func TestLoadMessages(t *testing.T) {
 		want       []string // after "<file>:"
 	}{
 		{"misspelled field", "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n",
-			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, algorithm, strict, burst, shadow_mode or scope)`}},
+			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope)`}},
 		{"unknown algorithm", "rules:\n  - name: a\n    limit: 5\n    window: 1m\n  - name: b\n    limit: 5\n    window: 1m\n    algorithm: leaky\n",
 			[]string{`8: rule 2 (b): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
 		{"wrong types", "rules:\n  - name: a\n    limit: five\n    window: [1m]\n    shadow_mode: maybe\n",
@@ -273,13 +272,13 @@ func TestLoadMessages(t *testing.T) {
 				`5: rule 1 (a): shadow_mode: must be true or false, got "maybe"`,
 			}},
 		{"missing fields", "rules:\n  - name: a\n",
-			[]string{"2: rule 1 (a): limit: required (1 to 2^53)", "2: rule 1 (a): window: required (a Go duration such as 1s, 1m, 1h)"}},
+			[]string{"2: rule 1 (a): limit: required (1 to 2^53)", "2: rule 1 (a): window: required (a Go duration such as 1s, 1m, 1h), or a calendar (minute, hour, day, week, month or year)"}},
 		{"not a list", "rules:\n  name: a\n", []string{"2: rules: must be a list of rules"}},
 		{"rule not a mapping", "rules:\n  - a\n", []string{
-			"2: rule 1: must be a mapping of name, limit, window, algorithm, strict, burst, shadow_mode or scope",
+			"2: rule 1: must be a mapping of name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope",
 			"2: rule 1: name: required",
 			"2: rule 1: limit: required (1 to 2^53)",
-			"2: rule 1: window: required (a Go duration such as 1s, 1m, 1h)",
+			"2: rule 1: window: required (a Go duration such as 1s, 1m, 1h), or a calendar (minute, hour, day, week, month or year)",
 		}},
 		{"duplicate", "rules:\n  - {name: a, limit: 1, window: 1s}\n  - {name: a, limit: 1, window: 1s}\n",
 			[]string{`3: rule 2 (a): name: "a" is already the name of rule 1 at FILE:2`}},

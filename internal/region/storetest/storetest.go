@@ -51,6 +51,7 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{"TrailsDecideAsWindow", testTrails},
 		{"TrailsReplicate", testTrailsMerge},
 		{"TokenBucketBurst", testTokenBucketBurst},
+		{"Calendar", testCalendar},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
