@@ -93,12 +93,15 @@ type harness struct {
 	// while a paired ceiling row is measured.
 	ceil   *target
 	inPair bool
+	// pairRate is the open-loop rate of the node row a paired ceiling
+	// row is measured for.
+	pairRate float64
 }
 
 // paired reports whether the node row r against store gets a ceiling
 // measured right before it: the closed-loop rows of the Goals, with -pair.
 func (h *harness) paired(store string, r planRow) bool {
-	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" || r.Mode != modeClose {
+	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" {
 		return false
 	}
 	for _, g := range Goals {
@@ -337,63 +340,56 @@ func (h *harness) workload(name, protocol string) *Workload {
 }
 
 // row measures one row: warm-up, then the measured run, with Redis script
-// calls counted over the measured run only.
+// calls counted over the measured run only. A paired row gets its
+// ceiling measured right before it, the same way (an open-loop one at the
+// row's own rate).
 func (h *harness) row(ctx context.Context, tg target, store string, r planRow, redisAddr string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var pairRate *float64
-	var pairCPU float64
+	var pair *Result
 	if h.paired(store, r) {
 		h.inPair = true
-		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", modeClose, r.Protocol}, "")
-		h.inPair = false
+		h.pairRate = h.openRate(store, r)
+		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", r.Mode, r.Protocol}, "")
+		h.inPair, h.pairRate = false, 0
 		if err != nil {
 			return err
 		}
 		c := &h.results[len(h.results)-1]
 		c.Workload, c.PairedWith = pairedCeiling, rowName(r.Workload, r.Mode, r.Protocol, store)
-		pairRate = ptr(c.ReqPerSec)
-		pairCPU = c.CPUPerReqUs
+		pair = c
 	}
 	w := h.workload(r.Workload, r.Protocol)
-	var c Client
-	switch r.Protocol {
-	case protoGRPC:
-		c = NewGRPCClient(tg.base)
-	case protoEnvoy:
-		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
-		if err != nil {
-			return err
-		}
-		c = ec
-	default:
-		c = NewJSONClient(tg.base, h.cfg.Conns)
-	}
-	defer c.Close()
 	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration, MaxRequests: h.cfg.MaxRequests}
 	if r.Mode == modeOpen {
 		l.Rate = h.openRate(store, r)
 	}
+	gen := genGo
+	if r.Protocol == protoJSON && r.Mode == modeClose && h.cfg.JSONGen == genWrk {
+		gen = genWrk
+	}
+	drive, closeClient, err := h.driver(ctx, tg, store, r, w, gen)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
 	if h.cfg.Warmup > 0 {
-		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup, MaxRequests: l.MaxRequests})
+		if _, _, err := drive(Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup, MaxRequests: l.MaxRequests}); err != nil {
+			return err
+		}
 	}
 	var before int64
 	if redisAddr != "" {
-		var err error
 		if before, err = ScriptCalls(ctx, redisAddr); err != nil {
 			return err
 		}
 	}
 	cpu0, cpuErr := procsCPU(tg.pid)
-	gen0, genErr := procCPU(os.Getpid())
 	prof := h.startProfile(ctx, tg, store, r)
-	o := Run(ctx, c, w, l)
-	if genErr == nil {
-		var gen1 time.Duration
-		if gen1, genErr = procCPU(os.Getpid()); genErr == nil {
-			gen0 = gen1 - gen0
-		}
+	o, genCPU, err := drive(l)
+	if err != nil {
+		return err
 	}
 	if cpuErr == nil {
 		cpu1, err := procsCPU(tg.pid)
@@ -410,10 +406,15 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 	}
 	res := Result{
-		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
+		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store, Generator: gen,
 		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
 		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
-		PairedCeiling: pairRate, PairedCeilingCPU: pairCPU,
+	}
+	if pair != nil {
+		res.PairedCeiling = ptr(pair.ReqPerSec)
+		res.PairedCeilingCPU = pair.CPUPerReqUs
+		res.PairedCeilingP99Ms = ptr(pair.P99Ms)
+		res.PairedCeilingGenBusy = ptr(pair.GenBusy)
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
@@ -427,8 +428,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			res.RedisCPUPerReqUs = ptr(float64(cpu0[1].Microseconds()) / float64(o.Requests))
 		}
 	}
-	if genErr == nil && o.Elapsed > 0 {
-		res.GenBusy = gen0.Seconds() / o.Elapsed.Seconds() / float64(runtime.GOMAXPROCS(0))
+	if genCPU >= 0 && o.Elapsed > 0 {
+		res.GenBusy = genCPU.Seconds() / o.Elapsed.Seconds()
 	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
@@ -450,9 +451,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator (%s) busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
 		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
-		cpuSplit(res), 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
+		cpuSplit(res), gen, 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}
@@ -462,10 +463,72 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	return nil
 }
 
+// driveFunc runs one load and returns what it measured and the
+// generator's CPU time over it (-1 when unknown).
+type driveFunc func(l Load) (Outcome, time.Duration, error)
+
+// driver returns how row r drives w at tg: with wrk (gen genWrk), whose
+// decisions are counted from the node's /metrics, or with this process's
+// own client, whose CPU time is read from /proc.
+func (h *harness) driver(ctx context.Context, tg target, store string, r planRow, w *Workload, gen string) (driveFunc, func(), error) {
+	if gen == genWrk {
+		return func(l Load) (Outcome, time.Duration, error) {
+			var a0, d0 int64
+			if store != "ceiling" {
+				var err error
+				if a0, d0, err = decisionCounts(ctx, tg.base); err != nil {
+					return Outcome{}, -1, err
+				}
+			}
+			o, err := runWrk(ctx, h.cfg.Wrk, h.pinGen, h.procs.Dir, tg.base, w, l.Conns, l.Duration, l.MaxRequests)
+			if err != nil {
+				return Outcome{}, -1, err
+			}
+			if store != "ceiling" {
+				a1, d1, err := decisionCounts(ctx, tg.base)
+				if err != nil {
+					return Outcome{}, -1, err
+				}
+				o.Allowed, o.Denied = a1-a0, d1-d0
+			}
+			return o.Outcome, o.CPU, nil
+		}, func() {}, nil
+	}
+	var c Client
+	switch r.Protocol {
+	case protoGRPC:
+		c = NewGRPCClient(tg.base)
+	case protoEnvoy:
+		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = ec
+	default:
+		c = NewJSONClient(tg.base, h.cfg.Conns)
+	}
+	return func(l Load) (Outcome, time.Duration, error) {
+		gen0, genErr := procCPU(os.Getpid())
+		o := Run(ctx, c, w, l)
+		if genErr != nil {
+			return o, -1, nil
+		}
+		gen1, err := procCPU(os.Getpid())
+		if err != nil {
+			return o, -1, nil
+		}
+		// The share of the cores it may use (one when pinned).
+		return o, (gen1 - gen0) / time.Duration(runtime.GOMAXPROCS(0)), nil
+	}, c.Close, nil
+}
+
 // openRate is the open-loop arrival rate for r: -rate, or half the
 // closed-loop rate measured for the same workload, protocol and store (1000
 // when there is none), at most 2000 in short mode.
 func (h *harness) openRate(store string, r planRow) float64 {
+	if h.inPair && h.pairRate > 0 {
+		return h.pairRate
+	}
 	rate := h.cfg.Rate
 	if rate == 0 {
 		rate = 1000
