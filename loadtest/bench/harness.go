@@ -366,8 +366,11 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		l.Rate = h.openRate(store, r)
 	}
 	gen := genGo
-	if r.Protocol == protoJSON && r.Mode == modeClose && h.cfg.JSONGen == genWrk {
+	switch {
+	case r.Protocol == protoJSON && r.Mode == modeClose && h.cfg.JSONGen == genWrk:
 		gen = genWrk
+	case r.Protocol == protoEnvoy:
+		gen = h.cfg.EnvoyGen
 	}
 	drive, closeClient, err := h.driver(ctx, tg, store, r, w, gen)
 	if err != nil {
@@ -499,6 +502,14 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 	case protoGRPC:
 		c = NewGRPCClient(tg.base)
 	case protoEnvoy:
+		if gen == genH2 {
+			hc, err := NewH2RLSClient(ctx, tg.envoyBase, envoyConns)
+			if err != nil {
+				return nil, nil, err
+			}
+			c = hc
+			break
+		}
 		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
 		if err != nil {
 			return nil, nil, err

@@ -77,6 +77,8 @@ type Config struct {
 	// wrk's binary.
 	JSONGen string
 	Wrk     string
+	// EnvoyGen drives the Envoy RLS rows: h2 or grpc.
+	EnvoyGen string
 	// MaxGenBusy is the generator busy share above which a ceiling row
 	// limits the generator, not the server: ratios against it are
 	// refused.
@@ -115,6 +117,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.EnvoyPort, "envoy-port", envoyPortGRPC, "where the Envoy RLS rows call the node: grpc (its --grpc-listen port, grpc-go's transport) or main (its --listen port, Connect over net/http's HTTP/2)")
 	fs.StringVar(&c.JSONGen, "json-generator", genWrk, "what drives the closed-loop Connect JSON rows: wrk (C, one thread on the generator's core) or go (this binary's net/http client, which saturates its core before the trivial handler does)")
 	fs.StringVar(&c.Wrk, "wrk", "wrk", "wrk binary (Debian's package wrk)")
+	fs.StringVar(&c.EnvoyGen, "envoy-generator", genH2, "what drives the Envoy RLS rows: h2 (gRPC framed by hand on HTTP/2, a fraction of grpc-go's client's CPU per call) or grpc (go-control-plane's grpc-go client, as Envoy's Go peers call it)")
 	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core measured the generator: ratios against it are refused and the run fails")
 	checkAlgorithms := addAlgorithmFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
@@ -152,6 +155,8 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-envoy-port %q: want grpc or main", c.EnvoyPort)
 	case c.JSONGen != genWrk && c.JSONGen != genGo:
 		return c, fmt.Errorf("-json-generator %q: want wrk or go", c.JSONGen)
+	case c.EnvoyGen != genH2 && c.EnvoyGen != genGRPC:
+		return c, fmt.Errorf("-envoy-generator %q: want h2 or grpc", c.EnvoyGen)
 	case c.MaxGenBusy <= 0 || c.MaxGenBusy > 1:
 		return c, fmt.Errorf("-max-generator-busy %v: want (0, 1]", c.MaxGenBusy)
 	}
