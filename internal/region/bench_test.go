@@ -47,15 +47,19 @@ func BenchmarkMemoryCheck(b *testing.B) {
 // and its current and previous buckets hold up to 60 marks each, as
 // uniform traffic leaves them. Two windows of warm-up fill them first.
 func BenchmarkMemoryCheckSteady(b *testing.B) {
+	benchSteady(b, region.NewMemory(region.MemoryConfig{}))
+}
+
+// benchSteady is BenchmarkMemoryCheckSteady's load on s.
+func benchSteady(b *testing.B, s region.Store) {
 	const keys = 1000
-	m := region.NewMemory(region.MemoryConfig{})
 	l := window.Limit{Limit: 1000, Window: time.Minute}
 	start := time.Unix(1_700_000_000, 0)
 	var seq atomic.Int64
 	check := func(res []region.Result) {
 		i := seq.Add(1)
 		req := []region.Request{{Key: "steady" + strconv.FormatInt(i%keys, 10), Limit: l, Hits: 1, Now: start.Add(time.Duration(i) * time.Millisecond)}}
-		if err := m.Check(context.Background(), req, res); err != nil {
+		if err := s.Check(context.Background(), req, res); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -189,6 +193,11 @@ func BenchmarkFailoverCheck(b *testing.B) {
 	}
 	b.Run("memory", func(b *testing.B) {
 		benchCheck(b, wrap(b, region.NewMemory(region.MemoryConfig{})), 1)
+	})
+	// The mirror's copy into the fallback of keys in their steady state
+	// (see BenchmarkMemoryCheckSteady).
+	b.Run("memory/steady", func(b *testing.B) {
+		benchSteady(b, wrap(b, region.NewMemory(region.MemoryConfig{})))
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -193,6 +194,11 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 	}
 	if len(*t) == 0 {
 		*t = append(Trail(nil), o...)
+		return
+	}
+	if slices.Equal(*t, o) {
+		// The same report again (a bucket that no longer changes, as a
+		// store's mirror passes it on every decision): nothing changes.
 		return
 	}
 	a, b := *t, o

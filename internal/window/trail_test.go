@@ -319,3 +319,22 @@ func TestTrailExtends(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailMergeSameReport: merging a report equal to the trail (a bucket
+// that no longer changes, passed again on every decision) leaves the
+// trail's slice as it is and allocates nothing.
+func TestTrailMergeSameReport(t *testing.T) {
+	const wMs = 60_000
+	var tr Trail
+	for at := int64(0); at < wMs; at += 700 {
+		tr.Add(at, wMs, 2, true)
+	}
+	same := slices.Clone(tr)
+	before := &tr[0]
+	if n := testing.AllocsPerRun(100, func() { tr.Merge(same, wMs) }); n != 0 {
+		t.Errorf("Merge of an equal report: %v allocations, want 0", n)
+	}
+	if &tr[0] != before || !slices.Equal(tr, same) {
+		t.Errorf("Merge of an equal report changed the trail: %v", tr)
+	}
+}
