@@ -141,8 +141,10 @@ func marks(t window.Trail) []*ratelimitv1.Mark {
 		return nil
 	}
 	out := make([]*ratelimitv1.Mark, len(t))
+	ms := make([]ratelimitv1.Mark, len(t)) // one allocation for every mark
 	for i, m := range t {
-		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: t.N(i)}
+		ms[i].AtMs, ms[i].Count = m.At, t.N(i)
+		out[i] = &ms[i]
 	}
 	return out
 }
