@@ -389,10 +389,28 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 	}
 	cpu0, cpuErr := procsCPU(tg.pid)
+	var mem0 nodeCounters
+	memErr := errors.New("not a node")
+	if store != "ceiling" {
+		mem0, memErr = scrapeNode(ctx, tg.base)
+	}
 	prof := h.startProfile(ctx, tg, store, r)
 	o, genCPU, err := drive(l)
 	if err != nil {
 		return err
+	}
+	if memErr == nil {
+		var mem1 nodeCounters
+		if mem1, memErr = scrapeNode(ctx, tg.base); memErr == nil && mem1.mallocs > 0 && o.Requests > 0 {
+			// The two scrapes' own allocations are in the figure too: a
+			// few thousand over a row of many thousand requests.
+			nodeMallocs, nodeBytes := (mem1.mallocs-mem0.mallocs)/float64(o.Requests), (mem1.allocBytes-mem0.allocBytes)/float64(o.Requests)
+			defer func() {
+				r := &h.results[len(h.results)-1]
+				r.AllocsPerReq, r.AllocBytesPerReq = ptr(nodeMallocs), ptr(nodeBytes)
+				fmt.Fprintf(h.out, "  node heap allocations: %.1f per request, %.0f bytes per request\n", nodeMallocs, nodeBytes)
+			}()
+		}
 	}
 	if cpuErr == nil {
 		cpu1, err := procsCPU(tg.pid)

@@ -47,6 +47,11 @@ type Result struct {
 	// store only): the two share CPU 0, so their sum is what a request
 	// costs that core.
 	RedisCPUPerReqUs *float64 `json:"redis_cpu_us_per_request,omitempty"`
+	// AllocsPerReq and AllocBytesPerReq are the node's Go heap
+	// allocations per request over the measured run (from its /metrics):
+	// steady whatever else runs on the machine. Node rows only.
+	AllocsPerReq     *float64 `json:"node_allocs_per_request,omitempty"`
+	AllocBytesPerReq *float64 `json:"node_alloc_bytes_per_request,omitempty"`
 	// GenBusy is the load generator's own CPU time over the measured run
 	// per core it may use (GOMAXPROCS; 1 when pinned): near 1, the
 	// generator itself limits the rate and adds to the latencies, so a

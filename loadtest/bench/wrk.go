@@ -140,26 +140,58 @@ func parseWrk(out string) (wrkOutcome, error) {
 	return o, fmt.Errorf("wrk output has no RLBENCH line: %.300s", out)
 }
 
+// nodeCounters are a node's counters from its /metrics.
+type nodeCounters struct {
+	allowed, denied int64
+	// mallocs and allocBytes are Go's heap allocations so far
+	// (go_memstats_mallocs_total, go_memstats_alloc_bytes_total): per
+	// request, a cost that other work on the machine does not skew.
+	mallocs, allocBytes float64
+}
+
 // decisionCounts returns a node's allowed and denied decisions so far,
 // summed over rules, from its /metrics.
 func decisionCounts(ctx context.Context, base string) (allowed, denied int64, err error) {
+	c, err := scrapeNode(ctx, base)
+	return c.allowed, c.denied, err
+}
+
+// scrapeNode reads a node's counters from its /metrics.
+func scrapeNode(ctx context.Context, base string) (nodeCounters, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return nodeCounters{}, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("scrape metrics: %w", err)
+		return nodeCounters{}, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("scrape metrics: %w", err)
+		return nodeCounters{}, fmt.Errorf("scrape metrics: %w", err)
 	}
-	a, d := parseDecisions(string(b))
-	return a, d, nil
+	var c nodeCounters
+	c.allowed, c.denied = parseDecisions(string(b))
+	c.mallocs = metricValue(string(b), "go_memstats_mallocs_total")
+	c.allocBytes = metricValue(string(b), "go_memstats_alloc_bytes_total")
+	return c, nil
+}
+
+// metricValue returns the value of the unlabelled metric name, 0 when
+// there is none.
+func metricValue(metrics, name string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return 0
 }
 
 // parseDecisions sums rlcluster_decisions_total by outcome.

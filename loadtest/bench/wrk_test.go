@@ -41,6 +41,13 @@ rlcluster_decisions_totally{outcome="denied"} 9
 	if a, d := parseDecisions(m); a != 1_500_007 || d != 30 {
 		t.Errorf("parseDecisions() = %d, %d, want 1500007 allowed, 30 denied", a, d)
 	}
+	g := "# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total 1.234e+06\ngo_memstats_mallocs_total_other 5\n"
+	if got := metricValue(g, "go_memstats_mallocs_total"); got != 1_234_000 {
+		t.Errorf("metricValue() = %v, want 1.234e6", got)
+	}
+	if got := metricValue(g, "go_memstats_alloc_bytes_total"); got != 0 {
+		t.Errorf("metricValue(absent) = %v, want 0", got)
+	}
 }
 
 // TestWrkAgainstCeiling drives the trivial handler with wrk for a second,
