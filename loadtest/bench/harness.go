@@ -104,6 +104,9 @@ func (h *harness) paired(store string, r planRow) bool {
 	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" {
 		return false
 	}
+	if isPeer(store) {
+		return r.Mode == modeClose
+	}
 	for _, g := range Goals {
 		if g.Workload == r.Workload && g.Protocol == r.Protocol && g.Store == store {
 			return true
@@ -134,7 +137,7 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 	}
 	redisRows := h.selected("redis")
 	wantBench := h.cfg.RedisBench != "" && (h.cfg.Only == "" || strings.Contains("redis-benchmark", h.cfg.Only))
-	if len(redisRows) > 0 || wantBench {
+	if len(redisRows) > 0 || wantBench || h.cfg.Peers {
 		rp, addr, err := StartRedis(ctx, h.procs, redisBin)
 		if err != nil {
 			return err
@@ -148,6 +151,11 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 		}
 		if wantBench {
 			if err := h.redisBenchmark(ctx, addr); err != nil {
+				return err
+			}
+		}
+		if h.cfg.Peers {
+			if err := h.peers(ctx, addr); err != nil {
 				return err
 			}
 		}
@@ -361,6 +369,12 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		pair = c
 	}
 	w := h.workload(r.Workload, r.Protocol)
+	switch {
+	case store == storePeerRatelimit && r.Protocol == protoJSON:
+		w = NewPeerRatelimitJSON(fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq))
+	case store == storePeerGubernator:
+		w = NewPeerGubernatorJSON(fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq))
+	}
 	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration, MaxRequests: h.cfg.MaxRequests}
 	if r.Mode == modeOpen {
 		l.Rate = h.openRate(store, r)
@@ -391,7 +405,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	cpu0, cpuErr := procsCPU(tg.pid)
 	var mem0 nodeCounters
 	memErr := errors.New("not a node")
-	if store != "ceiling" {
+	if isNode(store) {
 		mem0, memErr = scrapeNode(ctx, tg.base)
 	}
 	prof := h.startProfile(ctx, tg, store, r)
@@ -440,7 +454,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
 	res.DecPerSec = float64(o.Allowed+o.Denied) / secs
-	if store == "ceiling" {
+	if store == "ceiling" || (isPeer(store) && gen == genWrk) {
+		// No decisions to count (wrk does not parse the answers).
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
 	}
 	if cpuErr == nil && o.Requests > 0 {
@@ -495,7 +510,7 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 	if gen == genWrk {
 		return func(l Load) (Outcome, time.Duration, error) {
 			var a0, d0 int64
-			if store != "ceiling" {
+			if isNode(store) {
 				var err error
 				if a0, d0, err = decisionCounts(ctx, tg.base); err != nil {
 					return Outcome{}, -1, err
@@ -505,7 +520,7 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 			if err != nil {
 				return Outcome{}, -1, err
 			}
-			if store != "ceiling" {
+			if isNode(store) {
 				a1, d1, err := decisionCounts(ctx, tg.base)
 				if err != nil {
 					return Outcome{}, -1, err

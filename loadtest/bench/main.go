@@ -39,6 +39,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -79,6 +80,10 @@ type Config struct {
 	Wrk     string
 	// EnvoyGen drives the Envoy RLS rows: h2 or grpc.
 	EnvoyGen string
+	// Peers measures envoyproxy/ratelimit and gubernator too, built into
+	// PeerDir (or taken from it).
+	Peers   bool
+	PeerDir string
 	// MaxGenBusy is the generator busy share above which a ceiling row
 	// limits the generator, not the server: ratios against it are
 	// refused.
@@ -119,6 +124,9 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Wrk, "wrk", "wrk", "wrk binary (Debian's package wrk)")
 	fs.StringVar(&c.EnvoyGen, "envoy-generator", genH2, "what drives the Envoy RLS rows: h2 (gRPC framed by hand on HTTP/2, a fraction of grpc-go's client's CPU per call) or grpc (go-control-plane's grpc-go client, as Envoy's Go peers call it)")
 	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core measured the generator: ratios against it are refused and the run fails")
+	fs.BoolVar(&c.Peers, "peers", false, "also measure envoyproxy/ratelimit (Envoy RLS over 10k keys and a hot key, its /json over 10k keys, on the run's Redis) and gubernator (JSON over 10k keys, in memory), built with go install at pinned versions")
+	cache, _ := os.UserCacheDir()
+	fs.StringVar(&c.PeerDir, "peer-dir", filepath.Join(cache, "rlcluster-bench-peers"), "where -peers installs the peers' commands (GOBIN), or finds them built already")
 	checkAlgorithms := addAlgorithmFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -239,6 +247,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err := WriteSummary(stdout, rep.Summary); err != nil {
 			return err
 		}
+	}
+	if err := WritePeers(stdout, rep.Results); err != nil {
+		return err
 	}
 	refused := Refusals(rep.Summary)
 	for _, r := range refused {

@@ -515,3 +515,41 @@ func WriteSummary(w io.Writer, gs []GoalResult) error {
 	}
 	return tw.Flush()
 }
+
+// WritePeers prints every peer row's rate over its paired ceiling, beside
+// the node's own row for the same workload (its Redis row beside
+// envoyproxy/ratelimit, its memory row beside gubernator); nothing when
+// the run measured no peer.
+func WritePeers(w io.Writer, rs []Result) error {
+	var peers []Result
+	for _, r := range rs {
+		if isPeer(r.Store) && r.Mode == modeClose {
+			peers = append(peers, r)
+		}
+	}
+	if len(peers) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\npeers: closed loop, each over the ceiling measured right before it, beside rlcluster's row of the same workload")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "peer\tworkload\tprotocol\treq/s\tceiling req/s\tratio\tgenerator busy\tCPU us/req\trlcluster req/s\trlcluster ratio\trlcluster CPU us/req\t")
+	for _, p := range peers {
+		store := "redis"
+		if p.Store == storePeerGubernator {
+			store = "memory"
+		}
+		ours := "-\t-\t-"
+		for _, r := range rs {
+			if r.Store == store && r.Workload == p.Workload && r.Protocol == p.Protocol && r.Mode == modeClose {
+				ours = fmt.Sprintf("%.0f\t%s\t%.1f", r.ReqPerSec, optf(r.CeilingRatio, 2), r.serverCPU())
+			}
+		}
+		ceil := 0.0
+		if p.PairedCeiling != nil {
+			ceil = *p.PairedCeiling
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%s\t%.0f%%\t%.1f\t%s\t\n", p.Store, p.Workload, p.Protocol, p.ReqPerSec, ceil,
+			optf(p.CeilingRatio, 2), 100*p.GenBusy, p.serverCPU(), ours)
+	}
+	return tw.Flush()
+}

@@ -55,7 +55,10 @@ end
 func writeWrkScript(dir string, w *Workload, maxRequests int64) (string, error) {
 	var b strings.Builder
 	path := checkPath
-	if w.batch != nil {
+	switch {
+	case w.Path != "":
+		path = w.Path
+	case w.batch != nil:
 		path = batchPath
 	}
 	fmt.Fprintf(&b, "path = %q\nmax = %d\nbodies = {\n", path, maxRequests)
