@@ -9,11 +9,11 @@ import (
 	"os"
 )
 
-// A node built with -tags pprof serves /debug/pprof on RLNODE_PPROF_LISTEN
+// A node built with -tags pprof serves /debug/pprof on RLCLUSTER_PPROF_LISTEN
 // (a loopback host:port), for profiling under load (loadtest/bench's
 // -profile-url). Release builds leave it out.
 func init() {
-	addr := os.Getenv("RLNODE_PPROF_LISTEN")
+	addr := os.Getenv("RLCLUSTER_PPROF_LISTEN")
 	if addr == "" {
 		return
 	}
