@@ -126,12 +126,27 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	}
 	*bp = out[:0]
 	wh := w.Header()
-	wh["Content-Type"] = []string{ct}
-	wh["Content-Length"] = []string{strconv.Itoa(len(out))}
+	if ct == ctJSON[0] {
+		wh["Content-Type"] = ctJSON // shared: net/http copies the header it writes
+	} else {
+		wh["Content-Type"] = []string{ct}
+	}
+	if len(out) > directContentLength {
+		wh["Content-Length"] = []string{strconv.Itoa(len(out))}
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
 	return true
 }
+
+// ctJSON is the usual Content-Type's header value.
+var ctJSON = []string{"application/json"}
+
+// directContentLength is the longest body serveFast leaves net/http to
+// give its Content-Length: a handler that returns having written at most
+// its buffer's 2,048 bytes gets one computed, without an allocation. A
+// longer body gets it set here, rather than be sent chunked.
+const directContentLength = 2048
 
 // respMsg returns a response's message, or the error.
 func respMsg[T any](resp *connect.Response[T], err error) (any, error) {

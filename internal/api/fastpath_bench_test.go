@@ -16,6 +16,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // protojsonCodec is the codec without the hand-written encoder and
@@ -93,5 +94,20 @@ func BenchmarkJSONServing(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkMarks converts a previous bucket's trail of 60 marks (a key
+// hit once a second under a one-minute window) to the wire.
+func BenchmarkMarks(b *testing.B) {
+	var t window.Trail
+	for at := int64(0); at < 60_000; at += 1000 {
+		t.Add(at, 60_000, 1, true)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(marks(t)) != 60 {
+			b.Fatal("want 60 marks")
+		}
 	}
 }

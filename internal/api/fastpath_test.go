@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,5 +80,52 @@ func TestFastPathMatchesConnect(t *testing.T) {
 				t.Errorf("body\n got  %.300s\n want %.300s", got, want)
 			}
 		})
+	}
+}
+
+// TestFastPathContentLength: answers on the fast path carry a
+// Content-Length and are never chunked over HTTP/1.1, both short ones
+// (whose length net/http computes) and long ones (set by serveFast).
+func TestFastPathContentLength(t *testing.T) {
+	s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var batch strings.Builder
+	batch.WriteString(`{"checks":[`)
+	for i := range 40 {
+		if i > 0 {
+			batch.WriteByte(',')
+		}
+		fmt.Fprintf(&batch, `{"key":"k%d","limit":{"limit":"100","window":"60s"}}`, i)
+	}
+	batch.WriteString(`]}`)
+	for _, c := range []struct {
+		path, body string
+		long       bool
+	}{
+		{pathCheck, `{"key":"alice","limit":{"limit":"2","window":"60s"}}`, false},
+		{pathCheckBatch, batch.String(), true},
+	} {
+		resp, err := http.Post(srv.URL+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d, %v: %s", c.path, resp.StatusCode, err, b)
+		}
+		if resp.ContentLength != int64(len(b)) || len(resp.TransferEncoding) > 0 {
+			t.Errorf("%s: Content-Length %d, transfer encoding %q for %d bytes, want the length and no chunking", c.path, resp.ContentLength, resp.TransferEncoding, len(b))
+		}
+		if long := len(b) > directContentLength; long != c.long {
+			t.Errorf("%s: %d bytes, want them over %d: %v", c.path, len(b), directContentLength, c.long)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: Content-Type %q, want application/json", c.path, ct)
+		}
 	}
 }

@@ -141,30 +141,52 @@ func marks(t window.Trail) []*ratelimitv1.Mark {
 		return nil
 	}
 	out := make([]*ratelimitv1.Mark, len(t))
+	ms := make([]ratelimitv1.Mark, len(t)) // one allocation for every mark
 	for i, m := range t {
-		out[i] = &ratelimitv1.Mark{AtMs: m.At, Count: t.N(i)}
+		ms[i].AtMs, ms[i].Count = m.At, t.N(i)
+		out[i] = &ms[i]
 	}
 	return out
 }
 
+// responseMsgs holds the messages of one response with up to one region,
+// so that they take one allocation rather than one each.
+type responseMsgs struct {
+	resp         ratelimitv1.CheckResponse
+	stats        ratelimitv1.WindowStats
+	regions      [1]*ratelimitv1.RegionCount
+	region       ratelimitv1.RegionCount
+	reset, retry durationpb.Duration
+}
+
+// setDuration sets dst to d, as durationpb.New does.
+func setDuration(dst *durationpb.Duration, d time.Duration) {
+	nanos := d.Nanoseconds()
+	secs := nanos / 1e9
+	dst.Seconds, dst.Nanos = secs, int32(nanos-secs*1e9)
+}
+
 // response converts an outcome to the wire.
 func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ratelimitv1.CheckResponse {
-	st := &ratelimitv1.WindowStats{
-		Bucket:         o.Bucket,
-		PreviousWeight: o.PrevWeight,
-		Estimate:       o.Estimate,
-		ElapsedMs:      o.ElapsedMs,
-		Whole:          o.SubWhole,
-	}
+	m := &responseMsgs{}
+	st := &m.stats
+	st.Bucket, st.PreviousWeight, st.Estimate, st.ElapsedMs, st.Whole = o.Bucket, o.PrevWeight, o.Estimate, o.ElapsedMs, o.SubWhole
 	st.Terms = estimateTerms(o)
-	if len(o.Regions) > 0 {
-		st.Regions = make([]*ratelimitv1.RegionCount, len(o.Regions))
+	switch n := len(o.Regions); {
+	case n == 1:
+		st.Regions = m.regions[:]
+	case n > 1:
+		st.Regions = make([]*ratelimitv1.RegionCount, n)
 	}
 	trails := o.Spec.Algorithm.Counted() && o.Spec.Algorithm.Trails()
 	for i, rc := range o.Regions {
 		st.Current += rc.Current
 		st.Previous += rc.Previous
-		w := &ratelimitv1.RegionCount{Region: rc.Region, Current: rc.Current, Previous: rc.Previous}
+		w := &m.region
+		if i > 0 {
+			w = &ratelimitv1.RegionCount{}
+		}
+		w.Region, w.Current, w.Previous = rc.Region, rc.Current, rc.Previous
 		if trails {
 			w.PreviousMarks = marks(rc.PreviousTrail)
 		}
@@ -173,16 +195,13 @@ func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ra
 		}
 		st.Regions[i] = w
 	}
-	return &ratelimitv1.CheckResponse{
-		Allowed:    o.Allowed,
-		Limit:      o.Limit,
-		Remaining:  o.Remaining,
-		ResetAfter: durationpb.New(o.ResetAfter),
-		RetryAfter: durationpb.New(o.RetryAfter),
-		Stats:      st,
-		Shadow:     o.Shadowed,
-		Scope:      wireScope(o.Scope),
-	}
+	setDuration(&m.reset, o.ResetAfter)
+	setDuration(&m.retry, o.RetryAfter)
+	r := &m.resp
+	r.Allowed, r.Limit, r.Remaining = o.Allowed, o.Limit, o.Remaining
+	r.ResetAfter, r.RetryAfter, r.Stats = &m.reset, &m.retry, st
+	r.Shadow, r.Scope = o.Shadowed, wireScope(o.Scope)
+	return r
 }
 
 // wireScope returns the wire name of the scope that applied.

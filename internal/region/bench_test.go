@@ -41,6 +41,45 @@ func BenchmarkMemoryCheck(b *testing.B) {
 	benchCheck(b, region.NewMemory(region.MemoryConfig{}), 1)
 }
 
+// BenchmarkMemoryCheckSteady decides on keys in their steady state: 1,000
+// keys under a limit of 1,000 a minute (an exact trail), one decision per
+// millisecond of a virtual clock, so that each key is hit once a second
+// and its current and previous buckets hold up to 60 marks each, as
+// uniform traffic leaves them. Two windows of warm-up fill them first.
+func BenchmarkMemoryCheckSteady(b *testing.B) {
+	benchSteady(b, region.NewMemory(region.MemoryConfig{}))
+}
+
+// benchSteady is BenchmarkMemoryCheckSteady's load on s.
+func benchSteady(b *testing.B, s region.Store) {
+	const keys = 1000
+	l := window.Limit{Limit: 1000, Window: time.Minute}
+	start := time.Unix(1_700_000_000, 0)
+	var seq atomic.Int64
+	check := func(res []region.Result) {
+		i := seq.Add(1)
+		req := []region.Request{{Key: "steady" + strconv.FormatInt(i%keys, 10), Limit: l, Hits: 1, Now: start.Add(time.Duration(i) * time.Millisecond)}}
+		if err := s.Check(context.Background(), req, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	res := make([]region.Result, 1)
+	for range 2 * 60_000 {
+		check(res)
+	}
+	if got := len(res[0].Regions[0].PreviousTrail); got < 50 {
+		b.Fatalf("previous trail of %d marks after warm-up, want about 60", got)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		res := make([]region.Result, 1)
+		for pb.Next() {
+			check(res)
+		}
+	})
+}
+
 // redisCPU returns the CPU seconds (user and system) Redis has used.
 func redisCPU(b *testing.B, s *region.Redis) float64 {
 	info, err := s.Client().Info(context.Background(), "cpu").Result()
@@ -154,6 +193,11 @@ func BenchmarkFailoverCheck(b *testing.B) {
 	}
 	b.Run("memory", func(b *testing.B) {
 		benchCheck(b, wrap(b, region.NewMemory(region.MemoryConfig{})), 1)
+	})
+	// The mirror's copy into the fallback of keys in their steady state
+	// (see BenchmarkMemoryCheckSteady).
+	b.Run("memory/steady", func(b *testing.B) {
+		benchSteady(b, wrap(b, region.NewMemory(region.MemoryConfig{})))
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)

@@ -124,10 +124,17 @@ type memBucket struct {
 // two-bucket and fixed window algorithms, or a peer that sent none) leave
 // n above h.Count(); decisions read the trail fitted to n
 // (window.Trail.Fit).
+//
+// Results lend h rather than copy it (regionN.trail): lent says that
+// readers outside the lock may hold h's marks, so the next change to them
+// in place copies them first (memBucket.add). Every other change makes a
+// new slice (window.Trail.Merge), and a bucket's trails are never reused,
+// so a trail once handed out never changes.
 type regionN struct {
 	region string
 	n      uint64
 	h      window.Trail
+	lent   bool
 }
 
 // NewMemory returns an empty in-memory store.
@@ -485,8 +492,8 @@ func (b *memBucket) get(region string) uint64 {
 	return 0
 }
 
-// getTrail returns a copy of region's trail of the bucket, coarse, as
-// replication carries it.
+// getTrail returns region's trail of the bucket, coarse, as replication
+// carries it (lent, see regionN.trail).
 func (b *memBucket) getTrail(region string, wMs int64) window.Trail {
 	if b == nil {
 		return nil
@@ -508,6 +515,15 @@ func (b *memBucket) add(region string, n uint64, e, wMs int64, marked, exact boo
 	c := &b.counts[i]
 	c.n = satAdd(c.n, n)
 	if marked {
+		if c.lent {
+			// Lent marks stay as they are: an Add that would change the
+			// last one in place works on a copy. One that appends leaves
+			// them alone (readers hold them clipped to their length).
+			if !c.h.Extends(e, wMs, exact) {
+				c.h = slices.Clone(c.h)
+			}
+			c.lent = false
+		}
 		c.h.Add(e, wMs, n, exact)
 	}
 }
@@ -578,9 +594,11 @@ func (b *memBucket) trails(buf []window.Trail, wMs int64, region string) ([]wind
 }
 
 // trail returns c's trail, exact when exact is set and the trail is, else
-// coarse, with its excess (see trails) when excess is set: a copy, or,
-// when shared is set, c's own marks where nothing changes them.
-func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
+// coarse, with its excess (see trails) when excess is set, clipped to its
+// length. Where that is c's own marks they are lent, not copied (c.lent,
+// unless shared is set: a bucket read for one decision, which nothing else
+// holds): they never change after.
+func (c *regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 	h := c.h
 	if excess {
 		h = h.Fit(c.n, wMs)
@@ -588,10 +606,13 @@ func (c regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 	if !exact {
 		h = h.Coarse(wMs)
 	}
-	if shared || len(h) == 0 {
+	if len(h) == 0 {
 		return h
 	}
-	return append(window.Trail(nil), h...)
+	if !shared && len(c.h) > 0 && &h[0] == &c.h[0] {
+		c.lent = true
+	}
+	return h[:len(h):len(h)]
 }
 
 // regionCounts lists the per-region counts of cur and prev, sorted by
@@ -609,12 +630,14 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact b
 	out := make([]RegionCount, 1, n) // one allocation, whatever the regions
 	out[0] = RegionCount{Region: local}
 	if cur != nil {
-		for _, c := range cur.counts {
+		for i := range cur.counts {
+			c := &cur.counts[i]
 			out = append(out, RegionCount{Region: c.region, Current: c.n, CurrentTrail: c.reported(local, wMs, marked, exact, cur.private)})
 		}
 	}
 	if prev != nil {
-		for _, c := range prev.counts {
+		for i := range prev.counts {
+			c := &prev.counts[i]
 			out = append(out, RegionCount{Region: c.region, Previous: c.n, PreviousTrail: c.reported(local, wMs, marked, exact, prev.private)})
 		}
 	}
@@ -641,9 +664,9 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact b
 }
 
 // reported returns the trail a RegionCount reports for c: none without
-// marked, else a copy as a decision reads it (with its excess), exact for
-// the local region's exact trail.
-func (c regionN) reported(local string, wMs int64, marked, exact, shared bool) window.Trail {
+// marked, else as a decision reads it (with its excess; lent, see trail),
+// exact for the local region's exact trail.
+func (c *regionN) reported(local string, wMs int64, marked, exact, shared bool) window.Trail {
 	if !marked {
 		return nil
 	}
@@ -721,7 +744,8 @@ func (m *Memory) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, erro
 		if el, ok := s.m[k]; ok {
 			if b := el.Value.(*memEntry).bucket(r.Bucket); b != nil && len(b.counts) > 0 {
 				v := make([]Total, 0, len(b.counts))
-				for _, c := range b.counts {
+				for j := range b.counts {
+					c := &b.counts[j]
 					v = append(v, Total{Key: r.Key, Window: r.Window, Bucket: r.Bucket, Region: c.region, Count: c.n, Trail: c.trail(k.wMs, false, false, false)})
 				}
 				slices.SortFunc(v, func(a, b Total) int { return strings.Compare(a.Region, b.Region) })

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +142,62 @@ func TestMemoryMergeRuns(t *testing.T) {
 		}
 		if whole.Keys() != single.Keys() {
 			t.Fatalf("round %d: %d keys merged in one call, %d one at a time", round, whole.Keys(), single.Keys())
+		}
+	}
+}
+
+// TestMemoryResultTrailsNeverChange: the trails a result holds are the
+// store's own marks, lent rather than copied, so later decisions on the
+// key, in the same millisecond (which changes a trail's last mark in
+// place) or later ones, and merges, must leave every trail handed out as
+// it was, exact and coarse.
+func TestMemoryResultTrailsNeverChange(t *testing.T) {
+	type held struct {
+		got, want window.Trail
+		what      string
+	}
+	for _, limit := range []uint64{1000, 1_000_000} { // exact, coarse
+		m := NewMemory(MemoryConfig{Region: "here"})
+		ctx := context.Background()
+		l := window.Limit{Limit: limit, Window: time.Minute}
+		rng := rand.New(rand.NewPCG(limit, 3))
+		start := time.UnixMilli(1_700_000_040_000)
+		var hs []held
+		keep := func(what string, tr window.Trail) {
+			if len(tr) > 0 {
+				hs = append(hs, held{got: tr, want: slices.Clone(tr), what: what})
+			}
+		}
+		ms := int64(0)
+		for i := range 3000 {
+			if rng.IntN(3) > 0 {
+				ms += rng.Int64N(200)
+			}
+			now := start.Add(time.Duration(ms) * time.Millisecond)
+			res := make([]Result, 1)
+			if err := m.Check(ctx, []Request{{Key: "k", Limit: l, Hits: 1, Now: now}}, res); err != nil {
+				t.Fatal(err)
+			}
+			for _, rc := range res[0].Regions {
+				keep(fmt.Sprintf("decision %d current of %s", i, rc.Region), rc.CurrentTrail)
+				keep(fmt.Sprintf("decision %d previous of %s", i, rc.Region), rc.PreviousTrail)
+			}
+			keep(fmt.Sprintf("decision %d local", i), res[0].LocalTrail)
+			if i%50 == 0 {
+				// A merge of the local region's own trail, as a peer
+				// echoes it back, and of another region's.
+				tr := slices.Clone(res[0].LocalTrail)
+				_ = m.Restore(ctx, []Total{{Key: "k", Window: time.Minute, Bucket: res[0].Bucket, Region: "here", Count: res[0].Local, Trail: tr}})
+				_ = m.Merge(ctx, []Total{{Key: "k", Window: time.Minute, Bucket: res[0].Bucket, Region: "there", Count: uint64(i), Trail: window.Trail{{At: 5, Cum: uint64(i) + 1}}}})
+			}
+		}
+		if len(hs) < 1000 {
+			t.Fatalf("limit %d: %d trails held, want many", limit, len(hs))
+		}
+		for _, h := range hs {
+			if !slices.Equal(h.got, h.want) {
+				t.Fatalf("limit %d: %s changed after it was handed out: %v, was %v", limit, h.what, h.got, h.want)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -125,6 +126,17 @@ func (t *Trail) Add(at, wMs int64, hits uint64, exact bool) {
 	*t = append(s, Mark{At: at, Cum: satAdd(cum, hits)})
 }
 
+// Extends reports whether Add(at, wMs, hits, exact) would append a mark to
+// t, leaving its marks as they are, rather than change its last one.
+func (t Trail) Extends(at, wMs int64, exact bool) bool {
+	n := len(t)
+	if n == 0 {
+		return true
+	}
+	last := t[n-1].At
+	return granule(max(at, last), wMs, exact) != granule(last, wMs, exact)
+}
+
 // Coarse returns t with its marks gathered into coarse granules of a bucket
 // of wMs: per granule one mark at its last mark's offset. It returns t
 // itself when t is coarse already.
@@ -182,6 +194,11 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 	}
 	if len(*t) == 0 {
 		*t = append(Trail(nil), o...)
+		return
+	}
+	if slices.Equal(*t, o) {
+		// The same report again (a bucket that no longer changes, as a
+		// store's mirror passes it on every decision): nothing changes.
 		return
 	}
 	a, b := *t, o

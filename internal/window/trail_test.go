@@ -278,3 +278,63 @@ func TestTrailAccuracy(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailExtends: Extends says beforehand whether Add appends a mark
+// (leaving the marks there were as they are) or changes the last one,
+// exact and coarse, offsets stepping back included.
+func TestTrailExtends(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	const wMs = 60_000
+	for _, exact := range []bool{true, false} {
+		var tr Trail
+		appended, changed := 0, 0
+		at := int64(0)
+		for range 5000 {
+			switch rng.IntN(4) {
+			case 0: // the same millisecond, or one a little back
+				at = max(at-rng.Int64N(3), 0)
+			default:
+				at = min(at+rng.Int64N(2000), wMs-1)
+			}
+			before := slices.Clone(tr)
+			ext := tr.Extends(at, wMs, exact)
+			tr.Add(at, wMs, 1+rng.Uint64N(3), exact)
+			if got := len(tr) > len(before); got != ext {
+				t.Fatalf("exact %v: Extends(%d) = %v on %v, but Add made %v", exact, at, ext, before, tr)
+			}
+			if ext && !slices.Equal(tr[:len(before)], before) {
+				t.Fatalf("exact %v: Add(%d) appended but changed the marks before: %v -> %v", exact, at, before, tr)
+			}
+			if ext {
+				appended++
+			} else {
+				changed++
+			}
+			if at == wMs-1 {
+				tr, at = nil, 0
+			}
+		}
+		if appended == 0 || changed == 0 {
+			t.Errorf("exact %v: %d appends and %d changes in place, want both", exact, appended, changed)
+		}
+	}
+}
+
+// TestTrailMergeSameReport: merging a report equal to the trail (a bucket
+// that no longer changes, passed again on every decision) leaves the
+// trail's slice as it is and allocates nothing.
+func TestTrailMergeSameReport(t *testing.T) {
+	const wMs = 60_000
+	var tr Trail
+	for at := int64(0); at < wMs; at += 700 {
+		tr.Add(at, wMs, 2, true)
+	}
+	same := slices.Clone(tr)
+	before := &tr[0]
+	if n := testing.AllocsPerRun(100, func() { tr.Merge(same, wMs) }); n != 0 {
+		t.Errorf("Merge of an equal report: %v allocations, want 0", n)
+	}
+	if &tr[0] != before || !slices.Equal(tr, same) {
+		t.Errorf("Merge of an equal report changed the trail: %v", tr)
+	}
+}

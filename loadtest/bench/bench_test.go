@@ -545,16 +545,18 @@ func TestRunMaxRequests(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	rs := []Result{
-		{Workload: "ceiling", Mode: modeClose, Protocol: protoEnvoy, Store: "ceiling", ReqPerSec: 40000},
-		{Workload: "ceiling", Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 20000},
-		{Workload: "uniform10k", Mode: modeClose, Protocol: protoEnvoy, Store: "redis", ReqPerSec: 24000},
-		{Workload: "uniform10k", Mode: modeOpen, Protocol: protoEnvoy, Store: "redis", Rate: 12000, P99Ms: 1.5},
+		{Workload: "ceiling", Mode: modeClose, Protocol: protoEnvoy, Store: "ceiling", ReqPerSec: 40000, GenBusy: 0.5},
+		{Workload: "ceiling", Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 20000, GenBusy: 0.6},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoEnvoy, Store: "redis", ReqPerSec: 26000},
+		{Workload: "uniform10k", Mode: modeOpen, Protocol: protoEnvoy, Store: "redis", Rate: 13000, P99Ms: 1.5, GenBusy: 0.4,
+			PairedCeilingP99Ms: ptr(0.75), PairedCeilingGenBusy: ptr(0.3)},
 		{Workload: pairedCeiling, Mode: modeClose, Protocol: protoJSON, Store: "ceiling", ReqPerSec: 99999, PairedWith: "x"},
 		{Workload: "hotkey", Mode: modeClose, Protocol: protoJSON, Store: "redis", ReqPerSec: 10000},
-		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, PairedCeiling: ptr(10000.0)},
-		{Workload: "hotkey", Mode: modeOpen, Protocol: protoJSON, Store: "redis", Rate: 5000, P99Ms: 1, Unsent: 3},
+		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, PairedCeiling: ptr(10000.0),
+			PairedCeilingGenBusy: ptr(0.95)},
+		{Workload: "hotkey", Mode: modeOpen, Protocol: protoJSON, Store: "redis", Rate: 5000, P99Ms: 1, Unsent: 3, PairedCeilingP99Ms: ptr(1.0)},
 	}
-	gs := Summarize(rs)
+	gs := Summarize(rs, 0.7)
 	if got, want := len(gs), 3; got != want {
 		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
 	}
@@ -562,13 +564,30 @@ func TestSummarize(t *testing.T) {
 	if mem.Ratio == nil || *mem.Ratio != 0.9 || mem.CeilingReqPerSec != 10000 {
 		t.Errorf("paired memory goal = %+v (ratio %s), want ratio 0.9 against its paired ceiling", mem, fmtp(mem.Ratio))
 	}
-	if env.Protocol != protoEnvoy || env.Ratio == nil || *env.Ratio != 0.6 || !env.Met() {
-		t.Errorf("envoy goal = %+v (ratio %s), want ratio 0.6, met", env, fmtp(env.Ratio))
+	if mem.Refused == "" || mem.RatioMet() || mem.Met() {
+		t.Errorf("paired memory goal = %+v, want its ratio refused: its ceiling's generator was 95%% busy", mem)
 	}
-	if js.Ratio == nil || *js.Ratio != 0.5 || js.Met() {
-		t.Errorf("json hot key goal = %+v (ratio %s), want ratio 0.5, not met", js, fmtp(js.Ratio))
+	if env.Protocol != protoEnvoy || env.Ratio == nil || *env.Ratio != 0.65 || env.Refused != "" || !env.OpenMet() || !env.Met() {
+		t.Errorf("envoy goal = %+v (ratio %s), want ratio 0.65, p99 1.5 ms within 2x the ceiling's 0.75, met", env, fmtp(env.Ratio))
 	}
-	summaryContains(t, gs, "trivial grpc-go server", "0.60", "1.50 @ 12000", "(3 unsent)", ">= 0.75")
+	if js.Ratio == nil || *js.Ratio != 0.5 || js.RatioMet() || js.OpenMet() || js.Met() {
+		t.Errorf("json hot key goal = %+v (ratio %s), want ratio 0.5 (goal 0.9), p99 with unsent requests: not met", js, fmtp(js.Ratio))
+	}
+	if got := Refusals(gs); len(got) != 1 || !strings.Contains(got[0], "95% busy") {
+		t.Errorf("Refusals() = %q, want one, for the 95%% busy ceiling", got)
+	}
+	summaryContains(t, gs, "0.65", "1.50 @ 13000", "0.75", "(3 unsent)", ">= 0.90", "refused (0.90)", "40% / 30%")
+
+	// Over 2x the ceiling's p99, or a node open row whose generator was
+	// too busy, fails the open-loop goal.
+	rs[3].P99Ms = 1.6
+	if g := Summarize(rs, 0.7)[0]; g.OpenMet() {
+		t.Errorf("p99 1.6 ms against the ceiling's 0.75: OpenMet() = true, want false")
+	}
+	rs[3].P99Ms, rs[3].GenBusy = 1.5, 0.8
+	if g := Summarize(rs, 0.7)[0]; g.OpenMet() || g.OpenRefused == "" {
+		t.Errorf("node open row's generator 80%% busy: %+v, want the open-loop comparison refused", g)
+	}
 }
 
 // summaryContains fails t unless WriteSummary's table of gs contains
@@ -595,7 +614,7 @@ func TestSummarizeCPU(t *testing.T) {
 		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, CPUPerReqUs: 50,
 			PairedCeiling: ptr(10000.0), PairedCeilingCPU: 45},
 	}
-	gs := Summarize(rs)
+	gs := Summarize(rs, 0.7)
 	if got, want := len(gs), 2; got != want {
 		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
 	}

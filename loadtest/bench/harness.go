@@ -93,13 +93,19 @@ type harness struct {
 	// while a paired ceiling row is measured.
 	ceil   *target
 	inPair bool
+	// pairRate is the open-loop rate of the node row a paired ceiling
+	// row is measured for.
+	pairRate float64
 }
 
 // paired reports whether the node row r against store gets a ceiling
 // measured right before it: the closed-loop rows of the Goals, with -pair.
 func (h *harness) paired(store string, r planRow) bool {
-	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" || r.Mode != modeClose {
+	if !h.cfg.Pair || h.ceil == nil || store == "ceiling" {
 		return false
+	}
+	if isPeer(store) {
+		return r.Mode == modeClose
 	}
 	for _, g := range Goals {
 		if g.Workload == r.Workload && g.Protocol == r.Protocol && g.Store == store {
@@ -131,7 +137,7 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 	}
 	redisRows := h.selected("redis")
 	wantBench := h.cfg.RedisBench != "" && (h.cfg.Only == "" || strings.Contains("redis-benchmark", h.cfg.Only))
-	if len(redisRows) > 0 || wantBench {
+	if len(redisRows) > 0 || wantBench || h.cfg.Peers {
 		rp, addr, err := StartRedis(ctx, h.procs, redisBin)
 		if err != nil {
 			return err
@@ -145,6 +151,11 @@ func (h *harness) all(ctx context.Context, redisBin string) error {
 		}
 		if wantBench {
 			if err := h.redisBenchmark(ctx, addr); err != nil {
+				return err
+			}
+		}
+		if h.cfg.Peers {
+			if err := h.peers(ctx, addr); err != nil {
 				return err
 			}
 		}
@@ -337,62 +348,82 @@ func (h *harness) workload(name, protocol string) *Workload {
 }
 
 // row measures one row: warm-up, then the measured run, with Redis script
-// calls counted over the measured run only.
+// calls counted over the measured run only. A paired row gets its
+// ceiling measured right before it, the same way (an open-loop one at the
+// row's own rate).
 func (h *harness) row(ctx context.Context, tg target, store string, r planRow, redisAddr string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var pairRate *float64
-	var pairCPU float64
+	var pair *Result
 	if h.paired(store, r) {
 		h.inPair = true
-		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", modeClose, r.Protocol}, "")
-		h.inPair = false
+		h.pairRate = h.openRate(store, r)
+		err := h.row(ctx, *h.ceil, "ceiling", planRow{"ceiling", r.Mode, r.Protocol}, "")
+		h.inPair, h.pairRate = false, 0
 		if err != nil {
 			return err
 		}
 		c := &h.results[len(h.results)-1]
 		c.Workload, c.PairedWith = pairedCeiling, rowName(r.Workload, r.Mode, r.Protocol, store)
-		pairRate = ptr(c.ReqPerSec)
-		pairCPU = c.CPUPerReqUs
+		pair = c
 	}
 	w := h.workload(r.Workload, r.Protocol)
-	var c Client
-	switch r.Protocol {
-	case protoGRPC:
-		c = NewGRPCClient(tg.base)
-	case protoEnvoy:
-		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
-		if err != nil {
-			return err
-		}
-		c = ec
-	default:
-		c = NewJSONClient(tg.base, h.cfg.Conns)
+	switch {
+	case store == storePeerRatelimit && r.Protocol == protoJSON:
+		w = NewPeerRatelimitJSON(fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq))
+	case store == storePeerGubernator:
+		w = NewPeerGubernatorJSON(fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq))
 	}
-	defer c.Close()
 	l := Load{Conns: h.cfg.Conns, Duration: h.cfg.Duration, MaxRequests: h.cfg.MaxRequests}
 	if r.Mode == modeOpen {
 		l.Rate = h.openRate(store, r)
 	}
+	gen := genGo
+	switch {
+	case r.Protocol == protoJSON && r.Mode == modeClose && h.cfg.JSONGen == genWrk:
+		gen = genWrk
+	case r.Protocol == protoEnvoy:
+		gen = h.cfg.EnvoyGen
+	}
+	drive, closeClient, err := h.driver(ctx, tg, store, r, w, gen)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
 	if h.cfg.Warmup > 0 {
-		Run(ctx, c, w, Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup, MaxRequests: l.MaxRequests})
+		if _, _, err := drive(Load{Conns: l.Conns, Rate: l.Rate, Duration: h.cfg.Warmup, MaxRequests: l.MaxRequests}); err != nil {
+			return err
+		}
 	}
 	var before int64
 	if redisAddr != "" {
-		var err error
 		if before, err = ScriptCalls(ctx, redisAddr); err != nil {
 			return err
 		}
 	}
 	cpu0, cpuErr := procsCPU(tg.pid)
-	gen0, genErr := procCPU(os.Getpid())
+	var mem0 nodeCounters
+	memErr := errors.New("not a node")
+	if isNode(store) {
+		mem0, memErr = scrapeNode(ctx, tg.base)
+	}
 	prof := h.startProfile(ctx, tg, store, r)
-	o := Run(ctx, c, w, l)
-	if genErr == nil {
-		var gen1 time.Duration
-		if gen1, genErr = procCPU(os.Getpid()); genErr == nil {
-			gen0 = gen1 - gen0
+	o, genCPU, err := drive(l)
+	if err != nil {
+		return err
+	}
+	if memErr == nil {
+		var mem1 nodeCounters
+		if mem1, memErr = scrapeNode(ctx, tg.base); memErr == nil && mem1.mallocs > 0 && o.Requests > 0 {
+			// The two scrapes' own allocations are in the figure too: a
+			// few thousand over a row of many thousand requests.
+			nodeMallocs, nodeBytes := (mem1.mallocs-mem0.mallocs)/float64(o.Requests), (mem1.allocBytes-mem0.allocBytes)/float64(o.Requests)
+			defer func() {
+				r := &h.results[len(h.results)-1]
+				r.AllocsPerReq, r.AllocBytesPerReq = ptr(nodeMallocs), ptr(nodeBytes)
+				fmt.Fprintf(h.out, "  node heap allocations: %.1f per request, %.0f bytes per request\n", nodeMallocs, nodeBytes)
+			}()
 		}
 	}
 	if cpuErr == nil {
@@ -410,15 +441,21 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		}
 	}
 	res := Result{
-		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store,
+		Workload: r.Workload, Mode: r.Mode, Protocol: r.Protocol, Store: store, Generator: gen,
 		Conns: l.Conns, Rate: l.Rate, Seconds: o.Elapsed.Seconds(), PerCall: w.PerCall,
 		Requests: o.Requests, Allowed: o.Allowed, Denied: o.Denied, Errors: o.Errors, Unsent: o.Unsent,
-		PairedCeiling: pairRate, PairedCeilingCPU: pairCPU,
+	}
+	if pair != nil {
+		res.PairedCeiling = ptr(pair.ReqPerSec)
+		res.PairedCeilingCPU = pair.CPUPerReqUs
+		res.PairedCeilingP99Ms = ptr(pair.P99Ms)
+		res.PairedCeilingGenBusy = ptr(pair.GenBusy)
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
 	res.DecPerSec = float64(o.Allowed+o.Denied) / secs
-	if store == "ceiling" {
+	if store == "ceiling" || (isPeer(store) && gen == genWrk) {
+		// No decisions to count (wrk does not parse the answers).
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
 	}
 	if cpuErr == nil && o.Requests > 0 {
@@ -427,8 +464,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 			res.RedisCPUPerReqUs = ptr(float64(cpu0[1].Microseconds()) / float64(o.Requests))
 		}
 	}
-	if genErr == nil && o.Elapsed > 0 {
-		res.GenBusy = gen0.Seconds() / o.Elapsed.Seconds() / float64(runtime.GOMAXPROCS(0))
+	if genCPU >= 0 && o.Elapsed > 0 {
+		res.GenBusy = genCPU.Seconds() / o.Elapsed.Seconds()
 	}
 	res.setLatencies(o.Latencies)
 	if o.FirstErr != nil {
@@ -450,9 +487,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator (%s) busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
 		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
-		cpuSplit(res), 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
+		cpuSplit(res), gen, 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}
@@ -462,10 +499,80 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	return nil
 }
 
+// driveFunc runs one load and returns what it measured and the
+// generator's CPU time over it (-1 when unknown).
+type driveFunc func(l Load) (Outcome, time.Duration, error)
+
+// driver returns how row r drives w at tg: with wrk (gen genWrk), whose
+// decisions are counted from the node's /metrics, or with this process's
+// own client, whose CPU time is read from /proc.
+func (h *harness) driver(ctx context.Context, tg target, store string, r planRow, w *Workload, gen string) (driveFunc, func(), error) {
+	if gen == genWrk {
+		return func(l Load) (Outcome, time.Duration, error) {
+			var a0, d0 int64
+			if isNode(store) {
+				var err error
+				if a0, d0, err = decisionCounts(ctx, tg.base); err != nil {
+					return Outcome{}, -1, err
+				}
+			}
+			o, err := runWrk(ctx, h.cfg.Wrk, h.pinGen, h.procs.Dir, tg.base, w, l.Conns, l.Duration, l.MaxRequests)
+			if err != nil {
+				return Outcome{}, -1, err
+			}
+			if isNode(store) {
+				a1, d1, err := decisionCounts(ctx, tg.base)
+				if err != nil {
+					return Outcome{}, -1, err
+				}
+				o.Allowed, o.Denied = a1-a0, d1-d0
+			}
+			return o.Outcome, o.CPU, nil
+		}, func() {}, nil
+	}
+	var c Client
+	switch r.Protocol {
+	case protoGRPC:
+		c = NewGRPCClient(tg.base)
+	case protoEnvoy:
+		if gen == genH2 {
+			hc, err := NewH2RLSClient(ctx, tg.envoyBase, envoyConns)
+			if err != nil {
+				return nil, nil, err
+			}
+			c = hc
+			break
+		}
+		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = ec
+	default:
+		c = NewJSONClient(tg.base, h.cfg.Conns)
+	}
+	return func(l Load) (Outcome, time.Duration, error) {
+		gen0, genErr := procCPU(os.Getpid())
+		o := Run(ctx, c, w, l)
+		if genErr != nil {
+			return o, -1, nil
+		}
+		gen1, err := procCPU(os.Getpid())
+		if err != nil {
+			return o, -1, nil
+		}
+		// The share of the cores it may use (one when pinned).
+		return o, (gen1 - gen0) / time.Duration(runtime.GOMAXPROCS(0)), nil
+	}, c.Close, nil
+}
+
 // openRate is the open-loop arrival rate for r: -rate, or half the
 // closed-loop rate measured for the same workload, protocol and store (1000
 // when there is none), at most 2000 in short mode.
 func (h *harness) openRate(store string, r planRow) float64 {
+	if h.inPair && h.pairRate > 0 {
+		return h.pairRate
+	}
 	rate := h.cfg.Rate
 	if rate == 0 {
 		rate = 1000

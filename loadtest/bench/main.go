@@ -39,6 +39,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -73,6 +74,20 @@ type Config struct {
 	ProfileURL  string
 	Only        string
 	EnvoyPort   string
+	// JSONGen drives the closed-loop Connect JSON rows: wrk or go; Wrk is
+	// wrk's binary.
+	JSONGen string
+	Wrk     string
+	// EnvoyGen drives the Envoy RLS rows: h2 or grpc.
+	EnvoyGen string
+	// Peers measures envoyproxy/ratelimit and gubernator too, built into
+	// PeerDir (or taken from it).
+	Peers   bool
+	PeerDir string
+	// MaxGenBusy is the generator busy share above which a ceiling row
+	// limits the generator, not the server: ratios against it are
+	// refused.
+	MaxGenBusy float64
 	// Algorithms and AlgorithmRounds configure the algorithm comparison
 	// (algorithms.go).
 	Algorithms      []string
@@ -105,6 +120,13 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.ProfileURL, "profile-url", "", "base URL serving /debug/pprof for -profile (default: the node's API address)")
 	fs.StringVar(&c.Only, "only", "", "run only rows whose name (workload/mode/protocol/store) contains this")
 	fs.StringVar(&c.EnvoyPort, "envoy-port", envoyPortGRPC, "where the Envoy RLS rows call the node: grpc (its --grpc-listen port, grpc-go's transport) or main (its --listen port, Connect over net/http's HTTP/2)")
+	fs.StringVar(&c.JSONGen, "json-generator", genWrk, "what drives the closed-loop Connect JSON rows: wrk (C, one thread on the generator's core) or go (this binary's net/http client, which saturates its core before the trivial handler does)")
+	fs.StringVar(&c.Wrk, "wrk", "wrk", "wrk binary (Debian's package wrk)")
+	fs.StringVar(&c.EnvoyGen, "envoy-generator", genH2, "what drives the Envoy RLS rows: h2 (gRPC framed by hand on HTTP/2, a fraction of grpc-go's client's CPU per call) or grpc (go-control-plane's grpc-go client, as Envoy's Go peers call it)")
+	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core measured the generator: ratios against it are refused and the run fails")
+	fs.BoolVar(&c.Peers, "peers", false, "also measure envoyproxy/ratelimit (Envoy RLS over 10k keys and a hot key, its /json over 10k keys, on the run's Redis) and gubernator (JSON over 10k keys, in memory), built with go install at pinned versions")
+	cache, _ := os.UserCacheDir()
+	fs.StringVar(&c.PeerDir, "peer-dir", filepath.Join(cache, "rlcluster-bench-peers"), "where -peers installs the peers' commands (GOBIN), or finds them built already")
 	checkAlgorithms := addAlgorithmFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -139,6 +161,12 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-max-requests %d: want >= 0", c.MaxRequests)
 	case c.EnvoyPort != envoyPortGRPC && c.EnvoyPort != envoyPortMain:
 		return c, fmt.Errorf("-envoy-port %q: want grpc or main", c.EnvoyPort)
+	case c.JSONGen != genWrk && c.JSONGen != genGo:
+		return c, fmt.Errorf("-json-generator %q: want wrk or go", c.JSONGen)
+	case c.EnvoyGen != genH2 && c.EnvoyGen != genGRPC:
+		return c, fmt.Errorf("-envoy-generator %q: want h2 or grpc", c.EnvoyGen)
+	case c.MaxGenBusy <= 0 || c.MaxGenBusy > 1:
+		return c, fmt.Errorf("-max-generator-busy %v: want (0, 1]", c.MaxGenBusy)
 	}
 	return c, nil
 }
@@ -176,6 +204,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("redis-server: %w", err)
 	}
+	if cfg.JSONGen == genWrk {
+		if cfg.Wrk, err = exec.LookPath(cfg.Wrk); err != nil {
+			return fmt.Errorf("wrk (install Debian's wrk, or pass -json-generator go): %w", err)
+		}
+	}
 	children := &procs.Group{Dir: dir, WorkDir: dir}
 	defer children.Close()
 	var pinGen []string
@@ -208,11 +241,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := WriteTable(stdout, rep.Results); err != nil {
 		return err
 	}
-	if rep.Summary = Summarize(rep.Results); len(rep.Summary) > 0 {
-		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's (paired: %v); p99 offered open-loop at half the row's closed-loop rate\n", cfg.Conns, cfg.Conns, envoyConns, cfg.Pair)
+	if rep.Summary = Summarize(rep.Results, cfg.MaxGenBusy); len(rep.Summary) > 0 {
+		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Connect JSON driven by %s; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's (paired: %v); p99 offered open-loop at half the row's closed-loop rate, against the ceiling's offered the same rate\n",
+			cfg.Conns, cfg.JSONGen, cfg.Conns, envoyConns, cfg.Pair)
 		if err := WriteSummary(stdout, rep.Summary); err != nil {
 			return err
 		}
+	}
+	if err := WritePeers(stdout, rep.Results); err != nil {
+		return err
+	}
+	refused := Refusals(rep.Summary)
+	for _, r := range refused {
+		fmt.Fprintln(stdout, "REFUSED", r)
 	}
 	if cfg.Out != "" {
 		if err := WriteJSON(cfg.Out, rep); err != nil {
@@ -221,6 +262,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if runErr == nil && ctx.Err() != nil {
 		runErr = ctx.Err()
+	}
+	if runErr == nil && len(refused) > 0 && !cfg.Short {
+		runErr = fmt.Errorf("%d figures refused: a generator was busier than -max-generator-busy %.2f, so they measured the generator", len(refused), cfg.MaxGenBusy)
 	}
 	return runErr
 }

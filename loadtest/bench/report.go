@@ -18,6 +18,8 @@ type Result struct {
 	Mode     string `json:"mode"`     // closed or open
 	Protocol string `json:"protocol"` // connect-json, grpc, resp
 	Store    string `json:"store"`    // redis, memory, ceiling, redis-server
+	// Generator is what drove the row: wrk or go (this binary).
+	Generator string `json:"generator,omitempty"`
 
 	Conns    int     `json:"conns"`
 	Rate     float64 `json:"target_rate,omitempty"` // open loop: scheduled requests per second
@@ -45,6 +47,11 @@ type Result struct {
 	// store only): the two share CPU 0, so their sum is what a request
 	// costs that core.
 	RedisCPUPerReqUs *float64 `json:"redis_cpu_us_per_request,omitempty"`
+	// AllocsPerReq and AllocBytesPerReq are the node's Go heap
+	// allocations per request over the measured run (from its /metrics):
+	// steady whatever else runs on the machine. Node rows only.
+	AllocsPerReq     *float64 `json:"node_allocs_per_request,omitempty"`
+	AllocBytesPerReq *float64 `json:"node_alloc_bytes_per_request,omitempty"`
 	// GenBusy is the load generator's own CPU time over the measured run
 	// per core it may use (GOMAXPROCS; 1 when pinned): near 1, the
 	// generator itself limits the rate and adds to the latencies, so a
@@ -75,6 +82,10 @@ type Result struct {
 	PairedCeiling *float64 `json:"paired_ceiling_req_per_sec,omitempty"`
 	// PairedCeilingCPU is that ceiling's CPU time per request.
 	PairedCeilingCPU float64 `json:"paired_ceiling_cpu_us_per_request,omitempty"`
+	// PairedCeilingP99Ms is that ceiling's p99 (open loop: at this row's
+	// rate), PairedCeilingGenBusy its generator's busy share.
+	PairedCeilingP99Ms   *float64 `json:"paired_ceiling_p99_ms,omitempty"`
+	PairedCeilingGenBusy *float64 `json:"paired_ceiling_generator_busy,omitempty"`
 	// PairedWith names the node row a paired ceiling row (workload
 	// pairedCeiling) was measured for.
 	PairedWith string `json:"paired_with,omitempty"`
@@ -300,7 +311,8 @@ func loadAvg() string {
 
 // Goal is one ratio the bench summarises: a node row's closed-loop rate
 // over its protocol's ceiling, with the least ratio wanted (0: reported
-// only), and the same row's open-loop p99 at half its peak.
+// only), and the same row's open-loop p99 at half its peak against the
+// ceiling's p99 at that same rate.
 type Goal struct {
 	Path     string // what is measured, for people
 	Workload string
@@ -309,21 +321,21 @@ type Goal struct {
 	MinRatio float64
 }
 
-// MaxOpenP99Ms is the p99 wanted at half the measured peak rate, offered
-// open-loop.
-const MaxOpenP99Ms = 2.0
+// MaxOpenP99OverCeiling is the most the node's open-loop p99 at half its
+// peak may be, as a multiple of the ceiling's p99 offered the same rate.
+const MaxOpenP99OverCeiling = 2.0
 
 // Goals are the summary's rows: Envoy's RLS against the grpc-go ceiling
 // and Connect JSON against the trivial HTTP handler.
 var Goals = []Goal{
-	{"Envoy RLS, Redis, 10k keys allowed", "uniform10k", protoEnvoy, "redis", 0.5},
-	{"Envoy RLS, Redis, hot key denied", "hotkey", protoEnvoy, "redis", 0.75},
+	{"Envoy RLS, Redis, 10k keys allowed", "uniform10k", protoEnvoy, "redis", 0.6},
+	{"Envoy RLS, Redis, hot key denied", "hotkey", protoEnvoy, "redis", 0.9},
 	{"Envoy RLS, memory, 10k keys allowed", "uniform10k", protoEnvoy, "memory", 0},
 	{"Envoy RLS, memory, hot key denied", "hotkey", protoEnvoy, "memory", 0},
 	{"Connect JSON, Redis, 10k keys allowed", "uniform10k", protoJSON, "redis", 0.5},
-	{"Connect JSON, Redis, hot key denied", "hotkey", protoJSON, "redis", 0.75},
+	{"Connect JSON, Redis, hot key denied", "hotkey", protoJSON, "redis", 0.9},
 	{"Connect JSON, memory, 10k keys allowed", "uniform10k", protoJSON, "memory", 0.75},
-	{"Connect JSON, memory, hot key denied", "hotkey", protoJSON, "memory", 0.75},
+	{"Connect JSON, memory, hot key denied", "hotkey", protoJSON, "memory", 0.9},
 }
 
 // GoalResult is a Goal as measured.
@@ -332,6 +344,16 @@ type GoalResult struct {
 	ReqPerSec        float64  `json:"req_per_sec"`
 	CeilingReqPerSec float64  `json:"ceiling_req_per_sec"`
 	Ratio            *float64 `json:"ratio,omitempty"`
+	// GenBusy and CeilingGenBusy are the generator's busy share over the
+	// node's row and over the ceiling's.
+	GenBusy        float64 `json:"generator_busy"`
+	CeilingGenBusy float64 `json:"ceiling_generator_busy"`
+	// Refused says why Ratio (or the open-loop comparison) measured the
+	// load generator rather than the server: the generator's core was
+	// busier than the run's -max-generator-busy. A refused ratio is not
+	// met.
+	Refused     string `json:"refused,omitempty"`
+	OpenRefused string `json:"open_refused,omitempty"`
 	// CPUPerReqUs is the node's CPU time per request (with its Redis's on
 	// the Redis store), CeilingCPUPerReqUs the ceiling's: their ratio,
 	// CPURatio, is the rate ratio the two would reach on a core each had
@@ -342,28 +364,59 @@ type GoalResult struct {
 	OpenRate           float64  `json:"open_rate,omitempty"`
 	OpenP99Ms          *float64 `json:"open_p99_ms,omitempty"`
 	OpenUnsent         int64    `json:"open_unsent,omitempty"`
+	OpenGenBusy        float64  `json:"open_generator_busy,omitempty"`
+	// CeilingOpenP99Ms is the ceiling's p99 offered the node's open-loop
+	// rate (its paired row's), CeilingOpenGenBusy its generator's share.
+	CeilingOpenP99Ms   *float64 `json:"ceiling_open_p99_ms,omitempty"`
+	CeilingOpenGenBusy float64  `json:"ceiling_open_generator_busy,omitempty"`
 }
 
-// Met reports whether the measured ratio and open-loop p99 meet the goal;
-// a figure not measured does not meet it.
-func (g GoalResult) Met() bool {
-	ratioOK := g.MinRatio == 0 || (g.Ratio != nil && *g.Ratio >= g.MinRatio)
-	return ratioOK && g.OpenP99Ms != nil && *g.OpenP99Ms <= MaxOpenP99Ms && g.OpenUnsent == 0
+// RatioMet reports whether the rate ratio meets the goal: measured, not
+// refused, and at least MinRatio (any, when MinRatio is 0).
+func (g GoalResult) RatioMet() bool {
+	return g.Ratio != nil && g.Refused == "" && *g.Ratio >= g.MinRatio
+}
+
+// OpenMet reports whether the open-loop p99 meets the goal: measured
+// against the ceiling's at the same rate, not refused, with nothing
+// left unsent, and at most MaxOpenP99OverCeiling times the ceiling's.
+func (g GoalResult) OpenMet() bool {
+	return g.OpenP99Ms != nil && g.CeilingOpenP99Ms != nil && g.OpenRefused == "" && g.OpenUnsent == 0 &&
+		*g.OpenP99Ms <= MaxOpenP99OverCeiling**g.CeilingOpenP99Ms
+}
+
+// Met reports whether the goal's ratio and open-loop p99 are both met; a
+// figure not measured does not meet it.
+func (g GoalResult) Met() bool { return g.RatioMet() && g.OpenMet() }
+
+// busyRefusal says why a row pair measured its generator: a ceiling (or
+// node) row whose generator was busier than maxBusy; "" when neither was.
+func busyRefusal(ceiling, node, maxBusy float64) string {
+	switch {
+	case ceiling > maxBusy:
+		return fmt.Sprintf("ceiling's generator %.0f%% busy > %.0f%%", 100*ceiling, 100*maxBusy)
+	case node > maxBusy:
+		return fmt.Sprintf("node row's generator %.0f%% busy > %.0f%%", 100*node, 100*maxBusy)
+	}
+	return ""
 }
 
 // Summarize measures every Goal from rs; goals with no closed-loop row in
-// rs are left out.
-func Summarize(rs []Result) []GoalResult {
-	ceiling, ceilingCPU := map[string]float64{}, map[string]float64{}
+// rs are left out. A ratio whose ceiling row (or, for the open-loop p99,
+// either row) kept its generator busier than maxBusy is refused: it
+// measured the generator.
+func Summarize(rs []Result, maxBusy float64) []GoalResult {
+	type ceil struct{ rate, cpu, busy float64 }
+	ceiling := map[string]ceil{}
 	for _, r := range rs {
 		if r.Workload == "ceiling" && r.Mode == modeClose {
-			ceiling[r.Protocol] = r.ReqPerSec
-			ceilingCPU[r.Protocol] = r.CPUPerReqUs
+			ceiling[r.Protocol] = ceil{r.ReqPerSec, r.CPUPerReqUs, r.GenBusy}
 		}
 	}
 	var out []GoalResult
 	for _, g := range Goals {
-		gr := GoalResult{Goal: g, CeilingReqPerSec: ceiling[g.Protocol], CeilingCPUPerReqUs: ceilingCPU[g.Protocol]}
+		c := ceiling[g.Protocol]
+		gr := GoalResult{Goal: g, CeilingReqPerSec: c.rate, CeilingCPUPerReqUs: c.cpu, CeilingGenBusy: c.busy}
 		found := false
 		for _, r := range rs {
 			if r.Workload != g.Workload || r.Protocol != g.Protocol || r.Store != g.Store {
@@ -372,12 +425,15 @@ func Summarize(rs []Result) []GoalResult {
 			switch r.Mode {
 			case modeClose:
 				found = true
-				gr.ReqPerSec = r.ReqPerSec
+				gr.ReqPerSec, gr.GenBusy = r.ReqPerSec, r.GenBusy
 				if r.PairedCeiling != nil {
 					gr.CeilingReqPerSec = *r.PairedCeiling
 				}
 				if r.PairedCeilingCPU > 0 {
 					gr.CeilingCPUPerReqUs = r.PairedCeilingCPU
+				}
+				if r.PairedCeilingGenBusy != nil {
+					gr.CeilingGenBusy = *r.PairedCeilingGenBusy
 				}
 				if gr.CeilingReqPerSec > 0 {
 					gr.Ratio = ptr(r.ReqPerSec / gr.CeilingReqPerSec)
@@ -386,8 +442,18 @@ func Summarize(rs []Result) []GoalResult {
 				if gr.CPUPerReqUs > 0 && gr.CeilingCPUPerReqUs > 0 {
 					gr.CPURatio = ptr(gr.CeilingCPUPerReqUs / gr.CPUPerReqUs)
 				}
+				// Only the ceiling's generator matters here: a node row
+				// slower than its ceiling leaves the same generator idler.
+				gr.Refused = busyRefusal(gr.CeilingGenBusy, 0, maxBusy)
 			case modeOpen:
-				gr.OpenRate, gr.OpenP99Ms, gr.OpenUnsent = r.Rate, ptr(r.P99Ms), r.Unsent
+				gr.OpenRate, gr.OpenP99Ms, gr.OpenUnsent, gr.OpenGenBusy = r.Rate, ptr(r.P99Ms), r.Unsent, r.GenBusy
+				if r.PairedCeilingP99Ms != nil {
+					gr.CeilingOpenP99Ms = ptr(*r.PairedCeilingP99Ms)
+				}
+				if r.PairedCeilingGenBusy != nil {
+					gr.CeilingOpenGenBusy = *r.PairedCeilingGenBusy
+				}
+				gr.OpenRefused = busyRefusal(gr.CeilingOpenGenBusy, r.GenBusy, maxBusy)
 			}
 		}
 		if found {
@@ -397,33 +463,93 @@ func Summarize(rs []Result) []GoalResult {
 	return out
 }
 
+// Refusals lists the goals whose ratio or open-loop comparison was
+// refused, one line each.
+func Refusals(gs []GoalResult) []string {
+	var out []string
+	for _, g := range gs {
+		if g.Refused != "" {
+			out = append(out, g.Path+": ratio refused: "+g.Refused)
+		}
+		if g.OpenRefused != "" {
+			out = append(out, g.Path+": open-loop p99 refused: "+g.OpenRefused)
+		}
+	}
+	return out
+}
+
 // WriteSummary prints the goals as a table.
 func WriteSummary(w io.Writer, gs []GoalResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\tceiling\treq/s\tceiling req/s\tratio\tratio goal\tCPU us/req\tceiling CPU us/req\tCPU ratio\topen p99 ms @ req/s\tp99 goal\tmet\t")
+	fmt.Fprintln(tw, "path\treq/s\tceiling req/s\tgenerator busy (node / ceiling)\tratio\tratio goal\tCPU us/req\tceiling CPU us/req\tCPU ratio\topen p99 ms @ req/s\tceiling p99 ms\tgenerator busy (node / ceiling)\tp99 goal\tmet\t")
 	for _, g := range gs {
-		ceil := "trivial net/http handler"
-		if g.Protocol == protoEnvoy {
-			ceil = "trivial grpc-go server"
-		}
 		goal := "-"
 		if g.MinRatio > 0 {
 			goal = fmt.Sprintf(">= %.2f", g.MinRatio)
 		}
-		p99 := "-"
+		ratio := optf(g.Ratio, 2)
+		if g.Refused != "" {
+			ratio = "refused (" + ratio + ")"
+		}
+		p99, cp99, obusy := "-", optf(g.CeilingOpenP99Ms, 2), "-"
 		if g.OpenP99Ms != nil {
 			p99 = fmt.Sprintf("%.2f @ %.0f", *g.OpenP99Ms, g.OpenRate)
 			if g.OpenUnsent > 0 {
 				p99 += fmt.Sprintf(" (%d unsent)", g.OpenUnsent)
 			}
+			obusy = fmt.Sprintf("%.0f%% / %.0f%%", 100*g.OpenGenBusy, 100*g.CeilingOpenGenBusy)
+			if g.OpenRefused != "" {
+				p99 = "refused (" + p99 + ")"
+			}
 		}
-		met := "no"
-		if g.Met() {
-			met = "yes"
+		met := func(ok bool) string {
+			if ok {
+				return "yes"
+			}
+			return "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t<= %.0f ms\t%s\t\n",
-			g.Path, ceil, g.ReqPerSec, g.CeilingReqPerSec, optf(g.Ratio, 2), goal,
-			g.CPUPerReqUs, g.CeilingCPUPerReqUs, optf(g.CPURatio, 2), p99, MaxOpenP99Ms, met)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f%% / %.0f%%\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t<= %.0fx ceiling\tratio %s, p99 %s\t\n",
+			g.Path, g.ReqPerSec, g.CeilingReqPerSec, 100*g.GenBusy, 100*g.CeilingGenBusy, ratio, goal,
+			g.CPUPerReqUs, g.CeilingCPUPerReqUs, optf(g.CPURatio, 2), p99, cp99, obusy, MaxOpenP99OverCeiling,
+			met(g.RatioMet()), met(g.OpenMet()))
+	}
+	return tw.Flush()
+}
+
+// WritePeers prints every peer row's rate over its paired ceiling, beside
+// the node's own row for the same workload (its Redis row beside
+// envoyproxy/ratelimit, its memory row beside gubernator); nothing when
+// the run measured no peer.
+func WritePeers(w io.Writer, rs []Result) error {
+	var peers []Result
+	for _, r := range rs {
+		if isPeer(r.Store) && r.Mode == modeClose {
+			peers = append(peers, r)
+		}
+	}
+	if len(peers) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\npeers: closed loop, each over the ceiling measured right before it, beside rlcluster's row of the same workload")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "peer\tworkload\tprotocol\treq/s\tceiling req/s\tratio\tgenerator busy\tCPU us/req\trlcluster req/s\trlcluster ratio\trlcluster CPU us/req\t")
+	for _, p := range peers {
+		store := "redis"
+		if p.Store == storePeerGubernator {
+			store = "memory"
+		}
+		ours := "-\t-\t-"
+		for _, r := range rs {
+			if r.Store == store && r.Workload == p.Workload && r.Protocol == p.Protocol && r.Mode == modeClose {
+				ours = fmt.Sprintf("%.0f\t%s\t%.1f", r.ReqPerSec, optf(r.CeilingRatio, 2), r.serverCPU())
+			}
+		}
+		ceil := 0.0
+		if p.PairedCeiling != nil {
+			ceil = *p.PairedCeiling
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%s\t%.0f%%\t%.1f\t%s\t\n", p.Store, p.Workload, p.Protocol, p.ReqPerSec, ceil,
+			optf(p.CeilingRatio, 2), 100*p.GenBusy, p.serverCPU(), ours)
 	}
 	return tw.Flush()
 }

@@ -39,7 +39,7 @@ func TestShortModeEndToEnd(t *testing.T) {
 	var log bytes.Buffer
 	start := time.Now()
 	const maxRequests = 3000
-	err = run(ctx, []string{"-short", "-pin=false", "-conns", "16", "-max-requests", strconv.Itoa(maxRequests), "-rlnode", rlnode,
+	err = run(ctx, []string{"-short", "-pin=false", "-conns", "16", "-max-requests", strconv.Itoa(maxRequests), "-rlnode", rlnode, "-wrk", redistest.Bin(t, "wrk"),
 		"-redis-server", redisServer, "-redis-benchmark", redisBench, "-out", out}, &log)
 	t.Logf("harness output (%v):\n%s", time.Since(start).Round(time.Millisecond), log.String())
 	if err != nil {

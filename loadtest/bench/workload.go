@@ -34,6 +34,9 @@ type Workload struct {
 	batch  []*ratelimitv1.CheckBatchRequest
 	envoy  []*rlsv3.RateLimitRequest
 	json   [][]byte // single or batch as Connect JSON
+	// Path, when set, is where the JSON bodies go (a peer's API), not
+	// the Connect method's.
+	Path string
 }
 
 // Len is the number of prepared requests.
