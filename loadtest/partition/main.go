@@ -1,0 +1,558 @@
+// Command partition runs a region cut-off against a running multi-region
+// cluster (the Docker demo in deploy/multiregion) and measures what the
+// global limit and the regions' agreement did through it.
+//
+// It offers one key Factor times its global limit's rate (10x a limit of
+// 1000 per 10 s by default, the default sliding window, global scope),
+// spread evenly over every node of every region, as clients in those
+// regions would (open loop, Connect over HTTP/1.1, no retries). Once the
+// load has run for at least -min-pre and a bucket is -cut-phase into its
+// window, it runs -cut-cmd (which must cut a region off from the others
+// while its own clients still reach it), runs -heal-cmd -cut-for later, and
+// keeps the load on for -after. Every admission is recorded with the
+// client's clock; one node per region is asked (Peek) every -poll for its
+// region's per-region counts of the previous bucket.
+//
+// It prints the largest count in any trailing window (t-W, t] over the
+// whole cluster, as a multiple of the limit, before the cut (with the
+// steady-state minimum from two windows after the load began), during the
+// cut and after the heal, with each region's share of the worst window; and
+// how long after the heal the regions agreed on the bucket that closed
+// during the cut, and how long after its end on the bucket that was open at
+// the heal. It fails when a window holds more than -bound (1 + 1/R) x the
+// limit, when the regions do not agree within two flush intervals plus the
+// one-way delay (for a bucket that closes after the heal, plus the
+// reconciliation's grace), or when the cut did not show: a region that
+// admitted nothing during it, or regions that agreed on the cut's bucket
+// before the heal.
+//
+// Usage (deploy/multiregion/e2e.sh runs it against the demo's published
+// ports with deploy/multiregion/wancut.sh as the cut):
+//
+//	go run ./loadtest/partition -targets 'us=http://127.0.0.1:8111|http://127.0.0.1:8112;eu=...;ap=...' \
+//	    -cut-cmd 'deploy/multiregion/wancut.sh cut ap' -heal-cmd 'deploy/multiregion/wancut.sh heal ap'
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/loadtest/internal/command"
+)
+
+func main() {
+	command.Main("partition", run)
+}
+
+// config is the run's configuration, from flags.
+type config struct {
+	Targets   []region
+	Key       string
+	Limit     uint64
+	Window    time.Duration
+	Factor    float64
+	Workers   int
+	MinPre    time.Duration
+	CutPhase  float64
+	CutFor    time.Duration
+	After     time.Duration
+	CutCmd    string
+	HealCmd   string
+	Cut       string // the region cut off, for the report
+	Flush     time.Duration
+	Grace     time.Duration
+	OneWay    time.Duration
+	Bound     float64
+	Poll      time.Duration
+	Out       string
+	ReqTimout time.Duration
+}
+
+// region is one region's name and its nodes' base URLs.
+type region struct {
+	Name  string
+	Nodes []string
+}
+
+// parseTargets reads "us=http://a|http://b;eu=http://c".
+func parseTargets(s string) ([]region, error) {
+	var out []region
+	for part := range strings.SplitSeq(s, ";") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		name, urls, ok := strings.Cut(part, "=")
+		if !ok || name == "" || urls == "" {
+			return nil, fmt.Errorf("target %q: want region=url|url", part)
+		}
+		out = append(out, region{Name: name, Nodes: strings.Split(urls, "|")})
+	}
+	if len(out) < 2 {
+		return nil, fmt.Errorf("targets %q: want at least two regions", s)
+	}
+	return out, nil
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("partition", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var c config
+	targets := fs.String("targets", "us=http://127.0.0.1:8111|http://127.0.0.1:8112;eu=http://127.0.0.1:8121|http://127.0.0.1:8122;ap=http://127.0.0.1:8131|http://127.0.0.1:8132", "regions and their nodes: region=url|url;...")
+	fs.StringVar(&c.Key, "key", fmt.Sprintf("partition-%d", time.Now().Unix()), "the key")
+	fs.Uint64Var(&c.Limit, "limit", 1000, "the global limit per window")
+	fs.DurationVar(&c.Window, "window", 10*time.Second, "the window")
+	fs.Float64Var(&c.Factor, "factor", 10, "offered load as a multiple of limit/window, over all regions")
+	fs.IntVar(&c.Workers, "workers", 8, "concurrent requests per node at most")
+	fs.DurationVar(&c.MinPre, "min-pre", 22*time.Second, "load before the cut, at least")
+	fs.Float64Var(&c.CutPhase, "cut-phase", 0.2, "where in a bucket the cut starts, 0 to 1")
+	fs.DurationVar(&c.CutFor, "cut-for", 15*time.Second, "how long the cut lasts")
+	fs.DurationVar(&c.After, "after", 12*time.Second, "load after the heal (at least a window)")
+	fs.StringVar(&c.CutCmd, "cut-cmd", "", "shell command that cuts a region off")
+	fs.StringVar(&c.HealCmd, "heal-cmd", "", "shell command that heals the cut")
+	fs.StringVar(&c.Cut, "cut", "ap", "the region the cut isolates (for the report)")
+	fs.DurationVar(&c.Flush, "flush", 50*time.Millisecond, "the nodes' flush interval")
+	fs.DurationVar(&c.Grace, "grace", 50*time.Millisecond, "the nodes' reconciliation grace after a bucket closes")
+	fs.DurationVar(&c.OneWay, "one-way", 60*time.Millisecond, "the one-way delay between regions")
+	fs.Float64Var(&c.Bound, "bound", 0, "largest trailing window allowed, x limit (0: 1 + 1/regions)")
+	fs.DurationVar(&c.Poll, "poll", 20*time.Millisecond, "how often every region is asked for its counts")
+	fs.StringVar(&c.Out, "out", "", "directory for admissions.csv and rounds.csv (optional)")
+	fs.DurationVar(&c.ReqTimout, "request-timeout", 2*time.Second, "timeout of one request")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Targets, err = parseTargets(*targets); err != nil {
+		return c, err
+	}
+	switch {
+	case c.CutCmd == "" || c.HealCmd == "":
+		return c, errors.New("-cut-cmd and -heal-cmd are required")
+	case c.Limit == 0 || c.Window < time.Second || c.Factor <= 0 || c.Workers < 1:
+		return c, errors.New("-limit, -factor and -workers must be positive, -window at least 1s")
+	case c.CutPhase < 0 || c.CutPhase >= 1:
+		return c, errors.New("-cut-phase: want 0 to 1")
+	case c.After < c.Window:
+		return c, fmt.Errorf("-after %v: want at least a window (%v)", c.After, c.Window)
+	case c.Factor*float64(c.Limit)*(c.MinPre+c.CutFor+c.After+2*c.Window).Seconds()/c.Window.Seconds() > 5e6:
+		return c, errors.New("the run would offer more than 5,000,000 requests")
+	}
+	if c.Bound == 0 {
+		c.Bound = 1 + 1/float64(len(c.Targets))
+	}
+	return c, nil
+}
+
+// timeline is when the run's events happened, on the client's clock.
+type timeline struct {
+	Start, CutStart, CutDone, HealStart, HealDone, End time.Time
+}
+
+// cutTime is the first instant at or after t that is phase into a bucket
+// of window w (buckets are aligned to the Unix epoch).
+func cutTime(t time.Time, w time.Duration, phase float64) time.Time {
+	b := t.UnixNano() / int64(w)
+	at := time.Unix(0, b*int64(w)+int64(phase*float64(w)))
+	if at.Before(t) {
+		at = at.Add(w)
+	}
+	return at
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	c, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tl := timeline{Start: now}
+	cutAt := cutTime(now.Add(c.MinPre), c.Window, c.CutPhase)
+	healAt := cutAt.Add(c.CutFor)
+	end := healAt.Add(c.After)
+	// The bucket open at the heal must close, and be agreed on, before
+	// the load ends.
+	if closeAt := cutTime(healAt, c.Window, 0).Add(2 * time.Second); end.Before(closeAt) {
+		end = closeAt
+	}
+	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second))
+	defer cancel()
+	fmt.Fprintf(out, "partition: key %s, limit %d per %v, %.0fx over %d regions; cut %s off at %s for %v, load until %s\n",
+		c.Key, c.Limit, c.Window, c.Factor, len(c.Targets), c.Cut, cutAt.Format("15:04:05.000"), c.CutFor, end.Format("15:04:05.000"))
+
+	ld := newLoad(c)
+	var wg sync.WaitGroup
+	wg.Go(func() { ld.offer(ctx, now, end) })
+	var rounds []Round
+	wg.Go(func() { rounds = ld.poll(ctx, now.Add(c.Window), end) })
+
+	var cmdErr error
+	if err := sleepUntil(ctx, cutAt); err == nil {
+		tl.CutStart = time.Now()
+		cmdErr = shell(ctx, c.CutCmd, out)
+		tl.CutDone = time.Now()
+		fmt.Fprintf(out, "partition: cut at %s (%v)\n", tl.CutStart.Format("15:04:05.000"), tl.CutDone.Sub(tl.CutStart).Round(time.Millisecond))
+		// Heal even when the cut command failed: it may have half-cut.
+		if err := sleepUntil(ctx, healAt); err != nil {
+			ctx = context.WithoutCancel(ctx)
+		}
+		tl.HealStart = time.Now()
+		cmdErr = errors.Join(cmdErr, shell(ctx, c.HealCmd, out))
+		tl.HealDone = time.Now()
+		fmt.Fprintf(out, "partition: healed at %s (%v)\n", tl.HealStart.Format("15:04:05.000"), tl.HealDone.Sub(tl.HealStart).Round(time.Millisecond))
+	}
+	wg.Wait()
+	tl.End = time.Now()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if cmdErr != nil {
+		return cmdErr
+	}
+	if c.Out != "" {
+		if err := ld.write(c.Out, rounds); err != nil {
+			return err
+		}
+	}
+	return report(out, c, tl, ld, rounds)
+}
+
+// sleepUntil waits until t or ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	tm := time.NewTimer(time.Until(t))
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shell runs cmd with sh -c, its output to out.
+func shell(ctx context.Context, cmd string, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	x := exec.CommandContext(ctx, "sh", "-c", cmd)
+	x.Stdout, x.Stderr = out, out
+	if err := x.Run(); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	return nil
+}
+
+// load offers the requests and records the answers.
+type load struct {
+	c       config
+	clients [][]ratelimitv1connect.RateLimitServiceClient // [region][node]
+	mu      sync.Mutex
+	adm     []Admission
+	served  []int // decisions per region
+	errs    []int // failed requests per region
+	missed  []int // requests not sent: every worker of the node busy
+	lastErr error
+}
+
+func newLoad(c config) *load {
+	n := len(c.Targets)
+	ld := &load{c: c, served: make([]int, n), errs: make([]int, n), missed: make([]int, n)}
+	for _, r := range c.Targets {
+		hc := &http.Client{Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+			MaxIdleConnsPerHost: c.Workers + 2,
+			IdleConnTimeout:     time.Minute,
+		}}
+		var cs []ratelimitv1connect.RateLimitServiceClient
+		for _, u := range r.Nodes {
+			cs = append(cs, ratelimitv1connect.NewRateLimitServiceClient(hc, u))
+		}
+		ld.clients = append(ld.clients, cs)
+	}
+	return ld
+}
+
+func (ld *load) limit() *ratelimitv1.Limit {
+	return &ratelimitv1.Limit{Limit: ld.c.Limit, Window: durationpb.New(ld.c.Window)}
+}
+
+// offer sends requests to every node at an even rate from start until end,
+// at most Workers at once per node; a request whose turn comes while every
+// worker of its node is busy is not sent (counted as missed).
+func (ld *load) offer(ctx context.Context, start, end time.Time) {
+	nodes := 0
+	for _, r := range ld.c.Targets {
+		nodes += len(r.Nodes)
+	}
+	perNode := ld.c.Factor * float64(ld.c.Limit) / ld.c.Window.Seconds() / float64(nodes)
+	interval := time.Duration(float64(time.Second) / perNode)
+	var wg sync.WaitGroup
+	for ri := range ld.clients {
+		for ni, cl := range ld.clients[ri] {
+			jobs := make(chan struct{})
+			for range ld.c.Workers {
+				wg.Go(func() {
+					for range jobs {
+						ld.check(ctx, ri, cl)
+					}
+				})
+			}
+			// Stagger the nodes' schedules over one interval.
+			offset := time.Duration(int64(interval) * int64(ri*len(ld.clients[ri])+ni) / int64(nodes))
+			wg.Go(func() {
+				defer close(jobs)
+				for i := 0; ; i++ {
+					at := start.Add(offset + time.Duration(i)*interval)
+					if !at.Before(end) || sleepUntil(ctx, at) != nil {
+						return
+					}
+					select {
+					case jobs <- struct{}{}:
+					default:
+						ld.mu.Lock()
+						ld.missed[ri]++
+						ld.mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// check sends one Check and records the answer.
+func (ld *load) check(ctx context.Context, ri int, cl ratelimitv1connect.RateLimitServiceClient) {
+	rctx, cancel := context.WithTimeout(ctx, ld.c.ReqTimout)
+	defer cancel()
+	sent := time.Now()
+	res, err := cl.Check(rctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: ld.c.Key, Hits: 1, Limit: ld.limit()}))
+	got := time.Now()
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if err != nil {
+		ld.errs[ri]++
+		ld.lastErr = err
+		return
+	}
+	ld.served[ri]++
+	if res.Msg.GetAllowed() {
+		ld.adm = append(ld.adm, Admission{At: sent.Add(got.Sub(sent) / 2), Region: ri})
+	}
+}
+
+// poll asks the first node of every region, every Poll from from until
+// end, for its counts of the key's previous bucket.
+func (ld *load) poll(ctx context.Context, from, end time.Time) []Round {
+	var rounds []Round
+	if sleepUntil(ctx, from) != nil {
+		return nil
+	}
+	tk := time.NewTicker(ld.c.Poll)
+	defer tk.Stop()
+	for time.Now().Before(end) {
+		r := Round{Start: time.Now(), Views: make([]View, len(ld.clients))}
+		var wg sync.WaitGroup
+		for ri := range ld.clients {
+			wg.Go(func() { r.Views[ri] = ld.peek(ctx, ld.clients[ri][0]) })
+		}
+		wg.Wait()
+		r.Done = time.Now()
+		rounds = append(rounds, r)
+		select {
+		case <-tk.C:
+		case <-ctx.Done():
+			return rounds
+		}
+	}
+	return rounds
+}
+
+func (ld *load) peek(ctx context.Context, cl ratelimitv1connect.RateLimitServiceClient) View {
+	ctx, cancel := context.WithTimeout(ctx, ld.c.ReqTimout)
+	defer cancel()
+	res, err := cl.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: ld.c.Key, Hits: 1, Limit: ld.limit()}))
+	if err != nil {
+		return View{}
+	}
+	st := res.Msg.GetResponse().GetStats()
+	v := View{OK: true, Bucket: st.GetBucket(), Previous: map[string]uint64{}}
+	for _, rc := range st.GetRegions() {
+		if rc.GetPrevious() > 0 {
+			v.Previous[rc.GetRegion()] = rc.GetPrevious()
+		}
+	}
+	return v
+}
+
+// write saves the admissions and the poll rounds as CSV under dir.
+func (ld *load) write(dir string, rounds []Round) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	rows := [][]string{{"unix_ns", "region"}}
+	for _, a := range ld.adm {
+		rows = append(rows, []string{strconv.FormatInt(a.At.UnixNano(), 10), ld.c.Targets[a.Region].Name})
+	}
+	if err := writeCSV(filepath.Join(dir, "admissions.csv"), rows); err != nil {
+		return err
+	}
+	rows = [][]string{{"start_unix_ns", "done_unix_ns", "region", "ok", "bucket", "previous"}}
+	for _, r := range rounds {
+		for ri, v := range r.Views {
+			rows = append(rows, []string{strconv.FormatInt(r.Start.UnixNano(), 10), strconv.FormatInt(r.Done.UnixNano(), 10),
+				ld.c.Targets[ri].Name, strconv.FormatBool(v.OK), strconv.FormatInt(v.Bucket, 10), fmt.Sprint(v.Previous)})
+		}
+	}
+	return writeCSV(filepath.Join(dir, "rounds.csv"), rows)
+}
+
+func writeCSV(path string, rows [][]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// report prints the figures and checks the bounds.
+func report(out io.Writer, c config, tl timeline, ld *load, rounds []Round) error {
+	n := len(c.Targets)
+	names := make([]string, n)
+	for i, r := range c.Targets {
+		names[i] = r.Name
+	}
+	var problems []error
+	sent, errs := 0, 0
+	for ri := range n {
+		sent += ld.served[ri] + ld.errs[ri]
+		errs += ld.errs[ri]
+		fmt.Fprintf(out, "partition: %s: %d decided, %d errors, %d not sent (workers busy)\n", names[ri], ld.served[ri], ld.errs[ri], ld.missed[ri])
+	}
+	if errs*100 > sent {
+		problems = append(problems, fmt.Errorf("%d of %d requests failed (last: %v)", errs, sent, ld.lastErr))
+	}
+
+	windows := trailing(ld.adm, c.Window, n)
+	phases := []Phase{
+		{"before the cut", tl.Start, tl.CutStart},
+		{"steady, before the cut", tl.Start.Add(2 * c.Window), tl.CutStart},
+		{"during the cut", tl.CutStart, tl.HealStart},
+		{"after the heal", tl.HealStart, tl.End.Add(time.Second)},
+		{"a window after the heal", tl.HealStart.Add(c.Window), tl.End.Add(time.Second)},
+		{"during and after", tl.CutStart, tl.End.Add(time.Second)},
+	}
+	fmt.Fprintf(out, "partition: trailing windows (t-%v, t] at every admission, x limit %d (bound %.3f):\n", c.Window, c.Limit, c.Bound)
+	fmt.Fprintf(out, "  %-24s %8s %6s %6s %6s  %-28s %s\n", "phase", "windows", "max", "min", "p50", "worst window ends", "admitted per region in phase")
+	var fault PhaseStats
+	for _, p := range phases {
+		st := summarize(p, windows, ld.adm, c.Limit, n)
+		worst := "-"
+		if st.Windows > 0 {
+			worst = fmt.Sprintf("%s %s", relTo(st.Worst.At, tl), perRegion(names, st.Worst.PerRegion))
+		}
+		fmt.Fprintf(out, "  %-24s %8d %6.3f %6.3f %6.3f  %-28s %s\n", p.Name, st.Windows, st.Max, st.Min, st.P50, worst, perRegion(names, st.Admitted))
+		if p.Name == "during and after" {
+			fault = st
+		}
+		if st.Windows > 0 && st.Max > c.Bound {
+			problems = append(problems, fmt.Errorf("%s: a trailing window held %.3f x the limit, over %.3f (ending %s, %s)",
+				p.Name, st.Max, c.Bound, relTo(st.Worst.At, tl), perRegion(names, st.Worst.PerRegion)))
+		}
+		if p.Name == "during the cut" {
+			for ri, a := range st.Admitted {
+				if a == 0 {
+					problems = append(problems, fmt.Errorf("%s admitted nothing during the cut: the load did not reach it", names[ri]))
+				}
+			}
+		}
+	}
+	if fault.Windows == 0 {
+		problems = append(problems, errors.New("no admission during or after the cut"))
+	}
+
+	// Agreement: on the bucket that closed during the cut, from the heal;
+	// on the bucket open at the heal, from its end, with the grace of the
+	// reconciliation that runs then.
+	w := int64(c.Window)
+	healBucket := tl.HealStart.UnixNano() / w
+	closed := agreement(rounds, healBucket-1, names, tl.HealStart, 2*c.Flush+c.OneWay)
+	closed.DisagreedInCut = disagreedBefore(rounds, healBucket-1, names, tl.CutStart, tl.HealStart)
+	open := agreement(rounds, healBucket, names, time.Unix(0, (healBucket+1)*w), c.Grace+2*c.Flush+c.OneWay)
+	fmt.Fprintf(out, "partition: agreement (%d polls of every region, every %v):\n  closed during the cut: %s\n  open at the heal:      %s\n",
+		len(rounds), c.Poll, closed, open)
+	for _, a := range []Agreement{closed, open} {
+		if a.After < 0 || a.After > a.Bound {
+			problems = append(problems, fmt.Errorf("regions did not agree on bucket %d within %v of %s (%v)",
+				a.Bucket, a.Bound, a.Since.Format("15:04:05.000"), a.After))
+		}
+	}
+	if !closed.DisagreedInCut {
+		problems = append(problems, fmt.Errorf("no poll during the cut saw the regions disagree on bucket %d: the cut did not show", closed.Bucket))
+	}
+	if len(problems) > 0 {
+		return errors.Join(problems...)
+	}
+	fmt.Fprintln(out, "partition: PASS")
+	return nil
+}
+
+// disagreedBefore reports whether a round in [from, to) had every region
+// answer in bucket b+1 without agreeing on bucket b.
+func disagreedBefore(rounds []Round, b int64, want []string, from, to time.Time) bool {
+	for _, r := range rounds {
+		if r.Start.Before(from) || !r.Start.Before(to) {
+			continue
+		}
+		all := true
+		for _, v := range r.Views {
+			all = all && v.OK && v.Bucket == b+1
+		}
+		if all && !agreeOn(r, b, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// relTo names t relative to the cut and the heal.
+func relTo(t time.Time, tl timeline) string {
+	switch {
+	case t.Before(tl.CutStart):
+		return fmt.Sprintf("cut%+.2fs", t.Sub(tl.CutStart).Seconds())
+	case t.Before(tl.HealStart):
+		return fmt.Sprintf("cut+%.2fs", t.Sub(tl.CutStart).Seconds())
+	default:
+		return fmt.Sprintf("heal+%.2fs", t.Sub(tl.HealStart).Seconds())
+	}
+}
+
+func perRegion(names []string, counts []int) string {
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s:%d", name, counts[i])
+	}
+	return strings.Join(parts, " ")
+}
