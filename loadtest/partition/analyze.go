@@ -96,83 +96,108 @@ func summarize(p Phase, windows []Window, adm []Admission, limit uint64, nRegion
 	return st
 }
 
-// View is what one region's node answered a Peek with: the bucket it is
-// in and every region's count of the previous (closed) bucket.
+// View is what one region's node answered a Peek with: the bucket it was
+// in and every region's count of the previous (closed) bucket, read from
+// the store at Read (the store's clock: the bucket's start plus the
+// answer's elapsed time).
 type View struct {
-	OK       bool
+	Read     time.Time
 	Bucket   int64
 	Previous map[string]uint64
 }
 
-// Round is one poll of every region, started at Start and answered in
-// full by Done; Views is indexed like the regions.
-type Round struct {
-	Start, Done time.Time
-	Views       []View
-}
-
-// agreeOn reports whether every region's view in r shows bucket b closed
-// (they are all in bucket b+1) with the same non-zero count for every one
-// of the want regions, and no other region's count differing.
-func agreeOn(r Round, b int64, want []string) bool {
-	if len(r.Views) == 0 {
-		return false
-	}
-	for _, v := range r.Views {
-		if !v.OK || v.Bucket != b+1 || !maps.Equal(v.Previous, r.Views[0].Previous) {
-			return false
-		}
-	}
-	for _, name := range want {
-		if r.Views[0].Previous[name] == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// Agreement is when the regions first agreed on a closed bucket, and the
+// Agreement is when the regions came to agree on a closed bucket, and the
 // bound they had to meet.
 type Agreement struct {
 	Bucket int64
 	// Since is the instant the clock starts: the heal, or the bucket's end
 	// when it closed after the heal.
 	Since time.Time
-	// After is how long after Since the first agreeing round was answered
-	// in full (-1 when no round agreed); Before is when the last round
-	// that did not agree started (a lower bound on the true delay).
-	After, Before time.Duration
+	// At is the first instant by which every region's store was read
+	// holding the agreed counts (the latest of the regions' first such
+	// reads); zero when the regions never agreed. NotBefore is the latest
+	// read of a region that did not hold them yet: the true instant lies
+	// in (NotBefore, At].
+	At, NotBefore time.Time
 	Bound         time.Duration
 	// Counts is the agreed vector.
 	Counts map[string]uint64
-	// DisagreedInCut reports whether a round during the cut saw the
-	// regions disagree on the bucket (or not all of them in it).
-	DisagreedInCut bool
+	// Diverged reports whether some region was read holding other counts
+	// of the bucket during [from, to) given to agreement (the cut): a cut
+	// that left the regions agreeing measured nothing.
+	Diverged bool
 }
 
-// agreement finds the first round that started at or after since and
-// agrees on bucket b.
-func agreement(rounds []Round, b int64, want []string, since time.Time, bound time.Duration) Agreement {
-	a := Agreement{Bucket: b, Since: since, After: -1, Bound: bound}
-	for _, r := range rounds {
-		if r.Start.Before(since) {
-			continue
+// After is how long after Since the regions agreed, at most; -1 when they
+// never did.
+func (a Agreement) After() time.Duration {
+	if a.At.IsZero() {
+		return -1
+	}
+	return a.At.Sub(a.Since)
+}
+
+// agreement finds when the regions' views (per region, in time order)
+// came to agree on bucket b: each region's last view of it (read while in
+// bucket b+1) must show the same counts, non-zero for every region in
+// want; each region holds them from its first read after its last read of
+// other counts. Diverged is set when a view read in [from, to) differed.
+func agreement(views [][]View, b int64, want []string, since time.Time, bound time.Duration, from, to time.Time) Agreement {
+	a := Agreement{Bucket: b, Since: since, Bound: bound}
+	var final map[string]uint64
+	for _, vs := range views {
+		var last map[string]uint64
+		for _, v := range vs {
+			if v.Bucket == b+1 {
+				last = v.Previous
+			}
 		}
-		if agreeOn(r, b, want) {
-			a.After = r.Done.Sub(since)
-			a.Counts = r.Views[0].Previous
+		if last == nil || (final != nil && !maps.Equal(last, final)) {
 			return a
 		}
-		a.Before = r.Start.Sub(since)
+		final = last
 	}
+	for _, name := range want {
+		if final[name] == 0 {
+			return a
+		}
+	}
+	var at, notBefore time.Time
+	for _, vs := range views {
+		var first, lastOther time.Time
+		for _, v := range vs {
+			if v.Bucket != b+1 {
+				continue
+			}
+			if !maps.Equal(v.Previous, final) {
+				first, lastOther = time.Time{}, v.Read
+				if !v.Read.Before(from) && v.Read.Before(to) {
+					a.Diverged = true
+				}
+			} else if first.IsZero() {
+				first = v.Read
+			}
+		}
+		if first.After(at) {
+			at = first
+		}
+		if lastOther.After(notBefore) {
+			notBefore = lastOther
+		}
+	}
+	a.At, a.NotBefore, a.Counts = at, notBefore, final
 	return a
 }
 
 // String formats the agreement for the report.
 func (a Agreement) String() string {
-	if a.After < 0 {
+	if a.At.IsZero() {
 		return fmt.Sprintf("bucket %d: no agreement (bound %v after %s)", a.Bucket, a.Bound, a.Since.Format("15:04:05.000"))
 	}
-	return fmt.Sprintf("bucket %d: agreed %v after %s (not yet at %v; bound %v), counts %v",
-		a.Bucket, a.After.Round(time.Millisecond), a.Since.Format("15:04:05.000"), a.Before.Round(time.Millisecond), a.Bound, a.Counts)
+	lo := "-"
+	if !a.NotBefore.IsZero() {
+		lo = a.NotBefore.Sub(a.Since).String()
+	}
+	return fmt.Sprintf("bucket %d: agreed %v after %s (a region still differed at %s; bound %v), counts %v",
+		a.Bucket, a.After(), a.Since.Format("15:04:05.000"), lo, a.Bound, a.Counts)
 }

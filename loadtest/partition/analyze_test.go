@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestSummarize(t *testing.T) {
 
 func TestAgreement(t *testing.T) {
 	names := []string{"us", "ap"}
-	view := func(b int64, us, ap uint64) View {
+	view := func(ms int, b int64, us, ap uint64) View {
 		m := map[string]uint64{}
 		if us > 0 {
 			m["us"] = us
@@ -73,33 +74,40 @@ func TestAgreement(t *testing.T) {
 		if ap > 0 {
 			m["ap"] = ap
 		}
-		return View{OK: true, Bucket: b, Previous: m}
+		return View{Read: at(ms), Bucket: b, Previous: m}
 	}
-	rounds := []Round{
-		{at(0), at(5), []View{view(8, 900, 300), view(8, 600, 300)}},     // cut: us lacks... ap lacks us's tail
-		{at(100), at(105), []View{view(8, 900, 300), view(8, 900, 300)}}, // agreed, but before since
-		{at(200), at(205), []View{view(8, 900, 300), {}}},                // ap did not answer
-		{at(300), at(306), []View{view(8, 900, 300), view(8, 900, 300)}},
-		{at(400), at(405), []View{view(9, 50, 10), view(9, 50, 10)}},
+	// Bucket 7 closed; the cut lasts until 150 ms. us lacks ap's last
+	// hits until its read at 230; ap lacks us's until 180.
+	views := [][]View{
+		{view(0, 8, 900, 250), view(100, 8, 900, 250), view(200, 8, 900, 250), view(230, 8, 900, 300), view(400, 9, 50, 10)},
+		{view(10, 8, 600, 300), view(180, 8, 900, 300), view(300, 8, 900, 300)},
 	}
-	a := agreement(rounds, 7, names, at(150), 200*time.Millisecond)
-	if got, want := a.After, 156*time.Millisecond; got != want {
-		t.Errorf("agreement After = %v, want %v", got, want)
+	a := agreement(views, 7, names, at(150), 100*time.Millisecond, at(0), at(150))
+	if got, want := a.After(), 80*time.Millisecond; got != want {
+		t.Errorf("After() = %v, want %v (us's first read of the final counts)", got, want)
 	}
-	if got, want := a.Before, 50*time.Millisecond; got != want {
-		t.Errorf("agreement Before = %v, want %v", got, want)
+	if got, want := a.NotBefore, at(200); !got.Equal(want) {
+		t.Errorf("NotBefore = %v, want %v", got.Sub(t0), want.Sub(t0))
 	}
-	if !strings.Contains(a.String(), "agreed 156ms") {
-		t.Errorf("String() = %q, want it to say agreed 156ms", a.String())
+	if !a.Diverged {
+		t.Error("Diverged = false, want true: both regions held other counts during the cut")
 	}
-	if a := agreement(rounds, 7, []string{"us", "eu"}, at(150), time.Second); a.After != -1 {
-		t.Errorf("agreement without eu's count = %v, want none (-1)", a.After)
+	if got, want := a.Counts, map[string]uint64{"us": 900, "ap": 300}; !maps.Equal(got, want) {
+		t.Errorf("Counts = %v, want %v", got, want)
 	}
-	if !disagreedBefore(rounds, 7, names, at(0), at(150)) {
-		t.Error("disagreedBefore(first round) = false, want true")
+	if !strings.Contains(a.String(), "agreed 80ms") {
+		t.Errorf("String() = %q, want it to say agreed 80ms", a.String())
 	}
-	if disagreedBefore(rounds, 7, names, at(50), at(150)) {
-		t.Error("disagreedBefore(an agreeing round) = true, want false")
+	if a := agreement(views, 7, names, at(150), time.Second, at(500), at(600)); a.Diverged {
+		t.Error("Diverged outside every read = true, want false")
+	}
+	if a := agreement(views, 7, []string{"us", "eu"}, at(150), time.Second, at(0), at(150)); a.After() != -1 {
+		t.Errorf("agreement without eu's count: After() = %v, want -1", a.After())
+	}
+	// ap's last read still lacks us's last hits: no agreement.
+	views[1] = views[1][:1]
+	if a := agreement(views, 7, names, at(150), time.Second, at(0), at(150)); a.After() != -1 {
+		t.Errorf("agreement with differing last reads: After() = %v, want -1", a.After())
 	}
 }
 

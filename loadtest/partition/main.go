@@ -34,6 +34,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -45,9 +46,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -120,20 +123,20 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.Uint64Var(&c.Limit, "limit", 1000, "the global limit per window")
 	fs.DurationVar(&c.Window, "window", 10*time.Second, "the window")
 	fs.Float64Var(&c.Factor, "factor", 10, "offered load as a multiple of limit/window, over all regions")
-	fs.IntVar(&c.Workers, "workers", 8, "concurrent requests per node at most")
-	fs.DurationVar(&c.MinPre, "min-pre", 22*time.Second, "load before the cut, at least")
+	fs.IntVar(&c.Workers, "workers", 16, "concurrent requests per node at most")
+	fs.DurationVar(&c.MinPre, "min-pre", 20*time.Second, "load before the cut, at least")
 	fs.Float64Var(&c.CutPhase, "cut-phase", 0.2, "where in a bucket the cut starts, 0 to 1")
 	fs.DurationVar(&c.CutFor, "cut-for", 15*time.Second, "how long the cut lasts")
-	fs.DurationVar(&c.After, "after", 12*time.Second, "load after the heal (at least a window)")
-	fs.StringVar(&c.CutCmd, "cut-cmd", "", "shell command that cuts a region off")
-	fs.StringVar(&c.HealCmd, "heal-cmd", "", "shell command that heals the cut")
+	fs.DurationVar(&c.After, "after", 14*time.Second, "load after the heal (at least a window)")
+	fs.StringVar(&c.CutCmd, "cut-cmd", "", "shell command that cuts a region off (a line \"applied at <unix ns>\" in its output says when)")
+	fs.StringVar(&c.HealCmd, "heal-cmd", "", "shell command that heals the cut (a line \"applied at <unix ns>\" in its output says when)")
 	fs.StringVar(&c.Cut, "cut", "ap", "the region the cut isolates (for the report)")
 	fs.DurationVar(&c.Flush, "flush", 50*time.Millisecond, "the nodes' flush interval")
 	fs.DurationVar(&c.Grace, "grace", 50*time.Millisecond, "the nodes' reconciliation grace after a bucket closes")
 	fs.DurationVar(&c.OneWay, "one-way", 60*time.Millisecond, "the one-way delay between regions")
 	fs.Float64Var(&c.Bound, "bound", 0, "largest trailing window allowed, x limit (0: 1 + 1/regions)")
 	fs.DurationVar(&c.Poll, "poll", 20*time.Millisecond, "how often every region is asked for its counts")
-	fs.StringVar(&c.Out, "out", "", "directory for admissions.csv and rounds.csv (optional)")
+	fs.StringVar(&c.Out, "out", "", "directory for admissions.csv and views.csv (optional)")
 	fs.DurationVar(&c.ReqTimout, "request-timeout", 2*time.Second, "timeout of one request")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -185,37 +188,42 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	tl := timeline{Start: now}
 	cutAt := cutTime(now.Add(c.MinPre), c.Window, c.CutPhase)
 	healAt := cutAt.Add(c.CutFor)
-	end := healAt.Add(c.After)
-	// The bucket open at the heal must close, and be agreed on, before
-	// the load ends.
-	if closeAt := cutTime(healAt, c.Window, 0).Add(2 * time.Second); end.Before(closeAt) {
-		end = closeAt
+	// The load runs -after past the heal, and until the bucket open at
+	// the heal has closed and had time to be agreed on.
+	endAfter := func(heal time.Time) time.Time {
+		return maxTime(heal.Add(c.After), cutTime(heal, c.Window, 0).Add(2*time.Second))
 	}
-	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second))
-	defer cancel()
-	fmt.Fprintf(out, "partition: key %s, limit %d per %v, %.0fx over %d regions; cut %s off at %s for %v, load until %s\n",
-		c.Key, c.Limit, c.Window, c.Factor, len(c.Targets), c.Cut, cutAt.Format("15:04:05.000"), c.CutFor, end.Format("15:04:05.000"))
-
 	ld := newLoad(c)
+	ld.setEnd(endAfter(healAt))
+	ctx, cancel := context.WithDeadline(ctx, ld.endTime().Add(30*time.Second))
+	defer cancel()
+	fmt.Fprintf(out, "partition: key %s, limit %d per %v, %.0fx over %d regions; cut %s off at %s for %v, load until about %s\n",
+		c.Key, c.Limit, c.Window, c.Factor, len(c.Targets), c.Cut, cutAt.Format("15:04:05.000"), c.CutFor, ld.endTime().Format("15:04:05.000"))
+
 	var wg sync.WaitGroup
-	wg.Go(func() { ld.offer(ctx, now, end) })
-	var rounds []Round
-	wg.Go(func() { rounds = ld.poll(ctx, now.Add(c.Window), end) })
+	wg.Go(func() { ld.offer(ctx, now) })
+	var views [][]View
+	wg.Go(func() { views = ld.poll(ctx, now.Add(c.Window)) })
 
 	var cmdErr error
 	if err := sleepUntil(ctx, cutAt); err == nil {
-		tl.CutStart = time.Now()
-		cmdErr = shell(ctx, c.CutCmd, out)
+		t := time.Now()
+		tl.CutStart, cmdErr = shell(ctx, c.CutCmd, out)
 		tl.CutDone = time.Now()
-		fmt.Fprintf(out, "partition: cut at %s (%v)\n", tl.CutStart.Format("15:04:05.000"), tl.CutDone.Sub(tl.CutStart).Round(time.Millisecond))
+		fmt.Fprintf(out, "partition: cut at %s (command %s to %s)\n", tl.CutStart.Format("15:04:05.000"),
+			t.Format("15:04:05.000"), tl.CutDone.Format("15:04:05.000"))
 		// Heal even when the cut command failed: it may have half-cut.
 		if err := sleepUntil(ctx, healAt); err != nil {
 			ctx = context.WithoutCancel(ctx)
 		}
-		tl.HealStart = time.Now()
-		cmdErr = errors.Join(cmdErr, shell(ctx, c.HealCmd, out))
+		t = time.Now()
+		var err error
+		tl.HealStart, err = shell(ctx, c.HealCmd, out)
+		cmdErr = errors.Join(cmdErr, err)
 		tl.HealDone = time.Now()
-		fmt.Fprintf(out, "partition: healed at %s (%v)\n", tl.HealStart.Format("15:04:05.000"), tl.HealDone.Sub(tl.HealStart).Round(time.Millisecond))
+		ld.setEnd(endAfter(tl.HealStart))
+		fmt.Fprintf(out, "partition: healed at %s (command %s to %s)\n", tl.HealStart.Format("15:04:05.000"),
+			t.Format("15:04:05.000"), tl.HealDone.Format("15:04:05.000"))
 	}
 	wg.Wait()
 	tl.End = time.Now()
@@ -226,11 +234,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return cmdErr
 	}
 	if c.Out != "" {
-		if err := ld.write(c.Out, rounds); err != nil {
+		if err := ld.write(c.Out, views); err != nil {
 			return err
 		}
 	}
-	return report(out, c, tl, ld, rounds)
+	return report(out, c, tl, ld, views)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // sleepUntil waits until t or ctx ends.
@@ -245,16 +260,29 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// shell runs cmd with sh -c, its output to out.
-func shell(ctx context.Context, cmd string, out io.Writer) error {
+// shell runs cmd with sh -c, its output to out. When the command prints a
+// line "applied at <unix ns>" (the instant just before it made its change),
+// that instant is returned; else the instant it was started.
+func shell(ctx context.Context, cmd string, out io.Writer) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	x := exec.CommandContext(ctx, "sh", "-c", cmd)
-	x.Stdout, x.Stderr = out, out
+	var buf bytes.Buffer
+	x.Stdout, x.Stderr = io.MultiWriter(out, &buf), out
+	applied := time.Now()
 	if err := x.Run(); err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
+		return applied, fmt.Errorf("%s: %w", cmd, err)
 	}
-	return nil
+	for line := range strings.Lines(buf.String()) {
+		if ns, ok := strings.CutPrefix(strings.TrimSpace(line), "applied at "); ok {
+			n, err := strconv.ParseInt(ns, 10, 64)
+			if err != nil {
+				return applied, fmt.Errorf("%s: bad %q: %w", cmd, line, err)
+			}
+			applied = time.Unix(0, n)
+		}
+	}
+	return applied, nil
 }
 
 // load offers the requests and records the answers.
@@ -267,7 +295,13 @@ type load struct {
 	errs    []int // failed requests per region
 	missed  []int // requests not sent: every worker of the node busy
 	lastErr error
+	lat     []time.Duration // every decision's round trip
+	end     atomic.Int64    // unix ns: when the load stops
 }
+
+func (ld *load) setEnd(t time.Time) { ld.end.Store(t.UnixNano()) }
+func (ld *load) endTime() time.Time { return time.Unix(0, ld.end.Load()) }
+func (ld *load) over() bool         { return !time.Now().Before(ld.endTime()) }
 
 func newLoad(c config) *load {
 	n := len(c.Targets)
@@ -291,10 +325,11 @@ func (ld *load) limit() *ratelimitv1.Limit {
 	return &ratelimitv1.Limit{Limit: ld.c.Limit, Window: durationpb.New(ld.c.Window)}
 }
 
-// offer sends requests to every node at an even rate from start until end,
+// offer sends requests to every node at an even rate from start until the
+// end,
 // at most Workers at once per node; a request whose turn comes while every
 // worker of its node is busy is not sent (counted as missed).
-func (ld *load) offer(ctx context.Context, start, end time.Time) {
+func (ld *load) offer(ctx context.Context, start time.Time) {
 	nodes := 0
 	for _, r := range ld.c.Targets {
 		nodes += len(r.Nodes)
@@ -318,7 +353,7 @@ func (ld *load) offer(ctx context.Context, start, end time.Time) {
 				defer close(jobs)
 				for i := 0; ; i++ {
 					at := start.Add(offset + time.Duration(i)*interval)
-					if !at.Before(end) || sleepUntil(ctx, at) != nil {
+					if !at.Before(ld.endTime()) || sleepUntil(ctx, at) != nil {
 						return
 					}
 					select {
@@ -350,57 +385,68 @@ func (ld *load) check(ctx context.Context, ri int, cl ratelimitv1connect.RateLim
 		return
 	}
 	ld.served[ri]++
+	ld.lat = append(ld.lat, got.Sub(sent))
 	if res.Msg.GetAllowed() {
 		ld.adm = append(ld.adm, Admission{At: sent.Add(got.Sub(sent) / 2), Region: ri})
 	}
 }
 
 // poll asks the first node of every region, every Poll from from until
-// end, for its counts of the key's previous bucket.
-func (ld *load) poll(ctx context.Context, from, end time.Time) []Round {
-	var rounds []Round
+// the load ends, for its store's counts of the key's previous bucket, each
+// region on its own so that a slow one does not space out the others'
+// reads. The Peeks name a limit far above the key's: a denial could be
+// answered from the node's memory of an earlier one (its deny cache)
+// instead of from the store.
+func (ld *load) poll(ctx context.Context, from time.Time) [][]View {
+	views := make([][]View, len(ld.clients))
 	if sleepUntil(ctx, from) != nil {
-		return nil
+		return views
 	}
-	tk := time.NewTicker(ld.c.Poll)
-	defer tk.Stop()
-	for time.Now().Before(end) {
-		r := Round{Start: time.Now(), Views: make([]View, len(ld.clients))}
-		var wg sync.WaitGroup
-		for ri := range ld.clients {
-			wg.Go(func() { r.Views[ri] = ld.peek(ctx, ld.clients[ri][0]) })
-		}
-		wg.Wait()
-		r.Done = time.Now()
-		rounds = append(rounds, r)
-		select {
-		case <-tk.C:
-		case <-ctx.Done():
-			return rounds
-		}
+	var wg sync.WaitGroup
+	for ri := range ld.clients {
+		wg.Go(func() {
+			tk := time.NewTicker(ld.c.Poll)
+			defer tk.Stop()
+			for !ld.over() {
+				if v, ok := ld.peek(ctx, ld.clients[ri][0]); ok {
+					views[ri] = append(views[ri], v)
+				}
+				select {
+				case <-tk.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
 	}
-	return rounds
+	wg.Wait()
+	return views
 }
 
-func (ld *load) peek(ctx context.Context, cl ratelimitv1connect.RateLimitServiceClient) View {
+func (ld *load) peek(ctx context.Context, cl ratelimitv1connect.RateLimitServiceClient) (View, bool) {
 	ctx, cancel := context.WithTimeout(ctx, ld.c.ReqTimout)
 	defer cancel()
-	res, err := cl.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: ld.c.Key, Hits: 1, Limit: ld.limit()}))
+	lim := &ratelimitv1.Limit{Limit: 1e12, Window: durationpb.New(ld.c.Window)}
+	res, err := cl.Peek(ctx, connect.NewRequest(&ratelimitv1.PeekRequest{Key: ld.c.Key, Hits: 1, Limit: lim}))
 	if err != nil {
-		return View{}
+		return View{}, false
 	}
 	st := res.Msg.GetResponse().GetStats()
-	v := View{OK: true, Bucket: st.GetBucket(), Previous: map[string]uint64{}}
+	v := View{
+		Read:     time.UnixMilli(st.GetBucket()*ld.c.Window.Milliseconds() + st.GetElapsedMs()),
+		Bucket:   st.GetBucket(),
+		Previous: map[string]uint64{},
+	}
 	for _, rc := range st.GetRegions() {
 		if rc.GetPrevious() > 0 {
 			v.Previous[rc.GetRegion()] = rc.GetPrevious()
 		}
 	}
-	return v
+	return v, true
 }
 
-// write saves the admissions and the poll rounds as CSV under dir.
-func (ld *load) write(dir string, rounds []Round) error {
+// write saves the admissions and the views as CSV under dir.
+func (ld *load) write(dir string, views [][]View) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
@@ -411,14 +457,14 @@ func (ld *load) write(dir string, rounds []Round) error {
 	if err := writeCSV(filepath.Join(dir, "admissions.csv"), rows); err != nil {
 		return err
 	}
-	rows = [][]string{{"start_unix_ns", "done_unix_ns", "region", "ok", "bucket", "previous"}}
-	for _, r := range rounds {
-		for ri, v := range r.Views {
-			rows = append(rows, []string{strconv.FormatInt(r.Start.UnixNano(), 10), strconv.FormatInt(r.Done.UnixNano(), 10),
-				ld.c.Targets[ri].Name, strconv.FormatBool(v.OK), strconv.FormatInt(v.Bucket, 10), fmt.Sprint(v.Previous)})
+	rows = [][]string{{"read_unix_ms", "region", "bucket", "previous"}}
+	for ri, vs := range views {
+		for _, v := range vs {
+			rows = append(rows, []string{strconv.FormatInt(v.Read.UnixMilli(), 10), ld.c.Targets[ri].Name,
+				strconv.FormatInt(v.Bucket, 10), fmt.Sprint(v.Previous)})
 		}
 	}
-	return writeCSV(filepath.Join(dir, "rounds.csv"), rows)
+	return writeCSV(filepath.Join(dir, "views.csv"), rows)
 }
 
 func writeCSV(path string, rows [][]string) error {
@@ -438,7 +484,7 @@ func writeCSV(path string, rows [][]string) error {
 }
 
 // report prints the figures and checks the bounds.
-func report(out io.Writer, c config, tl timeline, ld *load, rounds []Round) error {
+func report(out io.Writer, c config, tl timeline, ld *load, views [][]View) error {
 	n := len(c.Targets)
 	names := make([]string, n)
 	for i, r := range c.Targets {
@@ -450,6 +496,16 @@ func report(out io.Writer, c config, tl timeline, ld *load, rounds []Round) erro
 		sent += ld.served[ri] + ld.errs[ri]
 		errs += ld.errs[ri]
 		fmt.Fprintf(out, "partition: %s: %d decided, %d errors, %d not sent (workers busy)\n", names[ri], ld.served[ri], ld.errs[ri], ld.missed[ri])
+	}
+	dur := tl.End.Sub(tl.Start)
+	fmt.Fprintf(out, "partition: %d requests sent in %v: %.1fx the limit's rate (%.0fx offered)\n",
+		sent, dur.Round(time.Second), float64(sent)/dur.Seconds()/(float64(c.Limit)/c.Window.Seconds()), c.Factor)
+	if len(ld.lat) > 0 {
+		slices.Sort(ld.lat)
+		q := func(p float64) time.Duration {
+			return ld.lat[int(p*float64(len(ld.lat)-1))].Round(100 * time.Microsecond)
+		}
+		fmt.Fprintf(out, "partition: decision round trip p50 %v, p99 %v, max %v\n", q(0.5), q(0.99), q(1))
 	}
 	if errs*100 > sent {
 		problems = append(problems, fmt.Errorf("%d of %d requests failed (last: %v)", errs, sent, ld.lastErr))
@@ -498,43 +554,28 @@ func report(out io.Writer, c config, tl timeline, ld *load, rounds []Round) erro
 	// reconciliation that runs then.
 	w := int64(c.Window)
 	healBucket := tl.HealStart.UnixNano() / w
-	closed := agreement(rounds, healBucket-1, names, tl.HealStart, 2*c.Flush+c.OneWay)
-	closed.DisagreedInCut = disagreedBefore(rounds, healBucket-1, names, tl.CutStart, tl.HealStart)
-	open := agreement(rounds, healBucket, names, time.Unix(0, (healBucket+1)*w), c.Grace+2*c.Flush+c.OneWay)
-	fmt.Fprintf(out, "partition: agreement (%d polls of every region, every %v):\n  closed during the cut: %s\n  open at the heal:      %s\n",
-		len(rounds), c.Poll, closed, open)
+	closed := agreement(views, healBucket-1, names, tl.HealStart, 2*c.Flush+c.OneWay, tl.CutStart, tl.HealStart)
+	open := agreement(views, healBucket, names, time.Unix(0, (healBucket+1)*w), c.Grace+2*c.Flush+c.OneWay, time.Time{}, time.Time{})
+	reads := 0
+	for _, vs := range views {
+		reads += len(vs)
+	}
+	fmt.Fprintf(out, "partition: agreement (%d reads of the regions' stores, every %v per region):\n  closed during the cut: %s\n  open at the heal:      %s\n",
+		reads, c.Poll, closed, open)
 	for _, a := range []Agreement{closed, open} {
-		if a.After < 0 || a.After > a.Bound {
+		if a.After() < 0 || a.After() > a.Bound {
 			problems = append(problems, fmt.Errorf("regions did not agree on bucket %d within %v of %s (%v)",
-				a.Bucket, a.Bound, a.Since.Format("15:04:05.000"), a.After))
+				a.Bucket, a.Bound, a.Since.Format("15:04:05.000"), a.After()))
 		}
 	}
-	if !closed.DisagreedInCut {
-		problems = append(problems, fmt.Errorf("no poll during the cut saw the regions disagree on bucket %d: the cut did not show", closed.Bucket))
+	if !closed.Diverged {
+		problems = append(problems, fmt.Errorf("no region held other counts of bucket %d during the cut: the cut did not show", closed.Bucket))
 	}
 	if len(problems) > 0 {
 		return errors.Join(problems...)
 	}
 	fmt.Fprintln(out, "partition: PASS")
 	return nil
-}
-
-// disagreedBefore reports whether a round in [from, to) had every region
-// answer in bucket b+1 without agreeing on bucket b.
-func disagreedBefore(rounds []Round, b int64, want []string, from, to time.Time) bool {
-	for _, r := range rounds {
-		if r.Start.Before(from) || !r.Start.Before(to) {
-			continue
-		}
-		all := true
-		for _, v := range r.Views {
-			all = all && v.OK && v.Bucket == b+1
-		}
-		if all && !agreeOn(r, b, want) {
-			return true
-		}
-	}
-	return false
 }
 
 // relTo names t relative to the cut and the heal.
