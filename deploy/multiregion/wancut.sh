@@ -5,15 +5,17 @@
 #   ./wancut.sh cut ap     # drop every packet between ap and the other regions
 #   ./wancut.sh heal ap    # remove those rules
 #
-# Each prints "applied at <unix ns>": when the change began (the rules of
-# every direction go in, or out, in one iptables-restore transaction).
+# Each prints "applied at <unix ns>" and "done at <unix ns>": the change
+# (the rules of every direction go in, or out, in one iptables-restore
+# transaction) happened between. With --armed as a third argument it gets
+# everything ready and makes the change when a line arrives on its
+# standard input (loadtest/partition's -arm), within milliseconds.
 # The rules sit at the top of wanem's chain (RLWANEM), which every packet
 # between the region networks passes, so nothing crosses between the region
 # and the others while they are in; packets already queued in wanem for
 # their delay are still delivered. It needs wanem running. As root with
-# iptables installed it changes the host's rules directly (a few ms);
-# otherwise it runs iptables inside the wanem container (docker exec, about
-# 0.1 s). cut waits WANCUT_CHECK seconds (2) and fails when the rules
+# iptables installed it changes the host's rules directly; otherwise it
+# runs iptables inside the wanem container (docker exec). cut waits WANCUT_CHECK seconds (2) and fails when the rules
 # dropped nothing by then. Env: PROJECT (rlcluster), the compose project.
 set -euo pipefail
 
@@ -23,11 +25,15 @@ CHAIN=RLWANEM
 COMMENT="rlcluster wancut"
 
 usage() {
-	echo "usage: $0 cut|heal us|eu|ap" >&2
+	echo "usage: $0 cut|heal us|eu|ap [--armed]" >&2
 	exit 2
 }
-[ $# = 2 ] || usage
-action="$1" region="$2"
+[ $# = 2 ] || [ $# = 3 ] || usage
+action="$1" region="$2" armed=0
+if [ $# = 3 ]; then
+	[ "$3" = --armed ] || usage
+	armed=1
+fi
 [ -n "${subnet[$region]:-}" ] || usage
 
 # ipt ARGS... and ipt_restore (rules on stdin): iptables of the variant
@@ -68,18 +74,27 @@ rules() {
 	done
 }
 
+# now: the time in ns, without forking (bash 5's EPOCHREALTIME).
+now() { local t=$EPOCHREALTIME; echo "${t/[.,]/}000"; }
+
 # apply OP: insert (-I CHAIN 1) or delete (-D CHAIN) every rule in one
-# iptables-restore transaction, so every direction changes at once, and
-# print "applied at <unix ns>", the instant just before it began.
+# iptables-restore transaction, so every direction changes at once. With
+# --armed, iptables-restore is started and handed the rules first, and
+# the transaction is committed when a line arrives on standard input, so
+# that the change lands within milliseconds of it even on a busy machine.
+# Prints "applied at <unix ns>" just before the commit and "done at <unix
+# ns>" once iptables-restore has returned: the change happened between.
 apply() {
-	local batch r
-	batch=$(
+	local r
+	exec 3>&1
+	{
 		echo '*filter'
 		while read -r r; do echo "$1 $r -m comment --comment \"$COMMENT $region\" -j DROP"; done < <(rules)
+		[ "$armed" = 1 ] && read -r _
+		echo "applied at $(now)" >&3
 		echo COMMIT
-	)
-	echo "applied at $(date +%s%N)"
-	ipt_restore <<<"$batch"
+	} | ipt_restore
+	echo "done at $(now)"
 }
 
 case "$action" in

@@ -128,3 +128,28 @@ func TestCutTime(t *testing.T) {
 		}
 	}
 }
+
+func TestRunAt(t *testing.T) {
+	var out strings.Builder
+	at := time.Now().Add(300 * time.Millisecond)
+	// Armed: the command waits for the line, and reports its own bounds.
+	ch, err := runAt(t.Context(), `read -r x && [ "$x" = go ] && echo "applied at 1000" && echo "done at 2000"`, at, 200*time.Millisecond, &out)
+	if err != nil {
+		t.Fatalf("runAt(armed) = %v; output %q", err, out.String())
+	}
+	if !ch.Applied.Equal(time.Unix(0, 1000)) || !ch.Done.Equal(time.Unix(0, 2000)) {
+		t.Errorf("runAt(armed) = %v..%v, want the command's own 1000..2000 ns", ch.Applied.UnixNano(), ch.Done.UnixNano())
+	}
+	// Not armed, no lines: bounded by the start (not before at) and the exit.
+	at = time.Now().Add(100 * time.Millisecond)
+	ch, err = runAt(t.Context(), "true", at, 0, &out)
+	if err != nil {
+		t.Fatalf("runAt(true) = %v", err)
+	}
+	if ch.Applied.Before(at) || ch.Done.Before(ch.Applied) {
+		t.Errorf("runAt(true) = %v..%v, want from at (%v) on", ch.Applied, ch.Done, at)
+	}
+	if _, err := runAt(t.Context(), "exit 3", time.Now(), 0, &out); err == nil {
+		t.Error("runAt(exit 3) = nil error, want the failure")
+	}
+}

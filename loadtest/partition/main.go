@@ -79,6 +79,7 @@ type config struct {
 	After     time.Duration
 	CutCmd    string
 	HealCmd   string
+	Arm       time.Duration
 	Cut       string // the region cut off, for the report
 	Flush     time.Duration
 	Grace     time.Duration
@@ -130,6 +131,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.After, "after", 14*time.Second, "load after the heal (at least a window)")
 	fs.StringVar(&c.CutCmd, "cut-cmd", "", "shell command that cuts a region off (a line \"applied at <unix ns>\" in its output says when)")
 	fs.StringVar(&c.HealCmd, "heal-cmd", "", "shell command that heals the cut (a line \"applied at <unix ns>\" in its output says when)")
+	fs.DurationVar(&c.Arm, "arm", 0, "start each command this long before its instant and write a line to its standard input at the instant (0: start it then)")
 	fs.StringVar(&c.Cut, "cut", "ap", "the region the cut isolates (for the report)")
 	fs.DurationVar(&c.Flush, "flush", 50*time.Millisecond, "the nodes' flush interval")
 	fs.DurationVar(&c.Grace, "grace", 50*time.Millisecond, "the nodes' reconciliation grace after a bucket closes")
@@ -206,24 +208,22 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	wg.Go(func() { views = ld.poll(ctx, now.Add(c.Window)) })
 
 	var cmdErr error
-	if err := sleepUntil(ctx, cutAt); err == nil {
-		t := time.Now()
-		tl.CutStart, cmdErr = shell(ctx, c.CutCmd, out)
-		tl.CutDone = time.Now()
-		fmt.Fprintf(out, "partition: cut at %s (command %s to %s)\n", tl.CutStart.Format("15:04:05.000"),
-			t.Format("15:04:05.000"), tl.CutDone.Format("15:04:05.000"))
+	cut, err := runAt(ctx, c.CutCmd, cutAt, c.Arm, out)
+	if err == nil || !cut.Applied.IsZero() {
+		cmdErr = err
+		tl.CutStart, tl.CutDone = cut.Applied, cut.Done
+		fmt.Fprintf(out, "partition: cut between %s and %s\n", cut.Applied.Format("15:04:05.000"), cut.Done.Format("15:04:05.000"))
 		// Heal even when the cut command failed: it may have half-cut.
-		if err := sleepUntil(ctx, healAt); err != nil {
+		if ctx.Err() != nil {
 			ctx = context.WithoutCancel(ctx)
 		}
-		t = time.Now()
-		var err error
-		tl.HealStart, err = shell(ctx, c.HealCmd, out)
+		heal, err := runAt(ctx, c.HealCmd, maxTime(healAt, time.Now().Add(c.Arm)), c.Arm, out)
 		cmdErr = errors.Join(cmdErr, err)
-		tl.HealDone = time.Now()
+		tl.HealStart, tl.HealDone = heal.Applied, heal.Done
 		ld.setEnd(endAfter(tl.HealStart))
-		fmt.Fprintf(out, "partition: healed at %s (command %s to %s)\n", tl.HealStart.Format("15:04:05.000"),
-			t.Format("15:04:05.000"), tl.HealDone.Format("15:04:05.000"))
+		fmt.Fprintf(out, "partition: healed between %s and %s\n", heal.Applied.Format("15:04:05.000"), heal.Done.Format("15:04:05.000"))
+	} else {
+		cmdErr = err
 	}
 	wg.Wait()
 	tl.End = time.Now()
@@ -260,29 +260,70 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// shell runs cmd with sh -c, its output to out. When the command prints a
-// line "applied at <unix ns>" (the instant just before it made its change),
-// that instant is returned; else the instant it was started.
-func shell(ctx context.Context, cmd string, out io.Writer) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+// change is when a cut or heal command made its change: between Applied
+// and Done.
+type change struct {
+	Applied, Done time.Time
+}
+
+// runAt runs cmd with sh -c so that it makes its change at t, its output to
+// out. With arm > 0 the command is started arm before t and a line is
+// written to its standard input at t (it must make its change only then);
+// else it is started at t. Lines "applied at <unix ns>" and "done at <unix
+// ns>" in its output bound when it made the change; by default the change
+// is bounded by the line written (or the start) and the command's exit.
+func runAt(ctx context.Context, cmd string, t time.Time, arm time.Duration, out io.Writer) (change, error) {
+	if err := sleepUntil(ctx, t.Add(-arm)); err != nil {
+		return change{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, arm+20*time.Second)
 	defer cancel()
 	x := exec.CommandContext(ctx, "sh", "-c", cmd)
 	var buf bytes.Buffer
 	x.Stdout, x.Stderr = io.MultiWriter(out, &buf), out
-	applied := time.Now()
-	if err := x.Run(); err != nil {
-		return applied, fmt.Errorf("%s: %w", cmd, err)
-	}
-	for line := range strings.Lines(buf.String()) {
-		if ns, ok := strings.CutPrefix(strings.TrimSpace(line), "applied at "); ok {
-			n, err := strconv.ParseInt(ns, 10, 64)
-			if err != nil {
-				return applied, fmt.Errorf("%s: bad %q: %w", cmd, line, err)
-			}
-			applied = time.Unix(0, n)
+	var stdin io.WriteCloser
+	if arm > 0 {
+		var err error
+		if stdin, err = x.StdinPipe(); err != nil {
+			return change{}, fmt.Errorf("%s: %w", cmd, err)
 		}
 	}
-	return applied, nil
+	if err := x.Start(); err != nil {
+		return change{}, fmt.Errorf("%s: %w", cmd, err)
+	}
+	var ch change
+	if arm > 0 {
+		if err := sleepUntil(ctx, t); err != nil {
+			x.Wait()
+			return change{}, err
+		}
+		ch.Applied = time.Now()
+		_, err := io.WriteString(stdin, "go\n")
+		stdin.Close()
+		if err != nil {
+			x.Wait()
+			return change{}, fmt.Errorf("%s: arm: %w", cmd, err)
+		}
+	} else {
+		ch.Applied = time.Now()
+	}
+	err := x.Wait()
+	ch.Done = time.Now()
+	if err != nil {
+		return ch, fmt.Errorf("%s: %w", cmd, err)
+	}
+	for line := range strings.Lines(buf.String()) {
+		for prefix, dst := range map[string]*time.Time{"applied at ": &ch.Applied, "done at ": &ch.Done} {
+			if ns, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+				n, err := strconv.ParseInt(ns, 10, 64)
+				if err != nil {
+					return ch, fmt.Errorf("%s: bad %q: %w", cmd, line, err)
+				}
+				*dst = time.Unix(0, n)
+			}
+		}
+	}
+	return ch, nil
 }
 
 // load offers the requests and records the answers.
