@@ -269,7 +269,14 @@ if [ "${PARTITION:-1}" = 1 ]; then
 			return out" 0 "*$pkey*" |
 			awk -v now="$now" '{n = split($1, p, ":"); b = p[n]; if (b ~ /^[0-9]+$/ && b + 0 < now) {$1 = b; print}}' | sort
 	}
-	us=$(closed_counts redis-us) eu=$(closed_counts redis-eu) ap=$(closed_counts redis-ap)
+	# All three at once: the buckets expire while the reads run.
+	pids=()
+	for r in us eu ap; do
+		closed_counts "redis-$r" >"$results/cut-redis-$r.txt" &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	us=$(cat "$results/cut-redis-us.txt") eu=$(cat "$results/cut-redis-eu.txt") ap=$(cat "$results/cut-redis-ap.txt")
 	printf 'closed buckets of %s (bucket replica=count ...):\nus:\n%s\neu:\n%s\nap:\n%s\n' "$pkey" "$us" "$eu" "$ap" >"$results/cut-redis.txt"
 	cat "$results/cut-redis.txt" >&2
 	common=$(join <(echo "$us" | cut -d' ' -f1) <(echo "$eu" | cut -d' ' -f1) | join - <(echo "$ap" | cut -d' ' -f1))
