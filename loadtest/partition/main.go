@@ -54,6 +54,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,7 +213,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { ld.offer(ctx, now) })
 	var views [][]View
-	wg.Go(func() { views = ld.poll(ctx, now.Add(c.Window)) })
+	wg.Go(func() { views = ld.poll(ctx, now.Add(c.Window), []time.Time{healAt, cutTime(healAt, c.Window, 0)}) })
 
 	var cmdErr error
 	cut, err := runAt(ctx, c.CutCmd, cutAt, c.Arm, out)
@@ -439,35 +440,62 @@ func (ld *load) check(ctx context.Context, ri int, cl ratelimitv1connect.RateLim
 	}
 }
 
-// poll asks the first node of every region, every Poll from from until
-// the load ends, for its store's counts of the key's previous bucket, each
-// region on its own so that a slow one does not space out the others'
-// reads. The Peeks name a limit far above the key's: a denial could be
-// answered from the node's memory of an earlier one (its deny cache)
-// instead of from the store.
-func (ld *load) poll(ctx context.Context, from time.Time) [][]View {
+// poll asks the nodes of every region, from from until the load ends,
+// for their store's counts of the key's previous bucket. Around the
+// instants in busy (the heal, and the end of the bucket open at it: from
+// a second before to two after) each region is asked every Poll by
+// pollers that take turns, so that reads slowed by a busy machine still
+// come about every Poll; elsewhere every 10 Poll. The Peeks name a limit
+// far above the key's: a denial could be answered from the node's memory
+// of an earlier one (its deny cache) instead of from the store.
+func (ld *load) poll(ctx context.Context, from time.Time, busy []time.Time) [][]View {
+	const pollers = 4
+	intense := func(t time.Time) bool {
+		for _, b := range busy {
+			if t.After(b.Add(-time.Second)) && t.Before(b.Add(2*time.Second)) {
+				return true
+			}
+		}
+		return false
+	}
 	views := make([][]View, len(ld.clients))
+	var mu sync.Mutex
 	if sleepUntil(ctx, from) != nil {
 		return views
 	}
 	var wg sync.WaitGroup
 	for ri := range ld.clients {
-		wg.Go(func() {
-			tk := time.NewTicker(ld.c.Poll)
-			defer tk.Stop()
-			for !ld.over() {
-				if v, ok := ld.peek(ctx, ld.clients[ri][0]); ok {
-					views[ri] = append(views[ri], v)
+		for k := range pollers {
+			wg.Go(func() {
+				cl := ld.clients[ri][k%len(ld.clients[ri])]
+				next := time.Now().Add(time.Duration(k) * ld.c.Poll)
+				for !ld.over() {
+					if sleepUntil(ctx, next) != nil {
+						return
+					}
+					if k > 0 && !intense(next) {
+						next = next.Add(pollers * ld.c.Poll)
+						continue
+					}
+					if v, ok := ld.peek(ctx, cl); ok {
+						mu.Lock()
+						views[ri] = append(views[ri], v)
+						mu.Unlock()
+					}
+					step := pollers * ld.c.Poll
+					if !intense(next) {
+						step = 10 * ld.c.Poll
+					}
+					for next = next.Add(step); next.Before(time.Now()); next = next.Add(step) {
+					}
 				}
-				select {
-				case <-tk.C:
-				case <-ctx.Done():
-					return
-				}
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
+	for _, vs := range views {
+		slices.SortFunc(vs, func(a, b View) int { return a.Read.Compare(b.Read) })
+	}
 	return views
 }
 
