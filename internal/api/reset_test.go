@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +148,101 @@ func TestResetNeedsAdmin(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), admin) || strings.Contains(logs.String(), plain) {
 		t.Errorf("a token reached the log:\n%s", logs.String())
+	}
+}
+
+// TestResetCalendar: a reset outlives the calendar buckets it clears.
+// A month limit of 3 spends 2, is reset, and spends 3 more; 15 days later,
+// in the same month, the key is still spent (the hits since the reset
+// count) and its estimate is those 3 (the 2 before it do not count
+// again). A year limit in Los Angeles reset late on December 31 in UTC is
+// still reset on January 1 in UTC, which is still December there.
+func TestResetCalendar(t *testing.T) {
+	month := &ratelimitv1.Limit{Limit: 3, Calendar: ratelimitv1.Calendar_CALENDAR_MONTH}
+	yearLA := &ratelimitv1.Limit{Limit: 2, Calendar: ratelimitv1.Calendar_CALENDAR_YEAR, TimeZone: "America/Los_Angeles"}
+	for _, sf := range stores {
+		t.Run(sf.name, func(t *testing.T) {
+			var now atomic.Int64
+			set := func(tm time.Time) { now.Store(tm.UnixMilli()) }
+			set(time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC))
+			store := sf.new(t)
+			var c ratelimitv1connect.RateLimitServiceClient
+			// node starts a node on the store, as a restart or another
+			// node of the region would: it knows of resets only from the
+			// store.
+			node := func() {
+				s := newServer(t, api.Config{Store: store, Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+				c = s.client(t, protocols[0].h2c, protocols[0].opts...)
+			}
+			node()
+			check := func(key string, l *ratelimitv1.Limit, peek bool) *ratelimitv1.CheckResponse {
+				t.Helper()
+				if peek {
+					r, err := c.Peek(context.Background(), connect.NewRequest(&ratelimitv1.PeekRequest{Key: key, Limit: l}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return r.Msg.GetResponse()
+				}
+				r, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: key, Limit: l}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Msg
+			}
+			reset := func(key string, l *ratelimitv1.Limit) {
+				t.Helper()
+				if _, err := c.Reset(context.Background(), connect.NewRequest(&ratelimitv1.ResetRequest{Key: key, Limit: l})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spend := func(key string, l *ratelimitv1.Limit, n int) string {
+				out := make([]string, n)
+				for i := range out {
+					out[i] = fmt.Sprint(check(key, l, false).GetAllowed())
+				}
+				return strings.Join(out, " ")
+			}
+
+			if got := spend("m", month, 2); got != "true true" {
+				t.Fatalf("before the reset: %s, want 2 allowed", got)
+			}
+			set(time.Date(2025, 1, 3, 12, 0, 0, 0, time.UTC))
+			reset("m", month)
+			if got := spend("m", month, 4); got != "true true true false" {
+				t.Fatalf("after the reset: %s, want 3 of 4 allowed", got)
+			}
+			set(time.Date(2025, 1, 18, 12, 0, 0, 0, time.UTC)) // 15 days on, same month
+			node()
+			if r := check("m", month, true); r.GetStats().GetEstimate() != 3 {
+				t.Errorf("15 days after the reset: estimate %d, want 3 (the hits since the reset, not the 2 before)", r.GetStats().GetEstimate())
+			}
+			if r := check("m", month, false); r.GetAllowed() {
+				t.Errorf("15 days after the reset: a 4th hit of the month allowed, want denied")
+			}
+			set(time.Date(2025, 1, 31, 23, 0, 0, 0, time.UTC)) // 28 days on
+			node()
+			if r := check("m", month, false); r.GetAllowed() {
+				t.Errorf("28 days after the reset: a 4th hit of the month allowed, want denied")
+			}
+
+			set(time.Date(2025, 12, 31, 22, 0, 0, 0, time.UTC)) // 14:00 in Los Angeles
+			if got := spend("y", yearLA, 3); got != "true true false" {
+				t.Fatalf("year before the reset: %s, want 2 of 3 allowed", got)
+			}
+			set(time.Date(2025, 12, 31, 23, 0, 0, 0, time.UTC))
+			reset("y", yearLA)
+			if got := spend("y", yearLA, 1); got != "true" {
+				t.Fatalf("year after the reset: %s, want allowed", got)
+			}
+			set(time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC)) // 22:00 on December 31 in Los Angeles
+			node()
+			if r := check("y", yearLA, true); r.GetStats().GetEstimate() != 1 {
+				t.Errorf("January 1 in UTC: estimate %d, want the 1 hit since the reset", r.GetStats().GetEstimate())
+			}
+			if got := spend("y", yearLA, 2); got != "true false" {
+				t.Errorf("January 1 in UTC: %s, want 1 more of the year allowed", got)
+			}
+		})
 	}
 }

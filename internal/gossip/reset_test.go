@@ -106,7 +106,8 @@ func TestSimResetRacesACount(t *testing.T) {
 			if o := decide(t, ds[r], key, true); o.Estimate != 0 {
 				t.Errorf("%s after the reset: estimate %d, want 0 (no hit since the reset at %v)", r, o.Estimate, at)
 			}
-			v, err := s.stores[r].Vectors(context.Background(), []region.BucketRef{{Key: decision.ResetKey("i:" + key), Window: decision.ResetWindow, Bucket: window.Bucket(at.UnixMilli(), decision.ResetWindow)}})
+			rw, rb := decision.ResetBucket(at.UnixMilli())
+			v, err := s.stores[r].Vectors(context.Background(), []region.BucketRef{{Key: decision.ResetKey("i:" + key), Window: rw, Bucket: rb}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -585,7 +585,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 		})
 		sreqs, res = one.req[:], one.res[:]
 	} else {
-		sreqs, res = make([]region.Request, len(reqs), len(reqs)+len(stale)), make([]region.Result, len(reqs)+len(stale))
+		sreqs, res = make([]region.Request, len(reqs), len(reqs)+resetPeeksPer*len(stale)), make([]region.Result, len(reqs)+resetPeeksPer*len(stale))
 	}
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store

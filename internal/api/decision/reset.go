@@ -17,29 +17,38 @@ import (
 
 // Resets. A reset of a store key K is an instant R (Unix ms): hits counted
 // under K before R no longer count. R is kept as a replicated total of its
-// own, beside the counters: key ResetKey(K), window [ResetWindow], bucket
-// floor(R/ResetWindow), count R, one entry per region that reset K. It is
-// max-merged like every total, so a reset is never lost and a late message
-// never undoes it, and the stores and replication treat it as any other
-// count. The key's reset instant is the largest entry of the current and
-// previous buckets: a reset older than ResetWindow (the longest window)
-// has nothing left to clear.
+// own, beside the counters: key ResetKey(K), in the UTC calendar year that
+// holds R ([ResetBucket]), count R, one entry per region that reset K. It
+// is max-merged like every total, so a reset is never lost and a late
+// message never undoes it, and the stores and replication treat it as any
+// other count of a calendar bucket. The key's reset instant is the largest
+// entry of the current and previous UTC years, so a reset is remembered
+// until the end of the UTC year after the one it was made in: past the
+// end of every bucket that holds R, a calendar year's in any zone
+// included (no zone's year ends a day after UTC's), and past the previous
+// bucket of every fixed window ([window.MaxWindow]).
 //
 // A decision applies R without reading the counters' layout: once a node
 // knows of R, it counts K under the generation key GenKey(K, R), whose
 // counters start empty, and the counts under K (or an older generation)
 // are never read again; they expire. A node learns a reset from the store
 // (its region's, where replication merges the other regions' resets) at
-// most Config.ResetTTL after its last look at K: the look is one more
-// request in the decision's own store call, and a decision that it shows
-// was made under an old generation is made again. So a reset reaches
-// every decision at most the replication delay plus ResetTTL after it was
-// made, and a decision made in a region before the reset reached it
-// counts in the old generation: under-counted, never over.
+// most Config.ResetTTL after its last look at K: the look is two more
+// requests (the two years) in the decision's own store call, and a
+// decision that it shows was made under an old generation is made again.
+// So a reset reaches every decision at most the replication delay plus
+// ResetTTL after it was made, and a decision made in a region before the
+// reset reached it counts in the old generation: under-counted, never
+// over.
 
-// ResetWindow is the window of a reset instant's total: the longest
-// window, so that a reset outlives every counter it clears.
-const ResetWindow = window.MaxWindow
+// resetLimit is the limit of a reset instant's total: a UTC calendar
+// year, so that a reset outlives every counter it clears.
+var resetLimit = window.Limit{Limit: window.MaxLimit, Algorithm: window.FixedWindow, Calendar: window.Calendar{Unit: window.CalendarYear}}
+
+// ResetBucket returns the bucket that keeps a reset made at atMs (Unix
+// ms), as the stores and replication name buckets
+// ([window.Limit.BucketAt]): the UTC calendar year that holds atMs.
+func ResetBucket(atMs int64) (w time.Duration, b int64) { return resetLimit.BucketAt(atMs) }
 
 // DefaultResetTTL is how long a node trusts what it last read of a key's
 // reset instant (Config.ResetTTL).
@@ -140,21 +149,27 @@ func (c *resetCache) put(key string, atMs int64, now time.Time) {
 	sh.m[key] = resetEntry{atMs: atMs, readAt: now}
 }
 
-// resetPeek is the store request that reads key's reset instant.
-func resetPeek(key string, now time.Time) region.Request {
-	return region.Request{
-		Key:   ResetKey(key),
-		Limit: window.Limit{Limit: window.MaxLimit, Window: ResetWindow, Algorithm: window.FixedWindow},
-		Hits:  1, Now: now, Peek: true,
+// resetPeekPair writes to out the two store requests that read key's reset
+// instant at now: its current UTC year and the previous one.
+func resetPeekPair(out []region.Request, key string, now time.Time) {
+	k := ResetKey(key)
+	_, b := ResetBucket(window.Ms(now))
+	prev := now
+	if b > 0 {
+		prev = time.UnixMilli(b - 1)
 	}
+	out[0] = region.Request{Key: k, Limit: resetLimit, Hits: 1, Now: now, Peek: true}
+	out[1] = region.Request{Key: k, Limit: resetLimit, Hits: 1, Now: prev, Peek: true}
 }
 
-// resetInstant returns the reset instant a peek's result shows: the
-// largest count of any region in its current and previous buckets.
-func resetInstant(res *region.Result) int64 {
+// resetInstant returns the reset instant that a key's two peeks' results
+// show: the largest count of any region.
+func resetInstant(res []region.Result) int64 {
 	var at uint64
-	for _, rc := range res.Regions {
-		at = max(at, rc.Current, rc.Previous)
+	for i := range res {
+		for _, rc := range res[i].Regions {
+			at = max(at, rc.Current, rc.Previous)
+		}
 	}
 	return int64(min(at, window.MaxLimit))
 }
@@ -192,14 +207,18 @@ func (d *Decider) resetGens(reqs []Request) (stale []int) {
 }
 
 // resetPeeks returns the store requests that read the reset instants of
-// reqs[stale].
+// reqs[stale]: resetPeeksPer of them per key, in stale's order.
 func resetPeeks(reqs []Request, stale []int) []region.Request {
-	peeks := make([]region.Request, len(stale))
+	peeks := make([]region.Request, resetPeeksPer*len(stale))
 	for j, i := range stale {
-		peeks[j] = resetPeek(baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
+		resetPeekPair(peeks[resetPeeksPer*j:], baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
 	}
 	return peeks
 }
+
+// resetPeeksPer is the number of store requests that read one key's reset
+// instant.
+const resetPeeksPer = 2
 
 // learnResets records what the peeks of reqs[stale] read, and returns
 // whether request stale[j] was decided under an older generation than
@@ -208,7 +227,7 @@ func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) 
 	for j, i := range stale {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
-		d.resets.put(k, resetInstant(&res[j]), q.Now)
+		d.resets.put(k, resetInstant(res[resetPeeksPer*j:resetPeeksPer*(j+1)]), q.Now)
 		at, _ := d.resets.get(k, q.Now)
 		if g := GenKey(k, at); g != q.Key {
 			if redo == nil {
@@ -276,10 +295,11 @@ func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time
 	if atMs <= 0 {
 		return "", time.Time{}, Invalid("the clock is before the epoch")
 	}
+	w, b := ResetBucket(atMs)
 	t := region.Total{
 		Key:    ResetKey(r.Store.Key),
-		Window: ResetWindow,
-		Bucket: window.Bucket(atMs, ResetWindow),
+		Window: w,
+		Bucket: b,
 		Region: d.cfg.Region,
 		Count:  uint64(atMs),
 	}
