@@ -191,10 +191,11 @@ if [ "${K6:-1}" = 1 ]; then
 		out=$(curl -fsS -m 2 -X POST -H 'Content-Type: application/json' \
 			-d "{\"key\":\"$key\",\"hits\":1,\"limit\":{\"limit\":300,\"window\":\"10s\"}}" \
 			"http://127.0.0.1:$1/ratelimit.v1.RateLimitService/Peek") || return 1
+		# The Python lines start at column 0: an indented one is a syntax error.
 		python3 -c 'import json,sys
-	r=json.loads(sys.argv[1]); r=r.get("response",r); s=r.get("stats",{})
-	regs=sorted((g.get("region",""),g.get("previous","0")) for g in s.get("regions",[]) if str(g.get("previous","0"))!="0")
-	print(s.get("bucket","?"), " ".join("%s:%s"%x for x in regs))' "$out"
+r=json.loads(sys.argv[1]); r=r.get("response",r); s=r.get("stats",{})
+regs=sorted((g.get("region",""),g.get("previous","0")) for g in s.get("regions",[]) if str(g.get("previous","0"))!="0")
+print(s.get("bucket","?"), " ".join("%s:%s"%x for x in regs))' "$out"
 	}
 	agree() {
 		local a b c
