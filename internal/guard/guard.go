@@ -35,9 +35,7 @@
 // whose count is the only one known still leaves the others their floor
 // shares f/(sum + R*f), since an idle region may start to burst unseen
 // and take its floor share: the shares of every region's view must sum
-// to 1. (With a share of 1 for such a region, one region at 0.1x and two
-// idle ones bursting together with it admitted 1.36 x the limit.) A
-// single active region still keeps the whole limit: its share grows to
+// to 1. A single active region still keeps the whole limit: its share grows to
 // (c_self + f)/(c_self + R*f) of each horizon's headroom, and what it
 // leaves is shared again in the next.
 //
@@ -46,12 +44,7 @@
 // The headroom a region reads lacks what the other alive regions admitted
 // within the last horizon: it has not arrived yet. Were each region to take
 // its share of that headroom, the pool would admit, every horizon, about
-// the others' admissions of the previous one on top of the limit:
-// measured, two regions 60 ms apart offered 50 hits/s each against 60 per
-// second admitted 1.017 to 1.083 x the limit, and three regions offered
-// 10x from idle on 1 s windows 1.46 x in the simulator, as each took the
-// whole headroom in its second horizon before it heard of the others'
-// first (with what follows: 0.967 to 1.017 x and 1.04 x). So each node
+// the others' admissions of the previous one on top of the limit. So each node
 // also keeps the other regions' shares of the headroom it read in the
 // current horizon, before taking off what is pending,
 //
@@ -62,20 +55,17 @@
 // what the others may have admitted that it cannot have heard. They are
 // what the others could take under the same shares of their own headroom,
 // which is at most the one read here (a store's estimate lacks only
-// admissions). (The others' shares of the
-// headroom net of this region's pending are not a bound: each region
-// takes off its own pending, and one that took off less reads more.
-// Measured on the simulator's copy of a split, two regions contending for
-// 60 per second admitted up to 63 in a trailing window with that.)
+// admissions). (The others' shares of the headroom net of this region's
+// pending are not a bound: each region takes off its own pending, and one
+// that took off less reads more.)
 // Likewise this region's admissions of the current and the previous
 // horizon stay out of its weight c_self, since the others cannot have
 // heard of them yet: this node's own, and its region's other nodes',
 // read from the region's trails (the default sliding window) or from what
-// the region's count grew by since the previous horizon's first result.
-// (Counting only its own, a node of a region of two took the other
-// node's fresh admissions for the region's weight, and the other regions,
-// not yet heard, for idle: a share of 1, and a simultaneous burst in
-// three regions of two nodes admitted 2.94 x the limit.) What this costs: a
+// the region's count grew by since the previous horizon's first result
+// (counting only its own, a node would take the other nodes' fresh
+// admissions for its region's weight and the unheard regions for idle).
+// What this costs: a
 // burst from idle pauses for one horizon after its first (the others'
 // shares of the first stay pending), and a region whose partners took
 // less than their shares gives that up for one horizon. Per decision it
@@ -84,21 +74,13 @@
 //
 // What this bounds and what it does not: the regions' horizons are not
 // aligned and their weights differ by what each has not heard, so this is
-// not a proof that the pool never takes more than the headroom. Measured
-// in the simulator, every region at 10x the limit's rate admitted at most the
-// limit in any trailing window with 2 and 3 regions on 1 s and 10 s
-// windows and with 10 regions on 1 s windows, and 1.04 x with 10 regions
-// on 10 s windows; a copy of a split (two regions of three contending for
-// 60 per second, 50 hits/s each) kept the majority within 60 and the pool
-// within 80 in every trailing window over 160 runs on both counters (`go
-// test -run TestSplit -v ./loadtest/sim/`). The default counter never
-// errs above the limit in one region; across regions a remote trail is
-// coarse, so its hits may count up to 1/64 of a window late. The price of
-// the exactness is capacity where a region's share per horizon
-// is a fraction of a hit: ten regions at 10x on 1 s windows kept at least
-// 0.55 of the limit in steady state on the default counter (0.80 with
-// shares rounded up, at up to 1.10 x the limit). Reproduce with `go run
-// ./loadtest/sim`.
+// not a proof that the pool never takes more than the headroom: the
+// simulator and its fault search measure it (docs/design.md, "The burst
+// guard", has the figures; `go run ./loadtest/sim`). The default counter
+// never errs above the limit in one region; across regions a remote trail
+// is coarse, so its hits may count up to 1/64 of a window late. The price
+// of the exactness is capacity where a region's share per horizon is a
+// fraction of a hit.
 //
 // The headroom is read from the store's answers: the first request of a
 // horizon goes to the store even past a stale quota (a probe, so that a
