@@ -68,8 +68,11 @@ func TestWaitRealServer(t *testing.T) {
 	if !errors.Is(err, client.ErrWaitDeadline) || d.Allowed || d.RetryAfter <= 20*time.Millisecond {
 		t.Errorf("Wait with a 20 ms deadline = %+v, %v; want ErrWaitDeadline and the denial", d, err)
 	}
-	if took := time.Since(start); took >= 20*time.Millisecond {
-		t.Errorf("Wait with a 20 ms deadline took %v, want it to return at once", took)
+	// Waiting out the retry would take d.RetryAfter (about 100 ms); the
+	// check's own round trip, under -race on a busy machine, can pass the
+	// 20 ms deadline itself, so that is not the bound.
+	if took := time.Since(start); took >= d.RetryAfter {
+		t.Errorf("Wait with a 20 ms deadline took %v, want it to return without waiting the %v retry", took, d.RetryAfter)
 	}
 	if got := n.hits.Load() - before; got != 1 {
 		t.Errorf("Wait with a 20 ms deadline made %d checks, want 1", got)
