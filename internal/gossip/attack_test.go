@@ -91,6 +91,13 @@ func memberOf(t testing.TB, n *Node, name string) *member {
 	return &cp
 }
 
+// knows reports whether n has admitted the member called name.
+func knows(n *Node, name string) bool {
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	return n.members[name] != nil
+}
+
 // settle sends a harmless frame from the honest member after the attack and
 // waits until it merged: frames are handled in order, so whatever the
 // attack did has happened by then.
@@ -434,6 +441,11 @@ func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
 			lim := window.Limit{Limit: 1000, Window: time.Hour}
 			now := time.Now()
 			b := window.Bucket(now.UnixMilli(), lim.Window)
+			// Each rogue sends on its own stream, so the honest frame of
+			// settle may overtake theirs: wait until the victim's merge
+			// loop has taken all four before settling.
+			flushes := p.victim.met.msgsRecv.WithLabelValues(KindFlush.String())
+			received := counterValue(flushes)
 			for _, r := range rogues {
 				ts := []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: r.cfg.Region, Count: count}}
 				for i := range r.cfg.MaxReplicas {
@@ -447,6 +459,7 @@ func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			waitFor(t, 5*time.Second, "the rogues' frames received", func() bool { return counterValue(flushes) >= received+float64(len(rogues)) })
 			p.settle(t)
 			// The real region eu reports 60 hits.
 			fs, _ := Encode(KindFlush, now, p.honest.self(), []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: "eu", Count: 60}}, 1360)

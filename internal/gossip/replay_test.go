@@ -201,7 +201,8 @@ func TestAttackReplayFromFailedMember(t *testing.T) {
 	tap := &captureTransport{NetTransport: nt, to: victim.Addr()}
 	eu := mk("eu-0", "eu", tap, []string{victim.Addr()})
 	ap := mk("ap-0", "ap", listenLoopback(t, nil, ""), []string{victim.Addr()})
-	waitFor(t, 10*time.Second, "the victim sees both members alive", func() bool { return aliveMembers(victim) == 3 })
+	waitFor(t, 10*time.Second, "every member sees the others alive", func() bool { return allSeeAlive(3, victim, eu, ap) })
+	waitFor(t, 10*time.Second, "eu-0 has us-0's key state", func() bool { return knows(eu, "us-0") })
 
 	// eu reports a total to the victim, over UDP; it is merged.
 	bucket := time.Now().Unix() / 60
