@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -250,17 +251,39 @@ func (w *world) flush(r int) {
 type stats struct {
 	Max       float64 // over every key and admission
 	SteadyMin float64 // over admissions from steadyFrom on (NaN when none)
-	Admitted  int
-	Offered   int
-	GuardDeny int
+	// Median and P999 are over the admissions from steadyFrom on (NaN
+	// when none).
+	Median, P999 float64
+	Admitted     int
+	Offered      int
+	GuardDeny    int
+	// PerRegion is the admissions from steadyFrom on, per region.
+	PerRegion []int
+}
+
+// Spread is the largest per-region admission count from the steady
+// state on over the smallest, less 1 (0: even; NaN when a region admitted
+// nothing).
+func (st stats) Spread() float64 {
+	if len(st.PerRegion) == 0 {
+		return math.NaN()
+	}
+	lo, hi := slices.Min(st.PerRegion), slices.Max(st.PerRegion)
+	if lo == 0 {
+		return math.NaN()
+	}
+	return float64(hi)/float64(lo) - 1
 }
 
 func (w *world) stats(steadyFromMs int64) stats {
-	st := stats{SteadyMin: math.NaN(), Offered: w.offered, GuardDeny: w.guardNo}
+	st := stats{SteadyMin: math.NaN(), Median: math.NaN(), P999: math.NaN(), Offered: w.offered, GuardDeny: w.guardNo,
+		PerRegion: make([]int, w.cfg.Regions)}
 	wm := w.cfg.Limit.WindowMs()
 	lim := float64(w.cfg.Limit.Limit)
-	for _, ts := range w.admitted {
+	var steady []float64
+	for key, ts := range w.admitted {
 		st.Admitted += len(ts)
+		by := w.by[key]
 		lo := 0
 		for i, t := range ts {
 			for ts[lo] <= t-wm {
@@ -273,10 +296,17 @@ func (w *world) stats(steadyFromMs int64) stats {
 			}
 			r := float64(hi-lo+1) / lim
 			st.Max = max(st.Max, r)
-			if t >= steadyFromMs && (math.IsNaN(st.SteadyMin) || r < st.SteadyMin) {
-				st.SteadyMin = r
+			if t >= steadyFromMs {
+				steady = append(steady, r)
+				st.PerRegion[by[i]]++
 			}
 		}
+	}
+	if len(steady) > 0 {
+		slices.Sort(steady)
+		st.SteadyMin = steady[0]
+		st.Median = steady[len(steady)/2]
+		st.P999 = steady[min(len(steady)*999/1000, len(steady)-1)]
 	}
 	return st
 }
