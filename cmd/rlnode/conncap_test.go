@@ -28,10 +28,13 @@ import (
 // and send nothing, a third trickle a request's headers a byte every
 // 500 ms, a third ask /healthz, without a token, and keep the connection
 // idle), each connecting again a second after the node closes it. A legitimate
-// client's Checks, over keep-alive HTTP/1.1, must keep a p99 under 50 ms,
-// with authentication on and off. Before the cap reclaimed idle
-// connections, the 1,000 held the 64 slots and every other client waited
-// in the listen backlog until it timed out.
+// client's Checks, over keep-alive HTTP/1.1, must all succeed with a p99
+// under a second, with authentication on and off. Before the cap reclaimed
+// idle connections, the 1,000 held the 64 slots and every other client
+// waited in the listen backlog until it timed out (5 s). The bound is a
+// liveness check, far from both that failure and from the latency of a
+// loaded machine under -race (p99 up to about 280 ms); the latency itself
+// is the loadtest's to measure.
 //
 // Loopback only; bounded in count (at most 3 rounds of 500 Checks, 1,000 clients reconnecting
 // at most 200 times each) and time (a minute).
@@ -75,11 +78,11 @@ func TestConnectionCapHeldByIdleClients(t *testing.T) {
 			// passes. Without the cap's reclaiming, every round fails.
 			for round := 1; ; round++ {
 				p99, failed := legitChecks(t, ctx, client, n.base, tc.tok, checks)
-				if p99 <= 50*time.Millisecond && failed == 0 {
+				if p99 <= time.Second && failed == 0 {
 					break
 				}
 				if round == 3 {
-					t.Fatalf("p99 %v with %d failed, want under 50ms with none failed", p99, failed)
+					t.Fatalf("p99 %v with %d failed, want under 1s with none failed", p99, failed)
 				}
 			}
 		})
