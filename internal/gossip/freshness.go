@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -24,17 +25,54 @@ const (
 // clock: when a valid frame (totals or heartbeat) last came from it, and
 // the recent round trips measured to its members.
 type freshness struct {
-	heard map[string]time.Time // region -> receipt of its last valid frame
-	back  map[string]time.Time // region -> when it was heard again after a silence (or first)
-	rtt   map[string]*rtts     // region -> its recent ping round trips
-	node  map[string]time.Time // member -> receipt of its last valid frame
+	heard   map[string]time.Time   // region -> receipt of its last valid frame
+	back    map[string]time.Time   // region -> when it was heard again after a silence (or first)
+	rtt     map[string]*rtts       // region -> its recent ping round trips
+	node    map[string]time.Time   // member -> receipt of its last valid frame
+	unheard map[string]unheardNote // member -> the regions it last said it does not hear
+}
+
+// unheardNote is a member's last KindUnheard frame: its region, the
+// regions it does not hear, and when the frame arrived.
+type unheardNote struct {
+	region  string
+	regions []string
+	at      time.Time
 }
 
 func (f *freshness) init() {
 	if f.heard == nil {
 		f.heard, f.back, f.rtt, f.node = map[string]time.Time{}, map[string]time.Time{}, map[string]*rtts{}, map[string]time.Time{}
+		f.unheard = map[string]unheardNote{}
 	}
 }
+
+// unheardTTL is how long a member's report of the regions it does not
+// hear holds: it sends one with every heartbeat while it has any, so
+// three heartbeats without one mean it hears every region again.
+func (n *Node) unheardTTL() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+
+// noteUnheard records that member s does not hear the regions regions,
+// as of now.
+func (n *Node) noteUnheard(s *member, regions []string, now time.Time) {
+	n.freshMu.Lock()
+	defer n.freshMu.Unlock()
+	n.fresh.init()
+	if len(n.fresh.unheard) >= maxUnheardNotes {
+		for k, u := range n.fresh.unheard {
+			if now.Sub(u.at) > n.unheardTTL() {
+				delete(n.fresh.unheard, k)
+			}
+		}
+	}
+	if _, ok := n.fresh.unheard[s.node.Name]; !ok && len(n.fresh.unheard) >= maxUnheardNotes {
+		return
+	}
+	n.fresh.unheard[s.node.Name] = unheardNote{region: s.region, regions: regions, at: now}
+}
+
+// maxUnheardNotes bounds the members whose reports are kept at once.
+const maxUnheardNotes = 1024
 
 // rttSamples is how many of a region's last ping round trips the horizon
 // is taken from.
@@ -115,22 +153,40 @@ func (n *Node) heartbeatLoop() {
 // heartbeat sends the empty frame to the alive and recently failed members
 // of the other regions, and to the long failed ones too when old.
 func (n *Node) heartbeat(old bool) {
-	e, err := newEncoder(KindFlush, n.cfg.Now(), n.self(), nil)
+	now := n.cfg.Now()
+	e, err := newEncoder(KindFlush, now, n.self(), nil)
 	if err != nil {
 		return
 	}
 	frame := e.header(n.cfg.UDPBudget) // a frame of zero totals
-	var to []*member
+	var alive []*member
 	for _, ms := range n.view().remote {
-		to = append(to, ms...)
+		alive = append(alive, ms...)
 	}
-	to = append(to, n.failedMembers(time.Now(), old)...)
+	to := append(alive, n.failedMembers(time.Now(), old)...)
 	for _, m := range to {
 		if err := n.sendPacket(m, frame); err != nil {
 			n.met.drop("send_error")
 			continue
 		}
 		n.met.sentFor(KindFlush, cost{reason: reasonHeartbeat}, len(frame))
+	}
+	// While a region is silent here, the alive members of the other
+	// regions learn which, so that a cut link shows as one.
+	silent := n.GuardView(now).Silent
+	if len(silent) == 0 {
+		return
+	}
+	un, err := EncodeUnheard(now, n.self(), silent)
+	if err != nil {
+		return
+	}
+	for _, m := range alive {
+		if err := n.sendPacket(m, un); err != nil {
+			n.met.drop("send_error")
+			continue
+		}
+		n.met.sentFor(KindUnheard, cost{reason: reasonHeartbeat}, len(un))
 	}
 }
 
@@ -175,6 +231,19 @@ func (n *Node) GuardView(now time.Time) guard.View {
 			oneWay = max(oneWay, ow)
 		} else {
 			v.Silent = append(v.Silent, r)
+		}
+	}
+	for _, u := range n.fresh.unheard {
+		if now.Sub(u.at) > n.unheardTTL() || u.region == n.cfg.Region || !slices.Contains(v.Alive, u.region) {
+			continue
+		}
+		if v.Unheard == nil {
+			v.Unheard = map[string][]string{}
+		}
+		for _, r := range u.regions {
+			if !slices.Contains(v.Unheard[u.region], r) {
+				v.Unheard[u.region] = append(v.Unheard[u.region], r)
+			}
 		}
 	}
 	n.freshMu.Unlock()

@@ -70,6 +70,10 @@ func (n *Node) handle(b []byte) {
 	if m.Kind != KindState { // a state frame has no sequence: no proof of life
 		n.noteFrame(sender, n.heardFrom(sender, now), now)
 	}
+	if m.Kind == KindUnheard {
+		n.noteUnheard(sender, m.Unheard, now)
+		return
+	}
 	if m.Kind == KindTouch { // check let through touches of this region only
 		n.remember(now, m.Totals)
 		return
@@ -165,6 +169,8 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	switch {
 	case m.Kind == KindTouch && !own:
 		return "foreign_region"
+	case m.Kind == KindUnheard && own:
+		return "foreign_kind" // a region's own nodes share its view
 	case own && !peers && (m.Kind == KindFlush || m.Kind == KindReconcile):
 		return "foreign_kind"
 	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:

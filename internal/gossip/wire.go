@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -21,7 +22,10 @@ import (
 //	              version is dropped
 //	1    1        kind: 1 flush, 2 reconcile, 3 state (push-pull), 4 touch,
 //	              5 repair (a request, no entries), 6 repaired (its answer),
-//	              7 rejoin (no entries)
+//	              7 rejoin (no entries), 8 unheard (no entries; the
+//	              regions after the sender's in the region table are the
+//	              member regions the sender does not hear). A node that
+//	              predates a kind drops its frames.
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
 //	10   8        token: the sender's incarnation, a random value it draws
 //	              at start and announces in its member metadata (uint64)
@@ -132,6 +136,13 @@ const (
 	// of open buckets to the sender's region at once, as it does for a
 	// member it sees come alive itself. It carries no entries.
 	KindRejoin Kind = 7
+	// KindUnheard tells the receiver which member regions the sender
+	// does not hear (the burst guard's silent regions), so that a cut
+	// link shows as one (see guard.View.Crossed). A node sends it with
+	// each heartbeat while any region is silent to it. It carries no
+	// entries: the regions are the frame's region table after the
+	// sender's.
+	KindUnheard Kind = 8
 )
 
 // String returns the kind's metric label.
@@ -151,6 +162,8 @@ func (k Kind) String() string {
 		return "repaired"
 	case KindRejoin:
 		return "rejoin"
+	case KindUnheard:
+		return "unheard"
 	}
 	return "unknown"
 }
@@ -189,6 +202,9 @@ type Message struct {
 	Seq uint64
 	// Totals are the entries; each Total.Region is one of the frame's regions.
 	Totals []region.Total
+	// Unheard is, in a KindUnheard frame, the regions the sender does not
+	// hear: distinct, none the sender's own.
+	Unheard []string
 }
 
 // Sender names the node that builds a frame.
@@ -376,6 +392,27 @@ func EncodeEmpty(kind Kind, sent time.Time, from Sender) ([]byte, error) {
 	return e.header(e.head), nil
 }
 
+// EncodeUnheard returns a KindUnheard frame: the member regions that
+// from does not hear.
+func EncodeUnheard(sent time.Time, from Sender, unheard []string) ([]byte, error) {
+	e, err := newEncoder(KindUnheard, sent, from, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range unheard {
+		if r == from.Region || slices.Contains(e.regions, r) {
+			continue
+		}
+		if len(r) == 0 || len(r) > MaxRegionLen || len(e.regions) == MaxRegions {
+			return nil, fmt.Errorf("encode unheard region %q: %w", r, ErrMalformed)
+		}
+		e.index[r] = len(e.regions)
+		e.regions = append(e.regions, r)
+		e.head += 1 + len(r)
+	}
+	return e.header(e.head), nil
+}
+
 // stamp returns a copy of frame addressed to the incarnation to, with
 // sequence number seq.
 func stamp(frame []byte, to, seq uint64) []byte {
@@ -405,7 +442,7 @@ func Decode(b []byte) (Message, error) {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
 	m.Kind = Kind(b[1])
-	if m.Kind < KindFlush || m.Kind > KindRejoin {
+	if m.Kind < KindFlush || m.Kind > KindUnheard {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))
@@ -452,6 +489,18 @@ func Decode(b []byte) (Message, error) {
 	}
 	n := int(binary.BigEndian.Uint16(b[p:]))
 	p += 2
+	if m.Kind == KindUnheard {
+		for i, r := range regions {
+			if slices.Contains(regions[:i], r) {
+				return m, fmt.Errorf("region %q named twice: %w", r, ErrMalformed)
+			}
+		}
+		if n != 0 || p != len(b) {
+			return m, fmt.Errorf("unheard frame with entries: %w", ErrMalformed)
+		}
+		m.Unheard = regions[1:]
+		return m, nil
+	}
 	// Every entry takes at least 5 bytes: bound the allocation by the input.
 	if n > (len(b)-p)/5 {
 		return m, fmt.Errorf("%d entries in %d bytes: %w", n, len(b)-p, ErrMalformed)

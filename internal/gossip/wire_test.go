@@ -237,6 +237,38 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// A KindUnheard frame carries the regions its sender does not hear in its
+// region table, once each and never the sender's own, and no entries.
+func TestUnheardRoundTrip(t *testing.T) {
+	b, err := EncodeUnheard(t0, testSender("eu"), []string{"us", "eu", "ap", "us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Kind != KindUnheard || m.From != "eu" || !reflect.DeepEqual(m.Unheard, []string{"us", "ap"}) || len(m.Totals) != 0 {
+		t.Errorf("decoded kind %v from %q, unheard %q, %d totals; want unheard from eu, [us ap], none", m.Kind, m.From, m.Unheard, len(m.Totals))
+	}
+	if _, err := EncodeUnheard(t0, testSender("eu"), []string{""}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an empty region name: error %v, want ErrMalformed", err)
+	}
+	// The same region twice in the table, or an entry, is malformed.
+	twice, _ := EncodeUnheard(t0, testSender("eu"), []string{"us", "ap"})
+	nregions := headerFixed + len(testSender("eu").Node)
+	twice[nregions+1+1+len("eu")+1] = 'e' // "us" -> "es"? keep the length: make it "eu"
+	twice[nregions+1+1+len("eu")+2] = 'u'
+	if _, err := Decode(twice); !errors.Is(err, ErrMalformed) {
+		t.Errorf("the sender's region named again: error %v, want ErrMalformed", err)
+	}
+	withEntry := append([]byte(nil), b...)
+	withEntry[len(withEntry)-1] = 1
+	if _, err := Decode(withEntry); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an entry count of 1: error %v, want ErrMalformed", err)
+	}
+}
+
 // FuzzDecode checks that Decode never panics and that whatever it accepts
 // encodes back to a frame that decodes to the same totals.
 func FuzzDecode(f *testing.F) {
@@ -248,9 +280,22 @@ func FuzzDecode(f *testing.F) {
 	f.Add(frames[0])
 	f.Add(append([]byte{Version, 1}, append(make([]byte, headerFixed-3), 1, 'n', 1, 1, 'x', 0, 0)...))
 	f.Add([]byte{})
+	un, _ := EncodeUnheard(t0, testSender("eu"), []string{"us", "ap"})
+	f.Add(un)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		if err != nil {
+			return
+		}
+		if m.Kind == KindUnheard {
+			b2, err := EncodeUnheard(m.Sent, Sender{Node: m.Node, Region: m.From, Token: m.Token}, m.Unheard)
+			if err != nil {
+				t.Fatalf("re-encode unheard %q: %v", m.Unheard, err)
+			}
+			m2, err := Decode(b2)
+			if err != nil || !reflect.DeepEqual(m2.Unheard, m.Unheard) {
+				t.Fatalf("re-encoded unheard %q decodes to %q, %v", m.Unheard, m2.Unheard, err)
+			}
 			return
 		}
 		var got []region.Total

@@ -15,14 +15,16 @@
 // of the headroom per horizon:
 //
 //	headroom = limit - estimate               (the store's global estimate)
-//	share    = (c_self + f) / D,   D = sum_alive c_r + R*f,   f = limit / (R * Floor)
+//	share    = (w_self + f) / D,   D = sum_alive w_r + R*f,   f = weight(limit) / (R * Floor)
 //	quota    = q_region / N (rounded down)    per horizon H, per node
-//	q_region = floor(headroom * (B + c_self + f) / D) - floor(headroom * B / D)
+//	q_region = floor(headroom * (B + w_self + f) / D) - floor(headroom * B / D)
 //
-// where c_r is region r's count in the current and previous buckets (as the
-// store returned them), R the regions alive (this one included), N the
-// alive nodes of this region, Floor the [Config.Floor] divisor and B the
-// weight (c_r + f) of the alive regions named before this one. Every
+// where w_r is the [weight] (the square root, scaled) of region r's count
+// in the current and previous buckets (as the store returned them), R the
+// regions alive (this one included), N the alive nodes of this region,
+// Floor the [Config.Floor] divisor and B the [phase] of the layout (times
+// D) plus the weights (w_r + f) of the alive regions named before this
+// one. Every
 // region computes the same shares from the same replicated counts, so the
 // shares sum to about 1; laid out in name order over the headroom, each
 // region takes the whole hits that fall in its part, so the regions'
@@ -109,6 +111,13 @@
 // it a single region would keep only about 1 - H/W of the limit (0.92 for
 // 1 s windows at H = 80 ms).
 //
+// # Crossed views
+//
+// Charging silent regions bounds a split into sides that each hear all of
+// their own. A cut link does not split so (see [View.Crossed]); a node
+// whose view is crossed charges every other region as silent
+// ([View.Isolated]), so that each region keeps to its own share.
+//
 // # The partition share
 //
 // A region not heard from for a suspicion timeout is silent. Every node
@@ -136,6 +145,7 @@ package guard
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -147,7 +157,7 @@ import (
 
 // Defaults of [Config].
 const (
-	// DefaultFloor divides a region's minimum weight: f = limit/(R*Floor).
+	// DefaultFloor divides a region's minimum weight: f = weight(limit)/(R*Floor).
 	DefaultFloor = 8
 	// DefaultMaxKeys bounds the keys the guard tracks at once.
 	DefaultMaxKeys = 1 << 20
@@ -156,7 +166,7 @@ const (
 // Config configures a [Guard]. Zero fields mean the documented default.
 type Config struct {
 	// Floor sets the weight every alive region has in the shares even
-	// without traffic: f = limit / (R * Floor). A larger Floor gives an
+	// without traffic: f = weight(limit) / (R * Floor). A larger Floor gives an
 	// active region more of the headroom per horizon (more single-region
 	// capacity) and makes an idle region's first burst ramp up more
 	// slowly. Default 8.
@@ -184,6 +194,61 @@ type View struct {
 	// Ages is, per member region, the time since it was last heard from
 	// (for metrics; the guard itself reads Alive and Silent).
 	Ages map[string]time.Duration
+	// Unheard is, per alive region, the member regions it said recently
+	// that it does not hear (absent: it hears every one). See
+	// [View.Crossed].
+	Unheard map[string][]string
+}
+
+// Crossed reports whether the regions do not split into sides that each
+// hear all of their own: an alive region does not hear this one or
+// another alive region, or hears a region that is silent here. One cut
+// link does that (ap and us cannot reach each other, eu hears both): ap
+// and us each take eu for alive and us or ap for silent, and each would
+// admit the limit less the other's share, eu's share included in both.
+// A crossed view is decided with every other region charged as silent
+// (see [View.Isolated]).
+func (v *View) Crossed() bool {
+	for _, a := range v.Alive {
+		if a == v.Region {
+			continue
+		}
+		un := v.Unheard[a]
+		for _, b := range un {
+			if b == v.Region || slices.Contains(v.Alive, b) {
+				return true // a does not hear a region this one hears
+			}
+		}
+		for _, b := range v.Silent {
+			if b != a && !slices.Contains(un, b) {
+				return true // a hears a region this one does not
+			}
+		}
+	}
+	return false
+}
+
+// Isolated returns v with every other region silent when v is
+// [View.Crossed], else v itself: each region then admits at most its
+// share of the limit (limit/R) beyond what the others are known to have
+// admitted, so that the regions together stay within the limit whatever
+// links are cut, at the cost of what an idle region's share would have
+// lent to a busy one.
+func (v *View) Isolated() *View {
+	if !v.Crossed() {
+		return v
+	}
+	q := *v
+	q.Alive = []string{v.Region}
+	q.Silent = make([]string, 0, len(v.Alive)+len(v.Silent)-1)
+	for _, r := range v.Alive {
+		if r != v.Region {
+			q.Silent = append(q.Silent, r)
+		}
+	}
+	q.Silent = append(q.Silent, v.Silent...)
+	slices.Sort(q.Silent)
+	return &q
 }
 
 // Off reports whether the guard does nothing under v: no other region is
@@ -301,13 +366,14 @@ func (e *entry) pending(now time.Time) uint64 {
 // lacks only admissions), not of this region's net of what it takes as
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
-	_, o := quota(h, limit, w, v, floor)
+	ph := phase(e.start)
+	_, o := quota(h, limit, w, v, floor, ph)
 	if p := e.pending(now); h > p {
 		h -= p
 	} else {
 		h = 0
 	}
-	q, _ := quota(h, limit, w, v, floor)
+	q, _ := quota(h, limit, w, v, floor, ph)
 	e.quota = max(e.quota, q)
 	e.others = max(e.others, o)
 }
@@ -419,12 +485,12 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 			sweep(s, now)
 		}
 		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			return true, charge(limit, limit, nil, v), 0 // full: the store alone decides
+			return true, charge(limit, limit, nil, v.Isolated()), 0 // full: the store alone decides
 		}
 		e = &entry{}
 		s.keys[key] = e
 	}
-	v = e.quiet(v)
+	v = e.quiet(v.Isolated())
 	storeLimit = charge(limit, limit, e.silent, v)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
@@ -529,8 +595,8 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
 	}
-	v = e.quiet(v)
-	w, silent := counts(res, v)
+	v = e.quiet(v.Isolated())
+	c, silent := counts(res, v)
 	// This node's admissions of the current and the previous horizon are
 	// in its own count but may not have reached the other regions yet:
 	// leave them out of the weights, or every region would weigh itself
@@ -547,17 +613,16 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	ft, tracked := freshOwn(res, v.Region, e.start.Add(-e.horizon).UnixMilli())
 	fresh := max(e.used+e.recent, ft)
 	if !e.known {
-		e.own0, e.own0ok = w.own, true
+		e.own0, e.own0ok = c.own, true
 	}
 	switch {
 	case e.ownPrevOK:
-		fresh = max(fresh, satSub(w.own, e.ownPrev))
+		fresh = max(fresh, satSub(c.own, e.ownPrev))
 	case !tracked && v.Nodes > 1:
-		fresh = w.own
+		fresh = c.own
 	}
-	fresh = min(w.own, fresh)
-	w.own, w.sum = w.own-fresh, w.sum-fresh
-	e.weight = w
+	fresh = min(c.own, fresh)
+	e.weight = c.weigh(c.own - fresh)
 	e.silent = silent
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided
@@ -586,7 +651,7 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	if !e.known {
 		e.known = true
 		e.quota, e.others = 0, 0
-		e.setQuota(now, before, limit, w, v, g.cfg.Floor)
+		e.setQuota(now, before, limit, e.weight, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
 		if e.trails = newTrails(now, limit, hits, res); e.trails != nil {
 			return guardRetry
@@ -604,7 +669,7 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 	// is the horizon's headroom plus what slid out minus what arrived:
 	// when it grew, the share of the growth is this node's too, so that a
 	// region alone keeps up with the window instead of waiting a horizon.
-	e.setQuota(now, rem+e.admitted, limit, w, v, g.cfg.Floor)
+	e.setQuota(now, rem+e.admitted, limit, e.weight, v, g.cfg.Floor)
 	return guardRetry
 }
 
@@ -639,25 +704,69 @@ func sweep(s *shard, now time.Time) {
 	}
 }
 
-// weights are the alive regions' counts as a store result gave them:
-// this region's (own), all alive regions' (sum), and those of the alive
-// regions named before this one (before), in the current and previous
-// buckets.
+// weights are the alive regions' weights in the shares, each
+// [weight] of its count in the current and previous buckets as a store
+// result gave it: this region's (own), all alive regions' (sum), and
+// those of the alive regions named before this one (before).
 type weights struct{ own, sum, before uint64 }
+
+// weight is a region's weight in the shares for a count of c hits:
+// 1024 sqrt(c). Under contention every region admits about its share of
+// each horizon's headroom, so its next count is proportional to its
+// weight: with weights linear in the counts, any split of the limit
+// between regions of equal demand would be a fixed point, and the
+// rounding of each horizon's quotas would walk it until one region took
+// nearly all (3 regions at 10x for 12 windows of 100 per 10 s once
+// admitted 7, 119 and 874). A concave weight brings the regions' counts
+// back together, by the square root of their ratio per window; a region
+// below its demand still weighs by what it uses. The square root is
+// IEEE-exact, so every region computes the same weights from the same
+// counts.
+func weight(c uint64) uint64 { return uint64(math.Sqrt(float64(c)) * 1024) }
+
+// tally is the alive regions' counts as a store result gave them: this
+// region's (own, a count), and the other alive regions' weights summed
+// over all of them (others) and over those named before this one
+// (before).
+type tally struct{ own, others, before uint64 }
+
+// weigh returns the weights with this region's count own.
+func (c tally) weigh(own uint64) weights {
+	w := weight(own)
+	return weights{own: w, sum: w + c.others, before: c.before}
+}
+
+// phaseStep is the shift of the quotas' layout from one second to the
+// next, as a fraction of the headroom: the golden ratio's, which spreads
+// the shifts evenly over [0, 1).
+const phaseStep = 0.6180339887498949
+
+// phase is where, as a fraction of the headroom, the layout of the
+// quotas of a horizon starting at start begins (see [quota]): it moves
+// every second of the Unix clock, so that the region whose part holds the
+// rounding's spare hit changes, instead of always being the one named
+// last. Regions whose horizons start in the same second lay out the
+// headroom alike.
+func phase(start time.Time) float64 {
+	_, f := math.Modf(float64(start.Unix()) * phaseStep)
+	return f
+}
 
 // quota is this node's share of headroom h for one horizon (see the
 // package doc) and the other alive regions' shares of it together. The
 // shares are rounded so that they sum to h: the alive regions are laid
-// out in name order, each over its share of [0, h), and a region takes
-// the whole hits that fall in its part,
+// out in name order, each over its share of [0, h), starting at the
+// fraction ph of it and wrapping around, and a region takes the whole
+// hits that fall in its part,
 //
 //	q_region = floor(h * (B + num) / den) - floor(h * B / den)
 //
-// B being the weight of the regions named before it, so that the others
-// take h - q_region; the region's nodes each take floor(q_region / N).
-// w.sum 0: nothing known, equal shares.
-func quota(h, limit uint64, w weights, v *View, floor uint64) (q, others uint64) {
+// B being ph*den plus the weight of the regions named before it, so that
+// the others take h - q_region; the region's nodes each take
+// floor(q_region / N). w.sum 0: nothing known, equal shares.
+func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64) (q, others uint64) {
 	num, den, b := share(limit, w, v, floor)
+	b += uint64(float64(den) * ph)
 	qr := window.MulDiv(h, b+num, den) - window.MulDiv(h, b, den)
 	return qr / uint64(max(v.Nodes, 1)), h - qr
 }
@@ -672,7 +781,7 @@ func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) 
 	if floor == 0 {
 		floor = DefaultFloor
 	}
-	f := max(limit/(r*floor), 1)
+	f := max(weight(limit)/(r*floor), 1)
 	num, den = w.own+f, w.sum+r*f
 	return num, den, min(w.before+rank(v)*f, den-num)
 }
@@ -776,23 +885,32 @@ func rank(v *View) uint64 {
 	return k
 }
 
-// counts returns the alive regions' weights and the contribution of each
-// silent region to the estimate, from the per-region counts of a store
-// result (replicas region~id count for their region).
-func counts(res *region.Result, v *View) (w weights, silent map[string]uint64) {
+// regionCount is a region's count in the current and previous buckets.
+type regionCount struct {
+	name string
+	n    uint64
+}
+
+// counts returns the alive regions' counts (see [tally]) and the
+// contribution of each silent region to the estimate, from the per-region
+// counts of a store result (replicas region~id count for their region).
+func counts(res *region.Result, v *View) (c tally, silent map[string]uint64) {
 	pw := res.PrevWeight
+	var buf [16]regionCount // no allocation up to 16 alive regions
+	others := buf[:0]
 	for _, rc := range res.Regions {
 		name, _, _ := strings.Cut(rc.Region, "~")
-		c := rc.Current + rc.Previous
+		n := rc.Current + rc.Previous
 		switch {
 		case name == v.Region:
-			w.own += c
-			w.sum += c
+			c.own += n
 		case slices.Contains(v.Alive, name):
-			w.sum += c
-			if name < v.Region {
-				w.before += c
+			i := slices.IndexFunc(others, func(o regionCount) bool { return o.name == name })
+			if i < 0 {
+				others = append(others, regionCount{name: name})
+				i = len(others) - 1
 			}
+			others[i].n += n
 		case slices.Contains(v.Silent, name):
 			if silent == nil {
 				silent = map[string]uint64{}
@@ -800,7 +918,14 @@ func counts(res *region.Result, v *View) (w weights, silent map[string]uint64) {
 			silent[name] += rc.Current + uint64(float64(rc.Previous)*pw)
 		}
 	}
-	return w, silent
+	for _, o := range others {
+		x := weight(o.n)
+		c.others += x
+		if o.name < v.Region {
+			c.before += x
+		}
+	}
+	return c, silent
 }
 
 // charge takes the silent regions' unseen shares off h (a limit or a

@@ -193,46 +193,77 @@ func TestAloneOnTrailCounter(t *testing.T) {
 // unseen; the first horizon of a burst from idle is shared equally.
 func TestQuotaLoneRegion(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
-	// f = 100/(3*8) = 4, equal weights: a, first in name order, takes
-	// floor(10 * 4/12) = 3.
-	if got, others := quota(10, 100, weights{}, v, DefaultFloor); got != 3 || others != 7 {
+	// f = weight(100)/(3*8) = 10240/24 = 426, equal weights: a, first in
+	// name order at phase 0, takes floor(10 * 426/1278) = 3.
+	if got, others := quota(10, 100, weights{}, v, DefaultFloor, 0); got != 3 || others != 7 {
 		t.Errorf("quota from idle = %d (others %d), want 3 (others 7)", got, others)
 	}
-	// floor(100 * 154 / 162) = 95, the others' floor shares 5.
-	if got, others := quota(100, 100, weights{own: 150, sum: 150}, v, DefaultFloor); got != 95 || others != 5 {
-		t.Errorf("quota alone = %d (others %d), want 95 (others 5)", got, others)
+	// weight(150) = 12541: floor(100 * 12967 / 13819) = 93, the others'
+	// floor shares 7.
+	own := weight(150)
+	if got, others := quota(100, 100, weights{own: own, sum: own}, v, DefaultFloor, 0); got != 93 || others != 7 {
+		t.Errorf("quota alone = %d (others %d), want 93 (others 7)", got, others)
 	}
-	// floor(100 * 154 / 172) = 89, the others 11.
-	if got, others := quota(100, 100, weights{own: 150, sum: 160}, v, DefaultFloor); got != 89 || others != 11 {
-		t.Errorf("quota with another region's 10 = %d (others %d), want 89 (others 11)", got, others)
+	// Another region's 10 weighs weight(10) = 3238: floor(100 *
+	// 12967 / 17057) = 76, the others 24.
+	if got, others := quota(100, 100, weights{own: own, sum: own + weight(10)}, v, DefaultFloor, 0); got != 76 || others != 24 {
+		t.Errorf("quota with another region's 10 = %d (others %d), want 76 (others 24)", got, others)
 	}
 }
 
 // Every region computes its quota from the same counts: the quotas sum to
-// the headroom exactly, whatever the headroom and the weights (rounding
-// each share up let every region take a part of one free hit, so that
-// the regions took up to R-1 hits more than the headroom per horizon).
+// the headroom exactly, whatever the headroom, the weights and the phase
+// the layout starts at (rounding each share up let every region take a
+// part of one free hit, so that the regions took up to R-1 hits more than
+// the headroom per horizon).
 func TestQuotasSumToHeadroom(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	for _, c := range [][3]uint64{{0, 0, 0}, {0, 10, 1}, {5, 7, 0}, {30, 29, 1}, {1, 1, 1}, {100, 3, 50}, {40, 0, 0}, {0, 0, 7}} {
-		for h := range uint64(40) {
-			var sum uint64
-			for i, r := range names {
-				v := view(names, nil)
-				v.Region = r
-				w := weights{own: c[i], sum: c[0] + c[1] + c[2]}
-				for j := range i {
-					w.before += c[j]
+	for _, ph := range []float64{0, phase(time.Unix(1, 0)), phase(time.Unix(2, 0)), 0.999999} {
+		for _, c := range [][3]uint64{{0, 0, 0}, {0, 10, 1}, {5, 7, 0}, {30, 29, 1}, {1, 1, 1}, {100, 3, 50}, {40, 0, 0}, {0, 0, 7}} {
+			for h := range uint64(40) {
+				var sum uint64
+				for i, r := range names {
+					v := view(names, nil)
+					v.Region = r
+					w := weights{own: weight(c[i]), sum: weight(c[0]) + weight(c[1]) + weight(c[2])}
+					for j := range i {
+						w.before += weight(c[j])
+					}
+					q, others := quota(h, 60, w, v, DefaultFloor, ph)
+					if q+others != h {
+						t.Errorf("phase %.3f, counts %v, h %d, %s: quota %d + others %d != h", ph, c, h, r, q, others)
+					}
+					sum += q
 				}
-				q, others := quota(h, 60, w, v, DefaultFloor)
-				if q+others != h {
-					t.Errorf("counts %v, h %d, %s: quota %d + others %d != h", c, h, r, q, others)
+				if sum != h {
+					t.Errorf("phase %.3f, counts %v, h %d: quotas sum to %d, want %d", ph, c, h, sum, h)
 				}
-				sum += q
 			}
-			if sum != h {
-				t.Errorf("counts %v, h %d: quotas sum to %d, want %d", c, h, sum, h)
+		}
+	}
+}
+
+// The spare hit of each horizon's rounding goes to every region in turn
+// as the phase moves: with three equal weights and a headroom of 1, each
+// region's part holds it in about a third of the seconds (with the
+// layout always starting at 0, the region named last took every one).
+func TestPhaseRotatesSpareHit(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	got := map[string]int{}
+	for sec := range int64(300) {
+		ph := phase(time.Unix(1_700_000_000+sec, 0))
+		for i, r := range names {
+			v := view(names, nil)
+			v.Region = r
+			w := weights{own: weight(50), sum: 3 * weight(50), before: uint64(i) * weight(50)}
+			if q, _ := quota(1, 60, w, v, DefaultFloor, ph); q == 1 {
+				got[r]++
 			}
+		}
+	}
+	for _, r := range names {
+		if got[r] < 90 || got[r] > 110 {
+			t.Errorf("region %s took the spare hit in %d of 300 seconds, want about 100 (all: %v)", r, got[r], got)
 		}
 	}
 }
@@ -253,11 +284,13 @@ func TestProbeWithinShare(t *testing.T) {
 	}
 	g.Done(t0, "k", 60, 1, v, &res)
 	// Next horizon: the stale headroom is 0, so the request is a probe.
-	// a's weight leaves out its own hit not yet sent: 29 of 59, so with
-	// f = 60/16 = 3 its share of a headroom x is at least
-	// floor(x * 32/65), which holds one hit once x >= 3: the store gets a
-	// limit of 60 - 2.
-	now := t0.Add(200 * time.Millisecond)
+	// a's weight leaves out its own hit not yet sent: 1024 sqrt(29) =
+	// 5514 against b's 1024 sqrt(30) = 5608, so with f = 1024 sqrt(60)/16
+	// = 495 its share of a headroom x is at least floor(x * 6009/12112),
+	// which holds one hit once x >= 3: the store gets a limit of 60 - 2.
+	// (Two seconds on, the quotas' layout starts at phase 0.11: see the
+	// spare hit below.)
+	now := t0.Add(2*time.Second + 200*time.Millisecond)
 	ok, lim, _ := g.Admit(now, "k", 60, 1, v)
 	if !ok || lim != 58 {
 		t.Fatalf("probe: Admit = %v, limit %d; want true, 58", ok, lim)
@@ -284,8 +317,10 @@ func TestProbeWithinShare(t *testing.T) {
 	if got := g2.Done(now, "k", 60, 1, v, &full); got != 0 {
 		t.Errorf("Done after a denial the full limit makes too = %v, want 0 (the store's)", got)
 	}
-	// Read against the full limit, the answer left 1 free hit: a, first in
-	// name order, gets floor(1 * 32/64) = 0 of it, b the hit.
+	// Read against the full limit, the answer left 1 free hit. The layout
+	// starts at 0.11 of it; a, first in name order, holds the part up to
+	// 0.11 + 6009/12112 (its weight 1024 sqrt(29) plus f = 495, over all
+	// weights), which holds no whole hit: b takes it.
 	if ok, _, _ := g.Admit(now, "k", 60, 1, v); ok {
 		t.Error("a second request in the horizon admitted: a's quota of 1 free hit is 0")
 	}
@@ -380,5 +415,48 @@ func TestQuiet(t *testing.T) {
 				t.Errorf("store limit before the probe's cut = %d, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// A view is crossed when the alive regions do not hear what this one
+// hears: one cut link (a and c cannot reach each other, b hears both), or
+// an alive region that does not hear this one. A clean split is not.
+func TestCrossed(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		alive   []string
+		silent  []string
+		unheard map[string][]string
+		want    bool
+	}{
+		{"all alive, nothing reported", []string{"a", "b", "c"}, nil, nil, false},
+		{"clean split, c alone", []string{"a", "b"}, []string{"c"}, map[string][]string{"b": {"c"}}, false},
+		{"cut link a-c: b hears c", []string{"a", "b"}, []string{"c"}, nil, true},
+		{"cut link b-c, seen from a", []string{"a", "b", "c"}, nil, map[string][]string{"b": {"c"}, "c": {"b"}}, true},
+		{"b does not hear a", []string{"a", "b", "c"}, nil, map[string][]string{"b": {"a"}}, true},
+		{"two sides of two", []string{"a", "b"}, []string{"c", "d"}, map[string][]string{"b": {"c", "d"}}, false},
+		{"b hears d, which a does not", []string{"a", "b"}, []string{"c", "d"}, map[string][]string{"b": {"c"}}, true},
+		{"this region alone", []string{"a"}, []string{"b", "c"}, nil, false},
+	} {
+		v := &View{Region: "a", Alive: c.alive, Silent: c.silent, Unheard: c.unheard, Nodes: 1, Horizon: 80 * time.Millisecond}
+		if got := v.Crossed(); got != c.want {
+			t.Errorf("%s: Crossed = %v, want %v", c.name, got, c.want)
+		}
+		iso := v.Isolated()
+		if !c.want {
+			if iso != v {
+				t.Errorf("%s: Isolated changed a view that is not crossed", c.name)
+			}
+			continue
+		}
+		if len(iso.Alive) != 1 || iso.Alive[0] != "a" || len(iso.Silent) != len(c.alive)+len(c.silent)-1 {
+			t.Errorf("%s: Isolated = alive %v, silent %v; want a alone, every other region silent", c.name, iso.Alive, iso.Silent)
+		}
+		// Every other region is charged its share, ceil(limit/R): a keeps
+		// the rest.
+		r := uint64(len(c.alive) + len(c.silent))
+		if got, want := charge(90, 90, nil, iso), 90-(r-1)*((90+r-1)/r); got != want {
+			t.Errorf("%s: charged limit %d, want %d", c.name, got, want)
+		}
 	}
 }

@@ -28,6 +28,7 @@ type Node struct {
 
 	staleness *prometheus.HistogramVec // region
 	silent    prometheus.Gauge
+	crossed   prometheus.Gauge
 	horizon   prometheus.Gauge
 }
 
@@ -61,12 +62,16 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 			Name: "rlcluster_guard_silent_regions",
 			Help: "Member regions not heard from within the suspicion timeout, as of the last decision the burst guard saw.",
 		}),
+		crossed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rlcluster_guard_crossed",
+			Help: "1 when, as of the last decision the burst guard saw, an alive region did not hear a region this node hears or heard one it does not (a cut link): every other region is then charged its share of the limit.",
+		}),
 		horizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rlcluster_guard_horizon_seconds",
 			Help: "The burst guard's horizon: the flush interval plus the largest measured one-way delay to an alive region plus the margin.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.horizon} {
+	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}
@@ -92,11 +97,20 @@ func (n *Node) current(now time.Time) *View {
 		return c.v // another decision refreshed it meanwhile
 	}
 	v := n.view(now)
+	crossed := v.Crossed()
+	if crossed {
+		v = *v.Isolated() // once per view, not per decision
+	}
 	n.cur.Store(&viewAt{v: &v, at: now})
 	for r, age := range v.Ages {
 		n.staleness.WithLabelValues(r).Observe(age.Seconds())
 	}
 	n.silent.Set(float64(len(v.Silent)))
+	if crossed {
+		n.crossed.Set(1)
+	} else {
+		n.crossed.Set(0)
+	}
 	n.horizon.Set(v.Horizon.Seconds())
 	if !now.Before(n.next) {
 		n.next = now.Add(time.Second)

@@ -14,7 +14,7 @@ import (
 func TestNode(t *testing.T) {
 	calls := 0
 	v := View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c"}, Nodes: 1, Horizon: 80 * time.Millisecond,
-		Ages: map[string]time.Duration{"b": 30 * time.Millisecond, "c": 5 * time.Second}}
+		Ages: map[string]time.Duration{"b": 30 * time.Millisecond, "c": 5 * time.Second}, Unheard: map[string][]string{"b": {"c"}}}
 	reg := prometheus.NewRegistry()
 	n, err := NewNode(New(Config{}), func(time.Time) View { calls++; return v }, reg)
 	if err != nil {
@@ -50,6 +50,9 @@ func TestNode(t *testing.T) {
 	if got := testutil.ToFloat64(n.silent); got != 1 {
 		t.Errorf("rlcluster_guard_silent_regions = %v, want 1", got)
 	}
+	if got := testutil.ToFloat64(n.crossed); got != 0 {
+		t.Errorf("rlcluster_guard_crossed = %v, want 0 (b does not hear c either)", got)
+	}
 	if got := testutil.ToFloat64(n.horizon); got != 0.08 {
 		t.Errorf("rlcluster_guard_horizon_seconds = %v, want 0.08", got)
 	}
@@ -58,5 +61,26 @@ func TestNode(t *testing.T) {
 	}
 	if _, err := NewNode(New(Config{}), func(time.Time) View { return v }, reg); err == nil {
 		t.Error("a second NewNode on the same registry: nil error, want the duplicate registration")
+	}
+}
+
+// A crossed view (b hears c, which a does not) is isolated once per view:
+// every other region is charged its share, and the gauge says so.
+func TestNodeCrossed(t *testing.T) {
+	v := View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c"}, Nodes: 1, Horizon: 80 * time.Millisecond}
+	n, err := NewNode(New(Config{}), func(time.Time) View { return v }, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, ok, _ := n.Admit(t0, "k", 90, 1)
+	if !ok {
+		t.Fatal("denied")
+	}
+	// b and c are each charged ceil(90/3) = 30: a keeps 30.
+	if tk.StoreLimit != 30 {
+		t.Errorf("StoreLimit = %d, want 30 (a's own share)", tk.StoreLimit)
+	}
+	if got := testutil.ToFloat64(n.crossed); got != 1 {
+		t.Errorf("rlcluster_guard_crossed = %v, want 1", got)
 	}
 }

@@ -66,6 +66,10 @@ type node struct {
 	// heard from again after it was silent.
 	own    map[region.BucketRef]uint64
 	resend map[int]bool
+	// unheard is, per region, the silent regions its last frame named
+	// and when it arrived (ms).
+	unheard   map[int][]string
+	unheardAt map[int]int64
 }
 
 type event struct {
@@ -78,6 +82,8 @@ type event struct {
 	hits uint64
 	from int
 	tot  []region.Total
+	// unheard is the sender's silent regions when it sent the frame.
+	unheard []string
 }
 
 type events []*event
@@ -102,7 +108,7 @@ func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
-			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}}
+			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{}}
 		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
 		for range max(cfg.Nodes, 1) {
 			n.guards = append(n.guards, guard.New(guard.Config{}))
@@ -149,6 +155,7 @@ func (w *world) run(untilMs int64) {
 				n.back[e.from] = e.at
 			}
 			n.heard[e.from] = e.at
+			n.unheard[e.from], n.unheardAt[e.from] = e.unheard, e.at
 			if len(e.tot) > 0 {
 				_ = n.store.Merge(context.Background(), e.tot)
 			}
@@ -183,9 +190,19 @@ func (w *world) view(r int) *guard.View {
 		if j != r {
 			v.Ages[o.name] = time.Duration(w.now-n.heard[j]) * time.Millisecond
 		}
+		if at, ok := n.unheardAt[j]; ok && len(n.unheard[j]) > 0 && w.now-at <= unheardTTL.Milliseconds() {
+			if v.Unheard == nil {
+				v.Unheard = map[string][]string{}
+			}
+			v.Unheard[o.name] = n.unheard[j]
+		}
 	}
 	return v
 }
+
+// unheardTTL is how long a region's report of the regions it does not
+// hear holds, as gossip.Node.GuardView keeps it.
+const unheardTTL = 300 * time.Millisecond
 
 func (w *world) decide(e *event) {
 	n := w.regions[e.to]
@@ -230,6 +247,10 @@ func (w *world) flush(r int) {
 	}
 	clear(n.dirty)
 	sort.Slice(tot, func(i, j int) bool { return tot[i].Key < tot[j].Key })
+	var unheard []string
+	if w.cfg.Guard {
+		unheard = w.view(r).Silent
+	}
 	for j := range w.regions {
 		if j == r || (w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now)) {
 			continue
@@ -242,7 +263,7 @@ func (w *world) flush(r int) {
 				send = append(send, region.Total{Key: b.Key, Window: b.Window, Bucket: b.Bucket, Region: n.name, Count: c})
 			}
 		}
-		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send})
+		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, unheard: unheard})
 	}
 }
 
