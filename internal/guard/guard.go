@@ -502,6 +502,13 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 		// is taken off the headroom (pending), the latter off this
 		// region's weight (Done), for one more horizon, fading as it
 		// arrives.
+		//
+		// Until this horizon's first store result, the quota comes from
+		// the headroom the last one read, which lacks everything the
+		// others admitted since: all of their shares of the previous
+		// horizon (pending fades only as a fresh read takes them in), and,
+		// after a gap of a horizon or more, whatever they took meanwhile,
+		// so then the first request is a probe and the rest wait for it.
 		var pend, recent, ownPrev uint64
 		var ownPrevOK bool
 		if !e.start.IsZero() {
@@ -509,6 +516,9 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 				pend = window.MulDivCeil(e.others, uint64(e.horizon-gap), uint64(e.horizon))
 				recent = e.used
 				ownPrev, ownPrevOK = e.own0, e.own0ok
+				h = satSub(h, e.others-pend)
+			} else {
+				h = 0
 			}
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent,

@@ -460,3 +460,45 @@ func TestCrossed(t *testing.T) {
 		}
 	}
 }
+
+// Until a horizon's first store result, a node admits from the headroom
+// the last result read, which lacks all the others admitted since: their
+// whole shares of the previous horizon (not the part of them that a fresh
+// read would still lack), and after a gap of a horizon or more anything at
+// all, so that then only a probe goes out before the answer.
+func TestStaleQuota(t *testing.T) {
+	v := view([]string{"a", "b"}, nil)
+	first := func(g *Guard) {
+		ok, lim, _ := g.Admit(t0, "k", 100, 1, v)
+		if !ok {
+			t.Fatal("first request denied")
+		}
+		// The store held 40 (20 each): a's share of the 60 free is about
+		// 30, and b's, pending for the next horizon, the rest.
+		res := region.Result{Decision: window.Decision{Allowed: true, Limit: lim, Estimate: 40, Remaining: 59},
+			Regions: []region.RegionCount{{Region: "a", Current: 21}, {Region: "b", Current: 20}}}
+		g.Done(t0, "k", 100, 1, v, &res)
+	}
+	before := func(g *Guard, at time.Time) int {
+		n := 0
+		for range 100 {
+			if ok, _, _ := g.Admit(at, "k", 100, 1, v); ok {
+				n++
+			}
+		}
+		return n
+	}
+	g := New(Config{})
+	first(g)
+	// 90 ms after the first horizon ended, b's share of it has faded
+	// from pending (a fresh read would hold it), but the stale headroom
+	// of 59 does not hold it: a takes about half of 59 - 30.
+	if got := before(g, t0.Add(190*time.Millisecond)); got < 1 || got > 16 {
+		t.Errorf("admitted %d before the horizon's first answer, want 1 to 16 (a's share of the stale headroom less b's share)", got)
+	}
+	g = New(Config{})
+	first(g)
+	if got := before(g, t0.Add(250*time.Millisecond)); got != 1 {
+		t.Errorf("admitted %d before the first answer after a gap of a horizon, want 1 (the probe)", got)
+	}
+}
