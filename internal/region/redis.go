@@ -176,20 +176,52 @@ func (r *Redis) load(ctx context.Context) error {
 	return nil
 }
 
-// wrap wraps err from operation op; errors that are not replies of Redis
-// (connection refused, timeouts, closed pools) and cluster outages also wrap
-// ErrUnavailable.
+// wrap wraps err from operation op; it also wraps ErrUnavailable unless
+// err is an error reply to the command itself (see [classify]) or ctx
+// ended.
 func (r *Redis) wrap(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("region: redis %s: %w", op, err)
-	}
-	var re redis.Error
-	if errors.As(err, &re) && !strings.HasPrefix(re.Error(), "CLUSTERDOWN") &&
-		!strings.HasPrefix(re.Error(), "LOADING") && !strings.HasPrefix(re.Error(), "TRYAGAIN") &&
-		!strings.HasPrefix(re.Error(), "MASTERDOWN") {
+	if ctx.Err() != nil || classify(err) == faultReply {
 		return fmt.Errorf("region: redis %s: %w", op, err)
 	}
 	return fmt.Errorf("region: redis %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// fault is the kind of an error from Redis; see [classify].
+type fault uint8
+
+const (
+	faultNone fault = iota
+	// faultReply is an error reply to one command (WRONGTYPE, NOSCRIPT, a
+	// script's error): the command failed, the connection and the server
+	// serve on.
+	faultReply
+	// faultBusy is an error reply of a server that cannot serve now:
+	// LOADING (reading its dataset), TRYAGAIN (a slot being resharded),
+	// MASTERDOWN (a replica cut off from its master) or CLUSTERDOWN.
+	faultBusy
+	// faultNoReply is a failure without a reply: a refused, lost or
+	// closed connection, a timeout.
+	faultNoReply
+)
+
+// classify returns the kind of err, an error of go-redis or a reply of
+// Redis. Every error of the store is judged by it: a round trip fails only
+// on faultNoReply (replies, failed ones included, stay with their
+// commands), and only faultReply leaves Redis available (see [Redis.wrap]).
+func classify(err error) fault {
+	var re redis.Error
+	switch {
+	case err == nil:
+		return faultNone
+	case !errors.As(err, &re):
+		return faultNoReply
+	}
+	code, _, _ := strings.Cut(re.Error(), " ")
+	switch code {
+	case "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN":
+		return faultBusy
+	}
+	return faultReply
 }
 
 // Region returns the local region's name.
@@ -378,7 +410,8 @@ func (r *Redis) finish(ctx context.Context, reqs []Request, out []reply, res []R
 // round trip and stores their replies in out. Decisions that may share a
 // script call (see [Redis.groups]) go as one EVALSHA of the batch script,
 // others as one EVALSHA each, in one pipeline when there is more than one
-// call. Per-decision errors are left in the replies.
+// call. Error replies, a busy server's included, are left in the replies;
+// only a failure without a reply fails the round trip (see [classify]).
 func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int) error {
 	r.pipelines.Add(1)
 	if only == nil {
@@ -394,7 +427,7 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 	groups := r.groups(ds, only)
 	if len(groups) == 1 {
 		cmd := send(ctx, r.c, ds, groups[0])
-		if err := cmd.Err(); err != nil && !isReply(err) {
+		if err := cmd.Err(); classify(err) == faultNoReply {
 			return r.wrap(ctx, "check", err)
 		}
 		collect(cmd, groups[0], out)
@@ -405,20 +438,13 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 	for g, idx := range groups {
 		cmds[g] = send(ctx, pipe, ds, idx)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+	if _, err := pipe.Exec(ctx); classify(err) == faultNoReply {
 		return r.wrap(ctx, "check", err)
 	}
 	for g, idx := range groups {
 		collect(cmds[g], idx, out)
 	}
 	return nil
-}
-
-// isReply reports whether err is an error reply of Redis to one command
-// (which leaves the connection usable), not a transport failure.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !strings.HasPrefix(re.Error(), "CLUSTERDOWN")
 }
 
 // Script arguments boxed once: boxing a string computed at run time
