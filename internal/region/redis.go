@@ -420,13 +420,13 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 			only[i] = i
 		}
 	}
-	ds := make([]decision, len(reqs))
+	sc := make([]scriptCall, len(reqs))
 	for _, i := range only {
-		r.setDecision(&ds[i], &reqs[i])
+		r.setCall(&sc[i], &reqs[i])
 	}
-	groups := r.groups(ds, only)
+	groups := r.groups(sc, only)
 	if len(groups) == 1 {
-		cmd := send(ctx, r.c, ds, groups[0])
+		cmd := send(ctx, r.c, sc, groups[0])
 		if err := cmd.Err(); classify(err) == faultNoReply {
 			return r.wrap(ctx, "check", err)
 		}
@@ -436,7 +436,7 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 	pipe := r.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(groups))
 	for g, idx := range groups {
-		cmds[g] = send(ctx, pipe, ds, idx)
+		cmds[g] = send(ctx, pipe, sc, idx)
 	}
 	if _, err := pipe.Exec(ctx); classify(err) == faultNoReply {
 		return r.wrap(ctx, "check", err)
@@ -461,8 +461,8 @@ func boolArg(b bool) any {
 	return argFalse
 }
 
-// decision is one request's script call. Its keys and arguments live in
-// the decision itself (keyBuf, argBuf, nums), so that a round trip's
+// scriptCall is one request's script call. Its keys and arguments live in
+// the call itself (keyBuf, argBuf, nums), so that a round trip's
 // decisions take one allocation, not two more each; with one allocation for a
 // decision's keys (counterKeys) and none for parseVector's counts, that
 // took BenchmarkRedisCheck from 30 to 26 allocations per decision (two
@@ -470,7 +470,7 @@ func boolArg(b bool) any {
 // passed as pointers into nums, and its keys as pointers into keyBuf (see
 // evalsha): boxing an integer of 256 or more, or a string, allocates, a
 // pointer does not (go-redis writes both as their values).
-type decision struct {
+type scriptCall struct {
 	script int      // index in singleScripts and batchSources
 	keys   []string // at most 255 (the batch header's byte): 4 at most
 	args   []any    // at most 255 (the batch header's byte): 9 at most
@@ -480,27 +480,27 @@ type decision struct {
 	counts [2]uint64 // the limit and the hits
 }
 
-// setDecision makes d the script call for one request.
-func (r *Redis) setDecision(d *decision, q *Request) {
+// setCall makes s the script call for one request.
+func (r *Redis) setCall(s *scriptCall, q *Request) {
 	nowMs := window.Ms(q.Now)
 	wMs := q.Limit.WindowMs()
-	n, c := &d.nums, &d.counts
+	n, c := &s.nums, &s.counts
 	*c = [2]uint64{q.Limit.Limit, q.Hits}
 	switch q.Limit.Algorithm {
 	case window.TokenBucket:
-		d.script = 1
-		d.keyBuf[0] = gcraKey(q.Key, wMs)
+		s.script = 1
+		s.keyBuf[0] = gcraKey(q.Key, wMs)
 		*n = [3]int64{nowMs * 1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity()}
-		d.argBuf = [9]any{&n[0], &n[1], &n[2], boolArg(q.Peek)}
-		d.keys, d.args = d.keyBuf[:1], d.argBuf[:4]
+		s.argBuf = [9]any{&n[0], &n[1], &n[2], boolArg(q.Peek)}
+		s.keys, s.args = s.keyBuf[:1], s.argBuf[:4]
 		return
 	case window.SlidingLog:
 		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
-		d.script = 2
-		d.keyBuf[0] = logKey(q.Key, wMs)
+		s.script = 2
+		s.keyBuf[0] = logKey(q.Key, wMs)
 		*n = [3]int64{nowMs, wMs, wMs + r.marginMs}
-		d.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], boolArg(q.Peek), member, &n[2]}
-		d.keys, d.args = d.keyBuf[:1], d.argBuf[:7]
+		s.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], boolArg(q.Peek), member, &n[2]}
+		s.keys, s.args = s.keyBuf[:1], s.argBuf[:7]
 		return
 	}
 	w, b := q.Limit.BucketAt(nowMs)
@@ -514,12 +514,12 @@ func (r *Redis) setDecision(d *decision, q *Request) {
 	if server {
 		nk = 4
 	}
-	counterKeys(d.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2})
-	d.script = 0
+	counterKeys(s.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2})
+	s.script = 0
 	*n = [3]int64{nowMs, wMs, 2*wMs + r.marginMs}
-	d.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
+	s.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
 		counterMode(q.Limit), &n[2], boolArg(server)}
-	d.keys, d.args = d.keyBuf[:nk], d.argBuf[:9]
+	s.keys, s.args = s.keyBuf[:nk], s.argBuf[:9]
 }
 
 // maxScriptBatch is the most decisions one batch script call runs, so
@@ -531,7 +531,7 @@ const maxScriptBatch = 64
 // at most maxScriptBatch, on a Redis Cluster each of one hash slot (a
 // script's keys must share a slot); each decision alone when batching is
 // off.
-func (r *Redis) groups(ds []decision, idx []int) [][]int {
+func (r *Redis) groups(sc []scriptCall, idx []int) [][]int {
 	if !r.batch || len(idx) == 1 {
 		out := make([][]int, len(idx))
 		for g := range idx {
@@ -548,7 +548,7 @@ func (r *Redis) groups(ds []decision, idx []int) [][]int {
 	var out [][]int
 	at := make(map[uint16]int)
 	for _, i := range idx {
-		slot := keySlot(ds[i].keys[0])
+		slot := keySlot(sc[i].keys[0])
 		g, ok := at[slot]
 		if !ok || len(out[g]) == maxScriptBatch {
 			g = len(out)
@@ -560,17 +560,17 @@ func (r *Redis) groups(ds []decision, idx []int) [][]int {
 	return out
 }
 
-// send queues (or runs) one script call for the decisions ds[i] of idx:
+// send queues (or runs) one script call for the decisions sc[i] of idx:
 // the decision's own script when alone, else the batch script.
-func send(ctx context.Context, c doer, ds []decision, idx []int) *redis.Cmd {
+func send(ctx context.Context, c doer, sc []scriptCall, idx []int) *redis.Cmd {
 	if len(idx) == 1 {
-		d := &ds[idx[0]]
-		return evalsha(ctx, c, singleHashes[d.script], d.keys, d.args)
+		s := &sc[idx[0]]
+		return evalsha(ctx, c, singleHashes[s.script], s.keys, s.args)
 	}
 	nk, na := 0, 1
 	for _, i := range idx {
-		nk += len(ds[i].keys)
-		na += len(ds[i].args)
+		nk += len(sc[i].keys)
+		na += len(sc[i].args)
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, 1, na)
@@ -580,9 +580,9 @@ func send(ctx context.Context, c doer, ds []decision, idx []int) *redis.Cmd {
 	// strtod; callgrind, one region, ServerClock).
 	hdr := make([]byte, 0, 3*len(idx))
 	for _, i := range idx {
-		keys = append(keys, ds[i].keys...)
-		hdr = append(hdr, byte(ds[i].script+1), byte(len(ds[i].keys)), byte(len(ds[i].args)))
-		args = append(args, ds[i].args...)
+		keys = append(keys, sc[i].keys...)
+		hdr = append(hdr, byte(sc[i].script+1), byte(len(sc[i].keys)), byte(len(sc[i].args)))
+		args = append(args, sc[i].args...)
 	}
 	args[0] = hdr
 	return evalsha(ctx, c, batchHash, keys, args)
