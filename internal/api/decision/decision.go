@@ -369,10 +369,8 @@ func (d *Decider) validate(in Input) (Request, error) {
 	case ns == Envoy:
 		l = in.Envoy.Limit
 		r.Shadow, r.Scope = in.Envoy.Shadow, in.Envoy.Scope
-		if n := d.regions(); !in.Envoy.Unlimited && rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
-			return r, Invalid("%srate_limit.scope: limit %s: %s is region-local and its scope is global, and this cluster has %d regions: "+
-				"set scope: region on its rate_limit for one limit per region, or use sliding_window or fixed_window for one global limit",
-				f, in.Envoy.Stat, l.Algorithm, n)
+		if n := d.refusing(l.Algorithm, r.Scope); n > 1 && !in.Envoy.Unlimited {
+			return r, refuseRegionLocal(n, l.Algorithm, f+"rate_limit.scope: limit "+in.Envoy.Stat, "its", ": region on its rate_limit", false)
 		}
 	case in.Rule != "" && in.Limit != nil:
 		return r, Invalid("%srule: set exactly one of rule and limit, not both", f)
@@ -387,10 +385,8 @@ func (d *Decider) validate(in Input) (Request, error) {
 			ns = Rule
 		}
 		r.Label, r.Shadow, r.Scope, l = rule.Name, rule.Shadow, rule.Scope, rule.Limit
-		if n := d.regions(); rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
-			return r, Invalid("%srule: rule %q: scope: %s is region-local and the rule's scope is global, and this cluster has %d regions: "+
-				"set scope: region in its rules file for one limit per region, or use sliding_window or fixed_window for one global limit",
-				f, rule.Name, l.Algorithm, n)
+		if n := d.refusing(l.Algorithm, r.Scope); n > 1 {
+			return r, refuseRegionLocal(n, l.Algorithm, fmt.Sprintf("%srule: rule %q: scope", f, rule.Name), "the rule's", ": region in its rules file", false)
 		}
 	default:
 		var err error
@@ -453,12 +449,29 @@ func checkCeilings(f string, sc *auth.Scope, l window.Limit) error {
 	return nil
 }
 
-// regions returns how many regions Config.Regions sees (at least one).
-func (d *Decider) regions() int {
-	if d.cfg.Regions == nil {
+// refusing returns how many regions Config.Regions sees when a limit of
+// algorithm a with scope sc is refused in a cluster of more than one
+// ([rules.RegionLocal]), else 1.
+func (d *Decider) refusing(a window.Algorithm, sc rules.Scope) int {
+	if d.cfg.Regions == nil || !rules.RegionLocal(a, sc) {
 		return 1
 	}
 	return max(d.cfg.Regions(), 1)
+}
+
+// refuseRegionLocal is the invalid_argument error that refuses a
+// region-local algorithm a with global scope in a cluster of n regions.
+// where names the field and the limit, whose the scope's owner, and
+// setRegion how to ask for region scope; proto names the algorithms as
+// the API's enum does rather than as configuration does.
+func refuseRegionLocal(n int, a window.Algorithm, where, whose, setRegion string, proto bool) error {
+	name := window.Algorithm.String
+	if proto {
+		name = func(a window.Algorithm) string { return "ALGORITHM_" + strings.ToUpper(a.String()) }
+	}
+	return Invalid("%s: %s is region-local and %s scope is global, and this cluster has %d regions: "+
+		"set scope%s for one limit per region, or use %s or %s for one global limit",
+		where, name(a), whose, n, setRegion, name(window.SlidingWindow), name(window.FixedWindow))
 }
 
 // inlineLimit converts and checks an inline limit, within MaxWindow and
@@ -477,10 +490,8 @@ func (d *Decider) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limi
 	default:
 		return l, 0, Invalid("%slimit.scope: unknown scope %d (want SCOPE_GLOBAL or SCOPE_REGION)", field, int32(s))
 	}
-	if n := d.regions(); rules.RegionLocal(l.Algorithm, sc) && n > 1 {
-		return l, 0, Invalid("%slimit.scope: %s is region-local and the scope is global, and this cluster has %d regions: "+
-			"set scope to SCOPE_REGION for one limit per region, or use ALGORITHM_SLIDING_WINDOW or ALGORITHM_FIXED_WINDOW for one global limit",
-			field, "ALGORITHM_"+strings.ToUpper(l.Algorithm.String()), n)
+	if n := d.refusing(l.Algorithm, sc); n > 1 {
+		return l, 0, refuseRegionLocal(n, l.Algorithm, field+"limit.scope", "the", " to SCOPE_REGION", true)
 	}
 	return l, sc, nil
 }
