@@ -41,14 +41,28 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// Decision outcomes, the values of the outcome label.
+// outcome is what a decision counts as: a value of the outcome label of
+// rlcluster_decisions_total.
+type outcome uint8
+
 const (
-	OutcomeAllowed = "allowed"
-	OutcomeDenied  = "denied"
-	OutcomeError   = "error"
-	// OutcomeShadowDenied is a denial that shadow mode answered as allowed.
-	OutcomeShadowDenied = "shadow_denied"
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	// outcomeGuardDenied is a denial by the burst guard (see
+	// [guard.Guard]): the store might have admitted the request, but this
+	// region had spent its share of the headroom for the horizon in which
+	// it cannot know what the other regions admitted.
+	outcomeGuardDenied
+	// outcomeShadowDenied is a denial that shadow mode answered as allowed.
+	outcomeShadowDenied
+	outcomeError
+	numOutcomes
 )
+
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "guard_denied", "shadow_denied", "error"}
+
+// String returns o's label value.
+func (o outcome) String() string { return outcomeNames[o] }
 
 // Values of the rule label besides configured rule names and Envoy limits.
 const (
@@ -130,29 +144,22 @@ type Decider struct {
 	counters  sync.Map
 }
 
-// outcomeCounters are one label's decision counters by outcome (allowed,
-// denied, guard_denied, shadow_denied, error), each made on first use so
-// that only outcomes that happened are exported.
-type outcomeCounters [5]atomic.Value // of prometheus.Counter
+// outcomeCounters are one label's decision counters by outcome, each made
+// on first use so that only outcomes that happened are exported.
+type outcomeCounters [numOutcomes]atomic.Value // of prometheus.Counter
 
-var outcomes = [5]string{OutcomeAllowed, OutcomeDenied, OutcomeGuardDenied, OutcomeShadowDenied, OutcomeError}
-
-// count returns label's counter of outcome.
-func (d *Decider) count(label, outcome string) prometheus.Counter {
+// count returns label's counter of o.
+func (d *Decider) count(label string, o outcome) prometheus.Counter {
 	c, ok := d.counters.Load(label)
 	if !ok {
 		c, _ = d.counters.LoadOrStore(label, new(outcomeCounters))
 	}
 	oc := c.(*outcomeCounters)
-	i := 0
-	for i < len(outcomes)-1 && outcomes[i] != outcome {
-		i++
-	}
-	if v := oc[i].Load(); v != nil {
+	if v := oc[o].Load(); v != nil {
 		return v.(prometheus.Counter)
 	}
-	ctr := d.decisions.WithLabelValues(label, outcomes[i])
-	oc[i].Store(ctr)
+	ctr := d.decisions.WithLabelValues(label, o.String())
+	oc[o].Store(ctr)
 	return ctr
 }
 
@@ -313,7 +320,7 @@ func (d *Decider) Label(rule string) string {
 
 // RecordError counts an invalid request under label.
 func (d *Decider) RecordError(label string) {
-	d.count(label, OutcomeError).Inc()
+	d.count(label, outcomeError).Inc()
 }
 
 // Validate checks in and returns the store request it asks for, or an
@@ -652,7 +659,7 @@ func (d *Decider) storeFailed(ctx context.Context, reqs []Request, err error) er
 	d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
 	for i := range reqs {
 		if !reqs[i].Store.Peek {
-			d.count(reqs[i].Label, OutcomeError).Inc()
+			d.count(reqs[i].Label, outcomeError).Inc()
 		}
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
@@ -677,19 +684,19 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 	peek := r.Store.Peek
 	switch {
 	case guarded && !r.Shadow && !d.cfg.ShadowMode:
-		d.count(r.Label, OutcomeGuardDenied).Inc()
+		d.count(r.Label, outcomeGuardDenied).Inc()
 	case !res.Allowed && r.Shadow:
 		o.Allowed, o.Shadowed = true, true
 		if !peek {
-			d.count(r.Label, OutcomeShadowDenied).Inc()
+			d.count(r.Label, outcomeShadowDenied).Inc()
 		}
 	case peek:
 	case !res.Allowed && d.cfg.ShadowMode:
-		d.count(r.Label, OutcomeShadowDenied).Inc()
+		d.count(r.Label, outcomeShadowDenied).Inc()
 	case !res.Allowed:
-		d.count(r.Label, OutcomeDenied).Inc()
+		d.count(r.Label, outcomeDenied).Inc()
 	default:
-		d.count(r.Label, OutcomeAllowed).Inc()
+		d.count(r.Label, outcomeAllowed).Inc()
 		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal {
 			reg := d.cfg.Region
 			if res.LocalRegion != "" {
