@@ -169,8 +169,13 @@ func FuzzRequest(f *testing.F) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
-		if rec.Code >= 500 {
-			t.Fatalf("%s(%q) answered %d: %s", m, body, rec.Code, rec.Body)
+		if rec.Code != http.StatusOK {
+			// Anything but an answer is a refusal of the input, in
+			// Connect's error body: invalid_argument.
+			var e struct{ Code string }
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusBadRequest || e.Code != "invalid_argument" {
+				t.Fatalf("%s(%q) answered %d %s, want 200 or 400 invalid_argument", m, body, rec.Code, rec.Body)
+			}
 		}
 		if rec.Code == http.StatusOK && m == "Check" && !asJSON {
 			var resp ratelimitv1.CheckResponse
@@ -189,8 +194,10 @@ func FuzzRequest(f *testing.F) {
 // for the longest namespace prefix within what replication carries, and a
 // caller's key that long is decided.
 func TestMaxKeyBytesFitsReplication(t *testing.T) {
-	if _, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxKeyBytes: decision.MaxKeyBytes + 1}); err == nil {
-		t.Errorf("NewHandler(MaxKeyBytes %d) = nil error, want it refused", decision.MaxKeyBytes+1)
+	_, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), MaxKeyBytes: decision.MaxKeyBytes + 1})
+	if want := fmt.Sprintf("api: invalid config: MaxKeyBytes: %d, want at most %d (counter keys, namespace prefix included, must fit the %d bytes replication carries)",
+		decision.MaxKeyBytes+1, decision.MaxKeyBytes, region.MaxKeyBytes); fmt.Sprint(err) != want || !errors.Is(err, api.ErrConfig) {
+		t.Errorf("NewHandler(MaxKeyBytes %d) = %v, want %q wrapping ErrConfig", decision.MaxKeyBytes+1, err, want)
 	}
 	rs, err := rules.New([]rules.Rule{{Name: strings.Repeat("r", rules.MaxNameBytes), Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {

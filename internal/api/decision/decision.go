@@ -41,14 +41,28 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// Decision outcomes, the values of the outcome label.
+// outcome is what a decision counts as: a value of the outcome label of
+// rlcluster_decisions_total.
+type outcome uint8
+
 const (
-	OutcomeAllowed = "allowed"
-	OutcomeDenied  = "denied"
-	OutcomeError   = "error"
-	// OutcomeShadowDenied is a denial that shadow mode answered as allowed.
-	OutcomeShadowDenied = "shadow_denied"
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	// outcomeGuardDenied is a denial by the burst guard (see
+	// [guard.Guard]): the store might have admitted the request, but this
+	// region had spent its share of the headroom for the horizon in which
+	// it cannot know what the other regions admitted.
+	outcomeGuardDenied
+	// outcomeShadowDenied is a denial that shadow mode answered as allowed.
+	outcomeShadowDenied
+	outcomeError
+	numOutcomes
 )
+
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "guard_denied", "shadow_denied", "error"}
+
+// String returns o's label value.
+func (o outcome) String() string { return outcomeNames[o] }
 
 // Values of the rule label besides configured rule names and Envoy limits.
 const (
@@ -130,29 +144,22 @@ type Decider struct {
 	counters  sync.Map
 }
 
-// outcomeCounters are one label's decision counters by outcome (allowed,
-// denied, guard_denied, shadow_denied, error), each made on first use so
-// that only outcomes that happened are exported.
-type outcomeCounters [5]atomic.Value // of prometheus.Counter
+// outcomeCounters are one label's decision counters by outcome, each made
+// on first use so that only outcomes that happened are exported.
+type outcomeCounters [numOutcomes]atomic.Value // of prometheus.Counter
 
-var outcomes = [5]string{OutcomeAllowed, OutcomeDenied, OutcomeGuardDenied, OutcomeShadowDenied, OutcomeError}
-
-// count returns label's counter of outcome.
-func (d *Decider) count(label, outcome string) prometheus.Counter {
+// count returns label's counter of o.
+func (d *Decider) count(label string, o outcome) prometheus.Counter {
 	c, ok := d.counters.Load(label)
 	if !ok {
 		c, _ = d.counters.LoadOrStore(label, new(outcomeCounters))
 	}
 	oc := c.(*outcomeCounters)
-	i := 0
-	for i < len(outcomes)-1 && outcomes[i] != outcome {
-		i++
-	}
-	if v := oc[i].Load(); v != nil {
+	if v := oc[o].Load(); v != nil {
 		return v.(prometheus.Counter)
 	}
-	ctr := d.decisions.WithLabelValues(label, outcomes[i])
-	oc[i].Store(ctr)
+	ctr := d.decisions.WithLabelValues(label, o.String())
+	oc[o].Store(ctr)
 	return ctr
 }
 
@@ -313,7 +320,7 @@ func (d *Decider) Label(rule string) string {
 
 // RecordError counts an invalid request under label.
 func (d *Decider) RecordError(label string) {
-	d.count(label, OutcomeError).Inc()
+	d.count(label, outcomeError).Inc()
 }
 
 // Validate checks in and returns the store request it asks for, or an
@@ -369,10 +376,8 @@ func (d *Decider) validate(in Input) (Request, error) {
 	case ns == Envoy:
 		l = in.Envoy.Limit
 		r.Shadow, r.Scope = in.Envoy.Shadow, in.Envoy.Scope
-		if n := d.regions(); !in.Envoy.Unlimited && rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
-			return r, Invalid("%srate_limit.scope: limit %s: %s is region-local and its scope is global, and this cluster has %d regions: "+
-				"set scope: region on its rate_limit for one limit per region, or use sliding_window or fixed_window for one global limit",
-				f, in.Envoy.Stat, l.Algorithm, n)
+		if n := d.refusing(l.Algorithm, r.Scope); n > 1 && !in.Envoy.Unlimited {
+			return r, refuseRegionLocal(n, l.Algorithm, f+"rate_limit.scope: limit "+in.Envoy.Stat, "its", ": region on its rate_limit", false)
 		}
 	case in.Rule != "" && in.Limit != nil:
 		return r, Invalid("%srule: set exactly one of rule and limit, not both", f)
@@ -387,10 +392,8 @@ func (d *Decider) validate(in Input) (Request, error) {
 			ns = Rule
 		}
 		r.Label, r.Shadow, r.Scope, l = rule.Name, rule.Shadow, rule.Scope, rule.Limit
-		if n := d.regions(); rules.RegionLocal(l.Algorithm, r.Scope) && n > 1 {
-			return r, Invalid("%srule: rule %q: scope: %s is region-local and the rule's scope is global, and this cluster has %d regions: "+
-				"set scope: region in its rules file for one limit per region, or use sliding_window or fixed_window for one global limit",
-				f, rule.Name, l.Algorithm, n)
+		if n := d.refusing(l.Algorithm, r.Scope); n > 1 {
+			return r, refuseRegionLocal(n, l.Algorithm, fmt.Sprintf("%srule: rule %q: scope", f, rule.Name), "the rule's", ": region in its rules file", false)
 		}
 	default:
 		var err error
@@ -453,12 +456,29 @@ func checkCeilings(f string, sc *auth.Scope, l window.Limit) error {
 	return nil
 }
 
-// regions returns how many regions Config.Regions sees (at least one).
-func (d *Decider) regions() int {
-	if d.cfg.Regions == nil {
+// refusing returns how many regions Config.Regions sees when a limit of
+// algorithm a with scope sc is refused in a cluster of more than one
+// ([rules.RegionLocal]), else 1.
+func (d *Decider) refusing(a window.Algorithm, sc rules.Scope) int {
+	if d.cfg.Regions == nil || !rules.RegionLocal(a, sc) {
 		return 1
 	}
 	return max(d.cfg.Regions(), 1)
+}
+
+// refuseRegionLocal is the invalid_argument error that refuses a
+// region-local algorithm a with global scope in a cluster of n regions.
+// where names the field and the limit, whose the scope's owner, and
+// setRegion how to ask for region scope; proto names the algorithms as
+// the API's enum does rather than as configuration does.
+func refuseRegionLocal(n int, a window.Algorithm, where, whose, setRegion string, proto bool) error {
+	name := window.Algorithm.String
+	if proto {
+		name = func(a window.Algorithm) string { return "ALGORITHM_" + strings.ToUpper(a.String()) }
+	}
+	return Invalid("%s: %s is region-local and %s scope is global, and this cluster has %d regions: "+
+		"set scope%s for one limit per region, or use %s or %s for one global limit",
+		where, name(a), whose, n, setRegion, name(window.SlidingWindow), name(window.FixedWindow))
 }
 
 // inlineLimit converts and checks an inline limit, within MaxWindow and
@@ -477,10 +497,8 @@ func (d *Decider) inlineLimit(field string, lim *ratelimitv1.Limit) (window.Limi
 	default:
 		return l, 0, Invalid("%slimit.scope: unknown scope %d (want SCOPE_GLOBAL or SCOPE_REGION)", field, int32(s))
 	}
-	if n := d.regions(); rules.RegionLocal(l.Algorithm, sc) && n > 1 {
-		return l, 0, Invalid("%slimit.scope: %s is region-local and the scope is global, and this cluster has %d regions: "+
-			"set scope to SCOPE_REGION for one limit per region, or use ALGORITHM_SLIDING_WINDOW or ALGORITHM_FIXED_WINDOW for one global limit",
-			field, "ALGORITHM_"+strings.ToUpper(l.Algorithm.String()), n)
+	if n := d.refusing(l.Algorithm, sc); n > 1 {
+		return l, 0, refuseRegionLocal(n, l.Algorithm, field+"limit.scope", "the", " to SCOPE_REGION", true)
 	}
 	return l, sc, nil
 }
@@ -641,7 +659,7 @@ func (d *Decider) storeFailed(ctx context.Context, reqs []Request, err error) er
 	d.cfg.Logger.Warn("store check failed", "checks", len(reqs), "err", err)
 	for i := range reqs {
 		if !reqs[i].Store.Peek {
-			d.count(reqs[i].Label, OutcomeError).Inc()
+			d.count(reqs[i].Label, outcomeError).Inc()
 		}
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store unavailable: %w", err))
@@ -666,19 +684,19 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 	peek := r.Store.Peek
 	switch {
 	case guarded && !r.Shadow && !d.cfg.ShadowMode:
-		d.count(r.Label, OutcomeGuardDenied).Inc()
+		d.count(r.Label, outcomeGuardDenied).Inc()
 	case !res.Allowed && r.Shadow:
 		o.Allowed, o.Shadowed = true, true
 		if !peek {
-			d.count(r.Label, OutcomeShadowDenied).Inc()
+			d.count(r.Label, outcomeShadowDenied).Inc()
 		}
 	case peek:
 	case !res.Allowed && d.cfg.ShadowMode:
-		d.count(r.Label, OutcomeShadowDenied).Inc()
+		d.count(r.Label, outcomeShadowDenied).Inc()
 	case !res.Allowed:
-		d.count(r.Label, OutcomeDenied).Inc()
+		d.count(r.Label, outcomeDenied).Inc()
 	default:
-		d.count(r.Label, OutcomeAllowed).Inc()
+		d.count(r.Label, outcomeAllowed).Inc()
 		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal {
 			reg := d.cfg.Region
 			if res.LocalRegion != "" {

@@ -10,12 +10,6 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// OutcomeGuardDenied is a denial by the burst guard (see [guard.Guard]):
-// the store might have admitted the request, but this region had spent
-// its share of the headroom for the horizon in which it cannot know what
-// the other regions admitted.
-const OutcomeGuardDenied = "guard_denied"
-
 // guarded reports whether the burst guard applies to r: a consuming
 // request of a counter algorithm with global scope, the ones that
 // replicate across regions.

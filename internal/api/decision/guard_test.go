@@ -84,9 +84,9 @@ func TestGuardBeforeTheStore(t *testing.T) {
 	if got, want := len(g.done), 3; got != want {
 		t.Errorf("Done called %d times, want %d (once per request the store decided)", got, want)
 	}
-	for outcome, want := range map[string]float64{OutcomeAllowed: 2, OutcomeDenied: 1, OutcomeGuardDenied: 1} {
-		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, outcome)); got != want {
-			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", outcome, got, want)
+	for o, want := range map[outcome]float64{outcomeAllowed: 2, outcomeDenied: 1, outcomeGuardDenied: 1} {
+		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, o.String())); got != want {
+			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", o, got, want)
 		}
 	}
 	// A Peek is never guarded.
@@ -121,9 +121,9 @@ func TestGuardClaimsStoreDenial(t *testing.T) {
 			t.Errorf("request %d = allowed %v, guard denied %v, retry %v, limit %d; want %v, %v, %v, 10", i, o.Allowed, o.GuardDenied, o.RetryAfter, o.Limit, want.allowed, want.guardDenied, want.retry)
 		}
 	}
-	for outcome, want := range map[string]float64{OutcomeAllowed: 1, OutcomeDenied: 0, OutcomeGuardDenied: 1} {
-		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, outcome)); got != want {
-			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", outcome, got, want)
+	for o, want := range map[outcome]float64{outcomeAllowed: 1, outcomeDenied: 0, outcomeGuardDenied: 1} {
+		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, o.String())); got != want {
+			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", o, got, want)
 		}
 	}
 }

@@ -1,0 +1,392 @@
+package region
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// A decision's script call: the keys and arguments one request sends
+// (scriptCall), how a round trip's calls are grouped into EVALSHAs of the
+// batch script, and how a script's reply becomes a Result, with the counts
+// and trails of the bucket hashes it read.
+
+// Script arguments boxed once: boxing a string computed at run time
+// allocates.
+var (
+	argTrue, argFalse any = "1", "0"
+	modeArgs              = [4]any{"0", "1", "2", "3"}
+)
+
+func boolArg(b bool) any {
+	if b {
+		return argTrue
+	}
+	return argFalse
+}
+
+// scriptCall is one request's script call. Its keys and arguments live in
+// the call itself (keyBuf, argBuf, nums), so that a round trip's
+// decisions take one allocation, not two more each; with one allocation for a
+// decision's keys (counterKeys) and none for parseVector's counts, that
+// took BenchmarkRedisCheck from 30 to 26 allocations per decision (two
+// keys; four with ServerClock save two more). Its integer arguments are
+// passed as pointers into nums, and its keys as pointers into keyBuf (see
+// evalsha): boxing an integer of 256 or more, or a string, allocates, a
+// pointer does not (go-redis writes both as their values).
+type scriptCall struct {
+	script int      // index in singleScripts and batchSources
+	keys   []string // at most 255 (the batch header's byte): 4 at most
+	args   []any    // at most 255 (the batch header's byte): 9 at most
+	keyBuf [4]string
+	argBuf [9]any
+	nums   [3]int64
+	counts [2]uint64 // the limit and the hits
+}
+
+// setCall makes s the script call for one request.
+func (r *Redis) setCall(s *scriptCall, q *Request) {
+	nowMs := window.Ms(q.Now)
+	wMs := q.Limit.WindowMs()
+	n, c := &s.nums, &s.counts
+	*c = [2]uint64{q.Limit.Limit, q.Hits}
+	switch q.Limit.Algorithm {
+	case window.TokenBucket:
+		s.script = 1
+		s.keyBuf[0] = gcraKey(q.Key, wMs)
+		*n = [3]int64{nowMs * 1000, q.Limit.GCRAIncrement(q.Hits), q.Limit.GCRACapacity()}
+		s.argBuf = [9]any{&n[0], &n[1], &n[2], boolArg(q.Peek)}
+		s.keys, s.args = s.keyBuf[:1], s.argBuf[:4]
+		return
+	case window.SlidingLog:
+		member := strconv.FormatUint(q.Hits, 10) + ":" + r.node + strconv.FormatUint(r.nonce.Add(1), 36)
+		s.script = 2
+		s.keyBuf[0] = logKey(q.Key, wMs)
+		*n = [3]int64{nowMs, wMs, wMs + r.marginMs}
+		s.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], boolArg(q.Peek), member, &n[2]}
+		s.keys, s.args = s.keyBuf[:1], s.argBuf[:7]
+		return
+	}
+	w, b := q.Limit.BucketAt(nowMs)
+	// A calendar bucket (w < 0) follows the node's clock: the script's
+	// server clock picks among buckets of one length.
+	server := r.server && w > 0
+	if w < 0 {
+		wMs = -w.Milliseconds()
+	}
+	nk := 2
+	if server {
+		nk = 4
+	}
+	counterKeys(s.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2})
+	s.script = 0
+	*n = [3]int64{nowMs, wMs, 2*wMs + r.marginMs}
+	s.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
+		counterMode(q.Limit), &n[2], boolArg(server)}
+	s.keys, s.args = s.keyBuf[:nk], s.argBuf[:9]
+}
+
+// maxScriptBatch is the most decisions one batch script call runs, so
+// that one call never holds Redis much longer than a pipeline of single
+// decisions would hold any one of its other clients.
+const maxScriptBatch = 64
+
+// groups splits the decisions listed in idx into script calls: batches of
+// at most maxScriptBatch, on a Redis Cluster each of one hash slot (a
+// script's keys must share a slot); each decision alone when batching is
+// off.
+func (r *Redis) groups(sc []scriptCall, idx []int) [][]int {
+	if !r.batch || len(idx) == 1 {
+		out := make([][]int, len(idx))
+		for g := range idx {
+			out[g] = idx[g : g+1 : g+1]
+		}
+		return out
+	}
+	if !r.cluster {
+		if len(idx) <= maxScriptBatch {
+			return [][]int{idx}
+		}
+		return slices.Collect(slices.Chunk(idx, maxScriptBatch))
+	}
+	var out [][]int
+	at := make(map[uint16]int)
+	for _, i := range idx {
+		slot := keySlot(sc[i].keys[0])
+		g, ok := at[slot]
+		if !ok || len(out[g]) == maxScriptBatch {
+			g = len(out)
+			at[slot] = g
+			out = append(out, nil)
+		}
+		out[g] = append(out[g], i)
+	}
+	return out
+}
+
+// send queues (or runs) one script call for the decisions sc[i] of idx:
+// the decision's own script when alone, else the batch script.
+func send(ctx context.Context, c doer, sc []scriptCall, idx []int) *redis.Cmd {
+	if len(idx) == 1 {
+		s := &sc[idx[0]]
+		return evalsha(ctx, c, singleHashes[s.script], s.keys, s.args)
+	}
+	nk, na := 0, 1
+	for _, i := range idx {
+		nk += len(sc[i].keys)
+		na += len(sc[i].args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 1, na)
+	// The header, three bytes per decision (see batchScript): as three
+	// arguments per decision it cost Redis 6k of the counter decision's
+	// 133k instructions in calls of 8 (parsing them, and tonumber's
+	// strtod; callgrind, one region, ServerClock).
+	hdr := make([]byte, 0, 3*len(idx))
+	for _, i := range idx {
+		keys = append(keys, sc[i].keys...)
+		hdr = append(hdr, byte(sc[i].script+1), byte(len(sc[i].keys)), byte(len(sc[i].args)))
+		args = append(args, sc[i].args...)
+	}
+	args[0] = hdr
+	return evalsha(ctx, c, batchHash, keys, args)
+}
+
+// doer runs or queues a command: a client, or a pipeline.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// The scripts' SHA1s, boxed once.
+var (
+	singleHashes = func() []any {
+		out := make([]any, len(singleScripts))
+		for i, s := range singleScripts {
+			out[i] = s.Hash()
+		}
+		return out
+	}()
+	batchHash any = batchScript.Hash()
+)
+
+// evalsha queues (or runs) EVALSHA of the script sha with keys and args
+// on c. It passes each key as a pointer into keys, which must stay
+// unchanged until the command has run: go-redis's own EvalSha boxes each
+// key, an allocation per key, and reads a *string key as the key itself,
+// for writing it and for a Redis Cluster's routing alike. Unlike EvalSha,
+// a NOSCRIPT reply stays a NOSCRIPT error.
+func evalsha(ctx context.Context, c doer, sha any, keys []string, args []any) *redis.Cmd {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", sha, len(keys))
+	for i := range keys {
+		cmd = append(cmd, &keys[i])
+	}
+	return c.Do(ctx, append(cmd, args...)...)
+}
+
+// collect stores the replies of the script call cmd, made by send for the
+// decisions of idx, in out.
+func collect(cmd *redis.Cmd, idx []int, out []reply) {
+	if err := cmd.Err(); err != nil {
+		for _, i := range idx {
+			out[i] = reply{err: err}
+		}
+		return
+	}
+	if len(idx) == 1 {
+		out[idx[0]] = reply{v: cmd.Val()}
+		return
+	}
+	rs, err := batchReplies(cmd.Val(), len(idx))
+	for k, i := range idx {
+		if err != nil {
+			out[i] = reply{err: err}
+		} else {
+			out[i] = rs[k]
+		}
+	}
+}
+
+// counterMode returns counterScript's mode argument for l.
+func counterMode(l window.Limit) any {
+	switch {
+	case l.Algorithm == window.FixedWindow:
+		return modeArgs[1]
+	case !l.Algorithm.Trails():
+		return modeArgs[0]
+	case l.Strict:
+		return modeArgs[3]
+	}
+	return modeArgs[2]
+}
+
+// result turns a script's reply into a Result, deciding in Go from the
+// counts the script read and keeping the script's verdict, which is what
+// happened.
+func (r *Redis) result(q *Request, v any, out *Result) error {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 2 {
+		return fmt.Errorf("region: redis check %q: unexpected reply %T", q.Key, v)
+	}
+	allowed, _ := arr[0].(int64)
+	nowMs := window.Ms(q.Now)
+	*out = Result{}
+	switch q.Limit.Algorithm {
+	case window.TokenBucket:
+		var tat int64
+		if s, _ := arr[1].(string); s != "" {
+			t, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return fmt.Errorf("region: redis check %q: bad TAT %q: %w", q.Key, s, err)
+			}
+			tat = t
+		}
+		out.Decision, _ = q.Limit.DecideGCRA(nowMs, tat, q.Hits)
+		out.TAT = tat
+	case window.SlidingLog:
+		raw, _ := arr[1].([]any)
+		log := make([]window.LogEntry, 0, len(raw)/2)
+		for i := 0; i+1 < len(raw); i += 2 {
+			m, _ := raw[i].(string)
+			sc, _ := raw[i+1].(string)
+			h, _, _ := strings.Cut(m, ":")
+			hits, err1 := strconv.ParseUint(h, 10, 64)
+			at, err2 := strconv.ParseFloat(sc, 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("region: redis check %q: bad log entry %q %q", q.Key, m, sc)
+			}
+			log = append(log, window.LogEntry{AtMs: int64(at), Hits: hits})
+		}
+		slices.SortStableFunc(log, func(a, b window.LogEntry) int { return int(a.AtMs - b.AtMs) })
+		out.Decision = q.Limit.DecideLog(nowMs, log, q.Hits)
+	default:
+		// {allowed, estimate, now_ms, HGETALL previous, the elements of
+		// HGETALL current}: see counterScript.
+		if len(arr) < 4 {
+			return fmt.Errorf("region: redis check %q: unexpected reply length %d", q.Key, len(arr))
+		}
+		// The two buckets on the stack (their counts escape, through
+		// regionCounts): two allocations fewer per decision, 26 to 24 in
+		// BenchmarkRedisCheck/single/coalesced.
+		var curB, prevB memBucket
+		cur, prev := &curB, &prevB
+		if err := parseVector(cur, arr[4:]); err != nil {
+			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
+		}
+		raw, _ := arr[3].([]any)
+		if err := parseVector(prev, raw); err != nil {
+			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
+		}
+		if used, ok := arr[2].(int64); ok {
+			nowMs = used // the script's instant: Redis's TIME with ServerClock
+		}
+		var marked bool
+		out.Decision, marked = decideCounter(q, nowMs, r.region, cur, prev)
+		// The script's estimate, when it computed one below 2^53, is the Go
+		// one.
+		if est, _ := arr[1].(int64); est >= 0 && est < 1<<53 && uint64(est) != out.Estimate {
+			r.mismatches.Add(1)
+		}
+		wMs := q.Limit.WindowMs()
+		exact := q.Limit.Exact()
+		if allowed == 1 && !q.Peek {
+			start, _ := window.BucketSpan(q.Limit.BucketAt(nowMs))
+			cur.add(r.region, q.Hits, nowMs-start, wMs, marked, exact)
+		}
+		out.Regions = regionCounts(r.region, cur, prev, wMs, marked, exact)
+		out.Local = cur.get(r.region)
+		if marked {
+			out.LocalTrail = cur.getTrail(r.region, wMs)
+		}
+	}
+	if out.Allowed != (allowed == 1) {
+		r.mismatches.Add(1)
+		out.Allowed = allowed == 1
+		if out.Allowed {
+			out.RetryAfter = 0
+		}
+	}
+	return nil
+}
+
+// parseVector parses the elements of an HGETALL reply into b, which holds
+// no counts yet.
+func parseVector(b *memBucket, raw []any) error {
+	b.used, b.private, b.counts = true, true, make([]regionN, 0, len(raw)/2)
+	trails := false
+	for i := 0; i+1 < len(raw); i += 2 {
+		f, _ := raw[i].(string)
+		if _, ok := trailField(f); ok {
+			trails = true
+			continue
+		}
+		s, _ := raw[i+1].(string)
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("bad count %q for region %q: %w", s, f, err)
+		}
+		b.counts = append(b.counts, regionN{region: f, n: n})
+	}
+	// The trails in a second pass, once every count is known.
+	for i := 0; trails && i+1 < len(raw); i += 2 {
+		f, _ := raw[i].(string)
+		reg, ok := trailField(f)
+		if !ok {
+			continue
+		}
+		if j := b.find(reg); j >= 0 {
+			s, _ := raw[i+1].(string)
+			b.counts[j].h = parseTrail(s)
+		} // a trail without a count is not counted, as by the script
+	}
+	return nil
+}
+
+// trailField returns the region of a bucket hash field that holds a trail
+// (see trailSuffix).
+func trailField(f string) (reg string, ok bool) {
+	return strings.CutSuffix(f, trailSuffix)
+}
+
+// parseTrail unpacks a trail as the scripts store it (see trailSuffix).
+// It stops at the first mark that does not follow from the ones before
+// (offsets not increasing, counts not growing, or not integers below
+// 2^53): the hits after it are then the count's excess, which counts as
+// late as any (window.Trail.Fit), as in the script.
+func parseTrail(s string) window.Trail {
+	k := len(s) / markBytes
+	if k == 0 {
+		return nil
+	}
+	t := make(window.Trail, 0, k)
+	var cum uint64
+	for i := range k {
+		m := s[i*markBytes:]
+		at := int64(binary.LittleEndian.Uint32([]byte(m[:4])))
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(m[4:12])))
+		if !(f > float64(cum) && f <= 1<<53) || f != math.Trunc(f) || (len(t) > 0 && at <= t[len(t)-1].At) {
+			break
+		}
+		t = append(t, window.Mark{At: at, Cum: uint64(f)})
+		cum = uint64(f)
+	}
+	return t
+}
+
+// formatTrail packs t as the scripts store it (see trailSuffix).
+func formatTrail(t window.Trail) string {
+	b := make([]byte, 0, len(t)*markBytes)
+	for _, m := range t {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.At))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(m.Cum)))
+	}
+	return string(b)
+}
