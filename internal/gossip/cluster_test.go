@@ -178,7 +178,7 @@ func TestConvergence(t *testing.T) {
 	t.Logf("bandwidth: %.0f replication payload bytes per active key per second (all 6 nodes, flush every 20 ms, %d keys all active); %.0f bytes/key/s on the inter-region wire incl. memberlist",
 		perKey, len(keys), wirePerKey)
 	// Every key changes in every flush here, the worst case, and its total
-	// carries a trail with a mark for each 1/64 of the bucket that holds
+	// carries a trail with a mark for each 1/256 of the bucket that holds
 	// hits (2 to 5 bytes each): the figure, which the test logs, is bounded
 	// by what the offered load can produce; above the bound, totals are
 	// sent more often than designed.

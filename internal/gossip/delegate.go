@@ -22,13 +22,15 @@ var (
 // Node metadata layout: version (2), region length (1), region, API address
 // length (1), API address, flags (1; bit 0: leaving gracefully; bit 1:
 // the node decides from a store of its own now, not shared with its
-// region's other nodes: Config.OwnStore, or its fallback, see apart.go),
-// token (8: the random value the node's frames
-// carry, see wire.go).
+// region's other nodes: Config.OwnStore, or its fallback, see apart.go;
+// bit 2: the node reads trails of up to window.Granules marks, see
+// wire.go), token (8: the random value the node's frames
+// carry, see wire.go). A node ignores flags it does not know.
 const (
-	metaVersion  = 2
-	flagLeaving  = 1
-	flagOwnStore = 2
+	metaVersion    = 2
+	flagLeaving    = 1
+	flagOwnStore   = 2
+	flagFineTrails = 4
 )
 
 func encodeMeta(regionName, api string, flags byte, token uint64) []byte {
@@ -81,7 +83,7 @@ func decodeMeta(b []byte) (m nodeMeta, ok bool) {
 
 // NodeMeta returns the region and API address.
 func (d *delegate) NodeMeta(limit int) []byte {
-	var flags byte
+	flags := byte(flagFineTrails)
 	if d.n.leaving.Load() {
 		flags |= flagLeaving
 	}
@@ -102,7 +104,7 @@ func (d *delegate) NotifyMsg(b []byte) { d.n.enqueue(b) }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState returns the recently reconciled totals (anti-entropy).
-func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
+func (d *delegate) LocalState(join bool) []byte { return d.n.localState(join) }
 
 // MergeRemoteState queues a peer's recently reconciled totals for merging.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {

@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -152,7 +153,7 @@ func (n *Node) totals(m map[ref]uint64) []region.Total {
 // set of goroutines (a batch that finds them all busy is dropped and
 // counted). The bytes count as sent for c.
 func (n *Node) sendAsyncFor(kind Kind, c cost, dest *member, totals []region.Total) {
-	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, n.cfg.UDPBudget)
+	frames, err := n.encodeFor(dest, kind, n.cfg.Now(), totals, n.cfg.UDPBudget)
 	if err != nil {
 		n.met.drop("encode")
 		n.log.Warn("encode batch", "err", err)
@@ -195,7 +196,7 @@ func (n *Node) sendReliable(kind Kind, dest *member, totals []region.Total) erro
 
 // sendReliableFor is sendReliable, counting the bytes as sent for c.
 func (n *Node) sendReliableFor(kind Kind, c cost, dest *member, totals []region.Total) error {
-	frames, err := Encode(kind, n.cfg.Now(), n.self(), totals, maxReliableFrame)
+	frames, err := n.encodeFor(dest, kind, n.cfg.Now(), totals, maxReliableFrame)
 	if err != nil {
 		n.met.drop("encode")
 		return err
@@ -238,4 +239,23 @@ func (n *Node) view() view {
 		}
 	}
 	return v
+}
+
+// encodeFor encodes totals as this node's frames to dest: with coarse
+// trails when dest reads them, else gathered into spans.
+func (n *Node) encodeFor(dest *member, kind Kind, sent time.Time, totals []region.Total, budget int) ([][]byte, error) {
+	return encodeFrames(kind, sent, n.self(), totals, budget, dest.fineTrails)
+}
+
+// allFine reports whether every member this node sees alive reads coarse
+// trails (flagFineTrails).
+func (n *Node) allFine() bool {
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	for _, m := range n.members {
+		if m.state == "alive" && !m.isLocal && !m.fineTrails {
+			return false
+		}
+	}
+	return true
 }

@@ -31,6 +31,10 @@ type member struct {
 	// ownStore: the member decides from a store of its own now (see
 	// apart.go), so it needs every total, not only its keys'.
 	ownStore bool
+	// fineTrails: the member reads trails of up to window.Granules marks
+	// (flagFineTrails); frames to a member without it carry trails
+	// gathered into spans (see wire.go).
+	fineTrails bool
 	// retryAt and backoff pace the reconnect loop's attempts at a dead
 	// member (only the reconnect loop touches them, under memMu).
 	retryAt time.Time
@@ -305,6 +309,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	n.members[cp.Name] = m
 	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
 	m.ownStore = meta.flags&flagOwnStore != 0
+	m.fineTrails = meta.flags&flagFineTrails != 0
 	m.isLocal = cp.Name == n.cfg.Name
 	if state == "alive" && !m.isLocal && m.region != n.cfg.Region {
 		n.seenRemote.Store(true)

@@ -72,7 +72,10 @@ func testSender(r string) Sender { return Sender{Node: "node-" + r, Region: r, T
 // each region never goes back and never passes the truth (counts, last
 // offsets and runs no larger, first offsets no smaller); once the last
 // totals are delivered (a later message repairs lost ones), b holds exactly
-// the truth. It runs on the in-memory store and on a real Redis.
+// the truth. Senders encode some frames as a node before fine trails
+// does (Encode, trails gathered into spans) and the others fine
+// (EncodeFine), as in a rolling upgrade. It runs on the in-memory store
+// and on a real Redis.
 func TestMergeIdempotentOrderFree(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		testMergeOrderFree(t, 50, func(string) Store { return region.NewMemory(region.MemoryConfig{Region: "b"}) })
@@ -109,7 +112,11 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 				st.h.Add(at[kr], 1000, hits, false)
 			}
 			truth[kr] = st
-			fs, err := Encode(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Trail: st.h}}, 1360)
+			enc := Encode
+			if rng.IntN(2) == 0 {
+				enc = EncodeFine
+			}
+			fs, err := enc(KindFlush, t0, testSender(reg), []region.Total{{Key: key, Window: W, Bucket: bucket, Region: reg, Count: st.n, Trail: st.h}}, 1360)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,19 +135,19 @@ func testMergeOrderFree(t *testing.T, seeds uint64, newStore func(string) Store)
 		}
 		var fs [][]byte
 		for reg, ts := range final {
-			f, _ := Encode(KindReconcile, t0, testSender(reg), ts, MaxMessage)
+			f, _ := EncodeFine(KindReconcile, t0, testSender(reg), ts, MaxMessage)
 			fs = append(fs, f...)
 		}
 		last := map[[2]string]state{}
 		// within reports whether trail x is no further than y from nothing:
-		// in every coarse granule, no more hits and no later last hit.
+		// in every merge span, no more hits and no later last hit.
 		within := func(x, y window.Trail) bool {
 			for i, m := range x {
-				g := window.CoarseGranule(m.At, 1000)
+				g := window.MergeSpan(m.At, 1000)
 				var n uint64
 				last := int64(-1)
 				for j, o := range y {
-					if window.CoarseGranule(o.At, 1000) == g {
+					if window.MergeSpan(o.At, 1000) == g {
 						n, last = n+y.N(j), o.At
 					}
 				}

@@ -180,7 +180,7 @@ func (n *Node) probe() {
 		var sends []send
 		packets := 0
 		for dest, group := range route(totals, ms) {
-			frames, err := Encode(KindFlush, now, n.self(), group, n.cfg.UDPBudget)
+			frames, err := n.encodeFor(dest, KindFlush, now, group, n.cfg.UDPBudget)
 			if err != nil {
 				n.met.drop("encode")
 				continue

@@ -283,14 +283,20 @@ func (n *Node) keepRecent(ts []region.Total) {
 
 // localState encodes the recent reconciled totals of buckets that have not
 // expired, newest first, in one frame of at most
-// MaxStateBytes.
-func (n *Node) localState() []byte {
+// MaxStateBytes. memberlist does not say which member the frame goes to:
+// its trails are fine only when every member this node sees reads them and
+// the exchange is not a join (whose peer this node may not know yet).
+func (n *Node) localState(join bool) []byte {
 	now := n.cfg.Now()
 	ts := n.recentTotals(math.MaxInt)
 	if len(ts) == 0 {
 		return nil
 	}
-	frames, err := Encode(KindState, now, n.self(), ts, n.cfg.MaxStateBytes)
+	enc := Encode
+	if !join && n.allFine() {
+		enc = EncodeFine
+	}
+	frames, err := enc(KindState, now, n.self(), ts, n.cfg.MaxStateBytes)
 	if err != nil || len(frames) == 0 {
 		return nil
 	}

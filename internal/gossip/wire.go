@@ -56,20 +56,32 @@ import (
 //	                1 byte  region index (< nregions)
 //	                uvarint count (at most MaxCount)
 //	                uvarint nmarks (0..window.Granules): the region's
-//	                        trail of the bucket (window.Trail)
+//	                        trail of the bucket (window.Trail); at most
+//	                        window.MergeGranules unless the receiver
+//	                        announces flagFineTrails (see below)
 //	                ...     nmarks times: uvarint At, less the previous
 //	                        mark's At plus one (the first: At), and
 //	                        uvarint N (1..count)
 //
 // Offsets are ms from the bucket's start; the trail must be a valid coarse
-// trail for the window (window.Trail.Valid) counting at most count hits,
-// or the frame is malformed. A calendar bucket (a fixed window) carries
-// no marks.
+// trail for the window (window.Trail.Valid: at most one mark per 1/256 of
+// the bucket) counting at most count hits, or the frame is malformed. A
+// calendar bucket (a fixed window) carries no marks.
+//
+// Nodes before fine trails read at most 64 marks, one per 1/64 of the
+// bucket (window.MergeSpan), and drop a frame with more as malformed. So
+// a node gathers trails into those spans (Encode) for every frame except
+// those to a member that announces flagFineTrails in its metadata
+// (EncodeFine), and a push-pull state frame, whose receiver memberlist
+// does not name, is fine only when every member it sees announces the
+// flag. Either kind of report merges with the other (window.Trail.Merge),
+// so a cluster in a rolling upgrade counts every hit, with remote hits
+// late by up to 1/64 of a window where an older node reported them.
 // A frame is at most MaxMessage bytes and ends exactly after its last entry.
 // An entry with a 20-byte key, a small count and a mark or two takes about
 // 40 bytes, so one UDP packet (about 1360 bytes of payload) carries about
 // 30 totals; a mark takes 2 to 5 bytes, so a full trail (window.Granules
-// marks) adds up to about 320.
+// marks) adds up to about 1,300, one gathered into spans about 320.
 // Decode never panics on any input (see FuzzDecode). Decode checks what a
 // frame says on its own; whether its sender may say it (a live member,
 // reporting only its own region) is the receiver's check (see receive.go).
@@ -239,14 +251,18 @@ func entrySize(t region.Total) int {
 	return n
 }
 
-// wireTrail returns t's trail as sent: coarse, and none when it is not
-// valid for t (region.ValidTrail), so that a receiver never sees a
-// malformed entry.
-func wireTrail(t region.Total) window.Trail {
+// wireTrail returns t's trail as sent: coarse when fine is set, else
+// gathered into merge spans, and none when it is not valid for t
+// (region.ValidTrail), so that a receiver never sees a malformed entry.
+func wireTrail(t region.Total, fine bool) window.Trail {
 	if t.Window < 0 {
 		return nil // a calendar bucket: a fixed window's count
 	}
-	t.Trail = t.Trail.Coarse(t.Window.Milliseconds())
+	if fine {
+		t.Trail = t.Trail.Coarse(t.Window.Milliseconds())
+	} else {
+		t.Trail = t.Trail.Spans(t.Window.Milliseconds())
+	}
 	if !region.ValidTrail(t) {
 		return nil
 	}
@@ -256,6 +272,7 @@ func wireTrail(t region.Total) window.Trail {
 // encoder packs totals into frames of at most budget bytes each.
 type encoder struct {
 	kind    Kind
+	fine    bool // trails coarse, not gathered into spans (see wireTrail)
 	sent    int64
 	from    Sender
 	regions []string       // region table, sender first
@@ -319,7 +336,7 @@ func (e *encoder) encode(totals []region.Total, budget int) (frames [][]byte, sk
 			skipped++
 			continue
 		}
-		t.Trail = wireTrail(t)
+		t.Trail = wireTrail(t, e.fine)
 		size := entrySize(t)
 		if cur != nil && (len(cur)+size > budget || n == maxEntries) {
 			finish()
@@ -373,11 +390,27 @@ func (e *encoder) header(budget int) []byte {
 // is sent. from is the sending node;
 // totals with an empty or too long key or an out-of-range window are left
 // out, and so are counts above MaxCount.
+//
+// Trails are gathered into merge spans (window.Trail.Spans, at most
+// window.MergeGranules marks), as every node of version 5 or later reads
+// them; EncodeFine keeps them coarse.
 func Encode(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int) ([][]byte, error) {
+	return encodeFrames(kind, sent, from, totals, budget, false)
+}
+
+// EncodeFine is Encode with trails coarse (window.Trail.Coarse, at most
+// window.Granules marks), for a receiver that announces flagFineTrails: a
+// node without it drops such a frame as malformed.
+func EncodeFine(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int) ([][]byte, error) {
+	return encodeFrames(kind, sent, from, totals, budget, true)
+}
+
+func encodeFrames(kind Kind, sent time.Time, from Sender, totals []region.Total, budget int, fine bool) ([][]byte, error) {
 	e, err := newEncoder(kind, sent, from, totals)
 	if err != nil {
 		return nil, err
 	}
+	e.fine = fine
 	frames, _ := e.encode(totals, budget)
 	return frames, nil
 }

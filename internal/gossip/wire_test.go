@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -62,11 +65,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 }
 
-// encodeDecode encodes totals into frames of at most limit bytes and
-// decodes each frame back, failing t if either step fails.
+// encodeDecode encodes totals into frames of at most limit bytes, trails
+// fine (EncodeFine), and decodes each frame back, failing t if either step
+// fails.
 func encodeDecode(t *testing.T, kind Kind, sent time.Time, s Sender, totals []region.Total, limit int) []Message {
 	t.Helper()
-	frames, err := Encode(kind, sent, s, totals, limit)
+	frames, err := EncodeFine(kind, sent, s, totals, limit)
 	if err != nil {
 		t.Fatalf("Encode(%v, %d totals) error = %v", kind, len(totals), err)
 	}
@@ -97,6 +101,13 @@ func TestFrameSize(t *testing.T) {
 	one.Trail = h
 	if got := entrySize(one); got > 33+window.Granules*5 {
 		t.Errorf("entrySize(20-byte key, a full trail) = %d, want <= %d", got, 33+window.Granules*5)
+	}
+	one.Trail = h.Spans(60000)
+	if len(one.Trail) != window.MergeGranules {
+		t.Fatalf("trail gathered into spans: %d marks, want %d", len(one.Trail), window.MergeGranules)
+	}
+	if got := entrySize(one); got > 33+window.MergeGranules*5 {
+		t.Errorf("entrySize(20-byte key, a full trail in spans) = %d, want <= %d", got, 33+window.MergeGranules*5)
 	}
 	// Keys far below their limit, a few hits each: a mark or two.
 	one.Trail = window.Trail{{At: 12000, Cum: 3}, {At: 30500, Cum: 5}}
@@ -169,6 +180,74 @@ func withMark(n uint64, at int64) []byte {
 	b[len(b)-1] = 1
 	b = binary.AppendUvarint(b, uint64(at))
 	return binary.AppendUvarint(b, n)
+}
+
+// TestEncodeTrailsForOlderNodes: Encode gathers a trail into merge spans,
+// at most window.MergeGranules marks with one per span, as a node before
+// fine trails accepts them; EncodeFine carries it coarse, and Decode
+// accepts up to window.Granules marks, one per coarse granule, no more.
+func TestEncodeTrailsForOlderNodes(t *testing.T) {
+	const wMs = 60000
+	var h window.Trail
+	for i := range int64(5000) {
+		h.Add(i*wMs/5000, wMs, 1, false)
+	}
+	total := region.Total{Key: "k", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5000, Trail: h}
+	for _, c := range []struct {
+		name string
+		enc  func(Kind, time.Time, Sender, []region.Total, int) ([][]byte, error)
+		want window.Trail
+	}{
+		{"Encode", Encode, h.Spans(wMs)},
+		{"EncodeFine", EncodeFine, h},
+	} {
+		frames, err := c.enc(KindFlush, t0, testSender("eu"), []region.Total{total}, 1360)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Decode(frames[0])
+		if err != nil {
+			t.Fatalf("%s: Decode() error = %v", c.name, err)
+		}
+		if got := m.Totals[0].Trail; !slices.Equal(got, c.want) {
+			t.Errorf("%s: trail of %d marks, want %d: %v", c.name, len(got), len(c.want), got)
+		}
+	}
+	if got := h.Spans(wMs); len(got) != window.MergeGranules || got.Count() != h.Count() {
+		t.Errorf("Spans() = %d marks, %d hits; want %d, %d", len(got), got.Count(), window.MergeGranules, h.Count())
+	}
+	for i := 1; i < len(h.Spans(wMs)); i++ {
+		if s := h.Spans(wMs); window.MergeSpan(s[i].At, wMs) == window.MergeSpan(s[i-1].At, wMs) {
+			t.Fatalf("Spans() has two marks in span %d", window.MergeSpan(s[i].At, wMs))
+		}
+	}
+	// One more mark than granules, or two in one granule: malformed.
+	f, _ := EncodeFine(KindFlush, t0, testSender("eu"), []region.Total{{Key: "k", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5000}}, 1360)
+	for _, c := range []struct {
+		name string
+		ats  []int64
+	}{
+		{"more marks than granules", func() []int64 {
+			ats := make([]int64, window.Granules+1)
+			for i := range ats {
+				ats[i] = int64(i) * (wMs / (window.Granules + 1))
+			}
+			return ats
+		}()},
+		{"two marks in one granule", []int64{0, wMs/window.Granules - 2}},
+	} {
+		b := append([]byte(nil), f[0][:len(f[0])-1]...)
+		b = binary.AppendUvarint(b, uint64(len(c.ats)))
+		next := int64(0)
+		for _, at := range c.ats {
+			b = binary.AppendUvarint(b, uint64(at-next))
+			b = binary.AppendUvarint(b, 1)
+			next = at + 1
+		}
+		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Decode() = %v, want ErrMalformed", c.name, err)
+		}
+	}
 }
 
 // A frame carries its receiver's incarnation and a sequence number that
@@ -278,6 +357,10 @@ func FuzzDecode(f *testing.F) {
 		{Key: "k3", Window: time.Minute, Bucket: 7, Region: "eu", Count: 5, Trail: trailOf(time.Minute, 1, 2, 5000, 30001)},
 	}, 1360)
 	f.Add(frames[0])
+	fine, _ := EncodeFine(KindFlush, t0, testSender("eu"), []region.Total{
+		{Key: "f", Window: time.Minute, Bucket: 7, Region: "eu", Count: 300, Trail: trailOf(time.Minute, 0, 240, 480, 720, 960, 1200, 59999)},
+	}, 1360)
+	f.Add(fine[0])
 	f.Add(append([]byte{Version, 1}, append(make([]byte, headerFixed-3), 1, 'n', 1, 1, 'x', 0, 0)...))
 	f.Add([]byte{})
 	un, _ := EncodeUnheard(t0, testSender("eu"), []string{"us", "ap"})
@@ -306,4 +389,72 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded totals differ: %v vs %v", got, m.Totals)
 		}
 	})
+}
+
+// TestFineTrailsOnlyToThoseWhoReadThem: a node announces flagFineTrails;
+// frames to a member that announces it carry trails coarse, to one that
+// does not (a node before fine trails) gathered into spans; a push-pull
+// state frame is fine only when every member seen announces the flag and
+// the exchange is not a join.
+func TestFineTrailsOnlyToThoseWhoReadThem(t *testing.T) {
+	n := receiver(t, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
+	if m, ok := decodeMeta((&delegate{n}).NodeMeta(512)); !ok || m.flags&flagFineTrails == 0 {
+		t.Fatalf("NodeMeta() flags = %b, ok %v; want flagFineTrails", m.flags, ok)
+	}
+	const wMs = 60000
+	var h window.Trail
+	for i := range int64(5000) {
+		h.Add(i*wMs/5000, wMs, 1, false)
+	}
+	totals := []region.Total{{Key: "k", Window: time.Minute, Bucket: t0.UnixMilli() / wMs, Region: "b", Count: 5000, Trail: h}}
+	marks := func(f []byte) int {
+		t.Helper()
+		m, err := Decode(f)
+		if err != nil {
+			t.Fatalf("Decode() error = %v", err)
+		}
+		return len(m.Totals[0].Trail)
+	}
+	for _, c := range []struct {
+		name  string
+		flags byte
+		want  int
+	}{
+		{"older node", 0, window.MergeGranules},
+		{"fine node", flagFineTrails, window.Granules},
+	} {
+		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", c.flags, 9)}, "alive")
+		n.memMu.RLock()
+		dest := n.members["peer"]
+		n.memMu.RUnlock()
+		frames, err := n.encodeFor(dest, KindFlush, t0, totals, 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := marks(frames[0]); got != c.want {
+			t.Errorf("%s: a frame to it carries %d marks, want %d", c.name, got, c.want)
+		}
+	}
+	n.recent = newRing[region.Total](4)
+	n.keepRecent(totals)
+	for _, c := range []struct {
+		name string
+		old  bool // a member before fine trails is alive
+		join bool
+		want int
+	}{
+		{"all fine", false, false, window.Granules},
+		{"all fine, a join", false, true, window.MergeGranules},
+		{"an older member", true, false, window.MergeGranules},
+	} {
+		n.members = map[string]*member{}
+		flags := byte(flagFineTrails)
+		if c.old {
+			flags = 0
+		}
+		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flags, 9)}, "alive")
+		if got := marks(n.localState(c.join)); got != c.want {
+			t.Errorf("%s: the state frame carries %d marks, want %d", c.name, got, c.want)
+		}
+	}
 }

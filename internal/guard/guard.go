@@ -80,7 +80,7 @@
 // simulator and its fault search measure it (docs/design.md, "The burst
 // guard", has the figures; `go run ./loadtest/sim`). The default counter
 // never errs above the limit in one region; across regions a remote trail
-// is coarse, so its hits may count up to 1/64 of a window late. The price
+// is coarse, so its hits may count up to one granule of the window late. The price
 // of the exactness is capacity where a region's share per horizon is a
 // fraction of a hit.
 //

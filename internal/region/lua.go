@@ -74,7 +74,7 @@ const markBytes = 12
 var counterScript = redis.NewScript(timeAlone + counterSource)
 
 // trailConstants puts window's bounds of a trail into the scripts' sources.
-var trailConstants = strings.NewReplacer("EXACTMAX", strconv.Itoa(window.ExactMax), "GRANULES", strconv.Itoa(window.Granules))
+var trailConstants = strings.NewReplacer("EXACTMAX", strconv.Itoa(window.ExactMax), "MERGEGRANULES", strconv.Itoa(window.MergeGranules), "GRANULES", strconv.Itoa(window.Granules))
 
 // timeAlone defines serverTime, Redis's TIME in Unix ms, for counterSource
 // run on its own; the batch script (batch.go) wraps it to read TIME once
@@ -319,8 +319,9 @@ return {allowed, entries}
 //	        bucket hash, coarse, or "" for none), window_ms, the store's
 //	        own region (never replaced)
 //
-// The trail merges as window.Trail.Merge: granule by granule, the side
-// with more hits (or as many, the last later) wins. A region new to the
+// The trail merges as window.Trail.Merge: span by span
+// (window.MergeSpan), the side with more hits (or as many, the last later,
+// or as many and as late in more marks) wins. A region new to the
 // bucket takes no field for a zero count. In a bucket that already holds
 // max regions, a new region takes the place of the one with the smallest
 // count (not the store's own), its trail included, when its count is
@@ -372,7 +373,7 @@ if #new >= 12 then
   end
   local aa, an = marks(cur)
   local ba, bn = marks(new)
-  local function g(a) return math.floor(a * GRANULES / W) end
+  local function g(a) return math.floor(a * MERGEGRANULES / W) end
   local out, cum, i, j, changed = {}, 0, 1, 1, false
   while i <= #aa or j <= #ba do
     local gg
@@ -383,7 +384,7 @@ if #new >= 12 then
     while i2 <= #aa and g(aa[i2]) == gg do na, la, i2 = na + an[i2], aa[i2], i2 + 1 end
     local j2, nb, lb = j, 0, -1
     while j2 <= #ba and g(ba[j2]) == gg do nb, lb, j2 = nb + bn[j2], ba[j2], j2 + 1 end
-    if nb > na or (nb == na and lb > la) then
+    if nb > na or (nb == na and (lb > la or (lb == la and j2 - j > i2 - i))) then
       changed = true
       for x = j, j2 - 1 do cum = cum + bn[x]; out[#out + 1] = struct.pack('<I4d', ba[x], cum) end
     else

@@ -15,7 +15,14 @@ const (
 	// Granules is the number of granules a bucket is cut into for a coarse
 	// trail: above ExactMax locally, and for every trail that replication
 	// carries. A granule holds at most one mark.
-	Granules = 64
+	Granules = 256
+	// MergeGranules is the number of spans a bucket is cut into when two
+	// reports of a trail merge ([Trail.Merge]): the granule of coarse
+	// trails before Granules was raised to 256, and still what a node of
+	// that version records and accepts (at most one mark per span).
+	// A mark only ever moves within its span, so reports recorded in
+	// granules of either size merge span by span, the newest winning.
+	MergeGranules = 64
 )
 
 // Mark is some hits of one region in one bucket: the last of them was
@@ -43,6 +50,11 @@ type Trail []Mark
 // CoarseGranule returns the coarse granule of offset at in a bucket of wMs:
 // floor(at * Granules / wMs).
 func CoarseGranule(at, wMs int64) int64 { return at * Granules / wMs }
+
+// MergeSpan returns the span of offset at in a bucket of wMs in which
+// reports merge: floor(at * MergeGranules / wMs). A span is
+// Granules/MergeGranules whole coarse granules.
+func MergeSpan(at, wMs int64) int64 { return at * MergeGranules / wMs }
 
 // granule returns the granule of offset at: at itself when exact.
 func granule(at, wMs int64, exact bool) int64 {
@@ -140,21 +152,39 @@ func (t Trail) Extends(at, wMs int64, exact bool) bool {
 // Coarse returns t with its marks gathered into coarse granules of a bucket
 // of wMs: per granule one mark at its last mark's offset. It returns t
 // itself when t is coarse already.
-func (t Trail) Coarse(wMs int64) Trail {
-	if t.coarse(wMs) {
+func (t Trail) Coarse(wMs int64) Trail { return t.gather(wMs, Granules) }
+
+// Spans returns t with its marks gathered into merge spans of a bucket of
+// wMs ([MergeSpan]): at most MergeGranules marks, as a node that records
+// coarse trails in spans reads them. It returns t itself when t holds at
+// most one mark per span already.
+func (t Trail) Spans(wMs int64) Trail { return t.gather(wMs, MergeGranules) }
+
+// gather returns t with its marks gathered into granules of wMs/n: per
+// granule one mark at its last mark's offset; t itself when it holds at
+// most one mark per granule.
+func (t Trail) gather(wMs, n int64) Trail {
+	if t.sparse(wMs, n) {
 		return t
 	}
-	out := make(Trail, 0, min(len(t), Granules))
+	out := make(Trail, 0, min(int64(len(t)), n))
 	for i, m := range t {
-		out.Add(m.At, wMs, t.N(i), false)
+		if k := len(out); k > 0 {
+			last := &out[k-1]
+			if at := max(m.At, last.At); at*n/wMs == last.At*n/wMs {
+				last.At, last.Cum = at, satAdd(last.Cum, t.N(i))
+				continue
+			}
+		}
+		out = append(out, Mark{At: m.At, Cum: satAdd(out.Count(), t.N(i))})
 	}
 	return out
 }
 
-// coarse reports whether t holds at most one mark per coarse granule.
-func (t Trail) coarse(wMs int64) bool {
+// sparse reports whether t holds at most one mark per granule of wMs/n.
+func (t Trail) sparse(wMs, n int64) bool {
 	for i := 1; i < len(t); i++ {
-		if CoarseGranule(t[i].At, wMs) == CoarseGranule(t[i-1].At, wMs) {
+		if t[i].At*n/wMs == t[i-1].At*n/wMs {
 			return false
 		}
 	}
@@ -180,14 +210,18 @@ func (t Trail) Valid(wMs int64) bool {
 }
 
 // Merge merges o, another report of the same region's trail in a bucket of
-// wMs, into t, coarse granule by coarse granule: where o's marks in a
-// granule hold more hits than t's (or as many, the last later), they
-// replace t's. Reports of one region's trail are snapshots of one growing
-// trail, so the merge of any of them, in any order and any number of times,
-// is the newest of them in each granule: idempotent, commutative and
-// associative, and never more hits than the region admitted. t may be exact
-// (a region's own trail, echoed back coarse by a peer). Merge never changes
-// the marks t held: it makes a new slice when anything changes.
+// wMs, into t, span by span ([MergeSpan]): where o's marks in a span hold
+// more hits than t's (or as many, the last later, or as many and as late
+// in more marks), they replace t's. A trail's marks only move within their
+// span, so reports of one region's trail are snapshots of one trail that
+// grows span by span, whether they were recorded in coarse granules or in
+// spans, or gathered into either for replication ([Trail.Coarse],
+// [Trail.Spans]). The merge of any of them, in any order and any number of
+// times, is the newest of them in each span, and of equally new ones the
+// finest: idempotent, commutative and associative, and never more hits
+// than the region admitted. t may be exact (a region's own trail, echoed
+// back coarse by a peer). Merge never changes the marks t held: it makes
+// a new slice when anything changes.
 func (t *Trail) Merge(o Trail, wMs int64) {
 	if len(o) == 0 {
 		return
@@ -209,11 +243,11 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 		var g int64
 		switch {
 		case len(a) == 0:
-			g = CoarseGranule(b[0].At, wMs)
+			g = MergeSpan(b[0].At, wMs)
 		case len(b) == 0:
-			g = CoarseGranule(a[0].At, wMs)
+			g = MergeSpan(a[0].At, wMs)
 		default:
-			g = min(CoarseGranule(a[0].At, wMs), CoarseGranule(b[0].At, wMs))
+			g = min(MergeSpan(a[0].At, wMs), MergeSpan(b[0].At, wMs))
 		}
 		ia, la := granuleRun(a, g, wMs)
 		ib, lb := granuleRun(b, g, wMs)
@@ -225,7 +259,7 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 			nb = b[ib-1].Cum - cb
 		}
 		src, base := a[:ia], ca
-		if nb > na || (nb == na && lb > la) {
+		if nb > na || (nb == na && (lb > la || (lb == la && ib > ia))) {
 			src, base = b[:ib], cb
 		}
 		for _, m := range src {
@@ -245,11 +279,11 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 	*t = out
 }
 
-// granuleRun returns how many of t's first marks lie in coarse granule g
-// and the last one's offset (-1 when none).
+// granuleRun returns how many of t's first marks lie in merge span g and
+// the last one's offset (-1 when none).
 func granuleRun(t Trail, g, wMs int64) (k int, last int64) {
 	last = -1
-	for k < len(t) && CoarseGranule(t[k].At, wMs) == g {
+	for k < len(t) && MergeSpan(t[k].At, wMs) == g {
 		last = t[k].At
 		k++
 	}

@@ -181,6 +181,60 @@ func TestTrailMerge(t *testing.T) {
 	}
 }
 
+// TestTrailMergeSpans: a region's trail recorded by writers of both
+// granule sizes (coarse granules, and whole spans as a node of the
+// earlier version records them), reported gathered into either
+// (Trail.Coarse, Trail.Spans), merges in any order into a trail that holds
+// exactly the region's hits and never lets one leave before it does; once
+// the newest snapshot is reported coarse, into that snapshot.
+func TestTrailMergeSpans(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(33, 34))
+	for range 200 {
+		w := int64(1000 + r.IntN(100000))
+		var grow Trail
+		var snaps []Trail
+		at := int64(0)
+		for at < w {
+			hits := 1 + r.Uint64N(5)
+			if n := len(grow); n > 0 && r.IntN(2) == 0 && MergeSpan(max(at, grow[n-1].At), w) == MergeSpan(grow[n-1].At, w) {
+				grow[n-1].At, grow[n-1].Cum = max(at, grow[n-1].At), grow[n-1].Cum+hits // a writer that records in spans
+			} else {
+				grow.Add(at, w, hits, false)
+			}
+			snap := grow.Coarse(w)
+			if r.IntN(2) == 0 {
+				snap = grow.Spans(w)
+			}
+			if !snap.Valid(w) {
+				t.Fatalf("report %v not valid", snap)
+			}
+			snaps = append(snaps, slices.Clone(snap))
+			at += r.Int64N(w/100 + 1)
+		}
+		r.Shuffle(len(snaps), func(i, j int) { snaps[i], snaps[j] = snaps[j], snaps[i] })
+		var m Trail
+		for _, s := range snaps {
+			m.Merge(s, w)
+		}
+		if got, want := m.Count(), grow.Count(); got != want {
+			t.Fatalf("merged %d hits, want %d", got, want)
+		}
+		for e := int64(0); e < w; e += 1 + r.Int64N(w/300+1) {
+			if got, want := m.After(e), grow.After(e); got < want {
+				t.Fatalf("merged After(%d) = %d, want at least %d", e, got, want)
+			}
+		}
+		m.Merge(grow.Coarse(w), w)
+		if want := grow.Coarse(w); !slices.Equal(m, want) {
+			t.Fatalf("merged with the newest report %v, want %v", m, want)
+		}
+		if len(m) > Granules || len(grow.Spans(w)) > MergeGranules {
+			t.Fatalf("%d marks coarse, %d in spans", len(m), len(grow.Spans(w)))
+		}
+	}
+}
+
 // decisionLog runs arrivals through a one-region trailState and judges
 // every decision against an exact sliding log of the node's own
 // admissions: a denial is unjustified when the admitted hits in the

@@ -18,14 +18,14 @@ func TestEvenLoad(t *testing.T) {
 			st := runScenario(sc).On
 			t.Logf("%v one-way, %d per 10s: per region %v (spread %.3f); trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f",
 				d, lim, st.PerRegion, st.Spread(), st.Median, st.P999, st.Max, st.SteadyMin)
-			if s := st.Spread(); !(s <= 0.2) {
-				t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 20%%", d, lim, st.PerRegion, 100*s)
+			if s := st.Spread(); !(s <= 0.25) {
+				t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 25%%", d, lim, st.PerRegion, 100*s)
 			}
 			if st.Max > 1.05 || st.P999 > 1.02 {
 				t.Errorf("%v, %d per 10s: max %.3f, p99.9 %.3f; want at most 1.05 and 1.02", d, lim, st.Max, st.P999)
 			}
-			if st.Median < 0.92 {
-				t.Errorf("%v, %d per 10s: median trailing window at admissions %.3f, want at least 0.92", d, lim, st.Median)
+			if st.Median < 0.94 {
+				t.Errorf("%v, %d per 10s: median trailing window at admissions %.3f, want at least 0.94", d, lim, st.Median)
 			}
 		}
 	}
