@@ -39,13 +39,14 @@ func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) time.Duration {
 
 // guardedDecider returns a Decider in region eu on the in-memory store,
 // with g as its guard.
-func guardedDecider(t *testing.T, g Guard) *Decider {
+func guardedDecider(t *testing.T, g burstGuard) *Decider {
 	t.Helper()
-	d, err := New(Config{Store: region.NewMemory(region.MemoryConfig{Region: "eu"}), Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
+	d, err := New(Config{Store: region.NewMemory(region.MemoryConfig{Region: "eu"}), Region: "eu", MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
 		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.guard = g
 	return d
 }
 
