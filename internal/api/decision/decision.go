@@ -103,7 +103,7 @@ type Pool interface {
 type burstGuard interface {
 	// Admit reports whether the hits may go to the store, and with which
 	// limit (t.StoreLimit); when not, how long until they might.
-	Admit(now time.Time, key string, limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
+	Admit(now time.Time, key string, l window.Limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
 	// Done tells the guard the store's answer to an admitted ticket. It
 	// returns a retry-after when the store's denial is the guard's (the
 	// store decided against a limit lowered to this region's share, and

@@ -30,7 +30,7 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 		if tickets == nil {
 			tickets, skip = make([]guard.Ticket, len(reqs)), make([]bool, len(reqs))
 		}
-		t, ok, retry := d.guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit.Limit, r.Store.Hits)
+		t, ok, retry := d.guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit, r.Store.Hits)
 		if !ok {
 			skip[i] = true
 			out[i] = d.guardDenial(r, retry)

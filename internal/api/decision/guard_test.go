@@ -13,6 +13,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -25,7 +26,7 @@ type fakeGuard struct {
 	retry      time.Duration // what Done returns
 }
 
-func (f *fakeGuard) Admit(now time.Time, key string, limit, hits uint64) (guard.Ticket, bool, time.Duration) {
+func (f *fakeGuard) Admit(now time.Time, key string, l window.Limit, hits uint64) (guard.Ticket, bool, time.Duration) {
 	return guard.Ticket{StoreLimit: f.storeLimit}, f.allow[key], 70 * time.Millisecond
 }
 
