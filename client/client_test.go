@@ -422,7 +422,9 @@ func TestDependencies(t *testing.T) {
 // error naming limit.scope, even failing open; a region-scoped one is
 // decided and the Decision says which scope applied.
 func TestScope(t *testing.T) {
-	h, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), Now: func() time.Time { return t0 }, Regions: func() int { return 3 }})
+	threeRegions := &apitest.Pool{}
+	threeRegions.N.Store(3)
+	h, err := api.NewHandler(api.Config{Store: region.NewMemory(region.MemoryConfig{}), Now: func() time.Time { return t0 }, Pool: threeRegions})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/gossip"
-	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // gossipConfig builds the gossip node's configuration from
@@ -117,24 +116,6 @@ func advertisedAPI(listen string, c config) string {
 		}
 	}
 	return listen
-}
-
-// replicator adapts a gossip.Node to api.Replicator.
-type replicator struct{ n *gossip.Node }
-
-var _ api.Replicator = replicator{}
-
-func (r replicator) Dirty(t region.Total) { r.n.Dirty(t) }
-
-func (r replicator) Ages() map[string]time.Duration {
-	ages := r.n.Ages()
-	out := make(map[string]time.Duration, len(ages))
-	for _, a := range ages {
-		if !a.Newest.IsZero() {
-			out[a.Region] = a.Age
-		}
-	}
-	return out
 }
 
 // cluster adapts a gossip.Node to status.Cluster, for the status page.

@@ -150,18 +150,12 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		acfg.Rules = ruleFiles.Rules()
 	}
 	if node != nil {
-		acfg.Replicator = replicator{node}
-		acfg.Regions = node.Regions // refuses region-local algorithms with global scope while other regions are members
+		acfg.Pool = node // the decision path's one seam to the other regions
 		acfg.Cluster = cluster{node}
-		acfg.Store = acc.Store(store) // Unwrap still reaches the Stack's layers
 		acfg.Watcher = watcher{acc}
 		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
 		if c.BurstGuard {
-			g, err := guard.NewNode(guard.New(guard.Config{Floor: c.BurstGuardFloor}), node.GuardView, reg)
-			if err != nil {
-				return err
-			}
-			acfg.Guard = g
+			acfg.Guard = guard.New(guard.Config{Floor: c.BurstGuardFloor})
 		}
 	}
 	h, err := api.NewHandler(acfg)

@@ -40,6 +40,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/api/status"
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
@@ -66,18 +67,6 @@ const (
 	DefaultMaxLogLimit      = 10000
 )
 
-// Replicator carries this region's totals to the other regions. It is
-// optional: nil means a single region.
-type Replicator interface {
-	// Dirty (see [decision.Replicator]) is told of every admitted counter
-	// decision, on the request path: it must not block.
-	decision.Replicator
-	// Ages returns, for each remote region heard from, how old the newest
-	// total merged from it is. It is called at most once per RPC and must
-	// not block. Regions missing from the map show no age.
-	Ages() map[string]time.Duration
-}
-
 // ReadyCheck is one condition /readyz requires, besides the store being
 // reachable.
 type ReadyCheck struct {
@@ -100,18 +89,17 @@ type Config struct {
 	// Rules are the named rules at start; nil means none. Replace them
 	// later with [Server.SetRules].
 	Rules *rules.Set
-	// Replicator, when set, is told of every admitted counter decision and
-	// asked for the remote regions' ages. Nil means a single region.
-	Replicator Replicator
-	// Regions, when set, returns how many regions the cluster has now,
-	// this one included (from the gossip membership); nil means one. While
-	// it says more than one, a region-local algorithm (token bucket,
-	// sliding log) with global scope is refused as invalid_argument. It is
-	// called only for such requests and must not block.
-	Regions func() int
-	// Guard, when set, is the burst guard every consuming counter decision
-	// asks before the store (see [decision.Guard]). Nil means none.
-	Guard decision.Guard
+	// Pool, when set, is the other regions (see [decision.Pool]): it is
+	// told of every counter decision, queues the admitted totals, gives
+	// the burst guard its view and the responses and the status page the
+	// remote regions' ages; while it counts more than one region, a
+	// region-local algorithm (token bucket, sliding log) with global scope
+	// is refused as invalid_argument. Nil means a single region.
+	Pool decision.Pool
+	// Guard, when set with a Pool, is the burst guard every consuming
+	// counter decision with global scope asks before the store. Nil means
+	// none.
+	Guard *guard.Guard
 	// Cluster, when set, describes the gossip pool on the status page
 	// (/ and /status.json). Nil means a single region.
 	Cluster status.Cluster
@@ -337,7 +325,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	dcfg := decision.Config{
 		Store:          cfg.Store,
 		Region:         cfg.Region,
-		Regions:        cfg.Regions,
+		Pool:           cfg.Pool,
+		Guard:          cfg.Guard,
 		MaxKeyBytes:    cfg.MaxKeyBytes,
 		MaxHits:        cfg.MaxHits,
 		MaxWindow:      cfg.MaxWindow,
@@ -346,12 +335,6 @@ func NewHandler(cfg Config) (*Server, error) {
 		ShadowMode:     cfg.ShadowMode,
 		Logger:         cfg.Logger,
 		Registerer:     cfg.Registerer,
-	}
-	if cfg.Replicator != nil {
-		dcfg.Replicator = cfg.Replicator
-	}
-	if cfg.Guard != nil {
-		dcfg.Guard = cfg.Guard
 	}
 	dcfg.ResetTTL = cfg.ResetTTL
 	dec, err := decision.New(dcfg, cfg.Rules)
@@ -412,8 +395,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	s.mux.Handle(hc.Path()+"/", hc)
 	// "/{$}" is the exact path "/" only: other unknown paths stay 404.
 	var ages func() map[string]time.Duration
-	if cfg.Replicator != nil {
-		ages = cfg.Replicator.Ages
+	if cfg.Pool != nil {
+		ages = cfg.Pool.RemoteAges
 	}
 	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready, Watcher: cfg.Watcher})
 	s.mux.HandleFunc("GET /{$}", sp.ServePage)

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -618,29 +617,17 @@ func TestReadyChecks(t *testing.T) {
 	}
 }
 
-// fakeReplicator records Dirty totals and reports fixed ages.
-type fakeReplicator struct {
-	mu    sync.Mutex
-	dirty []region.Total
-	ages  map[string]time.Duration
-}
-
-func (f *fakeReplicator) Dirty(t region.Total) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.dirty = append(f.dirty, t)
-}
-
-func (f *fakeReplicator) Ages() map[string]time.Duration { return f.ages }
-
-func TestReplicator(t *testing.T) {
-	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 1500 * time.Millisecond}}
+// TestPool: a Check shows a remote region's count with the age the Pool
+// reports, and only admitted counter decisions with global scope are
+// queued for the other regions.
+func TestPool(t *testing.T) {
+	pool := &apitest.Pool{Ages: map[string]time.Duration{"eu": 1500 * time.Millisecond}}
 	rs, err := rules.New([]rules.Rule{{Name: "r", Limit: window.Limit{Limit: 10, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := region.NewMemory(region.MemoryConfig{Region: "us"})
-	s := newServer(t, api.Config{Store: store, Region: "us", Replicator: rep, Rules: rs})
+	s := newServer(t, api.Config{Store: store, Region: "us", Pool: pool, Rules: rs})
 	ctx := context.Background()
 	bucket := int64(29_000_000)
 	if err := store.Merge(ctx, []region.Total{{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "eu", Count: 4}}); err != nil {
@@ -670,8 +657,7 @@ func TestReplicator(t *testing.T) {
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Rule: "r", Hits: 5}))
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: &ratelimitv1.Limit{Limit: 5, Window: durationpb.New(time.Minute), Algorithm: ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET}}))
 	c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: inline(5, time.Minute)}))
-	rep.mu.Lock()
-	defer rep.mu.Unlock()
+	dirty := pool.Totals()
 	// The totals carry where in the bucket the hits fell (30 s in), as a
 	// coarse trail for the default sliding window, and the limit and the
 	// estimate admitted at, for replication by urgency.
@@ -680,12 +666,12 @@ func TestReplicator(t *testing.T) {
 		{Key: decision.RuleKey("r", "alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 2, Trail: at(2), Limit: 10, Estimate: 6},
 		{Key: decision.InlineKey("alice"), Window: time.Minute, Bucket: bucket, Region: "us", Count: 1, Trail: at(1), Limit: 5, Estimate: 1},
 	}
-	if len(rep.dirty) != len(want) {
-		t.Fatalf("Dirty calls = %v, want %v", rep.dirty, want)
+	if len(dirty) != len(want) {
+		t.Fatalf("Dirty calls = %v, want %v", dirty, want)
 	}
 	for i := range want {
-		if !reflect.DeepEqual(rep.dirty[i], want[i]) {
-			t.Errorf("Dirty[%d] = %v, want %v", i, rep.dirty[i], want[i])
+		if !reflect.DeepEqual(dirty[i], want[i]) {
+			t.Errorf("Dirty[%d] = %v, want %v", i, dirty[i], want[i])
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync/atomic"
+
 	"testing"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
@@ -22,8 +23,8 @@ import (
 // batch), with region scope it is decided and the answer says so; with
 // one region the global token bucket is decided. Over every protocol.
 func TestScope(t *testing.T) {
-	var regions atomic.Int64 // read by the server's goroutines
-	s := newServer(t, api.Config{Regions: func() int { return int(regions.Load()) }})
+	regions := &apitest.Pool{}
+	s := newServer(t, api.Config{Pool: regions})
 	tokenBucket := func(scope ratelimitv1.Scope) *ratelimitv1.Limit {
 		l := inline(10, time.Minute)
 		l.Algorithm, l.Scope = ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, scope
@@ -32,7 +33,7 @@ func TestScope(t *testing.T) {
 	ctx := context.Background()
 	for _, pr := range protocols {
 		t.Run(pr.name, func(t *testing.T) {
-			regions.Store(3)
+			regions.N.Store(3)
 			c := s.client(t, pr.h2c, pr.opts...)
 			for _, sc := range []ratelimitv1.Scope{ratelimitv1.Scope_SCOPE_UNSPECIFIED, ratelimitv1.Scope_SCOPE_GLOBAL} {
 				_, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: tokenBucket(sc)}))
@@ -68,7 +69,7 @@ func TestScope(t *testing.T) {
 				t.Errorf("batch[2] (sliding window, default scope) scope = %v, want SCOPE_GLOBAL", got)
 			}
 
-			regions.Store(1)
+			regions.N.Store(1)
 			resp, err = c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "alice", Limit: tokenBucket(ratelimitv1.Scope_SCOPE_UNSPECIFIED)}))
 			if err != nil || !resp.Msg.Allowed || resp.Msg.Scope != ratelimitv1.Scope_SCOPE_GLOBAL {
 				t.Errorf("Check token bucket, one region = %v, %v; want allowed, SCOPE_GLOBAL", resp, err)
@@ -125,9 +126,9 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var regions atomic.Int64
-	regions.Store(3)
-	s := newServer(t, api.Config{Rules: rs, Regions: func() int { return int(regions.Load()) }})
+	regions := &apitest.Pool{}
+	regions.N.Store(3)
+	s := newServer(t, api.Config{Rules: rs, Pool: regions})
 	c := s.rlsClient(t)
 	ctx := context.Background()
 	_, err = c.ShouldRateLimit(ctx, rlsReq("shop", desc("user", "bob"), desc("ip", "1.2.3.4")))
@@ -139,7 +140,7 @@ descriptors:
 	if err != nil || resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
 		t.Errorf("ShouldRateLimit(user), 3 regions = %v, %v; want OK with 4 remaining", resp, err)
 	}
-	regions.Store(1)
+	regions.N.Store(1)
 	resp, err = c.ShouldRateLimit(ctx, rlsReq("shop", desc("ip", "1.2.3.4")))
 	if err != nil || resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
 		t.Errorf("ShouldRateLimit(ip), 1 region = %v, %v; want OK with 4 remaining", resp, err)

@@ -99,16 +99,16 @@ func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRe
 	return connect.NewResponse(&ratelimitv1.PeekResponse{Response: resp}), nil
 }
 
-// ages asks the Replicator for the remote regions' ages when any outcome
-// shows a remote region.
+// ages asks the Pool for the remote regions' ages when any outcome shows
+// a remote region.
 func (s *Server) ages(outs ...decision.Outcome) map[string]time.Duration {
-	if s.cfg.Replicator == nil {
+	if s.cfg.Pool == nil {
 		return nil
 	}
 	for _, o := range outs {
 		for _, rc := range o.Regions {
 			if rc.Region != s.cfg.Region {
-				return s.cfg.Replicator.Ages()
+				return s.cfg.Pool.RemoteAges()
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/status"
 )
 
@@ -70,8 +71,8 @@ func TestStatusJSON(t *testing.T) {
 		},
 		offsets: map[string]time.Duration{"eu-1": 3 * time.Millisecond, "us-1": time.Hour},
 	}
-	rep := &fakeReplicator{ages: map[string]time.Duration{"eu": 80 * time.Millisecond, "us": time.Hour}}
-	s := newServer(t, api.Config{Region: "us", Cluster: cl, Replicator: rep})
+	pool := &apitest.Pool{Ages: map[string]time.Duration{"eu": 80 * time.Millisecond, "us": time.Hour}}
+	s := newServer(t, api.Config{Region: "us", Cluster: cl, Pool: pool})
 
 	var st status.Status
 	if err := json.Unmarshal([]byte(get(t, s.URL+"/status.json", http.StatusOK)), &st); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // AccuracyConfig configures an [Accuracy]. Zero fields mean the documented
@@ -87,8 +88,8 @@ const stalenessSamples = 300
 // Accuracy measures how close the global count of each closed bucket came
 // to its limit, for the keys this node decided.
 //
-// Its store decorator ([Accuracy.Store]) notes, for every decision of a
-// counter algorithm (sliding or fixed window; not a Peek), the key's
+// Its node ([Node.Decided]) notes, for every decision the store made of
+// a counter algorithm (sliding or fixed window; not a Peek), the key's
 // bucket and limit. Once the bucket has closed and Delay has passed
 // (every region's reconciliation has landed), Accuracy reads the bucket's
 // vector from the store and observes
@@ -171,9 +172,10 @@ type StalenessSample struct {
 	Ages map[string]time.Duration
 }
 
-// NewAccuracy returns the accuracy observer of n, reading n's store, and
-// starts its loop, which stops when n closes. Call it right after [New],
-// before the node is closed.
+// NewAccuracy returns the accuracy observer of n, reading n's store, which
+// n tells of every decision ([Node.Decided]) from now on, and starts its
+// loop, which stops when n closes. Call it right after [New], before the
+// node is closed; a node has at most one.
 func NewAccuracy(n *Node, cfg AccuracyConfig) (*Accuracy, error) {
 	if n == nil {
 		return nil, errors.New("gossip: NewAccuracy: nil node")
@@ -189,6 +191,9 @@ func NewAccuracy(n *Node, cfg AccuracyConfig) (*Accuracy, error) {
 		samples: newRing[StalenessSample](stalenessSamples),
 	}
 	a.ratio, a.unobserved = newAccuracyMetrics()
+	if !n.acc.CompareAndSwap(nil, a) {
+		return nil, errors.New("gossip: NewAccuracy: the node has an accuracy observer already")
+	}
 	n.goLoop(func() { n.every(cfg.Tick, a.tick) })
 	return a, nil
 }
@@ -217,60 +222,45 @@ func (a *Accuracy) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{a.ratio, a.unobserved}
 }
 
-// Store returns s with every decision noted for observation: Check
-// decides with s, then notes each decided request of a counter algorithm
-// (not a Peek). Noting takes a short lock and never blocks on I/O.
-// Unwrap returns s.
-func (a *Accuracy) Store(s region.Store) region.Store { return &accStore{Store: s, a: a} }
-
-type accStore struct {
-	region.Store
-	a *Accuracy
-}
-
-func (s *accStore) Check(ctx context.Context, reqs []region.Request, res []region.Result) error {
-	if err := s.Store.Check(ctx, reqs, res); err != nil {
-		return err
+// Decided notes that the store decided a request for key under limit l,
+// in bucket, for the node's accuracy observer (see [NewAccuracy]; without
+// one it does nothing). The decision path calls it for every consuming
+// request of a counter algorithm that the store decided. It takes a short
+// lock and never blocks on I/O.
+func (n *Node) Decided(key string, l window.Limit, bucket int64) {
+	if a := n.acc.Load(); a != nil {
+		a.note(key, l, bucket)
 	}
-	s.a.note(reqs, res)
-	return nil
 }
-
-// Unwrap returns the store behind the observer, so that code looking for
-// a layer's methods finds it.
-func (s *accStore) Unwrap() region.Store { return s.Store }
 
 // delay is when, after a bucket of window w closes, it is read.
 func (a *Accuracy) delay(w time.Duration) time.Duration { return min(a.cfg.Delay, w/2) }
 
-// note records the decided buckets of reqs.
-func (a *Accuracy) note(reqs []region.Request, res []region.Result) {
+// note records a decided bucket of key under l.
+func (a *Accuracy) note(key string, l window.Limit, bucket int64) {
+	if !l.Algorithm.Counted() || l.Limit == 0 || l.Window < time.Millisecond {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i := range reqs {
-		r := &reqs[i]
-		if r.Peek || !r.Limit.Algorithm.Counted() || r.Limit.Limit == 0 || r.Limit.Window < time.Millisecond {
-			continue
-		}
-		k := ref{r.Key, r.Limit.Window, res[i].Bucket}
-		if w := a.watched[r.Key]; w != nil {
-			w.window, w.limit = r.Limit.Window, r.Limit.Limit
-		}
-		if e, ok := a.pending[k]; ok {
-			if e.limit != r.Limit.Limit {
-				e.limit = r.Limit.Limit // a reloaded rule: the newest limit
-				a.pending[k] = e
-			}
-			continue
-		}
-		if len(a.pending) >= a.cfg.MaxBuckets {
-			a.unobserved.WithLabelValues("full").Inc()
-			continue
-		}
-		a.pending[k] = accEntry{limit: r.Limit.Limit, label: a.labelLocked(r.Key)}
-		due := bucketEnd(k.window, k.bucket).Add(a.delay(k.window)).UnixMilli()
-		a.byDue[due] = append(a.byDue[due], k)
+	k := ref{key, l.Window, bucket}
+	if w := a.watched[key]; w != nil {
+		w.window, w.limit = l.Window, l.Limit
 	}
+	if e, ok := a.pending[k]; ok {
+		if e.limit != l.Limit {
+			e.limit = l.Limit // a reloaded rule: the newest limit
+			a.pending[k] = e
+		}
+		return
+	}
+	if len(a.pending) >= a.cfg.MaxBuckets {
+		a.unobserved.WithLabelValues("full").Inc()
+		return
+	}
+	a.pending[k] = accEntry{limit: l.Limit, label: a.labelLocked(key)}
+	due := bucketEnd(k.window, k.bucket).Add(a.delay(k.window)).UnixMilli()
+	a.byDue[due] = append(a.byDue[due], k)
 }
 
 // labelLocked returns the histogram label of a counter key, bounded by
@@ -451,12 +441,7 @@ func (a *Accuracy) sample(now time.Time) {
 	if !due {
 		return
 	}
-	s := StalenessSample{Time: now, Ages: map[string]time.Duration{}}
-	for _, ra := range a.n.Ages() {
-		if !ra.Newest.IsZero() {
-			s.Ages[ra.Region] = ra.Age
-		}
-	}
+	s := StalenessSample{Time: now, Ages: a.n.RemoteAges()}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.samples.push(s)

@@ -38,12 +38,10 @@ func TestRuleLabel(t *testing.T) {
 	}
 }
 
-// accNode is one node of a two-region cluster with its accuracy observer
-// and the store the API would decide with.
+// accNode is one node of a two-region cluster with its accuracy observer.
 type accNode struct {
-	tn    *tnode
-	acc   *Accuracy
-	store region.Store // acc.Store(the region's store)
+	tn  *tnode
+	acc *Accuracy
 }
 
 func newAccuracyCluster(t *testing.T, cfg AccuracyConfig) (eu, us accNode) {
@@ -58,24 +56,28 @@ func newAccuracyCluster(t *testing.T, cfg AccuracyConfig) (eu, us accNode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return accNode{tn: tn, acc: acc, store: acc.Store(tn.store)}
+		return accNode{tn: tn, acc: acc}
 	}
 	return mk(h.nodes[0]), mk(h.nodes[1])
 }
 
-// decide decides hits on key through n as the API does (Check on the
-// observed store, then Dirty when admitted) and fails unless every hit is
-// admitted.
+// decide decides hits on key through n as the decision path does (Check
+// on the store, then Decided unless a Peek, and Dirty for a counter
+// algorithm) and fails unless every hit is admitted. Decided is told of
+// every algorithm, so that the node's own filter is tested.
 func (n accNode) decide(t *testing.T, key string, lim window.Limit, hits int, peek bool) {
 	t.Helper()
 	for range hits {
 		reqs := []region.Request{{Key: key, Limit: lim, Hits: 1, Now: n.tn.now(), Peek: peek}}
 		res := make([]region.Result, 1)
-		if err := n.store.Check(context.Background(), reqs, res); err != nil {
+		if err := n.tn.store.Check(context.Background(), reqs, res); err != nil {
 			t.Fatal(err)
 		}
 		if !res[0].Allowed {
 			t.Fatalf("%s: hit on %s denied", n.tn.name, key)
+		}
+		if !peek {
+			n.tn.node.Decided(key, lim, res[0].Bucket)
 		}
 		if !peek && lim.Algorithm.Counted() {
 			n.tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local})

@@ -207,6 +207,19 @@ func (n *Node) Ages() []RegionAge {
 	return out
 }
 
+// RemoteAges returns, for each remote region a total was merged from, how
+// old the newest is: [Node.Ages] without the regions not heard from yet.
+func (n *Node) RemoteAges() map[string]time.Duration {
+	ages := n.Ages()
+	out := make(map[string]time.Duration, len(ages))
+	for _, a := range ages {
+		if !a.Newest.IsZero() {
+			out[a.Region] = a.Age
+		}
+	}
+	return out
+}
+
 // Member is one node of the pool as this node sees it.
 type Member struct {
 	Name    string

@@ -56,6 +56,9 @@ type dref struct {
 // never double-counts. A frame is merged only from a live member and only
 // for its own region (see doc.go).
 //
+// The decision path reaches it through one interface it owns
+// (decision.Pool): Regions, Dirty, Decided, GuardView and RemoteAges.
+//
 // A Node is safe for concurrent use. Create it with New and stop it with
 // Close.
 type Node struct {
@@ -69,11 +72,12 @@ type Node struct {
 	met    *metrics
 	keys   *memberlist.Keyring // nil without encryption
 
-	token      uint64      // random, announced in the metadata, carried by every frame
-	fb         Fallbacker  // the store, when it may decide from a fallback (apart.go)
-	onFallback atomic.Bool // the store decides from its fallback, as announced
-	started    time.Time   // cfg.Now() at New, for Ready
-	seenRemote atomic.Bool // a member of another region was seen alive
+	token      uint64                   // random, announced in the metadata, carried by every frame
+	fb         Fallbacker               // the store, when it may decide from a fallback (apart.go)
+	onFallback atomic.Bool              // the store decides from its fallback, as announced
+	started    time.Time                // cfg.Now() at New, for Ready
+	seenRemote atomic.Bool              // a member of another region was seen alive
+	acc        atomic.Pointer[Accuracy] // told of every decision (Decided); nil: none
 
 	// replicas is, per member region, the replica names (<region>~<id>)
 	// accepted from it, each with the expiry of the newest bucket it was

@@ -17,6 +17,10 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// A Node is the other regions of the decision path. The check sits in a
+// test, so that the package does not import the API's.
+var _ decision.Pool = (*Node)(nil)
+
 // resetTTL is how long the test's deciders trust a reset instant they read.
 const resetTTL = 50 * time.Millisecond
 
@@ -28,7 +32,7 @@ func (s *sim) deciders(t *testing.T) map[string]*decision.Decider {
 	for name, n := range s.nodes {
 		r := n.Region()
 		d, err := decision.New(decision.Config{
-			Store: s.stores[r], Region: r, Replicator: n,
+			Store: s.stores[r], Region: r, Pool: n,
 			MaxKeyBytes: 1024, MaxHits: 1 << 20, MaxWindow: window.MaxWindow, MaxLogLimit: 100,
 			ResetTTL: resetTTL,
 			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),

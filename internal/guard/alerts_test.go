@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // TestAlertsNameRealMetrics: every rlcluster_remote_* or rlcluster_guard_*
@@ -21,7 +23,7 @@ func TestAlertsNameRealMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Admit(t0, "k", 10, 1)
+	n.Admit(t0, "k", window.Limit{Limit: 10, Window: time.Minute}, 1)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

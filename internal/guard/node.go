@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // viewTTL is how long a Node reuses a pool view: reading the membership
@@ -39,7 +40,7 @@ type Ticket struct {
 	v          *View
 	now        time.Time
 	key        string
-	limit      uint64
+	limit      window.Limit
 	hits       uint64
 }
 
@@ -119,12 +120,13 @@ func (n *Node) current(now time.Time) *View {
 	return &v
 }
 
-// Admit is [Guard.Admit] under the node's current view. When ok, the
-// caller decides with t.StoreLimit and calls Done with the result.
-func (n *Node) Admit(now time.Time, key string, limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
+// Admit is [Guard.Admit] of the request's limit l under the node's
+// current view. When ok, the caller decides with t.StoreLimit (in place of
+// l.Limit) and calls Done with the result.
+func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
 	v := n.current(now)
-	ok, sl, retry := n.g.Admit(now, key, limit, hits, v)
-	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: limit, hits: hits}, ok, retry
+	ok, sl, retry := n.g.Admit(now, key, l.Limit, hits, v)
+	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, ok, retry
 }
 
 // Done is [Guard.Done] for a ticket that Admit let through: it returns
@@ -135,5 +137,5 @@ func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 	if t.v == nil {
 		return 0
 	}
-	return n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
+	return n.g.Done(t.now, t.key, t.limit.Limit, t.hits, t.v, res)
 }

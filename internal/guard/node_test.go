@@ -11,6 +11,9 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
+// lim90 is the limit of the Node tests' requests.
+var lim90 = window.Limit{Limit: 90, Window: time.Minute}
+
 func TestNode(t *testing.T) {
 	calls := 0
 	v := View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c"}, Nodes: 1, Horizon: 80 * time.Millisecond,
@@ -22,7 +25,7 @@ func TestNode(t *testing.T) {
 	}
 	// The view is read once per 10 ms, not per decision.
 	for i := range 5 {
-		tk, ok, _ := n.Admit(t0.Add(time.Duration(i)*time.Millisecond), "k", 90, 1)
+		tk, ok, _ := n.Admit(t0.Add(time.Duration(i)*time.Millisecond), "k", lim90, 1)
 		if !ok {
 			t.Fatalf("Admit %d denied", i)
 		}
@@ -43,7 +46,7 @@ func TestNode(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("view read %d times in 5 ms, want 1", calls)
 	}
-	n.Admit(t0.Add(10*time.Millisecond), "k", 90, 1)
+	n.Admit(t0.Add(10*time.Millisecond), "k", lim90, 1)
 	if calls != 2 {
 		t.Errorf("view read %d times after 10 ms, want 2", calls)
 	}
@@ -72,7 +75,7 @@ func TestNodeCrossed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, ok, _ := n.Admit(t0, "k", 90, 1)
+	tk, ok, _ := n.Admit(t0, "k", lim90, 1)
 	if !ok {
 		t.Fatal("denied")
 	}

@@ -2,6 +2,7 @@
 // HTTP/1.1 and unencrypted HTTP/2 (h2c, which gRPC needs) on a loopback
 // listener, and gives the HTTP/2 client that reaches them; Do, Get and Post
 // send plain HTTP/1.1 requests, as curl or a proxy doing forward-auth does.
+// [Pool] stands in for the other regions.
 package apitest
 
 import (

@@ -4,20 +4,20 @@
 // [Decider.Validate] checks it once and builds the store request under the
 // namespaced counter key, [Decider.Decide] asks the store in one call, and
 // the outcome step records the decision metrics, applies shadow mode (an
-// explicit Shadowed flag on each [Outcome]) and tells the [Replicator]
-// about admitted counts.
+// explicit Shadowed flag on each [Outcome]) and tells the [Pool] (the
+// other regions) what was decided.
 //
 // Validation happens here and only here: the stores trust the requests
 // they get (a valid limit, 1 <= Hits <= Limit.Limit, a key of at most
 // [region.MaxKeyBytes]).
 //
 // Every limit has a scope ([rules.Scope]). A global limit counts under the
-// namespaced key, which the Replicator carries to the other regions; a
+// namespaced key, which the Pool carries to the other regions; a
 // region-scoped one counts under a key of its own ([RegionKey]) that is
 // never replicated. A region-local algorithm (token bucket, sliding log:
 // not [window.Algorithm.Counted]) asked for with global scope is refused
-// as invalid_argument while Config.Regions says the cluster has more than
-// one region, never run per region in silence.
+// as invalid_argument while the Pool says the cluster has more than one
+// region, never run per region in silence.
 package decision
 
 import (
@@ -70,22 +70,40 @@ const (
 	LabelUnknown = "unknown" // a request naming no known rule
 )
 
-// Replicator carries this region's totals to the other regions.
-type Replicator interface {
-	// Dirty records that the local region's total for a bucket is now
-	// t.Count. It is called after every admitted Check of a counter
-	// algorithm (sliding or fixed window), on the request path, so it must
-	// not block: queue the total and return.
+// Pool is what the decision path needs of the other regions, as one node
+// of the gossip pool sees them: the one seam between a decision and
+// replication. gossip.Node implements it; nil means a single region. Every
+// method runs on the request path and must not block on I/O.
+type Pool interface {
+	// Regions returns how many regions the cluster has now, this one
+	// included. It is called only to judge a region-local algorithm with
+	// global scope.
+	Regions() int
+	// Dirty queues this region's new total for a bucket (t.Count) for the
+	// other regions. It is called after every admitted Check of a counter
+	// algorithm (sliding or fixed window) with global scope, and after a
+	// Reset: it must queue the total and return.
 	Dirty(t region.Total)
+	// Decided tells the pool that the store decided a consuming request
+	// of a counter algorithm (of either scope) for key under limit l, in
+	// bucket, for the accuracy observer.
+	Decided(key string, l window.Limit, bucket int64)
+	// GuardView returns the pool as the burst guard sees it at now (see
+	// [guard.View]); the guard asks at most every few milliseconds.
+	GuardView(now time.Time) guard.View
+	// RemoteAges returns, for each remote region heard from, how old the
+	// newest total merged from it is; a region missing from the map shows
+	// no age. It is called at most once per RPC.
+	RemoteAges() map[string]time.Duration
 }
 
-// Guard bounds what this node admits for a key before it can know what
-// the other regions admitted: [guard.Node] implements it. Both methods run
-// on the request path and must not block.
-type Guard interface {
+// burstGuard bounds what this node admits for a key before it can know
+// what the other regions admitted: [guard.Node] implements it. Both
+// methods run on the request path and must not block.
+type burstGuard interface {
 	// Admit reports whether the hits may go to the store, and with which
 	// limit (t.StoreLimit); when not, how long until they might.
-	Admit(now time.Time, key string, limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
+	Admit(now time.Time, key string, l window.Limit, hits uint64) (t guard.Ticket, ok bool, retryAfter time.Duration)
 	// Done tells the guard the store's answer to an admitted ticket. It
 	// returns a retry-after when the store's denial is the guard's (the
 	// store decided against a limit lowered to this region's share, and
@@ -96,14 +114,10 @@ type Guard interface {
 // Config configures a [Decider]. Every field is required unless it says
 // otherwise; the API's Config documents the defaults it fills in.
 type Config struct {
-	Store      region.Store
-	Region     string     // this node's region, for replicated totals
-	Replicator Replicator // nil: a single region
-	// Regions returns how many regions the cluster has, this one
-	// included, as membership sees them now; nil means one. It is called
-	// only to judge a region-local algorithm with global scope, and must
-	// not block.
-	Regions     func() int
+	Store  region.Store
+	Region string // this node's region, for replicated totals
+	// Pool is the other regions; nil means a single region.
+	Pool        Pool
 	MaxKeyBytes int // at most [MaxKeyBytes]
 	MaxHits     uint64
 	MaxWindow   time.Duration
@@ -111,10 +125,11 @@ type Config struct {
 	// MaxInlineLimit bounds an inline limit's count; 0 means
 	// window.MaxLimit.
 	MaxInlineLimit uint64
-	// Guard, when set, is the burst guard: it is asked before the store
-	// about every consuming counter request, and told the store's answer.
-	// Nil: no guard (a single region, or --burst-guard=false).
-	Guard Guard
+	// Guard, when set with a Pool, is the burst guard: it is asked, under
+	// the Pool's view, before the store about every consuming counter
+	// request with global scope, and told the store's answer. Nil: no
+	// guard (a single region, or --burst-guard=false).
+	Guard *guard.Guard
 	// ShadowMode answers every denial allowed, except Envoy's, whose
 	// statuses stay as decided (the Envoy adapter changes overall_code).
 	ShadowMode bool
@@ -132,6 +147,7 @@ type Config struct {
 // Decider validates, decides and records. It is safe for concurrent use.
 type Decider struct {
 	cfg       Config
+	guard     burstGuard // nil: none
 	rules     atomic.Pointer[rules.Set]
 	resets    *resetCache
 	decisions *prometheus.CounterVec   // rule, outcome
@@ -203,6 +219,13 @@ func New(cfg Config, rs *rules.Set) (*Decider, error) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("decision: register metrics: %w", err)
 		}
+	}
+	if cfg.Guard != nil && cfg.Pool != nil {
+		g, err := guard.NewNode(cfg.Guard, cfg.Pool.GuardView, cfg.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("decision: %w", err)
+		}
+		d.guard = g
 	}
 	d.rules.Store(rs)
 	return d, nil
@@ -456,14 +479,14 @@ func checkCeilings(f string, sc *auth.Scope, l window.Limit) error {
 	return nil
 }
 
-// refusing returns how many regions Config.Regions sees when a limit of
+// refusing returns how many regions the Pool sees when a limit of
 // algorithm a with scope sc is refused in a cluster of more than one
 // ([rules.RegionLocal]), else 1.
 func (d *Decider) refusing(a window.Algorithm, sc rules.Scope) int {
-	if d.cfg.Regions == nil || !rules.RegionLocal(a, sc) {
+	if d.cfg.Pool == nil || !rules.RegionLocal(a, sc) {
 		return 1
 	}
-	return max(d.cfg.Regions(), 1)
+	return max(d.cfg.Pool.Regions(), 1)
 }
 
 // refuseRegionLocal is the invalid_argument error that refuses a
@@ -585,7 +608,7 @@ func truncate(s string, n int) string {
 // code.
 func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) error {
 	stale := d.resetGens(reqs)
-	if len(stale) > 0 && d.cfg.Guard != nil {
+	if len(stale) > 0 && d.guard != nil {
 		// The guard's path decides a subset of the requests: read the
 		// resets first there.
 		if err := d.readResets(ctx, reqs, stale); err != nil {
@@ -619,7 +642,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	redo := d.learnResets(reqs, stale, res[len(reqs):])
 	for i := range reqs {
 		if redo == nil || !redo[i] {
-			out[i] = d.record(&reqs[i], res[i], false)
+			out[i] = d.record(&reqs[i], res[i], byStore)
 		}
 	}
 	if redo != nil {
@@ -670,20 +693,34 @@ func (d *Decider) storeFailed(ctx context.Context, reqs []Request, err error) er
 // res describes it.
 func (d *Decider) Refuse(r Request, res region.Result) Outcome {
 	res.Allowed = false
-	return d.record(&r, res, false)
+	return d.record(&r, res, byRefusal)
 }
 
+// source is what decided a request.
+type source uint8
+
+const (
+	byStore   source = iota
+	byGuard          // the burst guard: before the store, or claiming its denial
+	byRefusal        // nothing: see [Decider.Refuse]
+)
+
 // record is the outcome step: it applies shadow mode, counts the decision
-// (not for a Peek; a denial by the burst guard, guarded, as guard_denied) and tells the Replicator about an admitted counter
-// decision. A denied shadow request is counted as shadow_denied and
-// answered allowed with Shadowed set, keeping its retry_after. A denial
-// outside shadow mode counts as shadow_denied when the whole node is in
-// shadow mode (Envoy's, whose statuses stay as decided).
-func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
-	o := Outcome{Result: res, Spec: r.Store.Limit, Scope: r.Scope, GuardDenied: guarded}
+// (not a Peek's; the burst guard's denial as guard_denied) and tells the
+// Pool what the store decided and what it admitted. A denied shadow
+// request is counted as shadow_denied and answered allowed with Shadowed
+// set, keeping its retry_after. A denial outside shadow mode counts as
+// shadow_denied when the whole node is in shadow mode (Envoy's, whose
+// statuses stay as decided).
+func (d *Decider) record(r *Request, res region.Result, by source) Outcome {
+	o := Outcome{Result: res, Spec: r.Store.Limit, Scope: r.Scope, GuardDenied: by == byGuard}
 	peek := r.Store.Peek
+	counted := r.Store.Limit.Algorithm.Counted()
+	if d.cfg.Pool != nil && by == byStore && !peek && counted {
+		d.cfg.Pool.Decided(r.Store.Key, r.Store.Limit, res.Bucket)
+	}
 	switch {
-	case guarded && !r.Shadow && !d.cfg.ShadowMode:
+	case by == byGuard && !r.Shadow && !d.cfg.ShadowMode:
 		d.count(r.Label, outcomeGuardDenied).Inc()
 	case !res.Allowed && r.Shadow:
 		o.Allowed, o.Shadowed = true, true
@@ -697,24 +734,29 @@ func (d *Decider) record(r *Request, res region.Result, guarded bool) Outcome {
 		d.count(r.Label, outcomeDenied).Inc()
 	default:
 		d.count(r.Label, outcomeAllowed).Inc()
-		if d.cfg.Replicator != nil && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal {
-			reg := d.cfg.Region
-			if res.LocalRegion != "" {
-				reg = res.LocalRegion // a failover store's fallback region
-			}
-			d.cfg.Replicator.Dirty(region.Total{
-				Key:    r.Store.Key,
-				Window: r.Store.Limit.BucketWindow(res.Bucket),
-				Bucket: res.Bucket,
-				Region: reg,
-				Count:  res.Local,
-				Trail:  res.LocalTrail,
-				// How urgent the total is: the rule's limit (not the
-				// burst guard's store limit) and the estimate admitted at.
-				Limit:    r.Store.Limit.Limit,
-				Estimate: res.Estimate + r.Store.Hits,
-			})
+		if d.cfg.Pool != nil && counted && r.Scope == rules.ScopeGlobal {
+			d.cfg.Pool.Dirty(admitted(r, &res, d.cfg.Region))
 		}
 	}
 	return o
+}
+
+// admitted is the total to replicate for r, admitted with res in region
+// reg (or in the failover store's fallback region, when res names one).
+func admitted(r *Request, res *region.Result, reg string) region.Total {
+	if res.LocalRegion != "" {
+		reg = res.LocalRegion
+	}
+	return region.Total{
+		Key:    r.Store.Key,
+		Window: r.Store.Limit.BucketWindow(res.Bucket),
+		Bucket: res.Bucket,
+		Region: reg,
+		Count:  res.Local,
+		Trail:  res.LocalTrail,
+		// How urgent the total is: the rule's limit (not the burst
+		// guard's store limit) and the estimate admitted at.
+		Limit:    r.Store.Limit.Limit,
+		Estimate: res.Estimate + r.Store.Hits,
+	}
 }

@@ -14,7 +14,7 @@ import (
 // request of a counter algorithm with global scope, the ones that
 // replicate across regions.
 func (d *Decider) guarded(r *Request) bool {
-	return d.cfg.Guard != nil && !r.Store.Peek && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal
+	return d.guard != nil && !r.Store.Peek && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal
 }
 
 // guardBefore asks the guard about every guarded request: a request it
@@ -30,7 +30,7 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 		if tickets == nil {
 			tickets, skip = make([]guard.Ticket, len(reqs)), make([]bool, len(reqs))
 		}
-		t, ok, retry := d.cfg.Guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit.Limit, r.Store.Hits)
+		t, ok, retry := d.guard.Admit(r.Store.Now, r.Store.Key, r.Store.Limit, r.Store.Hits)
 		if !ok {
 			skip[i] = true
 			out[i] = d.guardDenial(r, retry)
@@ -46,7 +46,7 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 func (d *Decider) guardDenial(r *Request, retry time.Duration) Outcome {
 	return d.record(r, region.Result{Decision: window.Decision{
 		Limit: r.Store.Limit.Limit, RetryAfter: retry, ResetAfter: max(retry, time.Millisecond),
-	}}, true)
+	}}, byGuard)
 }
 
 // decideGuarded is Decide's store step when the guard is on: the store
@@ -77,7 +77,7 @@ func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []reg
 		for _, i := range idx {
 			if d.guarded(&reqs[i]) {
 				r := region.Result{} // nothing admitted: release the reservation
-				d.cfg.Guard.Done(&tickets[i], &r)
+				d.guard.Done(&tickets[i], &r)
 			}
 		}
 		decided := make([]Request, len(idx)) // the guard's denials are counted already
@@ -89,13 +89,13 @@ func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []reg
 	for j, i := range idx {
 		r := res[j]
 		if d.guarded(&reqs[i]) {
-			if retry := d.cfg.Guard.Done(&tickets[i], &r); retry > 0 && !r.Allowed {
+			if retry := d.guard.Done(&tickets[i], &r); retry > 0 && !r.Allowed {
 				out[i] = d.guardDenial(&reqs[i], retry)
 				continue
 			}
 			r.Limit = reqs[i].Store.Limit.Limit
 		}
-		out[i] = d.record(&reqs[i], r, false)
+		out[i] = d.record(&reqs[i], r, byStore)
 	}
 	return nil
 }

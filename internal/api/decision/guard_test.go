@@ -13,6 +13,7 @@ import (
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -25,7 +26,7 @@ type fakeGuard struct {
 	retry      time.Duration // what Done returns
 }
 
-func (f *fakeGuard) Admit(now time.Time, key string, limit, hits uint64) (guard.Ticket, bool, time.Duration) {
+func (f *fakeGuard) Admit(now time.Time, key string, l window.Limit, hits uint64) (guard.Ticket, bool, time.Duration) {
 	return guard.Ticket{StoreLimit: f.storeLimit}, f.allow[key], 70 * time.Millisecond
 }
 
@@ -39,13 +40,14 @@ func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) time.Duration {
 
 // guardedDecider returns a Decider in region eu on the in-memory store,
 // with g as its guard.
-func guardedDecider(t *testing.T, g Guard) *Decider {
+func guardedDecider(t *testing.T, g burstGuard) *Decider {
 	t.Helper()
-	d, err := New(Config{Store: region.NewMemory(region.MemoryConfig{Region: "eu"}), Region: "eu", Guard: g, MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
+	d, err := New(Config{Store: region.NewMemory(region.MemoryConfig{Region: "eu"}), Region: "eu", MaxKeyBytes: 100, MaxHits: 100, MaxWindow: time.Hour,
 		MaxLogLimit: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.guard = g
 	return d
 }
 

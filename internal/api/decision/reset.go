@@ -279,7 +279,7 @@ func findRestorer(s region.Store) restorer {
 // do not matter, its scope does) at in.Now, and returns the reset's store
 // key and instant. It validates in as a Peek would (the token's scope
 // included). The instant goes to the store as this region's entry,
-// max-merged, and to the Replicator unless the limit is region-scoped.
+// max-merged, and to the Pool unless the limit is region-scoped.
 func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time, err error) {
 	in.Peek = true
 	in.Hits = 1
@@ -306,9 +306,9 @@ func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time
 	if err := st.Restore(ctx, []region.Total{t}); err != nil {
 		return "", time.Time{}, fmt.Errorf("record reset: %w", err)
 	}
-	if d.cfg.Replicator != nil && r.Scope == rules.ScopeGlobal {
+	if d.cfg.Pool != nil && r.Scope == rules.ScopeGlobal {
 		t.Limit, t.Estimate = 1, 1 // at once
-		d.cfg.Replicator.Dirty(t)
+		d.cfg.Pool.Dirty(t)
 	}
 	d.resets.put(r.Store.Key, atMs, in.Now)
 	return r.Store.Key, time.UnixMilli(atMs), nil

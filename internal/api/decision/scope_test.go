@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,43 +12,21 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// fakeReplicator records the totals it is told about.
-type fakeReplicator struct {
-	mu     sync.Mutex
-	totals []region.Total
-}
-
-func (f *fakeReplicator) Dirty(t region.Total) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.totals = append(f.totals, t)
-}
-
-func (f *fakeReplicator) keys() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, t := range f.totals {
-		out = append(out, t.Key)
-	}
-	return out
-}
-
 // newDecider returns a Decider on a memory store in region eu, whose
-// cluster has *regions regions.
-func newDecider(t *testing.T, rs *rules.Set, regions *atomic.Int64, rep decision.Replicator) *decision.Decider {
+// other regions are pool.
+func newDecider(t *testing.T, rs *rules.Set, pool *apitest.Pool) *decision.Decider {
 	t.Helper()
 	d, err := decision.New(decision.Config{
 		Store:       region.NewMemory(region.MemoryConfig{Region: "eu"}),
 		Region:      "eu",
-		Replicator:  rep,
-		Regions:     func() int { return int(regions.Load()) },
+		Pool:        pool,
 		MaxKeyBytes: 1024,
 		MaxHits:     1 << 20,
 		MaxWindow:   window.MaxWindow,
@@ -73,8 +49,8 @@ func inline(algo ratelimitv1.Algorithm, scope ratelimitv1.Scope) *ratelimitv1.Li
 // has more than one region; with region scope, or in one region, it is
 // accepted; the replicated algorithms are accepted with either scope.
 func TestInlineScope(t *testing.T) {
-	var regions atomic.Int64
-	d := newDecider(t, nil, &regions, nil)
+	pool := &apitest.Pool{}
+	d := newDecider(t, nil, pool)
 	now := time.Unix(1_700_000_000, 0)
 	const refused = "checks[2].limit.scope: ALGORITHM_TOKEN_BUCKET is region-local and the scope is global, and this cluster has 3 regions: " +
 		"set scope to SCOPE_REGION for one limit per region, or use ALGORITHM_SLIDING_WINDOW or ALGORITHM_FIXED_WINDOW for one global limit"
@@ -101,7 +77,7 @@ func TestInlineScope(t *testing.T) {
 			"checks[2].limit.scope: unknown scope 7 (want SCOPE_GLOBAL or SCOPE_REGION)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			regions.Store(tc.regions)
+			pool.N.Store(tc.regions)
 			req, err := d.Validate(decision.Input{NS: decision.Inline, Field: "checks[2].", Key: "alice", Limit: tc.limit, Now: now})
 			if tc.err != "" {
 				if err == nil {
@@ -150,9 +126,9 @@ func TestRuleScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var regions atomic.Int64
-	regions.Store(3)
-	d := newDecider(t, rs, &regions, nil)
+	pool := &apitest.Pool{}
+	pool.N.Store(3)
+	d := newDecider(t, rs, pool)
 	now := time.Unix(1_700_000_000, 0)
 	const ruleRefused = `rule: rule "burst": scope: token_bucket is region-local and the rule's scope is global, and this cluster has 3 regions: ` +
 		"set scope: region in its rules file for one limit per region, or use sliding_window or fixed_window for one global limit"
@@ -190,20 +166,21 @@ func TestRuleScope(t *testing.T) {
 	}
 
 	// Regions come and go: with one region left, the rule is accepted.
-	regions.Store(1)
+	pool.N.Store(1)
 	if req, err := d.Validate(decision.Input{NS: decision.Inline, Key: "alice", Rule: "burst", Now: now}); err != nil || req.Scope != rules.ScopeGlobal {
 		t.Errorf("one region, rule burst: Validate = %+v, %v; want accepted with global scope", req, err)
 	}
 }
 
-// TestRegionScopeIsNotReplicated: a region-scoped counter decision tells
-// the Replicator nothing, counts apart from the same key's global counter,
-// and its outcome says which scope applied.
+// TestRegionScopeIsNotReplicated: a region-scoped counter decision
+// queues nothing for the other regions, counts apart from the same key's
+// global counter, and its outcome says which scope applied; the pool
+// hears of every decision of either scope that the store made, but of no
+// Peek.
 func TestRegionScopeIsNotReplicated(t *testing.T) {
-	var regions atomic.Int64
-	regions.Store(3)
-	rep := &fakeReplicator{}
-	d := newDecider(t, nil, &regions, rep)
+	pool := &apitest.Pool{}
+	pool.N.Store(3)
+	d := newDecider(t, nil, pool)
 	now := time.Unix(1_700_000_000, 0)
 	decide := func(scope ratelimitv1.Scope, peek bool) decision.Outcome {
 		t.Helper()
@@ -222,7 +199,7 @@ func TestRegionScopeIsNotReplicated(t *testing.T) {
 			t.Fatalf("region-scoped Check %d = %+v, want allowed with region scope", i+1, o)
 		}
 	}
-	if got := rep.keys(); len(got) != 0 {
+	if got := keys(pool.Totals()); len(got) != 0 {
 		t.Errorf("region-scoped Checks replicated %v, want nothing", got)
 	}
 	if o := decide(ratelimitv1.Scope_SCOPE_GLOBAL, true); o.Estimate != 0 || o.Scope != rules.ScopeGlobal {
@@ -231,10 +208,23 @@ func TestRegionScopeIsNotReplicated(t *testing.T) {
 	if o := decide(ratelimitv1.Scope_SCOPE_UNSPECIFIED, false); !o.Allowed || o.Scope != rules.ScopeGlobal {
 		t.Errorf("global Check = %+v, want allowed with global scope", o)
 	}
-	if got, want := strings.Join(rep.keys(), ","), decision.InlineKey("alice"); got != want {
+	if got, want := strings.Join(keys(pool.Totals()), ","), decision.InlineKey("alice"); got != want {
 		t.Errorf("replicated keys = %q, want %q", got, want)
 	}
 	if o := decide(ratelimitv1.Scope_SCOPE_REGION, true); o.Estimate != 3 {
 		t.Errorf("region-scoped Peek = estimate %d, want 3", o.Estimate)
 	}
+	rk, gk := decision.RegionKey(decision.InlineKey("alice")), decision.InlineKey("alice")
+	if got, want := strings.Join(pool.DecidedKeys(), ","), strings.Join([]string{rk, rk, rk, gk}, ","); got != want {
+		t.Errorf("decided keys = %q, want %q", got, want)
+	}
+}
+
+// keys returns the totals' keys.
+func keys(ts []region.Total) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Key)
+	}
+	return out
 }
