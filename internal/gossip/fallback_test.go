@@ -70,7 +70,7 @@ type fbNode struct {
 // admitted hit's total is recorded in truth, by bucket and region.
 func (fb *fbNode) decide(key string, lim window.Limit, now time.Time, truth *acked) bool {
 	v := fb.node.GuardView(now)
-	ok, sl, _ := fb.g.Admit(now, key, lim.Limit, 1, &v)
+	ok, sl, _ := fb.g.Admit(now, key, lim, 1, &v)
 	if !ok {
 		return false
 	}
@@ -80,7 +80,7 @@ func (fb *fbNode) decide(key string, lim window.Limit, now time.Time, truth *ack
 	if err := fb.store.Check(context.Background(), []region.Request{{Key: key, Limit: l, Hits: 1, Now: now}}, res); err != nil {
 		return false
 	}
-	fb.g.Done(now, key, lim.Limit, 1, &v, &res[0])
+	fb.g.Done(now, key, lim, 1, &v, &res[0])
 	if res[0].Allowed {
 		reg := fb.region
 		if res[0].LocalRegion != "" {

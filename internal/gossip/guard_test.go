@@ -18,7 +18,7 @@ import (
 // record, and the replication of an admitted total.
 func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit, now time.Time) bool {
 	v := tn.node.GuardView(now)
-	ok, sl, _ := g.Admit(now, key, lim.Limit, 1, &v)
+	ok, sl, _ := g.Admit(now, key, lim, 1, &v)
 	if !ok {
 		return false
 	}
@@ -28,7 +28,7 @@ func guardHit(tn *tnode, g *guard.Guard, key string, lim window.Limit, now time.
 	if err := tn.store.Check(context.Background(), []region.Request{{Key: key, Limit: l, Hits: 1, Now: now}}, res); err != nil {
 		return false
 	}
-	g.Done(now, key, lim.Limit, 1, &v, &res[0])
+	g.Done(now, key, lim, 1, &v, &res[0])
 	if res[0].Allowed {
 		tn.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local, Limit: lim.Limit, Estimate: res[0].Estimate + 1})
 	}

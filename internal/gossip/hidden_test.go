@@ -18,7 +18,7 @@ func (s *sim) simGuardHit(n *Node, g *guard.Guard, key string, lim window.Limit)
 	s.t.Helper()
 	now := time.Now()
 	v := n.GuardView(now)
-	ok, sl, _ := g.Admit(now, key, lim.Limit, 1, &v)
+	ok, sl, _ := g.Admit(now, key, lim, 1, &v)
 	if !ok {
 		return false
 	}
@@ -28,7 +28,7 @@ func (s *sim) simGuardHit(n *Node, g *guard.Guard, key string, lim window.Limit)
 	if err := s.stores[n.Region()].Check(context.Background(), []region.Request{{Key: key, Limit: l, Hits: 1, Now: now}}, res); err != nil {
 		s.t.Fatal(err)
 	}
-	g.Done(now, key, lim.Limit, 1, &v, &res[0])
+	g.Done(now, key, lim, 1, &v, &res[0])
 	if res[0].Allowed {
 		n.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: res[0].Bucket, Count: res[0].Local, Trail: res[0].LocalTrail,
 			Limit: lim.Limit, Estimate: res[0].Estimate + 1})

@@ -27,9 +27,9 @@ func BenchmarkAdmitDone(b *testing.B) {
 			i++
 			now := t0.Add(time.Duration(i) * time.Microsecond)
 			k := keys[i%len(keys)]
-			if ok, _, _ := g.Admit(now, k, 1000, 1, v); ok {
+			if ok, _, _ := g.Admit(now, k, limitOf(1000), 1, v); ok {
 				r := res
-				g.Done(now, k, 1000, 1, v, &r)
+				g.Done(now, k, limitOf(1000), 1, v, &r)
 			}
 		}
 	})

@@ -418,9 +418,12 @@ func (sp *trails) freed(t time.Time) uint64 {
 // newTrails returns the trail counter's state of res, decided at now with
 // hits, or nil when res is not a trail counter's result or its trails do
 // not give back its estimate (the window is res.SubMs).
-func newTrails(now time.Time, limit, hits uint64, res *region.Result) *trails {
+func newTrails(now time.Time, lim window.Limit, hits uint64, res *region.Result) *trails {
+	if a := lim.Algorithm; a != 0 && a != window.SlidingWindow {
+		return nil
+	}
 	w := res.SubMs
-	if w <= 0 || res.Bucket <= 0 || len(res.Regions) == 0 || res.Bucket*w+res.ElapsedMs != now.UnixMilli() {
+	if w <= 0 || w != lim.WindowMs() || res.Bucket <= 0 || len(res.Regions) == 0 || res.Bucket*w+res.ElapsedMs != now.UnixMilli() {
 		return nil
 	}
 	sp := &trails{bucket: res.Bucket, prev: make([]window.Trail, 0, len(res.Regions)), cur: make([]window.Trail, 0, len(res.Regions))}
@@ -437,7 +440,7 @@ func newTrails(now time.Time, limit, hits uint64, res *region.Result) *trails {
 	if res.Allowed {
 		want += hits
 	}
-	sp.l = window.Limit{Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: window.SlidingWindow}
+	sp.l = lim
 	if sp.est0 = sp.estimate(now); sp.est0 != want {
 		return nil
 	}
@@ -472,7 +475,8 @@ func (g *Guard) shard(key string) *shard {
 // store's answer. When it may not, retryAfter is the time left in the
 // horizon (at least 1 ms). Under a View that is Off it always admits,
 // returns limit and reserves nothing.
-func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
+func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
+	limit := lim.Limit
 	if v.Off() {
 		return true, limit, 0
 	}
@@ -588,7 +592,8 @@ func (g *Guard) Admit(now time.Time, key string, limit, hits uint64, v *View) (o
 // have admitted it), the denial is the guard's: Done returns the time
 // left in the horizon (at least 1 ms) for the caller to answer as the
 // retry-after of a guard denial, and 0 otherwise.
-func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res *region.Result) (guardRetry time.Duration) {
+func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v *View, res *region.Result) (guardRetry time.Duration) {
+	limit := lim.Limit
 	if v.Off() {
 		return 0
 	}
@@ -663,7 +668,7 @@ func (g *Guard) Done(now time.Time, key string, limit, hits uint64, v *View, res
 		e.quota, e.others = 0, 0
 		e.setQuota(now, before, limit, e.weight, v, g.cfg.Floor)
 		e.h0, e.t0 = before, now
-		if e.trails = newTrails(now, limit, hits, res); e.trails != nil {
+		if e.trails = newTrails(now, lim, hits, res); e.trails != nil {
 			return guardRetry
 		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {

@@ -11,6 +11,9 @@ import (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
+// limitOf is a limit of n per 10 s on the default counter.
+func limitOf(n uint64) window.Limit { return window.Limit{Limit: n, Window: 10 * time.Second} }
+
 func view(alive, silent []string) *View {
 	return &View{Region: "a", Alive: alive, Silent: silent, Nodes: 1, Horizon: 100 * time.Millisecond}
 }
@@ -21,7 +24,7 @@ func view(alive, silent []string) *View {
 func admitN(g *Guard, now time.Time, key string, limit uint64, n int, v *View, est *uint64, others uint64) int {
 	ok := 0
 	for range n {
-		adm, lim, _ := g.Admit(now, key, limit, 1, v)
+		adm, lim, _ := g.Admit(now, key, limitOf(limit), 1, v)
 		if !adm {
 			continue
 		}
@@ -34,7 +37,7 @@ func admitN(g *Guard, now time.Time, key string, limit uint64, n int, v *View, e
 			res.Remaining = lim - *est
 		}
 		res.Regions = []region.RegionCount{{Region: "a", Current: *est - others}, {Region: "b", Current: others}}
-		g.Done(now, key, limit, 1, v, &res)
+		g.Done(now, key, limitOf(limit), 1, v, &res)
 	}
 	return ok
 }
@@ -57,7 +60,7 @@ func TestBurstShare(t *testing.T) {
 	if got, want := admitN(g, t0, "k", 100, 100, v, &est, 0), 33; got != want {
 		t.Errorf("first horizon: admitted %d, want %d = floor(100/3) (a is first in name order)", got, want)
 	}
-	ok, _, retry := g.Admit(t0.Add(40*time.Millisecond), "k", 100, 1, v)
+	ok, _, retry := g.Admit(t0.Add(40*time.Millisecond), "k", limitOf(100), 1, v)
 	if ok || retry != 60*time.Millisecond {
 		t.Errorf("Admit within the horizon = %v, retry %v; want denied, 60ms", ok, retry)
 	}
@@ -113,7 +116,7 @@ func TestCharge(t *testing.T) {
 	// The minority of three charges two silent regions 34 each.
 	g := New(Config{})
 	v := view([]string{"a"}, []string{"b", "c"})
-	ok, lim, _ := g.Admit(t0, "k", 100, 1, v)
+	ok, lim, _ := g.Admit(t0, "k", limitOf(100), 1, v)
 	if !ok || lim != 32 {
 		t.Errorf("Admit = %v, limit %d; want true, 32", ok, lim)
 	}
@@ -121,8 +124,8 @@ func TestCharge(t *testing.T) {
 	// twice.
 	res := region.Result{Decision: window.Decision{Allowed: true, Remaining: 10, PrevWeight: 0.5},
 		Regions: []region.RegionCount{{Region: "a", Current: 1}, {Region: "b", Current: 20, Previous: 20}}}
-	g.Done(t0, "k", 100, 1, v, &res)
-	if _, lim, _ := g.Admit(t0, "k", 100, 1, v); lim != 100-34-4 {
+	g.Done(t0, "k", limitOf(100), 1, v, &res)
+	if _, lim, _ := g.Admit(t0, "k", limitOf(100), 1, v); lim != 100-34-4 {
 		t.Errorf("limit %d, want %d (c charged 34, b 34-30)", lim, 100-34-4)
 	}
 }
@@ -130,7 +133,7 @@ func TestCharge(t *testing.T) {
 func TestSweep(t *testing.T) {
 	g := New(Config{})
 	v := view([]string{"a", "b"}, nil)
-	g.Admit(t0, "k", 10, 1, v)
+	g.Admit(t0, "k", limitOf(10), 1, v)
 	g.Sweep(t0.Add(50 * time.Millisecond))
 	if got := g.Keys(); got != 1 {
 		t.Errorf("Keys() = %d within the horizon, want 1", got)
@@ -159,7 +162,7 @@ func TestAloneOnTrailCounter(t *testing.T) {
 	var at []int64 // admissions, ms from start
 	for ms := int64(0); ms < 6000; ms++ {
 		now := start.Add(time.Duration(ms) * time.Millisecond)
-		ok, lim, _ := g.Admit(now, "k", l.Limit, 1, v)
+		ok, lim, _ := g.Admit(now, "k", l, 1, v)
 		if !ok {
 			continue
 		}
@@ -169,7 +172,7 @@ func TestAloneOnTrailCounter(t *testing.T) {
 		if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: sl, Hits: 1, Now: now}}, res); err != nil {
 			t.Fatal(err)
 		}
-		g.Done(now, "k", l.Limit, 1, v, &res[0])
+		g.Done(now, "k", l, 1, v, &res[0])
 		if res[0].Allowed {
 			at = append(at, ms)
 		}
@@ -279,10 +282,10 @@ func TestProbeWithinShare(t *testing.T) {
 	// A first horizon that leaves the headroom at 0 and equal weights.
 	res := region.Result{Decision: window.Decision{Allowed: true, Limit: 60, Estimate: 59},
 		Regions: []region.RegionCount{{Region: "a", Current: 30}, {Region: "b", Current: 30}}}
-	if ok, _, _ := g.Admit(t0, "k", 60, 1, v); !ok {
+	if ok, _, _ := g.Admit(t0, "k", limitOf(60), 1, v); !ok {
 		t.Fatal("first request denied")
 	}
-	g.Done(t0, "k", 60, 1, v, &res)
+	g.Done(t0, "k", limitOf(60), 1, v, &res)
 	// Next horizon: the stale headroom is 0, so the request is a probe.
 	// a's weight leaves out its own hit not yet sent: 1024 sqrt(29) =
 	// 5514 against b's 1024 sqrt(30) = 5608, so with f = 1024 sqrt(60)/16
@@ -291,7 +294,7 @@ func TestProbeWithinShare(t *testing.T) {
 	// (Two seconds on, the quotas' layout starts at phase 0.11: see the
 	// spare hit below.)
 	now := t0.Add(2*time.Second + 200*time.Millisecond)
-	ok, lim, _ := g.Admit(now, "k", 60, 1, v)
+	ok, lim, _ := g.Admit(now, "k", limitOf(60), 1, v)
 	if !ok || lim != 58 {
 		t.Fatalf("probe: Admit = %v, limit %d; want true, 58", ok, lim)
 	}
@@ -300,7 +303,7 @@ func TestProbeWithinShare(t *testing.T) {
 	// Done says so, with the rest of the horizon to retry after.
 	res = region.Result{Decision: window.Decision{Allowed: false, Limit: lim, Estimate: 59},
 		Regions: []region.RegionCount{{Region: "a", Current: 30}, {Region: "b", Current: 29}}}
-	if got, want := g.Done(now, "k", 60, 1, v, &res), 100*time.Millisecond; got != want {
+	if got, want := g.Done(now, "k", limitOf(60), 1, v, &res), 100*time.Millisecond; got != want {
 		t.Errorf("Done after the probe's denial = %v, want %v (a guard denial)", got, want)
 	}
 	// A probe the full limit denies too is the store's denial.
@@ -309,19 +312,19 @@ func TestProbeWithinShare(t *testing.T) {
 	g2 := New(Config{})
 	first := region.Result{Decision: window.Decision{Allowed: true, Limit: 60, Estimate: 59},
 		Regions: []region.RegionCount{{Region: "a", Current: 30}, {Region: "b", Current: 30}}}
-	g2.Admit(t0, "k", 60, 1, v)
-	g2.Done(t0, "k", 60, 1, v, &first)
-	if ok, lim, _ := g2.Admit(now, "k", 60, 1, v); !ok || lim != full.Limit {
+	g2.Admit(t0, "k", limitOf(60), 1, v)
+	g2.Done(t0, "k", limitOf(60), 1, v, &first)
+	if ok, lim, _ := g2.Admit(now, "k", limitOf(60), 1, v); !ok || lim != full.Limit {
 		t.Fatalf("second guard's probe: Admit = %v, limit %d; want true, %d", ok, lim, full.Limit)
 	}
-	if got := g2.Done(now, "k", 60, 1, v, &full); got != 0 {
+	if got := g2.Done(now, "k", limitOf(60), 1, v, &full); got != 0 {
 		t.Errorf("Done after a denial the full limit makes too = %v, want 0 (the store's)", got)
 	}
 	// Read against the full limit, the answer left 1 free hit. The layout
 	// starts at 0.11 of it; a, first in name order, holds the part up to
 	// 0.11 + 6009/12112 (its weight 1024 sqrt(29) plus f = 495, over all
 	// weights), which holds no whole hit: b takes it.
-	if ok, _, _ := g.Admit(now, "k", 60, 1, v); ok {
+	if ok, _, _ := g.Admit(now, "k", limitOf(60), 1, v); ok {
 		t.Error("a second request in the horizon admitted: a's quota of 1 free hit is 0")
 	}
 	vb := view([]string{"a", "b"}, nil)
@@ -330,13 +333,13 @@ func TestProbeWithinShare(t *testing.T) {
 	// b has no answer for the key yet: its first request is a probe, which
 	// the store admits only when b's share of the headroom holds it
 	// (equal shares of two: 2 free hits).
-	ok, lim, _ = gb.Admit(now, "k", 60, 1, vb)
+	ok, lim, _ = gb.Admit(now, "k", limitOf(60), 1, vb)
 	if !ok || lim != 59 {
 		t.Fatalf("b's first request: Admit = %v, limit %d; want true, 59", ok, lim)
 	}
 	res = region.Result{Decision: window.Decision{Allowed: true, Limit: lim, Estimate: 58, Remaining: 0},
 		Regions: []region.RegionCount{{Region: "a", Current: 30}, {Region: "b", Current: 30}}}
-	gb.Done(now, "k", 60, 1, vb, &res)
+	gb.Done(now, "k", limitOf(60), 1, vb, &res)
 	if got := gb.shard("k").keys["k"].quota; got != 1 {
 		t.Errorf("b's quota of 1 free hit = %d, want 1", got)
 	}
@@ -399,12 +402,12 @@ func TestQuiet(t *testing.T) {
 			key := "k"
 			if c.wMs > 0 {
 				// A first decision gives the guard the key's window.
-				g.Admit(t0, key, 90, 1, view([]string{"a", "b", "c"}, nil))
+				g.Admit(t0, key, limitOf(90), 1, view([]string{"a", "b", "c"}, nil))
 				res := region.Result{Decision: window.Decision{Allowed: true, Limit: 90, Remaining: 89, SubMs: c.wMs}}
-				g.Done(t0, key, 90, 1, view([]string{"a", "b", "c"}, nil), &res)
+				g.Done(t0, key, limitOf(90), 1, view([]string{"a", "b", "c"}, nil), &res)
 			}
 			now := t0.Add(time.Second)
-			ok, lim, _ := g.Admit(now, key, 90, 1, v)
+			ok, lim, _ := g.Admit(now, key, limitOf(90), 1, v)
 			if !ok {
 				t.Fatal("denied")
 			}
@@ -469,7 +472,7 @@ func TestCrossed(t *testing.T) {
 func TestStaleQuota(t *testing.T) {
 	v := view([]string{"a", "b"}, nil)
 	first := func(g *Guard) {
-		ok, lim, _ := g.Admit(t0, "k", 100, 1, v)
+		ok, lim, _ := g.Admit(t0, "k", limitOf(100), 1, v)
 		if !ok {
 			t.Fatal("first request denied")
 		}
@@ -477,12 +480,12 @@ func TestStaleQuota(t *testing.T) {
 		// 30, and b's, pending for the next horizon, the rest.
 		res := region.Result{Decision: window.Decision{Allowed: true, Limit: lim, Estimate: 40, Remaining: 59},
 			Regions: []region.RegionCount{{Region: "a", Current: 21}, {Region: "b", Current: 20}}}
-		g.Done(t0, "k", 100, 1, v, &res)
+		g.Done(t0, "k", limitOf(100), 1, v, &res)
 	}
 	before := func(g *Guard, at time.Time) int {
 		n := 0
 		for range 100 {
-			if ok, _, _ := g.Admit(at, "k", 100, 1, v); ok {
+			if ok, _, _ := g.Admit(at, "k", limitOf(100), 1, v); ok {
 				n++
 			}
 		}

@@ -125,7 +125,7 @@ func (n *Node) current(now time.Time) *View {
 // l.Limit) and calls Done with the result.
 func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
 	v := n.current(now)
-	ok, sl, retry := n.g.Admit(now, key, l.Limit, hits, v)
+	ok, sl, retry := n.g.Admit(now, key, l, hits, v)
 	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, ok, retry
 }
 
@@ -137,5 +137,5 @@ func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 	if t.v == nil {
 		return 0
 	}
-	return n.g.Done(t.now, t.key, t.limit.Limit, t.hits, t.v, res)
+	return n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
 }

@@ -215,7 +215,7 @@ func (w *world) decide(e *event) {
 	if w.cfg.Guard {
 		v = w.view(e.to)
 		g = n.guards[e.node%len(n.guards)]
-		ok, lim, _ := g.Admit(now, e.key, l.Limit, e.hits, v)
+		ok, lim, _ := g.Admit(now, e.key, l, e.hits, v)
 		if !ok {
 			w.guardNo++
 			return
@@ -226,7 +226,7 @@ func (w *world) decide(e *event) {
 	res := make([]region.Result, 1)
 	_ = n.store.Check(context.Background(), req, res)
 	if w.cfg.Guard {
-		g.Done(now, e.key, l.Limit, e.hits, v, &res[0])
+		g.Done(now, e.key, l, e.hits, v, &res[0])
 	}
 	if !res[0].Allowed {
 		return
