@@ -1,0 +1,144 @@
+package guard
+
+import (
+	"math"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// weights are the alive regions' weights in the shares, each
+// [weight] of its count in the current and previous buckets as a store
+// result gave it: this region's (own), all alive regions' (sum), and
+// those of the alive regions named before this one (before).
+type weights struct{ own, sum, before uint64 }
+
+// weight is a region's weight in the shares for a count of c hits:
+// 1024 sqrt(c). Under contention every region admits about its share of
+// each horizon's headroom, so its next count is proportional to its
+// weight: with weights linear in the counts, any split of the limit
+// between regions of equal demand would be a fixed point, and the
+// rounding of each horizon's quotas would walk it until one region took
+// nearly all (3 regions at 10x for 12 windows of 100 per 10 s once
+// admitted 7, 119 and 874). A concave weight brings the regions' counts
+// back together, by the square root of their ratio per window; a region
+// below its demand still weighs by what it uses. The square root is
+// IEEE-exact, so every region computes the same weights from the same
+// counts.
+func weight(c uint64) uint64 { return uint64(math.Sqrt(float64(c)) * 1024) }
+
+// tally is the alive regions' counts as a store result gave them: this
+// region's (own, a count), and the other alive regions' weights summed
+// over all of them (others) and over those named before this one
+// (before).
+type tally struct{ own, others, before uint64 }
+
+// weigh returns the weights with this region's count own.
+func (c tally) weigh(own uint64) weights {
+	w := weight(own)
+	return weights{own: w, sum: w + c.others, before: c.before}
+}
+
+// phaseStep is the shift of the quotas' layout from one second to the
+// next, as a fraction of the headroom: the golden ratio's, which spreads
+// the shifts evenly over [0, 1).
+const phaseStep = 0.6180339887498949
+
+// phase is where, as a fraction of the headroom, the layout of the
+// quotas of a horizon starting at start begins (see [quota]): it moves
+// every second of the Unix clock, so that the region whose part holds the
+// rounding's spare hit changes, instead of always being the one named
+// last. Regions whose horizons start in the same second lay out the
+// headroom alike.
+func phase(start time.Time) float64 {
+	_, f := math.Modf(float64(start.Unix()) * phaseStep)
+	return f
+}
+
+// quota is this node's share of headroom h for one horizon (see the
+// package doc) and the other alive regions' shares of it together. The
+// shares are rounded so that they sum to h: the alive regions are laid
+// out in name order, each over its share of [0, h), starting at the
+// fraction ph of it and wrapping around, and a region takes the whole
+// hits that fall in its part,
+//
+//	q_region = floor(h * (B + num) / den) - floor(h * B / den)
+//
+// B being ph*den plus the weight of the regions named before it, so that
+// the others take h - q_region; the region's nodes each take
+// floor(q_region / N). w.sum 0: nothing known, equal shares.
+func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64) (q, others uint64) {
+	num, den, b := share(limit, w, v, floor)
+	b += uint64(float64(den) * ph)
+	qr := window.MulDiv(h, b+num, den) - window.MulDiv(h, b, den)
+	return qr / uint64(max(v.Nodes, 1)), h - qr
+}
+
+// share returns this region's share num/den of the headroom and the
+// shares of the alive regions named before it, b/den.
+func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) {
+	if len(v.Alive) <= 1 {
+		return 1, 1, 0
+	}
+	r := uint64(len(v.Alive))
+	if floor == 0 {
+		floor = DefaultFloor
+	}
+	f := max(weight(limit)/(r*floor), 1)
+	num, den = w.own+f, w.sum+r*f
+	return num, den, min(w.before+rank(v)*f, den-num)
+}
+
+// probeCut is how much lower than storeLimit a probe past the quota is
+// decided, so that the store admits it only when this node's quota of the
+// headroom it reads (less pend) holds its hits: the quota is at least
+// floor(x * num / den) / N for a headroom x, which holds hits once
+//
+//	x >= ceil(hits * N * den / num)
+//
+// at most storeLimit - hits. whole is false when the limit cannot give
+// this node's share hits at any estimate (a share of the whole limit below
+// hits): then the cut is 0, and the probe, decided against storeLimit,
+// may take hits the others' shares hold, which is why it waits for this
+// region's [turn].
+func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) (cut uint64, whole bool) {
+	num, den, _ := share(limit, w, v, floor)
+	need := window.MulDivCeil(hits*uint64(max(v.Nodes, 1)), den, num)
+	if storeLimit < need {
+		return 0, false
+	}
+	return min(pend+need, storeLimit) - hits, true
+}
+
+// turnSlot is the least length of a region's turn at probing a limit too
+// small to share (see [turn]).
+const turnSlot = time.Second
+
+// turn reports whether now is this region's turn at probing a limit its
+// share cannot hold, and if not, how long until it is. The alive regions
+// (v.Alive, sorted) take turns in slots of turnSlot aligned to the Unix
+// epoch, or of twice the horizon rounded up to whole seconds when that is
+// longer, so that every region with the same alive set agrees on whose
+// turn it is; a region probes only in the first half of its slot, so that
+// what it admitted reaches the others before the next slot begins.
+func turn(now time.Time, v *View) (mine bool, wait time.Duration) {
+	r := len(v.Alive)
+	if r <= 1 {
+		return true, 0
+	}
+	slot := max(turnSlot, (2*v.Horizon+time.Second-1)/time.Second*time.Second)
+	ms := now.UnixMilli()
+	sm := slot.Milliseconds()
+	k := ms / sm
+	me := int64(rank(v))
+	in := ms - k*sm
+	if k%int64(r) == me && in < sm/2 {
+		return true, 0
+	}
+	// The start of this region's next slot.
+	next := k - k%int64(r) + me
+	if next <= k {
+		next += int64(r)
+	}
+	return false, time.Duration(next*sm-ms) * time.Millisecond
+}

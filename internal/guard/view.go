@@ -1,0 +1,173 @@
+package guard
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// View is what the guard needs to know of the pool at a decision.
+type View struct {
+	// Region is this node's region.
+	Region string
+	// Alive lists the regions heard from within the suspicion timeout,
+	// this one included.
+	Alive []string
+	// Silent lists the member regions not heard from within the
+	// suspicion timeout.
+	Silent []string
+	// Nodes is the number of alive nodes of this region (at least 1).
+	Nodes int
+	// Horizon is how long a count admitted elsewhere may take to arrive
+	// here: the flush interval plus the one-way delay.
+	Horizon time.Duration
+	// Ages is, per member region, the time since it was last heard from
+	// (for metrics; the guard itself reads Alive and Silent).
+	Ages map[string]time.Duration
+	// Unheard is, per alive region, the member regions it said recently
+	// that it does not hear (absent: it hears every one). See
+	// [View.Crossed].
+	Unheard map[string][]string
+}
+
+// Crossed reports whether the regions do not split into sides that each
+// hear all of their own: an alive region does not hear this one or
+// another alive region, or hears a region that is silent here. One cut
+// link does that (ap and us cannot reach each other, eu hears both): ap
+// and us each take eu for alive and us or ap for silent, and each would
+// admit the limit less the other's share, eu's share included in both.
+// A crossed view is decided with every other region charged as silent
+// (see [View.Isolated]).
+func (v *View) Crossed() bool {
+	for _, a := range v.Alive {
+		if a == v.Region {
+			continue
+		}
+		un := v.Unheard[a]
+		for _, b := range un {
+			if b == v.Region || slices.Contains(v.Alive, b) {
+				return true // a does not hear a region this one hears
+			}
+		}
+		for _, b := range v.Silent {
+			if b != a && !slices.Contains(un, b) {
+				return true // a hears a region this one does not
+			}
+		}
+	}
+	return false
+}
+
+// Isolated returns v with every other region silent when v is
+// [View.Crossed], else v itself: each region then admits at most its
+// share of the limit (limit/R) beyond what the others are known to have
+// admitted, so that the regions together stay within the limit whatever
+// links are cut, at the cost of what an idle region's share would have
+// lent to a busy one.
+func (v *View) Isolated() *View {
+	if !v.Crossed() {
+		return v
+	}
+	q := *v
+	q.Alive = []string{v.Region}
+	q.Silent = make([]string, 0, len(v.Alive)+len(v.Silent)-1)
+	for _, r := range v.Alive {
+		if r != v.Region {
+			q.Silent = append(q.Silent, r)
+		}
+	}
+	q.Silent = append(q.Silent, v.Silent...)
+	slices.Sort(q.Silent)
+	return &q
+}
+
+// Off reports whether the guard does nothing under v: no other region is
+// alive and none is silent.
+func (v *View) Off() bool { return len(v.Alive) <= 1 && len(v.Silent) == 0 }
+
+// Charge reports whether this node charges the silent regions their
+// share: whenever any member region is silent. Which side of a split is
+// the larger one cannot be told from one side (two groups of two, or a
+// cut link that leaves a third region hearing both sides, look the same
+// as a majority to every side), so every side charges every region it
+// does not hear.
+func (v *View) Charge() bool { return len(v.Silent) > 0 }
+
+// rank is the number of alive regions named before this one.
+func rank(v *View) uint64 {
+	var k uint64
+	for _, r := range v.Alive {
+		if r < v.Region {
+			k++
+		}
+	}
+	return k
+}
+
+// regionCount is a region's count in the current and previous buckets.
+type regionCount struct {
+	name string
+	n    uint64
+}
+
+// counts returns the alive regions' counts (see [tally]) and the
+// contribution of each silent region to the estimate, from the per-region
+// counts of a store result (replicas region~id count for their region).
+func counts(res *region.Result, v *View) (c tally, silent map[string]uint64) {
+	pw := res.PrevWeight
+	var buf [16]regionCount // no allocation up to 16 alive regions
+	others := buf[:0]
+	for _, rc := range res.Regions {
+		name, _, _ := strings.Cut(rc.Region, "~")
+		n := rc.Current + rc.Previous
+		switch {
+		case name == v.Region:
+			c.own += n
+		case slices.Contains(v.Alive, name):
+			i := slices.IndexFunc(others, func(o regionCount) bool { return o.name == name })
+			if i < 0 {
+				others = append(others, regionCount{name: name})
+				i = len(others) - 1
+			}
+			others[i].n += n
+		case slices.Contains(v.Silent, name):
+			if silent == nil {
+				silent = map[string]uint64{}
+			}
+			silent[name] += rc.Current + uint64(float64(rc.Previous)*pw)
+		}
+	}
+	for _, o := range others {
+		x := weight(o.n)
+		c.others += x
+		if o.name < v.Region {
+			c.before += x
+		}
+	}
+	return c, silent
+}
+
+// charge takes the silent regions' unseen shares off h (a limit or a
+// headroom) when v says this side charges them: each silent region r is
+// charged max(0, ceil(limit/R_all) - silent[r]), silent[r] being what the
+// estimate already holds of it (0 when unknown).
+func charge(h, limit uint64, silent map[string]uint64, v *View) uint64 {
+	if !v.Charge() {
+		return h
+	}
+	share := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
+	for _, r := range v.Silent {
+		c := silent[r]
+		if c >= share {
+			continue
+		}
+		if h <= share-c {
+			return 0
+		}
+		h -= share - c
+	}
+	return h
+}
