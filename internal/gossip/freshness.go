@@ -194,12 +194,12 @@ func (n *Node) heartbeat(old bool) {
 // regions heard from within Suspicion (this one included) as alive, the
 // other member regions as silent, the alive nodes of this region, and the
 // horizon: FlushInterval plus the largest one-way delay (half the largest
-// of the last 16 ping round trips) to an alive region. Regions are sorted. A region heard
-// again after a silence stays silent for two horizons (to it), until the
-// totals it resends on hearing this node (KindRejoin) can have arrived:
-// its first frames carry only what changed since, and a node that took it
-// for alive at once would stop charging it while its estimate still lacks
-// what it admitted during the split.
+// of the last 16 ping round trips) to an alive region. Regions are
+// sorted. A region heard again after a silence stays silent for
+// guard.RejoinHold, until the totals it resends on hearing this node
+// (KindRejoin) can have arrived; and Unheard holds what the alive
+// regions' nodes said they do not hear (KindUnheard), for
+// guard.View.Crossed.
 func (n *Node) GuardView(now time.Time) guard.View {
 	v := guard.View{Region: n.cfg.Region, Alive: []string{n.cfg.Region}, Nodes: 1}
 	regions := map[string]bool{}
@@ -226,7 +226,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		}
 		back := n.fresh.back[r]
 		ow := n.fresh.rtt[r].high() / 2
-		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= 2*(n.cfg.FlushInterval+ow) {
+		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= guard.RejoinHold(n.cfg.FlushInterval, ow) {
 			v.Alive = append(v.Alive, r)
 			oneWay = max(oneWay, ow)
 		} else {

@@ -84,6 +84,14 @@ func (v *View) Isolated() *View {
 	return &q
 }
 
+// RejoinHold is how long a region heard again after a silence stays
+// silent in a [View]: until the totals it re-sends on hearing this region
+// again (the open and previous buckets) can have arrived, two flush
+// intervals plus two one-way delays. Taken for alive at once, it would
+// stop being charged while the estimate still lacks what it admitted
+// during the silence.
+func RejoinHold(flush, oneWay time.Duration) time.Duration { return 2 * (flush + oneWay) }
+
 // Off reports whether the guard does nothing under v: no other region is
 // alive and none is silent.
 func (v *View) Off() bool { return len(v.Alive) <= 1 && len(v.Silent) == 0 }

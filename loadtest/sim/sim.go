@@ -163,11 +163,6 @@ func (w *world) run(untilMs int64) {
 	}
 }
 
-// catchUp is how long a region heard again after a silence stays silent
-// to the guard, as gossip.Node.GuardView keeps it: until its resent totals
-// can have arrived.
-func catchUp(flush, oneWay time.Duration) time.Duration { return 2 * (flush + oneWay) }
-
 // view is what region r's gossip node would report at now.
 func (w *world) view(r int) *guard.View {
 	n := w.regions[r]
@@ -177,7 +172,7 @@ func (w *world) view(r int) *guard.View {
 		switch {
 		case j == r:
 			v.Alive = append(v.Alive, o.name)
-		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && w.now-n.back[j] >= catchUp(w.cfg.Flush, w.cfg.Delay).Milliseconds():
+		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && w.now-n.back[j] >= guard.RejoinHold(w.cfg.Flush, w.cfg.Delay).Milliseconds():
 			v.Alive = append(v.Alive, o.name)
 			maxDelay = max(maxDelay, w.cfg.Delay)
 		default:
