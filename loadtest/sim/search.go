@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -64,7 +65,7 @@ func (f fault) String() string {
 			groups[g] = append(groups[g], fmt.Sprint(r))
 		}
 		var sides []string
-		for _, g := range slices.Sorted(mapsKeys(groups)) {
+		for _, g := range slices.Sorted(maps.Keys(groups)) {
 			sides = append(sides, strings.Join(groups[g], ","))
 		}
 		return fmt.Sprintf("split %s %d-%d ms", strings.Join(sides, "|"), f.FromMs, f.ToMs)
@@ -74,16 +75,6 @@ func (f fault) String() string {
 		ls = append(ls, fmt.Sprintf("%d-%d", l[0], l[1]))
 	}
 	return fmt.Sprintf("cut %s %d-%d ms", strings.Join(ls, ","), f.FromMs, f.ToMs)
-}
-
-func mapsKeys(m map[int][]string) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // gen returns the schedule of seed: 3 to 6 regions (10 in one of eight),
