@@ -145,7 +145,15 @@ type flushOut struct {
 }
 
 func (o *flushOut) add(dk dref, c tally, why string) {
-	o.totals = append(o.totals, region.Total{Key: dk.key, Window: dk.window, Bucket: dk.bucket, Region: dk.region, Count: c.n, Trail: c.h})
+	h := c.h
+	if why == reasonPeriodic && dk.window > 0 {
+		// A key far below its limit: its trail's fine granules decide
+		// nothing yet, so it goes in merge spans (at most 64 marks, a
+		// quarter of a fine trail's bytes); an urgent total carries
+		// them all.
+		h = h.Spans(dk.window.Milliseconds())
+	}
+	o.totals = append(o.totals, region.Total{Key: dk.key, Window: dk.window, Bucket: dk.bucket, Region: dk.region, Count: c.n, Trail: h})
 	o.why[dk] = why
 }
 
