@@ -442,10 +442,12 @@ func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
 			now := time.Now()
 			b := window.Bucket(now.UnixMilli(), lim.Window)
 			// Each rogue sends on its own stream, so the honest frame of
-			// settle may overtake theirs: wait until the victim's merge
-			// loop has taken all four before settling.
-			flushes := p.victim.met.msgsRecv.WithLabelValues(KindFlush.String())
-			received := counterValue(flushes)
+			// settle may overtake theirs: one at a time, wait until the
+			// victim's merge loop has handled each (it merges totals or
+			// drops them as zero or as full; heartbeats do neither).
+			handled := func() float64 {
+				return counterValue(p.victim.met.merges) + p.victim.met.dropCount("zero_count") + p.victim.met.dropCount("replicas_full")
+			}
 			for _, r := range rogues {
 				ts := []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: r.cfg.Region, Count: count}}
 				for i := range r.cfg.MaxReplicas {
@@ -455,11 +457,12 @@ func TestAttackMadeUpRegionsFillBucket(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				before := handled()
 				if err := r.sendStream(memberOf(t, r, p.victim.cfg.Name), fs[0]); err != nil {
 					t.Fatal(err)
 				}
+				waitFor(t, 5*time.Second, r.cfg.Name+"'s frame handled", func() bool { return handled() > before })
 			}
-			waitFor(t, 5*time.Second, "the rogues' frames received", func() bool { return counterValue(flushes) >= received+float64(len(rogues)) })
 			p.settle(t)
 			// The real region eu reports 60 hits.
 			fs, _ := Encode(KindFlush, now, p.honest.self(), []region.Total{{Key: "alice", Window: lim.Window, Bucket: b, Region: "eu", Count: 60}}, 1360)
