@@ -37,10 +37,15 @@ func ExampleClient_Wait() {
 	d, err := c.Wait(ctx, "alice", perSecond)
 	fmt.Printf("allowed=%v err=%v waited at least 200ms: %v\n", d.Allowed, err, time.Since(start) >= 200*time.Millisecond)
 
-	// A deadline sooner than the next token: Wait returns at once.
-	short, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	// A deadline sooner than the next token: Wait returns at once. (One
+	// per minute: the next token is a minute away, the deadline a second.)
+	perMinute := client.Limit{Limit: 1, Window: time.Minute, Algorithm: client.TokenBucket}
+	if _, err := c.Check(context.Background(), "bob", perMinute); err != nil {
+		log.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	d, err = c.Wait(short, "alice", perSecond)
+	d, err = c.Wait(short, "bob", perMinute)
 	fmt.Printf("allowed=%v deadline too soon: %v\n", d.Allowed, errors.Is(err, client.ErrWaitDeadline))
 	// Output:
 	// allowed=true err=<nil> waited at least 200ms: true

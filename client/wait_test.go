@@ -37,7 +37,7 @@ func startClockNode(t *testing.T) *node {
 // has a token again (a token bucket of 10 per second: about 100 ms after
 // it was emptied, no later than retryAfter plus its jitter), and returns
 // at once, after one check, when the context's deadline is sooner than
-// the retry.
+// the retry (a minute's token against a second's deadline).
 func TestWaitRealServer(t *testing.T) {
 	n := startClockNode(t)
 	c := newClient(t, n.URL)
@@ -56,26 +56,26 @@ func TestWaitRealServer(t *testing.T) {
 		t.Errorf("Wait took %v, want about 100 ms (at least 90 ms)", took)
 	}
 
-	// Empty again: the next token is about 100 ms away, the deadline 20 ms.
-	if _, err := c.CheckN(ctx, "w", 10, p); err != nil {
+	// A bucket of one per minute, emptied: the next token is a minute
+	// away, the deadline a second (longer than a check's round trip even
+	// under -race on a busy machine, much shorter than the retry).
+	pm := client.Limit{Limit: 1, Window: time.Minute, Algorithm: client.TokenBucket}
+	if _, err := c.Check(ctx, "m", pm); err != nil {
 		t.Fatal(err)
 	}
 	before := n.hits.Load()
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	start = time.Now()
-	d, err = c.Wait(short, "w", p)
-	if !errors.Is(err, client.ErrWaitDeadline) || d.Allowed || d.RetryAfter <= 20*time.Millisecond {
-		t.Errorf("Wait with a 20 ms deadline = %+v, %v; want ErrWaitDeadline and the denial", d, err)
+	d, err = c.Wait(short, "m", pm)
+	if !errors.Is(err, client.ErrWaitDeadline) || d.Allowed || d.RetryAfter <= time.Second {
+		t.Errorf("Wait with a 1 s deadline = %+v, %v; want ErrWaitDeadline and the denial", d, err)
 	}
-	// Waiting out the retry would take d.RetryAfter (about 100 ms); the
-	// check's own round trip, under -race on a busy machine, can pass the
-	// 20 ms deadline itself, so that is not the bound.
-	if took := time.Since(start); took >= d.RetryAfter {
-		t.Errorf("Wait with a 20 ms deadline took %v, want it to return without waiting the %v retry", took, d.RetryAfter)
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("Wait with a 1 s deadline took %v, want it to return at once, not wait for the %v retry or the deadline", took, d.RetryAfter)
 	}
 	if got := n.hits.Load() - before; got != 1 {
-		t.Errorf("Wait with a 20 ms deadline made %d checks, want 1", got)
+		t.Errorf("Wait with a 1 s deadline made %d checks, want 1", got)
 	}
 }
 
