@@ -19,8 +19,8 @@ type weights struct{ own, sum, before uint64 }
 // weight: with weights linear in the counts, any split of the limit
 // between regions of equal demand would be a fixed point, and the
 // rounding of each horizon's quotas would walk it until one region took
-// nearly all (3 regions at 10x for 12 windows of 100 per 10 s once
-// admitted 7, 119 and 874). A concave weight brings the regions' counts
+// nearly all (docs/design.md, "Even shares", has the figures). A concave
+// weight brings the regions' counts
 // back together, by the square root of their ratio per window; a region
 // below its demand still weighs by what it uses. The square root is
 // IEEE-exact, so every region computes the same weights from the same

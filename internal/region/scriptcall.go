@@ -146,10 +146,9 @@ func send(ctx context.Context, c doer, sc []scriptCall, idx []int) *redis.Cmd {
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, 1, na)
-	// The header, three bytes per decision (see batchScript): as three
-	// arguments per decision it cost Redis 6k of the counter decision's
-	// 133k instructions in calls of 8 (parsing them, and tonumber's
-	// strtod; callgrind, one region, ServerClock).
+	// The header, three bytes per decision (see batchScript), not three
+	// arguments: Redis parses those and runs tonumber on each
+	// (docs/performance.md has what it cost).
 	hdr := make([]byte, 0, 3*len(idx))
 	for _, i := range idx {
 		keys = append(keys, sc[i].keys...)
