@@ -178,8 +178,25 @@ func TestRequestMemoryBudget(t *testing.T) {
 	if code, body := postJSON(t, s.URL+"/ratelimit.v1.RateLimitService/Check", `{"key":"b","limit":{"limit":"5","window":"60s"}}`); code != http.StatusOK {
 		t.Errorf("small Check while the budget is spent = %d %s, want 200", code, body)
 	}
-	// On HTTP/2, refused at once.
+	// On HTTP/2, refused at once, once the first request's handler holds
+	// the budget: until it does, a large request that is not JSON is
+	// answered invalid_argument and spends nothing.
 	h2 := apitest.H2CClient(t)
+	junk := bytes.Repeat([]byte("x"), 100<<10)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := h2.Post(url, "application/json", bytes.NewReader(junk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first large request never held the budget (last probe: %d)", resp.StatusCode)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	start := time.Now()
 	resp, err := h2.Post(url, "application/json", bytes.NewReader(big))
 	if err != nil {
