@@ -352,8 +352,8 @@ func (c *DenyCache) remember(q *Request, res *Result, held bool) {
 	default:
 		var n window.Counts
 		for _, rc := range res.Regions {
-			n.Cur = satAdd(n.Cur, rc.Current)
-			n.Prev = satAdd(n.Prev, rc.Previous)
+			n.Cur = window.SatAdd(n.Cur, rc.Current)
+			n.Prev = window.SatAdd(n.Prev, rc.Previous)
 		}
 		d := q.Limit.DecideCounter(nowMs, n, 1)
 		if q.Limit.Algorithm.Trails() {

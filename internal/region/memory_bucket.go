@@ -122,14 +122,14 @@ func (e *memEntry) ensure(b int64) *memBucket {
 }
 
 // sum returns the bucket's count summed over regions, saturating at the
-// largest uint64 instead of wrapping.
+// largest uint64 instead of wrapping, so a made-up huge count can only deny.
 func (b *memBucket) sum() uint64 {
 	if b == nil {
 		return 0
 	}
 	var s uint64
 	for _, c := range b.counts {
-		s = satAdd(s, c.n)
+		s = window.SatAdd(s, c.n)
 	}
 	return s
 }
@@ -167,7 +167,7 @@ func (b *memBucket) add(region string, n uint64, e, wMs int64, marked, exact boo
 		i = len(b.counts) - 1
 	}
 	c := &b.counts[i]
-	c.n = satAdd(c.n, n)
+	c.n = window.SatAdd(c.n, n)
 	if marked {
 		if c.lent {
 			// Lent marks stay as they are: an Add that would change the

@@ -31,15 +31,6 @@ const (
 	MaxRegionsPerBucket = 256
 )
 
-// satAdd returns a+b, or the largest uint64 when the sum would wrap: sums
-// of per-region counts saturate, so a made-up huge count can only deny.
-func satAdd(a, b uint64) uint64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return ^uint64(0)
-}
-
 // ErrUnavailable is returned when the store cannot be reached.
 var ErrUnavailable = errors.New("region: store unavailable")
 

@@ -75,37 +75,6 @@ func BenchmarkDecideLog(b *testing.B) {
 	}
 }
 
-// benchSliding decides allowed requests against counts that hold 350 of a
-// limit of 500 per minute, spread over the window.
-func benchSliding(b *testing.B, s Sliding) {
-	b.ReportAllocs()
-	c := make([]uint64, s.K+1)
-	for i := range c {
-		c[i] = 350 / uint64(s.K+1)
-	}
-	now := int64(1_700_000_000_000)
-	for i := 0; b.Loop(); i++ {
-		sink = s.Decide(now+int64(i&1023), c, 1)
-	}
-}
-
-// The CPU per decision of each mode, in one run: compare default with
-// two-bucket (the target is at most 1.25x) and with DecideCounter, the
-// two-bucket path the stores run today.
-func BenchmarkSliding(b *testing.B) {
-	l := Limit{Limit: 500, Window: time.Minute}
-	b.Run("two-bucket", func(b *testing.B) { benchSliding(b, TwoBucket(l)) })
-	b.Run("default", func(b *testing.B) { benchSliding(b, DefaultSliding(l)) })
-	b.Run("strict", func(b *testing.B) {
-		s := DefaultSliding(l)
-		s.Strict = true
-		benchSliding(b, s)
-	})
-	for _, k := range []int64{10, 20, 50} {
-		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) { benchSliding(b, Sliding{Limit: l, K: k}) })
-	}
-}
-
 // BenchmarkDecideModes compares the cost of one decision of the default
 // sliding window, with a coarse trail (a limit above ExactMax) and an
 // exact one, and the two-bucket counter, on a key with three regions'

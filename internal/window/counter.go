@@ -44,7 +44,7 @@ type Decision struct {
 	// after the decision.
 
 	// SubMs is the length of the (sub-)buckets counted, in ms: W for
-	// [Limit.DecideCounter], W/K for [Sliding.Decide].
+	// [Limit.DecideCounter].
 	SubMs int64
 	// SubWhole is the sum of the counts of the (sub-)buckets wholly inside
 	// the trailing window, the current one included: cur for the two-bucket
@@ -151,7 +151,7 @@ func (l Limit) earliestCounter(start, e, w int64, c Counts, need uint64) int64 {
 		if l.Algorithm == FixedWindow {
 			return e
 		}
-		if emin := minElapsed(c.Prev, m-c.Cur, uint64(w)); emin <= e {
+		if emin := MinElapsed(c.Prev, m-c.Cur, uint64(w)); emin <= e {
 			return e
 		} else if emin < w {
 			return emin
@@ -162,12 +162,13 @@ func (l Limit) earliestCounter(start, e, w int64, c Counts, need uint64) int64 {
 	if l.Algorithm == FixedWindow {
 		return w
 	}
-	return w + minElapsed(c.Cur, m, uint64(w))
+	return w + MinElapsed(c.Cur, m, uint64(w))
 }
 
-// minElapsed returns the least elapsed time e (ms, 0 to w) in a bucket at
-// which floor(prev * (w - e) / w) <= k.
-func minElapsed(prev, k, w uint64) int64 {
+// MinElapsed returns the least elapsed time e (ms, 0 to w) in a bucket of
+// length w at which floor(prev * (w - e) / w) <= k: when a weighted count
+// of prev has fallen to k. It requires w > 0.
+func MinElapsed(prev, k, w uint64) int64 {
 	if prev == 0 {
 		return 0
 	}

@@ -328,3 +328,15 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestSatAdd(t *testing.T) {
+	t.Parallel()
+	const top = ^uint64(0)
+	for _, tt := range []struct{ a, b, want uint64 }{
+		{0, 0, 0}, {2, 3, 5}, {top - 1, 1, top}, {top, 1, top}, {1 << 63, 1 << 63, top}, {top, top, top},
+	} {
+		if got := SatAdd(tt.a, tt.b); got != tt.want {
+			t.Errorf("SatAdd(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

@@ -59,17 +59,6 @@
 // be admitted. Arithmetic is exact integer math, with 128-bit intermediates
 // ([MulDiv]) so limits up to 2^53 and windows up to 7 days never overflow.
 //
-// # Sliding window counters over sub-buckets
-//
-// [Sliding] is a comparison point, not run by the stores: the window split
-// into K epoch-aligned sub-buckets of S = W/K whole milliseconds, and at
-// nowMs, in sub-bucket j with e elapsed in it,
-//
-//	estimate = c[j-K+1] + ... + c[j] + floor(c[j-K] * (S - e) / S)
-//
-// (K = 1 is the two-bucket counter, [TwoBucket]; Strict counts c[j-K]
-// whole). loadtest/accuracy -mode subbuckets -k K measures it.
-//
 // # Accuracy
 //
 // Accuracy is measured in both directions at every decision: the exact

@@ -189,42 +189,6 @@ func FuzzLimitFromBytes(f *testing.F) {
 	})
 }
 
-func FuzzDecideSliding(f *testing.F) {
-	f.Add(uint64(500), uint64(60_000), uint8(1), false, []byte{200, 1, 250, 0}, int64(23*60_000+45_000), uint64(1))
-	f.Add(uint64(7), uint64(60_000), uint8(1), false, []byte{5, 0, 3, 0}, int64(18_000), uint64(1))
-	f.Add(uint64(4), uint64(10_000), uint8(4), true, []byte{4, 0, 0, 0, 0, 0, 0, 0, 1, 0}, int64(1_700_000_010_000), uint64(1))
-	f.Add(uint64(1000), uint64(4_000), uint8(100), false, []byte("some sub-bucket counts of a busy key, and more"), int64(1_700_000_001_234), uint64(3))
-	f.Add(uint64(MaxLimit), uint64(604_800_000), uint8(64), true, []byte{255, 255, 255, 255}, int64(-7), uint64(MaxLimit))
-	f.Fuzz(func(t *testing.T, limit, windowMs uint64, k uint8, strict bool, raw []byte, now int64, hits uint64) {
-		l := fuzzLimit(limit, windowMs, SlidingWindow)
-		s := Sliding{Limit: l, K: SubBucketsFor(l.Window, 1+int64(k)%MaxSubBuckets), Strict: strict}
-		now = fuzzNow(now)
-		hits = 1 + hits%l.Limit
-		// Two bytes per count, little-endian, scaled so that counts near
-		// and above the limit are common; 0xffff saturates.
-		c := make([]uint64, s.K+1)
-		for i := range c {
-			if len(raw) < 2 {
-				break
-			}
-			v := uint64(raw[0]) | uint64(raw[1])<<8
-			switch {
-			case v == 0xffff:
-				c[i] = ^uint64(0)
-			default:
-				c[i] = MulDiv(v, l.Limit, 0x4000) // up to 4x the limit
-			}
-			raw = raw[2:]
-		}
-		d := s.Decide(now, c, hits)
-		if got, want := d.Estimate, s.Estimate(now, c); got != want {
-			t.Fatalf("Estimate = %d, Estimate() = %d", got, want)
-		}
-		checkStats(t, s, now, c, d)
-		checkInvariants(t, &slidingState{s: s, j: d.Bucket, c: c}, l, now, hits, d)
-	})
-}
-
 // FuzzDecideTrails plays a sequence of requests and remote regions' hits,
 // taken from the fuzzer's bytes, through the default sliding window and
 // checks every decision's invariants (checkInvariants) and that the local

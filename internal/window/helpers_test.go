@@ -104,10 +104,6 @@ func clone(lim limiter) limiter {
 		c := *s
 		c.log = append([]LogEntry(nil), s.log...)
 		return &c
-	case *slidingState:
-		c := *s
-		c.c = append([]uint64(nil), s.c...)
-		return &c
 	case trailLimiter:
 		return trailLimiter{s.s.clone()}
 	}
@@ -159,37 +155,4 @@ func exactRetry(lim limiter, l Limit, nowMs int64, hits uint64, d Decision) stri
 		return fmt.Sprintf("Remaining+1 = %d allowed right after", d.Remaining+1)
 	}
 	return ""
-}
-
-// slidingState keeps a sub-bucket counter's counts: c[i] is sub-bucket
-// j-K+i's count, as of sub-bucket j.
-type slidingState struct {
-	s Sliding
-	j int64
-	c []uint64
-}
-
-func newSlidingState(s Sliding) *slidingState {
-	return &slidingState{s: s, c: make([]uint64, s.K+1)}
-}
-
-// at returns the counts of sub-buckets j-K..j at nowMs with no traffic since
-// sub-bucket st.j.
-func (st *slidingState) at(nowMs int64) []uint64 {
-	n := st.s.SubBucket(nowMs) - st.j
-	out := make([]uint64, len(st.c))
-	if n >= 0 && n < int64(len(st.c)) {
-		copy(out, st.c[n:])
-	}
-	return out
-}
-
-func (st *slidingState) decide(nowMs int64, hits uint64, commit bool) Decision {
-	c := st.at(nowMs)
-	d := st.s.Decide(nowMs, c, hits)
-	if commit && d.Allowed {
-		c[len(c)-1] = satAdd(c[len(c)-1], hits)
-		st.j, st.c = d.Bucket, c
-	}
-	return d
 }

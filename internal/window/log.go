@@ -30,7 +30,7 @@ func (l Limit) DecideLog(nowMs int64, log []LogEntry, hits uint64) Decision {
 	var sum uint64
 	last := nowMs - w // when the newest live entry with hits arrived
 	for _, e := range live {
-		sum = satAdd(sum, e.Hits)
+		sum = SatAdd(sum, e.Hits)
 		if e.Hits > 0 {
 			last = e.AtMs
 		}

@@ -130,12 +130,12 @@ func (t *Trail) Add(at, wMs int64, hits uint64, exact bool) {
 		last := &s[n-1]
 		at = max(at, last.At)
 		if granule(at, wMs, exact) == granule(last.At, wMs, exact) {
-			last.At, last.Cum = at, satAdd(last.Cum, hits)
+			last.At, last.Cum = at, SatAdd(last.Cum, hits)
 			return
 		}
 		cum = last.Cum
 	}
-	*t = append(s, Mark{At: at, Cum: satAdd(cum, hits)})
+	*t = append(s, Mark{At: at, Cum: SatAdd(cum, hits)})
 }
 
 // Extends reports whether Add(at, wMs, hits, exact) would append a mark to
@@ -172,11 +172,11 @@ func (t Trail) gather(wMs, n int64) Trail {
 		if k := len(out); k > 0 {
 			last := &out[k-1]
 			if at := max(m.At, last.At); at*n/wMs == last.At*n/wMs {
-				last.At, last.Cum = at, satAdd(last.Cum, t.N(i))
+				last.At, last.Cum = at, SatAdd(last.Cum, t.N(i))
 				continue
 			}
 		}
-		out = append(out, Mark{At: m.At, Cum: satAdd(out.Count(), t.N(i))})
+		out = append(out, Mark{At: m.At, Cum: SatAdd(out.Count(), t.N(i))})
 	}
 	return out
 }
@@ -263,7 +263,7 @@ func (t *Trail) Merge(o Trail, wMs int64) {
 			src, base = b[:ib], cb
 		}
 		for _, m := range src {
-			out = append(out, Mark{At: m.At, Cum: satAdd(cum, m.Cum-base)})
+			out = append(out, Mark{At: m.At, Cum: SatAdd(cum, m.Cum-base)})
 		}
 		if len(src) > 0 {
 			cum = out[len(out)-1].Cum
@@ -359,13 +359,13 @@ func (l Limit) DecideTrails(nowMs int64, prev, cur []Trail, local int, hits uint
 	}
 	var curN, prevN, prevAll uint64
 	for _, t := range cur {
-		curN = satAdd(curN, t.Count())
+		curN = SatAdd(curN, t.Count())
 	}
 	for _, t := range prev {
-		prevN = satAdd(prevN, t.After(e))
-		prevAll = satAdd(prevAll, t.Count())
+		prevN = SatAdd(prevN, t.After(e))
+		prevAll = SatAdd(prevAll, t.Count())
 	}
-	est := satAdd(curN, prevN)
+	est := SatAdd(curN, prevN)
 	d := Decision{Limit: l.Limit, Bucket: b, ElapsedMs: e, Estimate: est,
 		SubMs: w, SubWhole: curN, SubOldest: prevN, SubWeightNum: 1, SubWeightDen: 1}
 	if prevAll > 0 {

@@ -207,7 +207,7 @@ func MulDiv(a, b, c uint64) uint64 {
 	return q
 }
 
-// mulDivCeil returns ceil(a * b / c), saturating at the maximum uint64.
+// MulDivCeil returns ceil(a * b / c), saturating at the maximum uint64.
 func MulDivCeil(a, b, c uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	if hi >= c {
@@ -218,4 +218,13 @@ func MulDivCeil(a, b, c uint64) uint64 {
 		q++
 	}
 	return q
+}
+
+// SatAdd returns a + b, saturating at the maximum uint64.
+func SatAdd(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return ^uint64(0)
+	}
+	return s
 }

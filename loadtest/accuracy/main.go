@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
+	"github.com/rlcluster/rlcluster/loadtest/accuracy/sliding"
 	"github.com/rlcluster/rlcluster/loadtest/internal/command"
 )
 
@@ -296,8 +297,8 @@ func durations(s string) ([]time.Duration, error) {
 // counter is what a mode decides with, for one limit.
 type counter struct {
 	mode  string
-	limit window.Limit   // default, two-bucket, log
-	sub   window.Sliding // subbuckets
+	limit window.Limit    // default, two-bucket, log
+	sub   sliding.Counter // subbuckets
 }
 
 // newCounter returns the counter mode simulates for l, with k sub-buckets
@@ -309,7 +310,7 @@ func newCounter(mode string, k int64, l window.Limit) (counter, error) {
 	case modeTwoBucket:
 		l.Algorithm = window.SlidingWindowTwoBucket
 	case modeSubBuckets:
-		out.sub = window.DefaultSliding(l)
+		out.sub = sliding.Default(l)
 		if k != 0 {
 			out.sub.K = k
 		}

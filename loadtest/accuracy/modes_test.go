@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
+	"github.com/rlcluster/rlcluster/loadtest/accuracy/sliding"
 )
 
 // The bounds of each mode that internal/window's package documentation
@@ -98,22 +99,21 @@ var exactLogMin = sync.OnceValue(func() float64 {
 })
 
 // TestDocumentedModeBounds holds the measured bounds of the sub-bucket
-// comparison counter (window.Sliding, K=1 and K=100, weighted and strict) that
-// internal/window's package documentation states.
+// comparison counter (sliding.Counter, K=1 and K=100, weighted and strict).
 func TestDocumentedModeBounds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name           string
-		s              window.Sliding
+		s              sliding.Counter
 		maxLo, maxHi   float64 // worst trailing window, within
 		constMin       float64 // steady minimum, constant 2x and 10x, at least
 		poissonVsExact float64 // steady minimum, Poisson 2x and 10x, at least this times the exact log's
 	}{
 		// The seeds' counter: a cold burst at phase 0.9 admits ~1.9x, and
 		// after a cold start at 2x it swings for several windows.
-		{"K=1 (two-bucket)", window.TwoBucket(modesLimit), 1.85, 2, 0.85, 0.9},
-		{"K=100", window.DefaultSliding(modesLimit), 1, 1.05, 0.98, 0.98},
-		{"K=100 strict", window.Sliding{Limit: modesLimit, K: window.DefaultSubBuckets, Strict: true}, 1, 1, 0, 0},
+		{"K=1 (two-bucket)", sliding.TwoBucket(modesLimit), 1.85, 2, 0.85, 0.9},
+		{"K=100", sliding.Default(modesLimit), 1, 1.05, 0.98, 0.98},
+		{"K=100 strict", sliding.Counter{Limit: modesLimit, K: sliding.DefaultSubBuckets, Strict: true}, 1, 1, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,26 +1,37 @@
-package window
+// Package sliding holds the sliding window counter over K sub-buckets that
+// loadtest/accuracy measures (-mode subbuckets) as a comparison point for
+// the stores' algorithms: the window split into K epoch-aligned sub-buckets
+// of S = W/K whole milliseconds, and at nowMs, in sub-bucket j with e
+// elapsed in it,
+//
+//	estimate = c[j-K+1] + ... + c[j] + floor(c[j-K] * (S - e) / S)
+//
+// (K = 1 is the two-bucket counter, [TwoBucket]; Strict counts c[j-K]
+// whole). No store runs it.
+package sliding
 
 import (
-	"errors"
-	"math/bits"
+	"fmt"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// Sub-bucket bounds of a [Sliding] counter.
+// Sub-bucket bounds of a [Counter].
 const (
-	// DefaultSubBuckets is the number of sub-buckets the default sliding
-	// window counter splits a window into (see [DefaultSliding]).
+	// DefaultSubBuckets is the number of sub-buckets the default counter
+	// splits a window into (see [Default]).
 	DefaultSubBuckets = 100
 	// MaxSubBuckets is the most sub-buckets a window may be split into.
 	MaxSubBuckets = 100
 )
 
-// ErrSubBuckets is returned by [Sliding.Validate] for a sub-bucket count out
+// ErrSubBuckets is returned by [Counter.Validate] for a sub-bucket count out
 // of 1..MaxSubBuckets or one that does not split the window into whole
 // milliseconds.
-var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 100 and split the window into whole milliseconds")
+var ErrSubBuckets = fmt.Errorf("sliding: sub-buckets must be from 1 to %d and split the window into whole milliseconds", MaxSubBuckets)
 
-// Sliding is a sliding window counter over sub-buckets: Limit.Window (W) is
+// Counter is a sliding window counter over sub-buckets: Limit.Window (W) is
 // split into K epoch-aligned sub-buckets of S = W/K whole milliseconds, and a
 // key keeps one count per sub-bucket. Sub-bucket j holds the hits admitted in
 // [j*S, (j+1)*S) (Unix ms). At nowMs, in sub-bucket j = floor(nowMs/S) with
@@ -32,7 +43,7 @@ var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 100 and sp
 //	estimate = whole + floor(oldest * (S - e) / S)   (Strict: whole + oldest)
 //	allow    = estimate + hits <= limit               (then c[j] += hits)
 //
-// With K = 1 this is the two-bucket counter of [Limit.DecideCounter]
+// With K = 1 this is the two-bucket counter of [window.Limit.DecideCounter]
 // (whole = cur, oldest = prev): the seeds' formula, kept as its own mode.
 //
 // The weighted estimate assumes the oldest sub-bucket's hits were spread
@@ -41,21 +52,17 @@ var ErrSubBuckets = errors.New("window: sub-buckets must be from 1 to 100 and sp
 // overlapping sub-bucket whole, so the estimate is never below the exact
 // count in the trailing window: in one region the limit is never exceeded in
 // any trailing window, at the price of capacity left unused after bursts.
-// The measured bounds of each mode are in the package documentation.
+// loadtest/accuracy measures the bounds of each mode.
 //
 // Counts are per region and grow-only, so they replicate as the two-bucket
 // counts do: a counter is identified by (key, W, K), its buckets by the
 // sub-bucket index j, and each region's count of a sub-bucket max-merges.
 //
-// The stores run [Limit.DecideTrails] (the default) and
-// [Limit.DecideCounter]; Sliding is kept as the comparison point that
-// loadtest/accuracy measures (-mode subbuckets).
-//
-// The zero value is not valid: Limit and K must be set ([DefaultSliding]
-// gives the default shape for a limit). A Sliding is a small value, safe to
-// copy and to use from many goroutines.
-type Sliding struct {
-	Limit
+// The zero value is not valid: Limit and K must be set ([Default] gives
+// the default shape for a limit). A Counter is a small value, safe to copy
+// and to use from many goroutines.
+type Counter struct {
+	window.Limit
 	// K is the number of sub-buckets per window, 1 to [MaxSubBuckets]; W
 	// must be a whole number of milliseconds times K.
 	K int64
@@ -64,15 +71,15 @@ type Sliding struct {
 	Strict bool
 }
 
-// DefaultSliding returns the default sliding window counter for l: the
+// Default returns the default sliding window counter for l: the
 // largest K from 1 to [DefaultSubBuckets] that splits l.Window into whole
 // milliseconds (100 for every window that is a multiple of 100 ms), weighted.
-func DefaultSliding(l Limit) Sliding {
-	return Sliding{Limit: l, K: SubBucketsFor(l.Window, DefaultSubBuckets)}
+func Default(l window.Limit) Counter {
+	return Counter{Limit: l, K: SubBucketsFor(l.Window, DefaultSubBuckets)}
 }
 
 // TwoBucket returns the seeds' two-bucket counter for l (K = 1).
-func TwoBucket(l Limit) Sliding { return Sliding{Limit: l, K: 1} }
+func TwoBucket(l window.Limit) Counter { return Counter{Limit: l, K: 1} }
 
 // SubBucketsFor returns the largest k from 1 to want that splits w into
 // whole milliseconds. Every node computes the same k from the same window,
@@ -89,7 +96,7 @@ func SubBucketsFor(w time.Duration, want int64) int64 {
 
 // Validate reports whether s is within the supported bounds: a valid Limit
 // and K from 1 to MaxSubBuckets dividing the window's milliseconds.
-func (s Sliding) Validate() error {
+func (s Counter) Validate() error {
 	if err := s.Limit.Validate(); err != nil {
 		return err
 	}
@@ -100,11 +107,11 @@ func (s Sliding) Validate() error {
 }
 
 // SubMs returns the sub-bucket length S in milliseconds.
-func (s Sliding) SubMs() int64 { return s.WindowMs() / s.K }
+func (s Counter) SubMs() int64 { return s.WindowMs() / s.K }
 
 // SubBucket returns the index of the sub-bucket that holds nowMs:
 // floor(nowMs / S).
-func (s Sliding) SubBucket(nowMs int64) int64 {
+func (s Counter) SubBucket(nowMs int64) int64 {
 	sm := s.SubMs()
 	j := nowMs / sm
 	if nowMs%sm < 0 {
@@ -115,8 +122,8 @@ func (s Sliding) SubBucket(nowMs int64) int64 {
 
 // Estimate returns the count s decides on at nowMs from c, the counts of
 // sub-buckets j-K..j (len K+1, oldest first, j = s.SubBucket(nowMs)); see
-// [Sliding]. It saturates at the maximum uint64.
-func (s Sliding) Estimate(nowMs int64, c []uint64) uint64 {
+// [Counter]. It saturates at the maximum uint64.
+func (s Counter) Estimate(nowMs int64, c []uint64) uint64 {
 	sm := s.SubMs()
 	j := s.SubBucket(nowMs)
 	whole, oldest := sumCounts(c)
@@ -124,7 +131,7 @@ func (s Sliding) Estimate(nowMs int64, c []uint64) uint64 {
 	if s.Strict {
 		num = uint64(sm)
 	}
-	return satAdd(whole, MulDiv(oldest, num, uint64(sm)))
+	return window.SatAdd(whole, window.MulDiv(oldest, num, uint64(sm)))
 }
 
 // Decide decides a request for hits against c, the counts of sub-buckets
@@ -132,12 +139,12 @@ func (s Sliding) Estimate(nowMs int64, c []uint64) uint64 {
 // missing count is 0): allowed iff estimate + hits <= limit. When the
 // decision is allowed, the caller adds hits to sub-bucket j (the last count).
 // hits should be from 1 to s.Limit.Limit: more is never allowed (RetryAfter
-// is [Never]). s must be valid (see [Sliding.Validate]).
+// is [window.Never]). s must be valid (see [Counter.Validate]).
 //
 // The Decision's Bucket is j, and its Sub* fields carry the terms of the
 // estimate: Estimate = SubWhole + floor(SubOldest * SubWeightNum /
 // SubWeightDen), before this request.
-func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
+func (s Counter) Decide(nowMs int64, c []uint64, hits uint64) window.Decision {
 	sm := s.WindowMs()
 	if s.K != 1 {
 		sm /= s.K
@@ -157,8 +164,8 @@ func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
 	if s.Strict {
 		num = uint64(sm)
 	}
-	est := satAdd(whole, MulDiv(oldest, num, uint64(sm)))
-	d := Decision{
+	est := window.SatAdd(whole, window.MulDiv(oldest, num, uint64(sm)))
+	d := window.Decision{
 		Limit: s.Limit.Limit, Bucket: j, ElapsedMs: e, Estimate: est,
 		SubMs: sm, SubWhole: whole, SubOldest: oldest, SubWeightNum: num, SubWeightDen: uint64(sm),
 		PrevWeight: float64(num) / float64(sm),
@@ -170,7 +177,7 @@ func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
 		d.Allowed = true
 		est += hits
 	case hits > lim:
-		d.RetryAfter = Never
+		d.RetryAfter = window.Never
 	default:
 		d.RetryAfter = time.Duration(s.earliest(e, sm, c, 0, lim-hits)-e) * time.Millisecond
 	}
@@ -190,12 +197,12 @@ func (s Sliding) Decide(nowMs int64, c []uint64, hits uint64) Decision {
 // no other traffic came, with added more hits in the current sub-bucket
 // (c[K] + added). It is less than K+1 sub-buckets away: K sub-buckets after
 // the current one ends, every count has left the window.
-func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
+func (s Counter) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 	k := len(c) - 1
 	// In sub-bucket j+i (i = 0..K) the oldest count is c[i] and the whole
 	// ones are c[i+1..K]. Find the first i whose whole sum fits under m,
 	// scanning from the newest: acc = c[i+1] + ... + c[K] <= m.
-	cur := satAdd(c[k], added)
+	cur := window.SatAdd(c[k], added)
 	i := k
 	var acc uint64
 	if cur <= m {
@@ -217,7 +224,7 @@ func (s Sliding) earliest(e, sm int64, c []uint64, added, m uint64) int64 {
 				at0 = sm
 			}
 		} else {
-			at0 = minElapsed(oldest, m-acc, uint64(sm))
+			at0 = window.MinElapsed(oldest, m-acc, uint64(sm))
 		}
 		if at0 < sm {
 			if i == 0 {
@@ -264,7 +271,7 @@ func sumCounts(c []uint64) (whole, oldest uint64) {
 		}
 	}
 	for _, v := range c {
-		whole = satAdd(whole, v)
+		whole = window.SatAdd(whole, v)
 	}
 	return whole, oldest
 }
@@ -278,13 +285,4 @@ func fitCounts(c []uint64, n int) []uint64 {
 	out := make([]uint64, n)
 	copy(out[n-len(c):], c)
 	return out
-}
-
-// satAdd returns a + b, saturating at the maximum uint64.
-func satAdd(a, b uint64) uint64 {
-	s, carry := bits.Add64(a, b, 0)
-	if carry != 0 {
-		return ^uint64(0)
-	}
-	return s
 }
