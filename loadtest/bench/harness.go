@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -278,52 +277,6 @@ func (h *harness) node(ctx context.Context, store, redisURL, redisAddr string, r
 	return nil
 }
 
-// probe sends one Check over Connect JSON and wants 200.
-func probe(ctx context.Context, base string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	body := `{"key":"bench-probe","hits":1,"limit":{"limit":"1000000000","window":"60s"}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+checkPath, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("probe: status %d: %s", resp.StatusCode, b)
-	}
-	return nil
-}
-
-// probeAll probes the Connect API at tg.base and Envoy's RLS at
-// tg.envoyBase.
-func probeAll(ctx context.Context, tg target) error {
-	if err := probe(ctx, tg.base); err != nil {
-		return err
-	}
-	return probeEnvoy(ctx, tg.envoyBase)
-}
-
-// probeEnvoy sends one ShouldRateLimit and wants an answer.
-func probeEnvoy(ctx context.Context, base string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	c, err := NewEnvoyClient(base, 1)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, _, err := c.Do(ctx, NewEnvoyHotKey("bench-probe"), 0, nil); err != nil {
-		return fmt.Errorf("probe envoy: %w", err)
-	}
-	return nil
-}
-
 func (h *harness) workload(name, protocol string) *Workload {
 	h.seq++
 	prefix := fmt.Sprintf("bench%d-%d", time.Now().Unix()%100000, h.seq)
@@ -586,26 +539,4 @@ func (h *harness) openRate(store string, r planRow) float64 {
 		rate = min(rate, 2000)
 	}
 	return rate
-}
-
-// redisBenchmark measures redis-benchmark's EVALSHA rate against addr,
-// sized to last about -duration.
-func (h *harness) redisBenchmark(ctx context.Context, addr string) error {
-	n := int64(20000)
-	if !h.cfg.Short {
-		cal, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
-		if err != nil {
-			return err
-		}
-		n = max(int64(cal.ReqPerSec*h.cfg.Duration.Seconds()), n)
-	}
-	res, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
-	if err != nil {
-		return err
-	}
-	res.Seconds = float64(n) / res.ReqPerSec
-	h.results = append(h.results, res)
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  (EVALSHA, %d calls)\n",
-		"redis-benchmark/closed/resp/redis-server", res.ReqPerSec, res.P50Ms, res.P99Ms, n)
-	return nil
 }

@@ -143,3 +143,25 @@ func ParseRedisBenchCSV(out string) (Result, error) {
 		P50Ms: col["p50_latency_ms"], P95Ms: col["p95_latency_ms"], P99Ms: col["p99_latency_ms"], MaxMs: col["max_latency_ms"],
 	}, nil
 }
+
+// redisBenchmark measures redis-benchmark's EVALSHA rate against addr,
+// sized to last about -duration.
+func (h *harness) redisBenchmark(ctx context.Context, addr string) error {
+	n := int64(20000)
+	if !h.cfg.Short {
+		cal, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
+		if err != nil {
+			return err
+		}
+		n = max(int64(cal.ReqPerSec*h.cfg.Duration.Seconds()), n)
+	}
+	res, err := RedisBench(ctx, h.cfg.RedisBench, addr, h.cfg.Conns, n, h.pinGen)
+	if err != nil {
+		return err
+	}
+	res.Seconds = float64(n) / res.ReqPerSec
+	h.results = append(h.results, res)
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  (EVALSHA, %d calls)\n",
+		"redis-benchmark/closed/resp/redis-server", res.ReqPerSec, res.P50Ms, res.P99Ms, n)
+	return nil
+}
