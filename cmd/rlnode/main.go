@@ -82,8 +82,10 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The store's layers' metrics (keys held and evicted, failover mode,
+	// deny cache) and Redis's key count and memory, read on each scrape.
+	reg.MustRegister(store.Collectors()...)
 	if store.Redis != nil {
-		// Redis's key count and memory, read on each scrape.
 		reg.MustRegister(store.Redis.InfoCollector(region.DefaultInfoTimeout))
 	}
 	reload, err := newReloaders(log, reg)
@@ -143,7 +145,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	}
 
 	acfg := c.apiConfig()
-	acfg.Store = store // the Stack: api finds its layers through Unwrap
+	acfg.Store, acfg.Failover = store, store.Failover
 	acfg.Now, acfg.Logger, acfg.Registerer = now, log, reg
 	acfg.RequireAdmin = tokens != nil // Reset needs a token with the admin scope
 	if ruleFiles != nil {
