@@ -188,14 +188,15 @@ type Config struct {
 	ResetTTL time.Duration
 }
 
-// Validate reports whether NewHandler accepts cfg's bounds, its zero
+// Validate reports whether NewHandler accepts cfg's settings, its zero
 // fields taking their defaults: MaxKeyBytes at most
 // [decision.MaxKeyBytes], MaxRequestBytes at least [MinRequestBytes],
 // MaxWindow from [window.MinWindow] to [window.MaxWindow],
-// MaxInlineLimit at most [window.MaxLimit], nothing negative. Each problem is an error wrapping [ErrConfig] that names its
-// field ("MaxWindow: 192h0m0s, want 1s to 168h0m0s"). The parts a node
-// wires in (Store, Rules, Check, ...) are checked by NewHandler and
-// their own packages.
+// MaxInlineLimit at most [window.MaxLimit], nothing negative, and the
+// check endpoint's ([forwardauth.Config.Validate]). Each problem is an
+// error wrapping [ErrConfig] that names its field ("MaxWindow: 192h0m0s,
+// want 1s to 168h0m0s", "Check.DenyStatus: 500, want 429 or 403"). The
+// parts a node wires in (Store, Rules, ...) are checked by NewHandler.
 func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, a ...any) {
@@ -219,6 +220,11 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.ReadyTimeout < 0 {
 		bad("ReadyTimeout", "%v, want 0 (the default) or more", cfg.ReadyTimeout)
+	}
+	if err := cfg.Check.Validate(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			errs = append(errs, fmt.Errorf("%w: Check.%w", ErrConfig, e))
+		}
 	}
 	return errors.Join(errs...)
 }
