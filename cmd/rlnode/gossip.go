@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -18,8 +17,8 @@ import (
 
 // gossipSettings returns the gossip node's configuration that the flags
 // set, from gossip.DefaultWANConfig: all but the keys, the API address,
-// the clock and the logger, which gossipConfig and run add. parseConfig
-// validates it.
+// the clock, the logger and the store's epoch, which run adds.
+// parseConfig validates it.
 func (c config) gossipSettings() gossip.Config {
 	cfg := gossip.DefaultWANConfig()
 	cfg.Name, cfg.Region = c.NodeName, c.Region
@@ -46,21 +45,6 @@ func (c config) gossipSettings() gossip.Config {
 		cfg.Name = host + ":" + port
 	}
 	return cfg
-}
-
-// gossipConfig returns the gossip node's configuration, gossipSettings
-// with the keys and the API address to show other nodes, or ok=false when
-// gossip is off (no --gossip-addr: a single region).
-func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg gossip.Config, ok bool, err error) {
-	if c.GossipAddr == "" {
-		return gossip.Config{}, false, nil
-	}
-	cfg = c.gossipSettings()
-	cfg.APIAddr, cfg.Logger = apiAddr, log
-	if cfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
-		return gossip.Config{}, false, err
-	}
-	return cfg, true, nil
 }
 
 // gossipStartErr explains a gossip configuration that Validate (in

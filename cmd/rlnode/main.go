@@ -117,12 +117,12 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	// background and never blocks the start.
 	var node *gossip.Node
 	var acc *gossip.Accuracy // admitted/limit of closed buckets, with gossip
-	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log, sec)
-	if err != nil {
-		return err
-	}
-	gcfg.Now = now
-	if gossipOn {
+	gcfg := c.gossipSettings()
+	if c.GossipAddr != "" {
+		gcfg.APIAddr, gcfg.Now, gcfg.Logger = advertisedAPI(ln.Addr().String(), c), now, log
+		if gcfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
+			return err
+		}
 		if store.Redis != nil {
 			gcfg.Epoch = store.Redis.Epoch // a Redis that lost its counts is repaired from its peers
 		} else {
