@@ -50,7 +50,8 @@ func TestRunCheckFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--check-deny-status", "500"}, "--check-deny-status: 500, want 429 or 403"},
-		{[]string{"--check-path", "check"}, `Check.Path: "check" must start with '/'`},
+		{[]string{"--check-path", "check"}, `--check-path: "check" must start with '/'`},
+		{[]string{"--check-default-rule", "no spaces"}, `--check-default-rule: "no spaces" must be 1 to 128`},
 		{[]string{"--check-key-headers", "X-A,Bad Header"}, `Check.KeyHeaders[1]: "Bad Header" is not a header name`},
 	} {
 		err := run(context.Background(), append([]string{"--listen=127.0.0.1:0"}, tc.args...), env(nil), io.Discard, io.Discard)

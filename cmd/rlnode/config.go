@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
@@ -181,7 +180,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.CheckPath, "check-path", forwardauth.DefaultPath, "`path` of the forward-auth check endpoint for proxies; it also serves <path>/<rule>")
 	fs.StringVar(&c.CheckKeyHeaders, "check-key-headers", forwardauth.DefaultKeyHeaders, "comma-separated request `headers` the check endpoint takes the key from: the first present wins; join headers with + to combine them (X-Api-Key,Authorization+X-Forwarded-For); X-Forwarded-For gives its leftmost address; Authorization, Cookie and *key*/*token*/*secret* headers are hashed")
 	fs.StringVar(&c.CheckDefaultRule, "check-default-rule", "", "`rule` the check endpoint applies when neither the path nor the X-RateLimit-Rule header names one; empty: one must be named")
-	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", http.StatusTooManyRequests, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
+	fs.IntVar(&c.CheckDenyStatus, "check-deny-status", forwardauth.DefaultDenyStatus, "HTTP `status` the check endpoint answers a denial with: 429, or 403 for nginx auth_request (per request: ?deny_status=403)")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", false, "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds) from the check endpoint")
 
 	addSecurityFlags(fs, c)
@@ -288,18 +287,23 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			}
 		}
 	})
+	// The command line's own rules: a zero that a package would read as
+	// its default is refused, and so is a value a flag's unit or meaning
+	// rules out. The packages' Validate judge the rest (validateSettings),
+	// and say nothing more about a flag refused here.
+	refused := map[string]bool{}
+	refuse := func(flag, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("--"+flag+": "+format, a...))
+		refused[flag] = true
+	}
 	if c.MemoryBudgetMiB < 1 || c.MemoryBudgetMiB > 1<<24 {
-		errs = append(errs, fmt.Errorf("--memory-budget: %d, want 1 to %d MiB", c.MemoryBudgetMiB, 1<<24))
+		refuse("memory-budget", "%d, want 1 to %d MiB", c.MemoryBudgetMiB, 1<<24)
 	} else if !set["max-keys"] && getenv(envName("max-keys")) == "" {
 		c.MaxKeys = max(1, int(int64(c.MemoryBudgetMiB)<<20/memoryKeyBytes))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("--log-format: %q is not text or json", c.LogFormat))
+		refuse("log-format", "%q is not text or json", c.LogFormat)
 	}
-	// A package reads a zero (or, for some, a negative) setting as its
-	// default; on the command line it is refused. Other values are the
-	// packages' to judge (validateSettings).
-	refused := map[string]bool{}
 	for _, m := range []struct {
 		flag string
 		got  int64
@@ -315,74 +319,64 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		{"max-rules", int64(c.MaxRules), 1},
 	} {
 		if m.got <= 0 {
-			errs = append(errs, fmt.Errorf("--%s: %d, want at least %d", m.flag, max(m.got, 0), m.min))
-			refused[m.flag] = true
+			refuse(m.flag, "%d, want at least %d", max(m.got, 0), m.min)
 		}
 	}
 	if c.MaxWindow == 0 {
-		errs = append(errs, fmt.Errorf("--max-inline-window: 0s, want %v to %v", window.MinWindow, window.MaxWindow))
+		refuse("max-inline-window", "0s, want %v to %v", window.MinWindow, window.MaxWindow)
 	}
 	if c.MaxRequestMemoryMiB < 1 || c.MaxRequestMemoryMiB > 1<<20 {
-		errs = append(errs, fmt.Errorf("--max-request-memory: %d, want 1 to %d MiB", c.MaxRequestMemoryMiB, 1<<20))
+		refuse("max-request-memory", "%d, want 1 to %d MiB", c.MaxRequestMemoryMiB, 1<<20)
 	}
 	if c.MaxStreams < 1 || c.MaxStreams > 1000 {
-		errs = append(errs, fmt.Errorf("--max-streams: %d, want 1 to 1000", c.MaxStreams))
-	}
-	if c.StreamTimeout < time.Second || c.StreamTimeout > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("--stream-timeout: %v, want 1s to 24h", c.StreamTimeout))
+		refuse("max-streams", "%d, want 1 to 1000", c.MaxStreams)
 	}
 	if c.MaxConnections < 0 {
-		errs = append(errs, fmt.Errorf("--max-connections: %d, want 0 (no cap) or more", c.MaxConnections))
+		refuse("max-connections", "%d, want 0 (no cap) or more", c.MaxConnections)
 	}
 	if c.GCHeadroomMiB < 0 || c.GCHeadroomMiB > 1<<20 {
-		errs = append(errs, fmt.Errorf("--gc-headroom: %d, want 0 (off) to %d MiB", c.GCHeadroomMiB, 1<<20))
+		refuse("gc-headroom", "%d, want 0 (off) to %d MiB", c.GCHeadroomMiB, 1<<20)
 	}
 	if c.DenyCacheKeys < 0 {
-		errs = append(errs, fmt.Errorf("--deny-cache-keys: %d, want 0 (off) or more", c.DenyCacheKeys))
-	}
-	if c.CheckDenyStatus != 429 && c.CheckDenyStatus != 403 {
-		errs = append(errs, fmt.Errorf("--check-deny-status: %d, want 429 or 403", c.CheckDenyStatus))
+		refuse("deny-cache-keys", "%d, want 0 (off) or more", c.DenyCacheKeys)
 	}
 	var err error
 	if c.Policy, err = region.ParsePolicy(c.OnStoreFailure); err != nil {
-		errs = append(errs, fmt.Errorf("--on-store-failure: %q is not local, open or closed", c.OnStoreFailure))
-	}
-	if c.StoreTimeout < time.Millisecond || c.StoreTimeout > time.Minute {
-		errs = append(errs, fmt.Errorf("--store-timeout: %v, want 1ms to 1m", c.StoreTimeout))
+		refuse("on-store-failure", "%q is not local, open or closed", c.OnStoreFailure)
 	}
 	if c.Region == "" {
-		errs = append(errs, errors.New("--region: must not be empty"))
-	} else if c.GossipAddr != "" && len(c.Region) > region.MaxReplicaOf && len(c.Region) <= region.MaxRegionName {
-		// Longer names are region.Config.Validate's to refuse.
-		errs = append(errs, fmt.Errorf("--region: %d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
-			len(c.Region), region.MaxReplicaOf))
+		refuse("region", "must not be empty")
 	}
 	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
-		errs = append(errs, fmt.Errorf("--rls-headers: %q is not none, draft or x", c.RLSHeaders))
+		refuse("rls-headers", "%q is not none, draft or x", c.RLSHeaders)
 	}
-	if c.FlushInterval < time.Millisecond || c.FlushInterval > 10*time.Second {
-		errs = append(errs, fmt.Errorf("--flush-interval: %v, want 1ms to 10s", c.FlushInterval))
-	}
-	if c.MaxStaleness < 0 || c.MaxStaleness > time.Hour {
-		errs = append(errs, fmt.Errorf("--gossip-max-staleness: %v, want 0 to 1h", c.MaxStaleness))
-	}
-	if c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second {
-		errs = append(errs, fmt.Errorf("--gossip-heartbeat: %v, want 1ms to 10s", c.HeartbeatInterval))
+	for _, d := range []struct {
+		flag          string
+		got, min, max time.Duration
+		want          string
+	}{
+		{"stream-timeout", c.StreamTimeout, time.Second, 24 * time.Hour, "1s to 24h"},
+		{"store-timeout", c.StoreTimeout, time.Millisecond, time.Minute, "1ms to 1m"},
+		{"flush-interval", c.FlushInterval, time.Millisecond, 10 * time.Second, "1ms to 10s"},
+		{"gossip-max-staleness", c.MaxStaleness, 0, time.Hour, "0 to 1h"},
+		{"gossip-heartbeat", c.HeartbeatInterval, time.Millisecond, 10 * time.Second, "1ms to 10s"},
+		{"burst-guard-margin", c.BurstGuardMargin, 0, 10 * time.Second, "0 to 10s"},
+	} {
+		if d.got < d.min || d.got > d.max {
+			refuse(d.flag, "%v, want %s", d.got, d.want)
+		}
 	}
 	if c.BurstGuardSuspicion <= 0 || c.BurstGuardSuspicion > time.Hour {
-		errs = append(errs, fmt.Errorf("--burst-guard-suspicion: %v, want from twice --gossip-heartbeat (%v) to 1h", c.BurstGuardSuspicion, 2*c.HeartbeatInterval))
-	}
-	if c.BurstGuardMargin < 0 || c.BurstGuardMargin > 10*time.Second {
-		errs = append(errs, fmt.Errorf("--burst-guard-margin: %v, want 0 to 10s", c.BurstGuardMargin))
+		refuse("burst-guard-suspicion", "%v, want from twice --gossip-heartbeat (%v) to 1h", c.BurstGuardSuspicion, 2*c.HeartbeatInterval)
 	}
 	if c.BurstGuardFloor < 1 || c.BurstGuardFloor > 1000 {
-		errs = append(errs, fmt.Errorf("--burst-guard-floor: %d, want 1 to 1000", c.BurstGuardFloor))
+		refuse("burst-guard-floor", "%d, want 1 to 1000", c.BurstGuardFloor)
 	}
 	if c.GossipAddr == "" && (c.Join != "" || c.GossipKey != "" || c.GossipKeyFile != "" || c.GossipAdvertise != "" || c.GossipInsecure) {
 		errs = append(errs, errors.New("--join, --gossip-key, --gossip-key-file, --gossip-advertise and --gossip-insecure need --gossip-addr"))
 	}
 	if c.JoinTimeout < 0 {
-		errs = append(errs, fmt.Errorf("--gossip-join-timeout: %v, want 0 (never) or more", c.JoinTimeout))
+		refuse("gossip-join-timeout", "%v, want 0 (never) or more", c.JoinTimeout)
 	}
 	if c.GossipKey != "" && c.GossipKeyFile != "" {
 		errs = append(errs, errors.New("--gossip-key and --gossip-key-file: give one"))
@@ -451,12 +445,26 @@ func (c config) storeConfig() region.Config {
 	return cfg
 }
 
-// validateSettings runs the API's and the store's own Validate on what
-// the flags set, and returns their errors, each naming the flag that sets
-// its field, but none about a flag already refused (gossip's settings are
-// checked in gossipConfig, with its keys).
+// validateSettings runs the API's, the store's and, with gossip, gossip's
+// own Validate on what the flags set, and returns their errors, each
+// naming the flag that sets its field, at most one a flag, and none about
+// a flag in refused.
 func (c config) validateSettings(refused map[string]bool) []error {
-	return append(flagErrors(c.apiConfig().Validate(), api.ErrConfig, refused), flagErrors(c.storeConfig().Validate(), region.ErrConfig, refused)...)
+	errs := flagErrors(c.apiConfig().Validate(), api.ErrConfig, refused)
+	errs = append(errs, flagErrors(c.storeConfig().Validate(), region.ErrConfig, refused)...)
+	if c.GossipAddr == "" {
+		return errs
+	}
+	for _, e := range flagErrors(c.gossipSettings().Validate(), gossip.ErrConfig, refused) {
+		if errors.Is(e, gossip.ErrNoKey) {
+			if c.GossipKey != "" || c.GossipKeyFile != "" {
+				continue // the keys come at start, where gossip.New judges again
+			}
+			e = gossipStartErr(e)
+		}
+		errs = append(errs, e)
+	}
+	return errs
 }
 
 // fieldFlags names the flag that sets each Config field a package's
@@ -467,16 +475,24 @@ var fieldFlags = map[string]string{
 	"MaxRequestBytes":   "max-request-bytes",
 	"MaxWindow":         "max-inline-window",
 	"MaxInlineLimit":    "max-inline-limit",
+	"Check.Path":        "check-path",
+	"Check.DefaultRule": "check-default-rule",
+	"Check.DenyStatus":  "check-deny-status",
 	"Region":            "region",
 	"DenyCache.MaxKeys": "deny-cache-keys",
+	"Name":              "node-name",
+	"BindAddr":          "gossip-addr",
+	"AdvertiseAddr":     "gossip-advertise",
+	"FlushInterval":     "flush-interval",
+	"HeartbeatInterval": "gossip-heartbeat",
 	"Suspicion":         "burst-guard-suspicion",
 }
 
 // flagErrors returns the errors err joins, as a package's Validate
 // returns them ("<prefix>: <Field>: <problem>"), each naming the flag
 // that sets its field instead ("--<flag>: <problem>"), less those about
-// a flag in refused; an error about a field no flag sets is returned as
-// it is.
+// a flag in refused, to which it adds the flags it names; an error about
+// a field no flag sets is returned as it is.
 func flagErrors(err, prefix error, refused map[string]bool) []error {
 	if err == nil {
 		return nil
@@ -493,6 +509,7 @@ func flagErrors(err, prefix error, refused map[string]bool) []error {
 			if refused[name] {
 				continue
 			}
+			refused[name] = true
 			e = fmt.Errorf("--%s: %s", name, problem)
 		}
 		out = append(out, e)

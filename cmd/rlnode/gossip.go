@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -16,16 +15,13 @@ import (
 	"github.com/rlcluster/rlcluster/internal/gossip"
 )
 
-// gossipConfig builds the gossip node's configuration from
-// gossip.DefaultWANConfig and c, or returns ok=false when gossip is off
-// (no --gossip-addr: a single region). gossip.New validates it (see
-// gossipStartErr).
-func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg gossip.Config, ok bool, err error) {
-	if c.GossipAddr == "" {
-		return gossip.Config{}, false, nil
-	}
-	cfg = gossip.DefaultWANConfig()
-	cfg.Name, cfg.Region, cfg.APIAddr, cfg.Logger = c.NodeName, c.Region, apiAddr, log
+// gossipSettings returns the gossip node's configuration that the flags
+// set, from gossip.DefaultWANConfig: all but the keys, the API address,
+// the clock, the logger and the store's epoch, which run adds.
+// parseConfig validates it.
+func (c config) gossipSettings() gossip.Config {
+	cfg := gossip.DefaultWANConfig()
+	cfg.Name, cfg.Region = c.NodeName, c.Region
 	cfg.BindAddr, cfg.AdvertiseAddr, cfg.Insecure = c.GossipAddr, c.GossipAdvertise, c.GossipInsecure
 	cfg.FlushInterval, cfg.MaxStaleness, cfg.HeartbeatInterval = c.FlushInterval, c.MaxStaleness, c.HeartbeatInterval
 	cfg.Suspicion, cfg.GuardMargin, cfg.JoinTimeout = c.BurstGuardSuspicion, c.BurstGuardMargin, c.JoinTimeout
@@ -48,17 +44,15 @@ func gossipConfig(c config, apiAddr string, log *slog.Logger, sec *secrets) (cfg
 		_, port, _ := net.SplitHostPort(c.GossipAddr)
 		cfg.Name = host + ":" + port
 	}
-	if cfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
-		return gossip.Config{}, false, err
-	}
-	return cfg, true, nil
+	return cfg
 }
 
-// gossipStartErr explains a gossip node that New refused: without a key
-// on an address that is not loopback (gossip.ErrNoKey: every address the
-// bind and advertise hosts resolve to is checked, so a name such as
-// "localhost" is judged by what it names), it says how to make one; a
-// setting gossip's Validate refuses is named by its flag.
+// gossipStartErr explains a gossip configuration that Validate (in
+// parseConfig) or New refused: without a key on an address that is not
+// loopback (gossip.ErrNoKey: every address the bind and advertise hosts
+// resolve to is checked, so a name such as "localhost" is judged by what
+// it names), it says how to make one; a setting gossip's Validate refuses
+// is named by its flag.
 func gossipStartErr(err error) error {
 	switch {
 	case errors.Is(err, gossip.ErrNoKey):
@@ -66,7 +60,7 @@ func gossipStartErr(err error) error {
 			"so that only members can join and report counts: make one with `head -c 32 /dev/urandom | base64` and give it to every node "+
 			"with %s or --gossip-key-file (or --gossip-key); --gossip-insecure runs without one, for labs only", err, envName("gossip-key"))
 	case errors.Is(err, gossip.ErrConfig):
-		return errors.Join(flagErrors(err, gossip.ErrConfig, nil)...)
+		return errors.Join(flagErrors(err, gossip.ErrConfig, map[string]bool{})...)
 	}
 	return fmt.Errorf("start gossip: %w", err)
 }

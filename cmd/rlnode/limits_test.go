@@ -77,8 +77,9 @@ func TestLimitFlags(t *testing.T) {
 }
 
 // TestFlagsCheckedByTheirPackages: a flag's value that the package it
-// configures refuses (api, region, gossip Validate) is named by its flag,
-// once, beside the command line's own refusals.
+// configures refuses (api, forwardauth, region, gossip Validate) is named
+// by its flag, once, beside the command line's own refusals, before the
+// node starts.
 func TestFlagsCheckedByTheirPackages(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -92,6 +93,14 @@ func TestFlagsCheckedByTheirPackages(t *testing.T) {
 				"--max-key-bytes: 4096, want at most 3946 (counter keys, namespace prefix included, must fit the 4096 bytes replication carries)\n" +
 				"--max-inline-window: 200h0m0s, want 1s to 168h0m0s\n" +
 				"--region: 65 bytes, want at most 64"},
+		// With gossip, region's and gossip's bounds on --region: the
+		// first refusal stands alone.
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--region", strings.Repeat("r", 65)}, "--region: 65 bytes, want at most 64"},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--flush-interval", "-1s"}, "--flush-interval: -1s, want 1ms to 10s"},
+		{[]string{"--gossip-addr", "nowhere"}, `--gossip-addr: "nowhere": address nowhere: missing port in address`},
+		{[]string{"--gossip-addr", "127.0.0.1:0", "--node-name", strings.Repeat("n", 256)}, "--node-name: 256 bytes, want at most 255 bytes of UTF-8"},
+		{[]string{"--check-deny-status", "500", "--check-path", "/metrics"},
+			"--check-path: \"/metrics\" is already served\n--check-deny-status: 500, want 429 or 403"},
 	} {
 		_, err := parseConfig(tc.args, env(nil), io.Discard, io.Discard)
 		if got := fmt.Sprint(err); got != tc.want {

@@ -82,8 +82,10 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The store's layers' metrics (keys held and evicted, failover mode,
+	// deny cache) and Redis's key count and memory, read on each scrape.
+	reg.MustRegister(store.Collectors()...)
 	if store.Redis != nil {
-		// Redis's key count and memory, read on each scrape.
 		reg.MustRegister(store.Redis.InfoCollector(region.DefaultInfoTimeout))
 	}
 	reload, err := newReloaders(log, reg)
@@ -115,12 +117,12 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	// background and never blocks the start.
 	var node *gossip.Node
 	var acc *gossip.Accuracy // admitted/limit of closed buckets, with gossip
-	gcfg, gossipOn, err := gossipConfig(c, advertisedAPI(ln.Addr().String(), c), log, sec)
-	if err != nil {
-		return err
-	}
-	gcfg.Now = now
-	if gossipOn {
+	gcfg := c.gossipSettings()
+	if c.GossipAddr != "" {
+		gcfg.APIAddr, gcfg.Now, gcfg.Logger = advertisedAPI(ln.Addr().String(), c), now, log
+		if gcfg.SecretKeys, err = gossipKeys(c, sec); err != nil {
+			return err
+		}
 		if store.Redis != nil {
 			gcfg.Epoch = store.Redis.Epoch // a Redis that lost its counts is repaired from its peers
 		} else {
@@ -143,7 +145,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	}
 
 	acfg := c.apiConfig()
-	acfg.Store = store // the Stack: api finds its layers through Unwrap
+	acfg.Store, acfg.Failover = store, store.Failover
 	acfg.Now, acfg.Logger, acfg.Registerer = now, log, reg
 	acfg.RequireAdmin = tokens != nil // Reset needs a token with the admin scope
 	if ruleFiles != nil {

@@ -14,9 +14,9 @@
 //	auth         bearer tokens and the middleware that requires them
 //
 // besides gRPC health checking, server reflection, the /healthz, /readyz and
-// /metrics endpoints and the store's metrics. Errors map to wire codes:
-// bad input is invalid_argument with a message naming the field, a store
-// failure is unavailable, and a denial is a normal response.
+// /metrics endpoints. Errors map to wire codes: bad input is
+// invalid_argument with a message naming the field, a store failure is
+// unavailable, and a denial is a normal response.
 package api
 
 import (
@@ -78,12 +78,14 @@ type ReadyCheck struct {
 
 // Config configures a [Server]. Zero fields mean the documented default.
 type Config struct {
-	// Store decides requests. Required. A [region.Stack] (what
-	// [region.Open] returns) also gives /metrics its layers' metrics
-	// ([region.Stack.Collectors]); a store without Collectors, here or
-	// under an Unwrap, exports none. /readyz states the mode of a
-	// [region.Failover] found the same way.
+	// Store decides requests. Required. Its layers' own metrics
+	// ([region.Stack.Collectors]) are the caller's to register.
 	Store region.Store
+	// Failover, when set, is the failover Store decides through
+	// ([region.Stack.Failover]): /readyz asks it whether the primary
+	// answers, rather than reading Store, and states the mode it decides
+	// in. Nil: /readyz reads Store.
+	Failover *region.Failover
 	// Region is this node's region name; default "local".
 	Region string
 	// Rules are the named rules at start; nil means none. Replace them
@@ -186,14 +188,15 @@ type Config struct {
 	ResetTTL time.Duration
 }
 
-// Validate reports whether NewHandler accepts cfg's bounds, its zero
+// Validate reports whether NewHandler accepts cfg's settings, its zero
 // fields taking their defaults: MaxKeyBytes at most
 // [decision.MaxKeyBytes], MaxRequestBytes at least [MinRequestBytes],
 // MaxWindow from [window.MinWindow] to [window.MaxWindow],
-// MaxInlineLimit at most [window.MaxLimit], nothing negative. Each problem is an error wrapping [ErrConfig] that names its
-// field ("MaxWindow: 192h0m0s, want 1s to 168h0m0s"). The parts a node
-// wires in (Store, Rules, Check, ...) are checked by NewHandler and
-// their own packages.
+// MaxInlineLimit at most [window.MaxLimit], nothing negative, and the
+// check endpoint's ([forwardauth.Config.Validate]). Each problem is an
+// error wrapping [ErrConfig] that names its field ("MaxWindow: 192h0m0s,
+// want 1s to 168h0m0s", "Check.DenyStatus: 500, want 429 or 403"). The
+// parts a node wires in (Store, Rules, ...) are checked by NewHandler.
 func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, a ...any) {
@@ -218,13 +221,12 @@ func (cfg Config) Validate() error {
 	if cfg.ReadyTimeout < 0 {
 		bad("ReadyTimeout", "%v, want 0 (the default) or more", cfg.ReadyTimeout)
 	}
+	if err := cfg.Check.Validate(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			errs = append(errs, fmt.Errorf("%w: Check.%w", ErrConfig, e))
+		}
+	}
 	return errors.Join(errs...)
-}
-
-// StoreStatuser is implemented by stores with a degraded mode
-// ([region.Failover]). Status must not block.
-type StoreStatuser interface {
-	Status() region.FailoverStatus
 }
 
 // Server is the API's http.Handler. It is safe for concurrent use.
@@ -316,11 +318,6 @@ func NewHandler(cfg Config) (*Server, error) {
 			return nil, errors.New("api: Config.Gatherer is required when Config.Registerer is not a Gatherer")
 		}
 		cfg.Gatherer = g
-	}
-	// The store's layers export their own metrics ([region.Stack.Collectors]),
-	// read once per scrape.
-	if err := registerStoreMetrics(cfg.Registerer, cfg.Store); err != nil {
-		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	dcfg := decision.Config{
 		Store:          cfg.Store,
@@ -482,19 +479,14 @@ func (s *Server) SetServing(serving bool) {
 	s.health.SetStatus("", st)
 }
 
-// pinger is implemented by stores that can check they are reachable more
-// cheaply than a read.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// Ready reports whether the store is reachable and every ReadyCheck passes.
+// Ready reports whether the store is reachable (the failover's primary,
+// when there is one) and every ReadyCheck passes.
 func (s *Server) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
 	var err error
-	if p, ok := storeAs[pinger](s.cfg.Store); ok {
-		err = p.Ping(ctx)
+	if s.cfg.Failover != nil {
+		err = s.cfg.Failover.Ping(ctx)
 	} else {
 		_, err = s.cfg.Store.Vectors(ctx, []region.BucketRef{{Key: "rlcluster:readyz", Window: time.Second}})
 	}
@@ -516,10 +508,10 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "not ready: %v\n", err)
 		return
 	}
-	if st, ok := storeAs[StoreStatuser](s.cfg.Store); ok {
+	if s.cfg.Failover != nil {
 		// A store deciding under its failure policy is still ready (local
 		// and open decide; closed fails Ready above): say which mode.
-		fmt.Fprintf(w, "ok (store: %s)\n", st.Status())
+		fmt.Fprintf(w, "ok (store: %s)\n", s.cfg.Failover.Status())
 		return
 	}
 	fmt.Fprintln(w, "ok")

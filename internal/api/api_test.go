@@ -49,7 +49,8 @@ type testServer struct {
 
 // newServer starts cfg's handler (with the in-memory stack rlnode opens
 // without Redis, a fixed clock at t0 and a fresh registry unless cfg sets
-// them) and stops it when t ends.
+// them; a stack's metrics and failover wired in as rlnode does) and stops
+// it when t ends.
 func newServer(t *testing.T, cfg api.Config) *testServer {
 	t.Helper()
 	if cfg.Store == nil {
@@ -61,6 +62,14 @@ func newServer(t *testing.T, cfg api.Config) *testServer {
 	reg := prometheus.NewRegistry()
 	if cfg.Registerer == nil {
 		cfg.Registerer = reg
+	}
+	if st, ok := cfg.Store.(*region.Stack); ok {
+		// As rlnode wires a stack: its layers' metrics, and its failover
+		// for /readyz.
+		cfg.Registerer.MustRegister(st.Collectors()...)
+		if cfg.Failover == nil {
+			cfg.Failover = st.Failover
+		}
 	}
 	h, err := api.NewHandler(cfg)
 	if err != nil {
@@ -572,9 +581,10 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
-// TestDenyCacheMetrics: /metrics exports the layers of the stack it is
-// given, here a deny cache in front of a failover whose Redis is down (the
-// stack's own metrics are tested in region's TestStackCollectors).
+// TestDenyCacheMetrics: the layers of a stack, registered as rlnode
+// registers them, count the API's decisions; here a deny cache in front of
+// a failover whose Redis is down (the stack's own metrics are tested in
+// region's TestStackCollectors).
 func TestDenyCacheMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()

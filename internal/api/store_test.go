@@ -3,14 +3,16 @@ package api_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 )
 
 // stores are the stores the acceptance tests run against: the in-memory
 // store and a real redis-server that the test starts, the latter also
-// behind a deny cache, as rlnode runs it.
+// in the stack rlnode opens on it (deny cache, failover).
 var stores = []struct {
 	name string
 	new  func(t *testing.T) region.Store
@@ -18,7 +20,12 @@ var stores = []struct {
 	{"memory", func(t *testing.T) region.Store { return region.NewMemory(region.MemoryConfig{}) }},
 	{"redis", func(t *testing.T) region.Store { return newRedis(t) }},
 	{"redis+denycache", func(t *testing.T) region.Store {
-		return region.NewDenyCache(newRedis(t), region.DenyCacheConfig{})
+		// As rlnode opens it: the deny cache and the failover in front of
+		// Redis, in a Stack that restores (for Reset) into Redis. The
+		// timeout is generous, so that a busy machine leaves every
+		// decision to Redis.
+		return storetest.Open(t, region.Config{Redis: region.RedisConfig{URL: redistest.Start(t).URL()},
+			Failover: region.FailoverConfig{Timeout: 2 * time.Second}, DenyCache: &region.DenyCacheConfig{}})
 	}},
 }
 

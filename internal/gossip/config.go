@@ -277,67 +277,85 @@ var ErrConfig = errors.New("gossip: invalid config")
 var ErrNoKey = errors.New("gossip: a gossip key is required off loopback (make one: head -c 32 /dev/urandom | base64)")
 
 // Validate reports whether New accepts c, with its zero fields taking
-// their defaults; each problem is an error wrapping [ErrConfig] (and
-// [ErrNoKey] for a keyless node off loopback). New calls it.
+// their defaults: nil, or an [errors.Join] of one error per problem, each
+// wrapping [ErrConfig] and naming its field ("gossip: invalid config:
+// Suspicion: 1.5s, want at least twice the heartbeat interval, 2s"), and
+// [ErrNoKey] for a keyless node off loopback. New calls it.
 func (c Config) Validate() error {
+	grace := c.Grace // as set: a zero one follows FlushInterval, judged itself
 	c = c.withDefaults()
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...)))
 	}
-	if c.Name == "" {
-		return bad("name is required")
+	switch {
+	case c.Name == "":
+		bad("Name", "required")
+	case !utf8.ValidString(c.Name) || len(c.Name) > maxNodeName:
+		bad("Name", "%d bytes, want at most %d bytes of UTF-8", len(c.Name), maxNodeName)
 	}
-	if !validRegion(c.Region) {
-		return bad("region must be 1 to %d bytes of UTF-8 (so that its replicas' names, region~id, hold it whole), got %q", region.MaxReplicaOf, c.Region)
-	}
-	if !utf8.ValidString(c.Name) || len(c.Name) > maxNodeName {
-		return bad("name must be at most %d bytes of UTF-8, got %q", maxNodeName, c.Name)
+	switch {
+	case c.Region == "":
+		bad("Region", "required")
+	case !utf8.ValidString(c.Region):
+		bad("Region", "%q is not UTF-8", c.Region)
+	case !validRegion(c.Region):
+		bad("Region", "%d bytes, want at most %d with gossip (a node's replica, <region>~<id>, must hold the region's whole name)",
+			len(c.Region), region.MaxReplicaOf)
 	}
 	if c.Transport == nil {
 		if _, _, err := splitHostPort(c.BindAddr); err != nil {
-			return bad("bind address %q: %v", c.BindAddr, err)
+			bad("BindAddr", "%q: %v", c.BindAddr, err)
 		}
 	}
 	if c.AdvertiseAddr != "" {
 		if _, _, err := splitHostPort(c.AdvertiseAddr); err != nil {
-			return bad("advertise address %q: %v", c.AdvertiseAddr, err)
+			bad("AdvertiseAddr", "%q: %v", c.AdvertiseAddr, err)
 		}
 	}
 	switch len(c.SecretKey) {
 	case 0, 16, 24, 32:
 	default:
-		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
+		bad("SecretKey", "must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
 	}
 	for i, k := range c.SecretKeys {
 		if err := CheckKey(k); err != nil {
-			return bad("secret key %d: %v", i+1, err)
+			bad(fmt.Sprintf("SecretKeys[%d]", i), "%v", err)
 		}
 	}
 	if len(c.keys()) == 0 && !c.Insecure && c.Transport == nil {
 		// A name is checked once resolved, in New (bind.go); an IP or an
 		// empty host can be refused here.
-		if h, _, _ := splitHostPort(c.BindAddr); net.ParseIP(h) != nil || h == "" {
+		if h, _, err := splitHostPort(c.BindAddr); err == nil && (net.ParseIP(h) != nil || h == "") {
 			if ips, any, _ := bindHosts(context.Background(), nil, h); notLoopback(ips, any) != "" {
-				return fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, c.BindAddr)
+				errs = append(errs, fmt.Errorf("%w: %w: address %s is not loopback", ErrConfig, ErrNoKey, c.BindAddr))
 			}
 		}
 	}
-	for _, p := range []time.Duration{c.FlushInterval, c.Grace, c.RetryMargin, c.GossipInterval, c.ProbeInterval,
-		c.ProbeTimeout, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime, c.ReconnectInterval, c.JoinBackoff, c.EpochInterval} {
-		if p < 0 {
-			return bad("durations must not be negative")
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"FlushInterval", c.FlushInterval}, {"Grace", grace}, {"RetryMargin", c.RetryMargin},
+		{"GossipInterval", c.GossipInterval}, {"ProbeInterval", c.ProbeInterval}, {"ProbeTimeout", c.ProbeTimeout},
+		{"PushPullInterval", c.PushPullInterval}, {"TCPTimeout", c.TCPTimeout}, {"GossipToTheDeadTime", c.GossipToTheDeadTime},
+		{"ReconnectInterval", c.ReconnectInterval}, {"JoinBackoff", c.JoinBackoff}, {"EpochInterval", c.EpochInterval},
+		{"HeartbeatInterval", c.HeartbeatInterval},
+	} {
+		if d.v < 0 {
+			bad(d.field, "%v, want 0 (the default) or more", d.v)
 		}
 	}
 	if c.MaxDirty < 0 || c.MaxTouched < 0 || c.MaxStateBytes < 0 || c.InboxSize < 0 || c.InboxBytes < 0 || c.SuspicionMult < 0 {
-		return bad("sizes must not be negative")
+		bad("sizes", "must not be negative")
 	}
 	if c.UDPBudget < 64 || c.UDPBudget > 65000 {
-		return bad("UDP budget must be from 64 to 65000 bytes, got %d", c.UDPBudget)
+		bad("UDPBudget", "%d, want 64 to 65000 bytes", c.UDPBudget)
 	}
-	if c.HeartbeatInterval < 0 || c.Suspicion < 2*c.HeartbeatInterval {
-		return bad("Suspicion: %v, want at least twice the heartbeat interval, %v", c.Suspicion, 2*c.HeartbeatInterval)
+	if c.HeartbeatInterval >= 0 && c.Suspicion < 2*c.HeartbeatInterval {
+		bad("Suspicion", "%v, want at least twice the heartbeat interval, %v", c.Suspicion, 2*c.HeartbeatInterval)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func splitHostPort(s string) (string, int, error) {

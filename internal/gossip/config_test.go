@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,7 +51,7 @@ func TestPresets(t *testing.T) {
 }
 
 // TestValidate: Validate judges a config with its defaults applied, and
-// names the field of each problem.
+// reports every problem, each naming its field.
 func TestValidate(t *testing.T) {
 	base := Config{Name: "n", Region: "eu", BindAddr: "127.0.0.1:0"}
 	for _, c := range []struct {
@@ -64,7 +65,13 @@ func TestValidate(t *testing.T) {
 			"gossip: invalid config: Suspicion: 1.5s, want at least twice the heartbeat interval, 2s"},
 		{"default suspicion, long heartbeat", func(c *Config) { c.HeartbeatInterval = time.Second },
 			"gossip: invalid config: Suspicion: 1s, want at least twice the heartbeat interval, 2s"},
-		{"no name", func(c *Config) { c.Name = "" }, "gossip: invalid config: name is required"},
+		{"no name", func(c *Config) { c.Name = "" }, "gossip: invalid config: Name: required"},
+		{"region too long for its replicas", func(c *Config) { c.Region = strings.Repeat("r", 58) },
+			"gossip: invalid config: Region: 58 bytes, want at most 57 with gossip (a node's replica, <region>~<id>, must hold the region's whole name)"},
+		{"every problem", func(c *Config) { c.Name, c.BindAddr, c.JoinBackoff = "", "nowhere", -time.Second },
+			"gossip: invalid config: Name: required\n" +
+				"gossip: invalid config: BindAddr: \"nowhere\": address nowhere: missing port in address\n" +
+				"gossip: invalid config: JoinBackoff: -1s, want 0 (the default) or more"},
 		{"keyless off loopback", func(c *Config) { c.BindAddr = "0.0.0.0:0" },
 			"gossip: invalid config: " + ErrNoKey.Error() + ": address 0.0.0.0:0 is not loopback"},
 	} {

@@ -135,9 +135,6 @@ func NewDenyCache(s Store, cfg DenyCacheConfig) *DenyCache {
 	return c
 }
 
-// Unwrap returns the store behind the cache.
-func (c *DenyCache) Unwrap() Store { return c.s }
-
 // DenyCacheStats returns the cache's counters.
 func (c *DenyCache) DenyCacheStats() DenyCacheStats {
 	st := DenyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evicted.Load()}

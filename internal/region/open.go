@@ -198,10 +198,6 @@ func (s *Stack) OnFallback() bool { return s.Failover != nil && s.Failover.OnFal
 // region eu~3fa9c1), deny cache of 100000 keys".
 func (s *Stack) String() string { return s.desc }
 
-// Unwrap returns the outermost layer, so that code that looks for a
-// layer's methods through Unwrap finds every layer of the stack.
-func (s *Stack) Unwrap() Store { return s.Store }
-
 // Stats is a snapshot of every layer's counters; a layer the stack does
 // not have leaves its field nil.
 type Stats struct {

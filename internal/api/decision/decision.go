@@ -111,6 +111,8 @@ type burstGuard interface {
 // Config configures a [Decider]. Every field is required unless it says
 // otherwise; the API's Config documents the defaults it fills in.
 type Config struct {
+	// Store decides; Reset needs one that also restores its own region's
+	// totals, as [region.Stack], Redis and Memory do.
 	Store  region.Store
 	Region string // this node's region, for replicated totals
 	// Pool is the other regions; nil means a single region.

@@ -253,25 +253,9 @@ func (d *Decider) readResets(ctx context.Context, reqs []Request, stale []int) e
 }
 
 // restorer is a store that max-merges its own region's totals
-// ([region.Redis.Restore], [region.Memory.Restore]).
+// ([region.Stack.Restore], [region.Redis.Restore], [region.Memory.Restore]).
 type restorer interface {
 	Restore(ctx context.Context, totals []region.Total) error
-}
-
-// findRestorer returns s, or the first store it wraps (through Unwrap),
-// that can restore; nil when none can.
-func findRestorer(s region.Store) restorer {
-	for s != nil {
-		if r, ok := s.(restorer); ok {
-			return r
-		}
-		u, ok := s.(interface{ Unwrap() region.Store })
-		if !ok {
-			return nil
-		}
-		s = u.Unwrap()
-	}
-	return nil
 }
 
 // Reset records a reset of the counters that in names (its key under a
@@ -287,8 +271,8 @@ func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	st := findRestorer(d.cfg.Store)
-	if st == nil {
+	st, ok := d.cfg.Store.(restorer)
+	if !ok {
 		return "", time.Time{}, ErrNoReset
 	}
 	atMs := window.Ms(in.Now)

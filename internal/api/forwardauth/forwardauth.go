@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ import (
 const (
 	DefaultPath       = "/check"
 	DefaultKeyHeaders = "X-Forwarded-For"
+	DefaultDenyStatus = http.StatusTooManyRequests
 	// RuleHeader names the rule when the path does not.
 	RuleHeader = "X-RateLimit-Rule"
 )
@@ -116,9 +118,8 @@ type keyHeader struct {
 // reservedPaths are served by the handler itself.
 var reservedPaths = []string{"/metrics", "/healthz", "/readyz"}
 
-// New validates cfg, fills its defaults and returns the endpoint, deciding
-// through dec at the instants now gives.
-func New(cfg Config, dec *decision.Decider, now func() time.Time) (*Handler, error) {
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
 	if cfg.Path == "" {
 		cfg.Path = DefaultPath
 	}
@@ -126,46 +127,59 @@ func New(cfg Config, dec *decision.Decider, now func() time.Time) (*Handler, err
 		cfg.KeyHeaders = []string{DefaultKeyHeaders}
 	}
 	if cfg.DenyStatus == 0 {
-		cfg.DenyStatus = http.StatusTooManyRequests
+		cfg.DenyStatus = DefaultDenyStatus
 	}
+	return cfg
+}
+
+// Validate reports whether New accepts cfg, its zero fields taking their
+// defaults: nil, or an [errors.Join] of one error per problem, each naming
+// its field ("DenyStatus: 500, want 429 or 403").
+func (cfg Config) Validate() error {
+	cfg = cfg.withDefaults()
 	var errs []error
 	switch p := cfg.Path; {
 	case !strings.HasPrefix(p, "/") || p == "/" || strings.HasSuffix(p, "/"):
-		errs = append(errs, fmt.Errorf("Check.Path: %q must start with '/', have a name and not end with '/'", p))
+		errs = append(errs, fmt.Errorf("Path: %q must start with '/', have a name and not end with '/'", p))
 	case strings.ContainsAny(p, "{}? \t#%"):
-		errs = append(errs, fmt.Errorf("Check.Path: %q must not contain '{', '}', '?', '#', '%%' or spaces", p))
+		errs = append(errs, fmt.Errorf("Path: %q must not contain '{', '}', '?', '#', '%%' or spaces", p))
 	case strings.HasPrefix(p, "/ratelimit.") || strings.HasPrefix(p, "/grpc.") || strings.HasPrefix(p, "/envoy."):
-		errs = append(errs, fmt.Errorf("Check.Path: %q is in the RPC namespace", p))
-	default:
-		for _, r := range reservedPaths {
-			if p == r {
-				errs = append(errs, fmt.Errorf("Check.Path: %q is already served", p))
-			}
-		}
+		errs = append(errs, fmt.Errorf("Path: %q is in the RPC namespace", p))
+	case slices.Contains(reservedPaths, p):
+		errs = append(errs, fmt.Errorf("Path: %q is already served", p))
 	}
 	if cfg.DenyStatus != http.StatusTooManyRequests && cfg.DenyStatus != http.StatusForbidden {
-		errs = append(errs, fmt.Errorf("Check.DenyStatus: %d, want 429 or 403", cfg.DenyStatus))
+		errs = append(errs, fmt.Errorf("DenyStatus: %d, want 429 or 403", cfg.DenyStatus))
 	}
 	if cfg.DefaultRule != "" {
 		if err := rules.CheckName(cfg.DefaultRule); err != nil {
-			errs = append(errs, fmt.Errorf("Check.DefaultRule: %w", err))
+			errs = append(errs, fmt.Errorf("DefaultRule: %w", err))
 		}
 	}
-	h := &Handler{dec: dec, now: now, cfg: cfg}
 	for i, alt := range cfg.KeyHeaders {
+		for name := range strings.SplitSeq(alt, "+") {
+			if name = strings.TrimSpace(name); !httpguts.ValidHeaderFieldName(name) {
+				errs = append(errs, fmt.Errorf("KeyHeaders[%d]: %q is not a header name (join several with '+')", i, name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// New validates cfg, fills its defaults and returns the endpoint, deciding
+// through dec at the instants now gives.
+func New(cfg Config, dec *decision.Decider, now func() time.Time) (*Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	h := &Handler{dec: dec, now: now, cfg: cfg}
+	for _, alt := range cfg.KeyHeaders {
 		var hs []keyHeader
 		for name := range strings.SplitSeq(alt, "+") {
-			name = strings.TrimSpace(name)
-			if !httpguts.ValidHeaderFieldName(name) {
-				errs = append(errs, fmt.Errorf("Check.KeyHeaders[%d]: %q is not a header name (join several with '+')", i, name))
-				continue
-			}
-			hs = append(hs, newKeyHeader(name))
+			hs = append(hs, newKeyHeader(strings.TrimSpace(name)))
 		}
 		h.keyAlts = append(h.keyAlts, hs)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	return h, nil
 }
