@@ -48,9 +48,8 @@ func (f *freshness) init() {
 }
 
 // unheardTTL is how long a member's report of the regions it does not
-// hear holds: it sends one with every heartbeat while it has any, so
-// three heartbeats without one mean it hears every region again.
-func (n *Node) unheardTTL() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+// hear holds (see guard.UnheardHold).
+func (n *Node) unheardTTL() time.Duration { return guard.UnheardHold(n.cfg.HeartbeatInterval) }
 
 // noteUnheard records that member s does not hear the regions regions,
 // as of now.

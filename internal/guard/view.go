@@ -92,6 +92,12 @@ func (v *View) Isolated() *View {
 // during the silence.
 func RejoinHold(flush, oneWay time.Duration) time.Duration { return 2 * (flush + oneWay) }
 
+// UnheardHold is how long a region's report of the regions it does not
+// hear ([View.Unheard]) holds: a node sends one with every heartbeat
+// while it has any, so three heartbeats without one mean it hears every
+// region again.
+func UnheardHold(heartbeat time.Duration) time.Duration { return 3 * heartbeat }
+
 // Off reports whether the guard does nothing under v: no other region is
 // alive and none is silent.
 func (v *View) Off() bool { return len(v.Alive) <= 1 && len(v.Silent) == 0 }

@@ -196,8 +196,9 @@ func (w *world) view(r int) *guard.View {
 }
 
 // unheardTTL is how long a region's report of the regions it does not
-// hear holds, as gossip.Node.GuardView keeps it.
-const unheardTTL = 300 * time.Millisecond
+// hear holds, as gossip.Node.GuardView keeps it at rlnode's default
+// heartbeat (--gossip-heartbeat, 100 ms).
+var unheardTTL = guard.UnheardHold(100 * time.Millisecond)
 
 func (w *world) decide(e *event) {
 	n := w.regions[e.to]
