@@ -101,8 +101,10 @@ func fmtMin(f float64) string {
 // printSearch runs n fault schedules from seed from and prints one row per
 // class: runs, how many broke the bound, and the worst over the bound.
 func printSearch(w io.Writer, from uint64, n int) {
-	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed |\n| --- | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed | false denials under the limit | calm requests denied (exact log) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range searchTable(from, n) {
-		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed)
+		pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
+		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d | %.2f%% | %.2f%% (%.2f%%) |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed,
+			pct(r.FalseDenied, r.Under), pct(r.CalmDenied, r.Calm), pct(r.CalmLogDenied, r.Calm))
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -174,6 +175,15 @@ type outcome struct {
 	AtMs     int64   // its end, from the run's start
 	InFault  bool    // whether it overlapped a fault
 	Admitted int
+	// Under is the requests of traffic under the limit, and FalseDenied
+	// those of them denied (see underLimit).
+	Under, FalseDenied int
+	// Calm is the requests of phases offered at most the limit's rate in
+	// all, with no burst, a window or more after the phase began, and
+	// CalmDenied those of them denied: an exact sliding log denies them
+	// only when the phase's random arrivals put more than the limit in a
+	// window, which CalmLogDenied counts.
+	Calm, CalmDenied, CalmLogDenied int
 }
 
 // runSchedule plays s with the guard on.
@@ -198,7 +208,7 @@ func runSchedule(s schedule) outcome {
 		for r := range s.Regions {
 			if p.Burst[r] {
 				for i := range s.Limit {
-					req(r, start+p.FromMs+int64(i)/100)
+					w.requestBurst(r, start+p.FromMs+int64(i)/100, "k")
 				}
 			}
 			rate := p.Rate[r] * perMs
@@ -244,7 +254,102 @@ func runSchedule(s schedule) outcome {
 			out = outcome{Worst: r, Count: i - lo + 1, AtMs: rel, InFault: inFault, Admitted: len(ts)}
 		}
 	}
+	out.Under, out.FalseDenied = underLimit(ts, w.denied["k"], w.burstDenied["k"], wm, s.Limit)
+	out.Calm, out.CalmDenied, out.CalmLogDenied = calm(s, start, ts, w.denied["k"])
 	return out
+}
+
+// underLimit counts the paced requests (not part of a burst) of traffic
+// under the limit, those with at most limit requests, admitted (ts, in
+// order) or denied (in order; burst[i] when denied[i] was part of a
+// burst), in the trailing window (t-wm, t] of the request, itself
+// included, and how many of them were denied: an exact sliding log admits
+// every one. A burst's own requests are left out: the guard lets a burst
+// from idle take only this region's share of the headroom in its first
+// horizon (docs/design.md, "The burst guard").
+func underLimit(ts, denied []int64, burst []bool, wm int64, limit uint64) (under, falseDenied int) {
+	type req struct {
+		t             int64
+		denied, paced bool
+	}
+	all := make([]req, 0, len(ts)+len(denied))
+	for _, t := range ts {
+		all = append(all, req{t, false, false})
+	}
+	for i, t := range denied {
+		all = append(all, req{t, true, !burst[i]})
+	}
+	slices.SortStableFunc(all, func(a, b req) int { return cmp.Compare(a.t, b.t) })
+	lo := 0
+	for i, r := range all {
+		for all[lo].t <= r.t-wm {
+			lo++
+		}
+		if uint64(i-lo+1) <= limit && (!r.denied || r.paced) {
+			under++
+			if r.denied {
+				falseDenied++
+			}
+		}
+	}
+	return under, falseDenied
+}
+
+// calm counts the requests of s's calm phases (see outcome.Calm), those
+// of them denied, and those an exact sliding log over the cluster's
+// requests (ts admitted and denied instants) would deny.
+func calm(s schedule, start int64, ts, denied []int64) (n, den, logDen int) {
+	wm := s.Window.Milliseconds()
+	in := func(t int64) bool {
+		rel := t - start
+		for _, p := range s.Phases {
+			if rel < p.FromMs || rel >= p.ToMs {
+				continue
+			}
+			sum := 0.0
+			for r, x := range p.Rate {
+				sum += x
+				if p.Burst[r] {
+					return false
+				}
+			}
+			return sum <= 1 && rel >= p.FromMs+wm
+		}
+		return false
+	}
+	type req struct {
+		t      int64
+		denied bool
+	}
+	all := make([]req, 0, len(ts)+len(denied))
+	for _, t := range ts {
+		all = append(all, req{t, false})
+	}
+	for _, t := range denied {
+		all = append(all, req{t, true})
+	}
+	slices.SortStableFunc(all, func(a, b req) int { return cmp.Compare(a.t, b.t) })
+	var log []int64 // the exact log's admissions
+	lo := 0
+	for _, r := range all {
+		for lo < len(log) && log[lo] <= r.t-wm {
+			lo++
+		}
+		ok := uint64(len(log)-lo) < s.Limit
+		if ok {
+			log = append(log, r.t)
+		}
+		if in(r.t) {
+			n++
+			if r.denied {
+				den++
+			}
+			if !ok {
+				logDen++
+			}
+		}
+	}
+	return n, den, logDen
 }
 
 // class names the kind of schedule s is, for the search's table: its
@@ -285,6 +390,10 @@ type classRow struct {
 	Runs, Broken int
 	Worst        float64
 	Seed         uint64
+	// Under, FalseDenied and the Calm counts sum the class's schedules'
+	// (see outcome).
+	Under, FalseDenied              int
+	Calm, CalmDenied, CalmLogDenied int
 }
 
 // searchTable runs the schedules of seeds from..from+n-1 and returns one
@@ -301,6 +410,11 @@ func searchTable(from uint64, n int) []classRow {
 			rows[c] = r
 		}
 		r.Runs++
+		r.Under += o.Under
+		r.FalseDenied += o.FalseDenied
+		r.Calm += o.Calm
+		r.CalmDenied += o.CalmDenied
+		r.CalmLogDenied += o.CalmLogDenied
 		if o.Worst > 1+1e-9 {
 			r.Broken++
 		}
@@ -320,3 +434,4 @@ func searchTable(from uint64, n int) []classRow {
 	}
 	return out
 }
+

@@ -30,9 +30,16 @@ type world struct {
 	// trailing-window counts.
 	admitted map[string][]int64
 	// by holds, parallel to admitted, the region of each admission.
-	by      map[string][]int
-	offered int
-	guardNo int // denials by the guard
+	by map[string][]int
+	// denied holds every denial's instant per key, by the guard or the
+	// store, for the false denials: those an exact sliding log of the
+	// cluster's admissions would have admitted.
+	denied map[string][]int64
+	// burstDenied holds, parallel to denied, whether the denied request
+	// was part of a burst (see requestBurst).
+	burstDenied map[string][]bool
+	offered     int
+	guardNo     int // denials by the guard
 }
 
 // config is one simulated run.
@@ -80,8 +87,11 @@ type event struct {
 	node int // the node of region to that decides a request
 	key  string
 	hits uint64
-	from int
-	tot  []region.Total
+	// burst marks a request of a burst, for the false denials of paced
+	// traffic.
+	burst bool
+	from  int
+	tot   []region.Total
 	// unheard is the sender's silent regions when it sent the frame.
 	unheard []string
 }
@@ -105,7 +115,7 @@ func (q *events) Pop() any {
 }
 
 func newWorld(cfg config, startMs int64) *world {
-	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, now: startMs}
+	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, burstDenied: map[string][]bool{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{}}
@@ -134,6 +144,13 @@ func (w *world) push(e *event) {
 func (w *world) request(r int, atMs int64, key string) {
 	n := w.regions[r]
 	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1})
+	n.next = (n.next + 1) % len(n.guards)
+}
+
+// requestBurst is request for a hit that is part of a burst.
+func (w *world) requestBurst(r int, atMs int64, key string) {
+	n := w.regions[r]
+	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1, burst: true})
 	n.next = (n.next + 1) % len(n.guards)
 }
 
@@ -214,6 +231,7 @@ func (w *world) decide(e *event) {
 		ok, lim, _ := g.Admit(now, e.key, l, e.hits, v)
 		if !ok {
 			w.guardNo++
+			w.deny(e)
 			return
 		}
 		sl.Limit = lim
@@ -225,6 +243,7 @@ func (w *world) decide(e *event) {
 		g.Done(now, e.key, l, e.hits, v, &res[0])
 	}
 	if !res[0].Allowed {
+		w.deny(e)
 		return
 	}
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
@@ -233,6 +252,11 @@ func (w *world) decide(e *event) {
 	n.dirty[k] = region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
 	n.own[k] = res[0].Local
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
+}
+
+func (w *world) deny(e *event) {
+	w.denied[e.key] = append(w.denied[e.key], w.now)
+	w.burstDenied[e.key] = append(w.burstDenied[e.key], e.burst)
 }
 
 func (w *world) flush(r int) {
