@@ -202,8 +202,13 @@ func (n *Node) heartbeat(old bool) {
 func (n *Node) GuardView(now time.Time) guard.View {
 	v := guard.View{Region: n.cfg.Region, Alive: []string{n.cfg.Region}, Nodes: 1}
 	regions := map[string]bool{}
+	// The alive nodes of each region (guard.View.RegionNodes).
+	nodes := map[string]int{}
 	n.memMu.RLock()
 	for _, m := range n.members {
+		if m.state == "alive" && m.region != "" && !m.isLocal {
+			nodes[m.region]++
+		}
 		switch {
 		case m.region == "":
 		case m.region == n.cfg.Region:
@@ -248,6 +253,11 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	n.freshMu.Unlock()
 	sort.Strings(v.Alive)
 	sort.Strings(v.Silent)
+	v.RegionNodes = make(map[string]int, len(v.Alive))
+	for _, r := range v.Alive {
+		v.RegionNodes[r] = max(nodes[r], 1) // a region heard from has a node
+	}
+	v.RegionNodes[v.Region] = v.Nodes
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	return v
 }

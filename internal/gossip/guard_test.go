@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -245,4 +246,25 @@ func TestGuardPartition(t *testing.T) {
 	if minOff < 0.8 {
 		t.Errorf("without the guard: the minority admitted %.3f x the limit, want >= 0.8 (the test must show the problem)", minOff)
 	}
+}
+
+// TestGuardViewPool: every node of three regions of two nodes each
+// counts two alive nodes in every region (guard.View.RegionNodes), which
+// the guard's stagger takes its bases from.
+func TestGuardViewPool(t *testing.T) {
+	fn := NewFaultNetwork(1)
+	wan(fn, threeRegions, 10*time.Millisecond)
+	h := newHarness(t, fn, threeRegions, 2)
+	want := map[string]int{}
+	for _, r := range threeRegions {
+		want[r] = 2
+	}
+	waitFor(t, 10*time.Second, "every node counting two alive nodes in each region", func() bool {
+		for _, tn := range h.nodes {
+			if v := tn.node.GuardView(tn.now()); !maps.Equal(v.RegionNodes, want) {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -25,7 +25,10 @@
 //     fresh admissions are left out of its weight.
 //   - The first request of a horizon is a probe, decided against a limit
 //     lowered so that the store admits it only within this node's share;
-//     a limit too small for any share is probed by the regions in turn.
+//     a probe that no share can hold, and every hit of a limit smaller
+//     than the pool's nodes, is staggered: decided against the limit
+//     less its region's rotating base, once per node and slot, so that
+//     the pool takes at most the headroom.
 //   - A region not heard from for the suspicion timeout (or, for a key,
 //     for a quarter of its window) is silent and charged its share of the
 //     limit, ceil(limit/R), by every side of a split.

@@ -78,6 +78,11 @@ type entry struct {
 	// The probe past the quota, when Admit lowered its store limit (see
 	// probeCut): by how much, and the limit it returned.
 	cut, cutLimit uint64
+	// A node asks once per slot in the stagger: staggered is the end of
+	// the slot of its last ask, admitted or in flight (asking, with
+	// unasked the value before it, restored when the store denies it).
+	staggered, unasked time.Time
+	asking             bool
 }
 
 // quiet returns v with the alive regions that have not been heard from for
@@ -225,12 +230,18 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			}
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent,
-			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK}
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered}
 		e.setQuota(now, h, limit, e.weight, v, g.cfg.Floor)
 	}
 	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
 	if hits > storeLimit {
 		return false, storeLimit, retry
+	}
+	if limit < uint64(v.poolNodes()) {
+		// A limit smaller than the pool: no share holds a hit for every
+		// node, and shares and staggered probes would take the same
+		// headroom twice, so the stagger decides every hit.
+		return e.stagger(now, hits, storeLimit, v)
 	}
 	// The first request of a horizon whose quota is not yet known from a
 	// store result goes to the store as a probe even when the stale quota
@@ -268,11 +279,8 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weight, v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any
-			// estimate: the alive regions take turns at probing the full
-			// limit, so that at most one of them does at a time.
-			if ok, wait := turn(now, v); !ok {
-				return false, storeLimit, wait
-			}
+			// estimate: the probe is staggered (see stagger).
+			return e.stagger(now, hits, storeLimit, v)
 		}
 		if c > 0 {
 			storeLimit -= c
@@ -281,6 +289,19 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	}
 	e.used += hits
 	return true, storeLimit, 0
+}
+
+// stagger lets hits go to the store as a staggered ask (see [stagger]):
+// against storeLimit less its region's base, once per node and slot.
+func (e *entry) stagger(now time.Time, hits, storeLimit uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
+	base, may, wait := stagger(now, v)
+	if !may || base+hits > storeLimit || now.Before(e.staggered) {
+		return false, storeLimit, wait
+	}
+	e.cut, e.cutLimit = base, storeLimit-base
+	e.unasked, e.staggered, e.asking = e.staggered, now.Add(wait), true
+	e.used += hits
+	return true, storeLimit - base, 0
 }
 
 // Done records the store's answer to a request that [Guard.Admit] let
@@ -305,6 +326,12 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	}
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
+	}
+	if e.asking && res.Limit == e.cutLimit {
+		if !res.Allowed {
+			e.staggered = e.unasked // the slot's ask is not spent
+		}
+		e.asking = false
 	}
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
@@ -412,7 +439,7 @@ func (g *Guard) Keys() int {
 
 func sweep(s *shard, now time.Time) {
 	for k, e := range s.keys {
-		if !now.Before(e.start.Add(e.horizon)) {
+		if !now.Before(e.start.Add(e.horizon)) && !now.Before(e.staggered) {
 			delete(s.keys, k)
 		}
 	}

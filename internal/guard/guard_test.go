@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -345,37 +346,49 @@ func TestProbeWithinShare(t *testing.T) {
 	}
 }
 
-// TestTurn: at any instant at most one of the alive regions may probe a
-// limit too small to share, every region gets its turn once per round,
-// and a region told to wait is told exactly until its next turn.
-func TestTurn(t *testing.T) {
+// TestStagger: in every slot the alive regions (three, of one, two and
+// three nodes) hold bases that leave room for the nodes of the regions
+// ahead of them, and each region is at the head once in three slots; a
+// node asks only in the first S - H of a slot; and wait is the time to
+// the next slot.
+func TestStagger(t *testing.T) {
 	regions := []string{"a", "b", "c"}
-	turns := map[string]int{}
+	nodes := map[string]int{"a": 1, "b": 2, "c": 3}
+	const h = 100 * time.Millisecond
+	head := map[string]int{}
 	for ms := int64(0); ms < 6000; ms += 7 {
 		now := time.UnixMilli(1_700_000_000_000 + ms)
-		owners := 0
+		var bases []int
 		for _, r := range regions {
-			v := View{Region: r, Alive: regions, Horizon: 100 * time.Millisecond}
-			ok, wait := turn(now, &v)
-			if ok {
-				owners++
-				turns[r]++
-				continue
+			v := View{Region: r, Alive: regions, Nodes: nodes[r], Horizon: h, RegionNodes: nodes}
+			base, ok, wait := stagger(now, &v)
+			bases = append(bases, int(base))
+			if base == 0 {
+				head[r]++
 			}
-			if got, _ := turn(now.Add(wait), &v); !got {
-				t.Fatalf("%s at +%d ms: told to wait %v, not its turn then", r, ms, wait)
+			in := now.UnixMilli() % 1000
+			if want := in < 1000-h.Milliseconds(); ok != want {
+				t.Errorf("+%d ms (%d ms into the slot): may ask %v, want %v", ms, in, ok, want)
 			}
-			if got, _ := turn(now.Add(wait-time.Millisecond), &v); got {
-				t.Fatalf("%s at +%d ms: its turn before the %v it was told to wait", r, ms, wait)
+			if want := time.Duration(1000-in) * time.Millisecond; wait != want {
+				t.Errorf("+%d ms: wait %v, want %v", ms, wait, want)
 			}
 		}
-		if owners > 1 {
-			t.Fatalf("+%d ms: %d regions' turn at once", ms, owners)
+		// The bases, in order, are 0 and the running sums of the nodes
+		// of the regions ahead.
+		order := slices.Clone(regions)
+		slices.SortFunc(order, func(x, y string) int { return bases[slices.Index(regions, x)] - bases[slices.Index(regions, y)] })
+		next := 0
+		for _, r := range order {
+			if got := bases[slices.Index(regions, r)]; got != next {
+				t.Fatalf("+%d ms: %s at base %d, want %d (bases %v)", ms, r, got, next, bases)
+			}
+			next += nodes[r]
 		}
 	}
 	for _, r := range regions {
-		if turns[r] == 0 {
-			t.Errorf("%s never had a turn in 6 s", r)
+		if head[r] == 0 {
+			t.Errorf("%s never at the head of the pool in 6 s", r)
 		}
 	}
 }
@@ -503,5 +516,46 @@ func TestStaleQuota(t *testing.T) {
 	first(g)
 	if got := before(g, t0.Add(250*time.Millisecond)); got != 1 {
 		t.Errorf("admitted %d before the first answer after a gap of a horizon, want 1 (the probe)", got)
+	}
+}
+
+// TestStaggeredSmallLimit: every hit of a limit smaller than the pool
+// (5 for three regions of two nodes) is decided against the limit less
+// the region's base, once per node and slot: six nodes asking at once
+// on an empty window, each region's store seeing only its own region's
+// hits, take exactly the limit, and a node asks once at a time and,
+// once it took its hit, is told to wait for the next slot.
+func TestStaggeredSmallLimit(t *testing.T) {
+	regions := []string{"a", "b", "c"}
+	now := time.UnixMilli(1_700_000_000_000 + 200) // 200 ms into a slot
+	total := 0
+	est := map[string]uint64{}
+	for i := range 6 {
+		r := regions[i/2]
+		g := New(Config{})
+		v := &View{Region: r, Alive: regions, Nodes: 2, Horizon: 100 * time.Millisecond}
+		adm, lim, _ := g.Admit(now, "k", limitOf(5), 1, v)
+		if !adm {
+			continue // its base is past the headroom
+		}
+		if again, _, _ := g.Admit(now, "k", limitOf(5), 1, v); again {
+			t.Errorf("node %d: a second ask while the first is in flight admitted", i)
+		}
+		res := region.Result{Decision: window.Decision{Allowed: est[r]+1 <= lim, Limit: lim, Estimate: est[r]}}
+		if res.Allowed {
+			est[r]++
+			total++
+		}
+		g.Done(now, "k", limitOf(5), 1, v, &res)
+		if !res.Allowed {
+			continue
+		}
+		later := now.Add(300 * time.Millisecond)
+		if again, _, wait := g.Admit(later, "k", limitOf(5), 1, v); again || wait != 500*time.Millisecond {
+			t.Errorf("node %d: a second hit in the slot admitted %v, wait %v; want refused until the next slot (500ms)", i, again, wait)
+		}
+	}
+	if total != 5 {
+		t.Errorf("six nodes at once admitted %d of a limit of 5 (per region %v), want exactly 5", total, est)
 	}
 }

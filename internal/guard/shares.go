@@ -98,9 +98,8 @@ func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) 
 //
 // at most storeLimit - hits. whole is false when the limit cannot give
 // this node's share hits at any estimate (a share of the whole limit below
-// hits): then the cut is 0, and the probe, decided against storeLimit,
-// may take hits the others' shares hold, which is why it waits for this
-// region's [turn].
+// hits): then the cut is 0, and the caller staggers the probe instead
+// (see [stagger]).
 func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) (cut uint64, whole bool) {
 	num, den, _ := share(limit, w, v, floor)
 	need := window.MulDivCeil(hits*uint64(max(v.Nodes, 1)), den, num)
@@ -110,35 +109,52 @@ func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor ui
 	return min(pend+need, storeLimit) - hits, true
 }
 
-// turnSlot is the least length of a region's turn at probing a limit too
-// small to share (see [turn]).
-const turnSlot = time.Second
+// staggerSlot is the least length of a slot of the stagger (see
+// [stagger]).
+const staggerSlot = time.Second
 
-// turn reports whether now is this region's turn at probing a limit its
-// share cannot hold, and if not, how long until it is. The alive regions
-// (v.Alive, sorted) take turns in slots of turnSlot aligned to the Unix
-// epoch, or of twice the horizon rounded up to whole seconds when that is
-// longer, so that every region with the same alive set agrees on whose
-// turn it is; a region probes only in the first half of its slot, so that
-// what it admitted reaches the others before the next slot begins.
-func turn(now time.Time, v *View) (mine bool, wait time.Duration) {
+// stagger places this node's region for a limit that shares cannot hold
+// (see [Guard.Admit]). Every slot one of the alive regions is at the head
+// of the pool, the others following in name order (wrapping around); a
+// region's base is the alive nodes of the regions ahead of it, and each
+// of its nodes may admit once per slot, decided against the limit less
+// the base. When every node asks
+// at once on an estimate e, with headroom h = L - e, each region's store
+// sees its own admissions at once, so a region at base b takes at most
+// min(its nodes, h - b): the pool takes at most the headroom, whichever
+// nodes ask, and which regions may take it rotates. A node asks only in
+// the first S - H of a slot S, so that what it admitted reaches every
+// node before the next slot. Slots are of staggerSlot, or twice the
+// horizon rounded up to whole seconds when that is longer, aligned to the
+// Unix epoch, so that nodes with the same view agree on the bases.
+//
+// It returns this region's base in the slot of now, whether this node may
+// ask now, and the time until the next slot begins.
+func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) {
+	slotLen := max(staggerSlot, (2*v.Horizon+time.Second-1)/time.Second*time.Second)
+	ms, sm := now.UnixMilli(), slotLen.Milliseconds()
+	slot := ms / sm
+	wait = time.Duration((slot+1)*sm-ms) * time.Millisecond
+	ok = ms-slot*sm < sm-v.Horizon.Milliseconds()
 	r := len(v.Alive)
 	if r <= 1 {
-		return true, 0
+		return 0, ok, wait
 	}
-	slot := max(turnSlot, (2*v.Horizon+time.Second-1)/time.Second*time.Second)
-	ms := now.UnixMilli()
-	sm := slot.Milliseconds()
-	k := ms / sm
-	me := int64(rank(v))
-	in := ms - k*sm
-	if k%int64(r) == me && in < sm/2 {
-		return true, 0
+	me := int(rank(v))
+	for i := int(mix(uint64(slot)) % uint64(r)); i != me; i = (i + 1) % r {
+		base += uint64(v.nodesOf(v.Alive[i]))
 	}
-	// The start of this region's next slot.
-	next := k - k%int64(r) + me
-	if next <= k {
-		next += int64(r)
-	}
-	return false, time.Duration(next*sm-ms) * time.Millisecond
+	return base, ok, wait
+}
+
+// mix is splitmix64's finalizer: the region at the head of a slot is
+// drawn from the slot's number by it rather than taken in turn, so that
+// traffic as periodic as the rotation (a request every R slots) does not
+// always find its region past the headroom.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }

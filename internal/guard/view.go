@@ -31,6 +31,26 @@ type View struct {
 	// that it does not hear (absent: it hears every one). See
 	// [View.Crossed].
 	Unheard map[string][]string
+	// RegionNodes is, per alive region, its alive nodes (see [stagger]);
+	// a region absent from it is taken to have Nodes.
+	RegionNodes map[string]int
+}
+
+// nodesOf is the alive nodes of alive region r.
+func (v *View) nodesOf(r string) int {
+	if n := v.RegionNodes[r]; n > 0 {
+		return n
+	}
+	return max(v.Nodes, 1)
+}
+
+// poolNodes is the alive nodes of the alive regions.
+func (v *View) poolNodes() int {
+	n := 0
+	for _, r := range v.Alive {
+		n += v.nodesOf(r)
+	}
+	return max(n, 1)
 }
 
 // Crossed reports whether the regions do not split into sides that each

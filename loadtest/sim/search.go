@@ -434,4 +434,3 @@ func searchTable(from uint64, n int) []classRow {
 	}
 	return out
 }
-
