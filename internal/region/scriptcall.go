@@ -35,10 +35,8 @@ func boolArg(b bool) any {
 
 // scriptCall is one request's script call. Its keys and arguments live in
 // the call itself (keyBuf, argBuf, nums), so that a round trip's
-// decisions take one allocation, not two more each; with one allocation for a
-// decision's keys (counterKeys) and none for parseVector's counts, that
-// took BenchmarkRedisCheck from 30 to 26 allocations per decision (two
-// keys; four with ServerClock save two more). Its integer arguments are
+// decisions take one allocation, not two more each (docs/performance.md
+// has what BenchmarkRedisCheck measures of it). Its integer arguments are
 // passed as pointers into nums, and its keys as pointers into keyBuf (see
 // evalsha): boxing an integer of 256 or more, or a string, allocates, a
 // pointer does not (go-redis writes both as their values).
