@@ -68,10 +68,10 @@ type node struct {
 	dirty  map[region.BucketRef]region.Total // the newest own total of each bucket
 	heard  []int64                           // per region: last frame received (ms), -inf when never
 	back   []int64                           // per region: when it was heard again after a silence (ms)
-	// own is the latest own total per key of the buckets an estimate
+	// own is the latest own total (count and trail) per key of the buckets an estimate
 	// reads (the current and the previous), re-sent whole to a region
 	// heard from again after it was silent.
-	own    map[region.BucketRef]uint64
+	own    map[region.BucketRef]region.Total
 	resend map[int]bool
 	// unheard is, per region, the silent regions its last frame named
 	// and when it arrived (ms).
@@ -118,7 +118,7 @@ func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, burstDenied: map[string][]bool{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
-			own: map[region.BucketRef]uint64{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{}}
+			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{}}
 		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
 		for range max(cfg.Nodes, 1) {
 			n.guards = append(n.guards, guard.New(guard.Config{}))
@@ -250,7 +250,7 @@ func (w *world) decide(e *event) {
 	w.by[e.key] = append(w.by[e.key], e.to)
 	k := region.BucketRef{Key: e.key, Window: l.Window, Bucket: res[0].Bucket}
 	n.dirty[k] = region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
-	n.own[k] = res[0].Local
+	n.own[k] = n.dirty[k]
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 }
 
@@ -279,8 +279,8 @@ func (w *world) flush(r int) {
 		if n.resend[j] {
 			delete(n.resend, j)
 			send = append([]region.Total(nil), tot...)
-			for b, c := range n.own {
-				send = append(send, region.Total{Key: b.Key, Window: b.Window, Bucket: b.Bucket, Region: n.name, Count: c})
+			for _, t := range n.own {
+				send = append(send, t)
 			}
 		}
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, unheard: unheard})
