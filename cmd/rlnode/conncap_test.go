@@ -226,6 +226,7 @@ func TestStreamsTimeOut(t *testing.T) {
 	n := startProcNode(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--max-connections", "4", "--stream-timeout", "2s")
 	for _, addr := range []string{strings.TrimPrefix(n.base, "http://"), n.grpc} {
 		t.Run(addr, func(t *testing.T) {
+			t.Parallel() // each listener has slots of its own
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			start := time.Now()

@@ -37,6 +37,7 @@ func TestRunRedisOutage(t *testing.T) {
 		{"closed", false, http.StatusServiceUnavailable},
 	} {
 		t.Run(c.policy, func(t *testing.T) {
+			t.Parallel() // a node and a redis-server of its own
 			srv := redistest.Start(t)
 			n := startNode(t, []string{"--listen", "127.0.0.1:0", "--redis-url", srv.URL(),
 				"--on-store-failure", c.policy, "--store-timeout", "300ms"}, env(nil))

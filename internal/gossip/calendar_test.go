@@ -96,6 +96,7 @@ func TestWireCalendar(t *testing.T) {
 // March 1, not 29 days of some fixed length later), and then every region
 // holds the same vector for February, while March starts from nothing.
 func TestSimCalendarMonth(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		end := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)

@@ -20,6 +20,7 @@ import (
 // fault, and each region's view is crossed within the suspicion timeout
 // and a few heartbeats of the cut.
 func TestSimCutLink(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, threeRegions, 1, 60*time.Millisecond)
 		defer s.close()

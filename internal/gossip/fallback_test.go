@@ -130,8 +130,12 @@ func (a *acked) note(b int64, reg string, count uint64) {
 // last two buckets (the in-memory stores keep no more) within two flush
 // intervals plus the one-way delay.
 func TestSimFallbackContention(t *testing.T) {
+	t.Parallel()
 	for down, name := range []string{"x on its Redis", "x-1 alone on its fallback", "x on its fallback"} {
-		t.Run(name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { fallbackContention(t, name, down) }) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) { fallbackContention(t, name, down) })
+		})
 	}
 }
 

@@ -56,6 +56,7 @@ func largestHidden(limit uint64, replicas int) uint64 {
 // 1.05 x the limit in any trailing window. On the bubble's exact clock,
 // three regions 60 ms apart, a limit of 1000 per 1 s.
 func TestSimHiddenByUrgency(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, threeRegions, 1, 60*time.Millisecond)
 		defer s.close()

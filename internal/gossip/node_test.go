@@ -140,6 +140,7 @@ func TestCollectors(t *testing.T) {
 // region with the next flush although its key sees no more traffic, long
 // before the bucket's reconciliation.
 func TestEchoRepairsALostFlush(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, testEchoRepairsALostFlush)
 }
 

@@ -75,6 +75,7 @@ func decide(t *testing.T, d *decision.Decider, key string, peek bool) decision.O
 // late copy of us's old total undoes nothing, a later reset from ap
 // wins by max, and hits after the reset count everywhere.
 func TestSimResetRacesACount(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		s := newSim(t, threeRegions, 1, oneWay)

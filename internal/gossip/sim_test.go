@@ -21,7 +21,8 @@ import (
 // wrapped in a FaultNetwork for latency and partitions) inside
 // testing/synctest bubbles, with region.Memory stores: the flush,
 // reconcile, join and reconnect loops run on the bubble's fake clock, so
-// their timings are exact and asserted, and nothing sleeps for real.
+// their timings are exact and asserted, and nothing sleeps for real. So
+// they run in parallel, after the package's tests on the real clock.
 
 // sim is a pool in a bubble: one region.Memory per region, shared by the
 // region's nodes as a regional Redis would be.
@@ -144,6 +145,7 @@ func (s *sim) count(at, from, key string, w time.Duration, b int64) uint64 {
 // flush interval plus the one-way latency (the flush loop's tick, then one
 // UDP packet), on the bubble's exact clock.
 func TestSimFlush(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		s := newSim(t, threeRegions, 1, oneWay)
@@ -166,6 +168,7 @@ func TestSimFlush(t *testing.T) {
 // flushed) reaches every region once it closes plus Grace, within a few
 // one-way latencies (a TCP dial and a write), and exactly.
 func TestSimReconcile(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		s := newSim(t, threeRegions, 1, oneWay)
@@ -209,6 +212,7 @@ func TestSimReconcile(t *testing.T) {
 // dead; eu keeps admitting. Once the link heals, the reconnect loop
 // rejoins them and reconciliation's retries bring us eu's exact count.
 func TestSimPartitionHeal(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		s := newSim(t, []string{"eu", "us"}, 1, oneWay)
@@ -247,6 +251,7 @@ func TestSimPartitionHeal(t *testing.T) {
 // and is ready until JoinTimeout has passed, then not ready; a node that
 // joined another region is ready.
 func TestSimJoinReady(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, []string{"eu", "us"}, 1, 10*time.Millisecond)
 		defer s.close()
@@ -288,6 +293,7 @@ func TestSimJoinReady(t *testing.T) {
 // TestSimCloseAllAtOnce: when every node stops at once, none waits out its
 // leave timeout for a broadcast that nobody is left to receive.
 func TestSimCloseAllAtOnce(t *testing.T) {
+	t.Parallel()
 	for round := range 10 {
 		synctest.Test(t, func(t *testing.T) { closeAllAtOnce(t, round) })
 	}
@@ -335,6 +341,7 @@ func closeAllAtOnce(t *testing.T, round int) {
 // interval, so the first probe to cross lands within one flush interval
 // plus the one-way delay of the heal.
 func TestSimHealAgreement(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 60 * time.Millisecond
 		regions := []string{"ap", "eu", "us"}

@@ -61,6 +61,7 @@ func (s *sim) hitN(n *Node, key string, lim window.Limit, hits uint64) (int64, u
 // allowance, or that is at or above half its limit, within one flush plus
 // the one-way delay; and a graceful Close sends what is left.
 func TestSimUrgency(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const oneWay = 30 * time.Millisecond
 		s := newSim(t, threeRegions, 1, oneWay)

@@ -185,6 +185,7 @@ func TestBatchErrorStaysInItsDecision(t *testing.T) {
 }
 
 func TestKeySlotMatchesRedis(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, mostly waited for
 	cl := redistest.StartCluster(t)
 	c := redis.NewClient(&redis.Options{Addr: cl.Addrs[0]})
 	defer c.Close()
@@ -203,6 +204,7 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 // On a Redis Cluster, decisions are batched per hash slot: a round trip
 // makes one EVALSHA per slot its keys fall in, and decides in order.
 func TestBatchClusterPerSlot(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, mostly waited for
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
 	r := newTestRedis(t, RedisConfig{URL: cl.URL()})

@@ -74,6 +74,7 @@ func TestRedisKeysExpire(t *testing.T) {
 }
 
 func TestRedisClusterBucketsShareASlot(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, mostly waited for
 	cl := redistest.StartCluster(t)
 	s := newRedisStore(t, cl.URL(), "here", region.Coalesce{})
 	ctx := context.Background()

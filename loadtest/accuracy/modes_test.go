@@ -41,18 +41,21 @@ func maxRatio(v verdict) float64 {
 	return m
 }
 
+// modesStart is where the scenarios' first bucket starts.
+func modesStart(l window.Limit) int64 {
+	w := l.WindowMs()
+	return (1_700_000_000_000/w + 1) * w
+}
+
 // worstFigures runs every cold start (1x, 2x and 10x; constant, and Poisson
 // with 2 seeds; phases 0.1 to 0.9 of the bucket, and the same shifted by
 // half a sub-bucket, where a burst splits a sub-bucket in two) and the
-// on/off bursts (5 seeds) under mode, and returns the worst figures. The
-// exact log ("log") runs the cold starts only.
+// on/off bursts (5 seeds) under the sub-bucket counter c, and returns the
+// worst figures.
 func worstFigures(c counter) modeFigures {
-	l := c.limit
-	if c.mode == modeSubBuckets {
-		l = c.sub.Limit
-	}
+	l := c.sub.Limit
 	w := l.WindowMs()
-	start := (1_700_000_000_000/w + 1) * w
+	start := modesStart(l)
 	f := modeFigures{constMin: 2, poissonMin: 2}
 	for _, rate := range []float64{1, 2, 10} {
 		for _, poisson := range []bool{false, true} {
@@ -81,9 +84,6 @@ func worstFigures(c counter) modeFigures {
 			}
 		}
 	}
-	if c.mode == modeLog {
-		return f
-	}
 	for seed := uint64(1); seed <= 5; seed++ {
 		r := rand.New(rand.NewPCG(seed, 1234))
 		st := replay(c, l, onOff(l, start, 10, 1, 40, r), 1<<62)
@@ -93,9 +93,35 @@ func worstFigures(c counter) modeFigures {
 }
 
 // exactLogMin is the exact sliding log's lowest steady minimum under the
-// Poisson cold starts, computed once.
+// Poisson cold starts at 2x and 10x that worstFigures runs (the starts
+// shifted by half a sub-bucket too, as for the two-bucket counter),
+// computed once. The log is the judge's own (exactWindow), a queue with a
+// running sum; TestMeasurementCanFail holds window's DecideLog to it
+// decision for decision.
 var exactLogMin = sync.OnceValue(func() float64 {
-	return worstFigures(counter{mode: modeLog, limit: modesLimit}).poissonMin
+	l := modesLimit
+	w := l.WindowMs()
+	m := 2.0
+	for _, rate := range []float64{2, 10} {
+		for p := 1; p <= 9; p++ {
+			for _, shift := range []float64{0, 0.5} {
+				for seed := uint64(1); seed <= 2; seed++ {
+					arr := coldStart(l, modesStart(l), float64(p)/10+shift, rate, 1, 6, rand.New(rand.NewPCG(seed, uint64(p))))
+					log := &exactWindow{w: w}
+					ds := make([]decision, len(arr))
+					for i, a := range arr {
+						ok := log.count(a.at)+a.hits <= l.Limit
+						if ok {
+							log.add(a)
+						}
+						ds[i] = decision{a.at, a.hits, ok}
+					}
+					m = min(m, judge(ds, l.Limit, w, arr[0].at+2*w).steadyMin)
+				}
+			}
+		}
+	}
+	return m
 })
 
 // TestDocumentedModeBounds holds the measured bounds of the sub-bucket

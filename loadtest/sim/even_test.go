@@ -1,9 +1,21 @@
 package main
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
+
+// evenScenario is three regions offered 10x a limit per 10 s evenly, for 12
+// windows.
+func evenScenario(delay time.Duration, limit uint64) scenario {
+	return scenario{Name: "even", Regions: 3, Delay: delay, Window: 10 * time.Second, Limit: limit, run: steady(10, 12, 0, 1, 2)}
+}
+
+// evenLoad is evenScenario at 60 ms one-way and 1000 per 10 s, with the
+// guard and without, run once for TestEvenLoad and TestRemoteGranules.
+var evenLoad = sync.OnceValue(func() result { return runScenario(evenScenario(60*time.Millisecond, 1000)) })
 
 // TestEvenLoad: three regions offered 10x a limit evenly, for 12 windows,
 // are admitted evenly, and none is starved. With weights linear in the
@@ -12,21 +24,29 @@ import (
 // split walked until one region took nearly all: 7, 119 and 874 of a
 // limit of 100 per 10 s, and 489, 1388 and 8123 of 1000.
 func TestEvenLoad(t *testing.T) {
+	t.Parallel()
 	for _, d := range []time.Duration{60 * time.Millisecond, 100 * time.Millisecond} {
 		for _, lim := range []uint64{100, 1000} {
-			sc := scenario{Name: "even", Regions: 3, Delay: d, Window: 10 * time.Second, Limit: lim, run: steady(10, 12, 0, 1, 2)}
-			st := runScenario(sc).On
-			t.Logf("%v one-way, %d per 10s: per region %v (spread %.3f); trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f",
-				d, lim, st.PerRegion, st.Spread(), st.Median, st.P999, st.Max, st.SteadyMin)
-			if s := st.Spread(); !(s <= 0.25) {
-				t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 25%%", d, lim, st.PerRegion, 100*s)
-			}
-			if st.Max > 1.05 || st.P999 > 1.02 {
-				t.Errorf("%v, %d per 10s: max %.3f, p99.9 %.3f; want at most 1.05 and 1.02", d, lim, st.Max, st.P999)
-			}
-			if st.Median < 0.94 {
-				t.Errorf("%v, %d per 10s: median trailing window at admissions %.3f, want at least 0.94", d, lim, st.Median)
-			}
+			t.Run(fmt.Sprintf("%v/%d", d, lim), func(t *testing.T) {
+				t.Parallel()
+				var st stats
+				if d == 60*time.Millisecond && lim == 1000 {
+					st = evenLoad().On
+				} else {
+					st = runGuard(evenScenario(d, lim), true)
+				}
+				t.Logf("%v one-way, %d per 10s: per region %v (spread %.3f); trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f",
+					d, lim, st.PerRegion, st.Spread(), st.Median, st.P999, st.Max, st.SteadyMin)
+				if s := st.Spread(); !(s <= 0.25) {
+					t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 25%%", d, lim, st.PerRegion, 100*s)
+				}
+				if st.Max > 1.05 || st.P999 > 1.02 {
+					t.Errorf("%v, %d per 10s: max %.3f, p99.9 %.3f; want at most 1.05 and 1.02", d, lim, st.Max, st.P999)
+				}
+				if st.Median < 0.94 {
+					t.Errorf("%v, %d per 10s: median trailing window at admissions %.3f, want at least 0.94", d, lim, st.Median)
+				}
+			})
 		}
 	}
 }

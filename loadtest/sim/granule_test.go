@@ -1,22 +1,18 @@
 package main
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestRemoteGranules: three regions 60 ms apart offered 10x a limit of
-// 1000 per 10 s evenly, without the guard. Under overload the window
-// refills in bunches, so one coarse granule of a remote region's trail can
-// hold a large part of the limit; its hits count until the granule's last
-// one leaves, so a coarse granule of 1/64 of the window kept the median
-// trailing window at admissions near 0.94 of the limit. Replicated trails
-// in granules of 1/256 (window.Granules) lift it to at least 0.98, and no
-// trailing window exceeds the limit by more than 5%.
+// 1000 per 10 s evenly (evenLoad), without the guard. Under overload the
+// window refills in bunches, so one coarse granule of a remote region's
+// trail can hold a large part of the limit; its hits count until the
+// granule's last one leaves, so a coarse granule of 1/64 of the window
+// kept the median trailing window at admissions near 0.94 of the limit.
+// Replicated trails in granules of 1/256 (window.Granules) lift it to at
+// least 0.98, and no trailing window exceeds the limit by more than 5%.
 func TestRemoteGranules(t *testing.T) {
 	t.Parallel()
-	sc := scenario{Name: "even", Regions: 3, Delay: 60 * time.Millisecond, Window: 10 * time.Second, Limit: 1000, run: steady(10, 12, 0, 1, 2)}
-	res := runScenario(sc)
+	res := evenLoad()
 	st, on := res.Off, res.On
 	t.Logf("trailing window at admissions, guard off: median %.3f, p99.9 %.3f, max %.3f; per region %v (guard on: median %.3f, max %.3f)",
 		st.Median, st.P999, st.Max, st.PerRegion, on.Median, on.Max)

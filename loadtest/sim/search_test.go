@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"flag"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -96,11 +99,24 @@ func TestFaultSearch(t *testing.T) {
 		}
 	}
 	seeds := regressionSeeds(t)
-	for _, s := range seeds {
-		check(s)
-	}
+	all := slices.Clone(seeds)
 	for s := *searchFrom; s < *searchFrom+uint64(*searchN); s++ {
-		check(s)
+		all = append(all, s)
 	}
+	// Each schedule is a world of its own: check them on every core.
+	next := make(chan uint64)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for s := range next {
+				check(s)
+			}
+		})
+	}
+	for _, s := range all {
+		next <- s
+	}
+	close(next)
+	wg.Wait()
 	t.Logf("%d kept seeds and %d random schedules from seed %d within their ceilings", len(seeds), *searchN, *searchFrom)
 }

@@ -443,18 +443,14 @@ type result struct {
 }
 
 func runScenario(sc scenario) result {
-	out := result{scenario: sc}
-	for _, g := range []bool{false, true} {
-		cfg := config{Regions: sc.Regions, Nodes: sc.Nodes, Delay: sc.Delay, Flush: 20 * time.Millisecond,
-			Suspicion: 500 * time.Millisecond, Guard: g, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm}}
-		w := newWorld(cfg, epoch)
-		from := sc.run(w)
-		st := w.stats(from)
-		if g {
-			out.On = st
-		} else {
-			out.Off = st
-		}
-	}
-	return out
+	return result{scenario: sc, Off: runGuard(sc, false), On: runGuard(sc, true)}
+}
+
+// runGuard runs sc once, with the guard or without it.
+func runGuard(sc scenario, guard bool) stats {
+	cfg := config{Regions: sc.Regions, Nodes: sc.Nodes, Delay: sc.Delay, Flush: 20 * time.Millisecond,
+		Suspicion: 500 * time.Millisecond, Guard: guard, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm}}
+	w := newWorld(cfg, epoch)
+	from := sc.run(w)
+	return w.stats(from)
 }
