@@ -1,6 +1,9 @@
 package gossip
 
-import "github.com/rlcluster/rlcluster/internal/region"
+import (
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
 
 // score is the rendezvous (highest random weight) score of key on the
 // member named name: FNV-1a 64 over name, a zero byte and key, finished with
@@ -18,12 +21,7 @@ func score(name, key string) uint64 {
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint64(key[i])) * prime
 	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
+	return window.Mix64(h)
 }
 
 // owner returns the member of ms that owns key: the one with the highest

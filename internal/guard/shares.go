@@ -20,11 +20,10 @@ type weights struct{ own, sum, before uint64 }
 // between regions of equal demand would be a fixed point, and the
 // rounding of each horizon's quotas would walk it until one region took
 // nearly all (docs/design.md, "Even shares", has the figures). A concave
-// weight brings the regions' counts
-// back together, by the square root of their ratio per window; a region
-// below its demand still weighs by what it uses. The square root is
-// IEEE-exact, so every region computes the same weights from the same
-// counts.
+// weight brings the regions' counts back together, by the square root of
+// their ratio per window; a region below its demand still weighs by what
+// it uses. The square root is IEEE-exact, so every region computes the
+// same weights from the same counts.
 func weight(c uint64) uint64 { return uint64(math.Sqrt(float64(c)) * 1024) }
 
 // tally is the alive regions' counts as a store result gave them: this
@@ -118,11 +117,14 @@ const staggerSlot = time.Second
 // of the pool, the others following in name order (wrapping around); a
 // region's base is the alive nodes of the regions ahead of it, and each
 // of its nodes may admit once per slot, decided against the limit less
-// the base. When every node asks
-// at once on an estimate e, with headroom h = L - e, each region's store
-// sees its own admissions at once, so a region at base b takes at most
-// min(its nodes, h - b): the pool takes at most the headroom, whichever
-// nodes ask, and which regions may take it rotates. A node asks only in
+// the base. When every node asks at once on an estimate e, with headroom
+// h = L - e, each region's store sees its own admissions at once, so a
+// region at base b takes at most min(its nodes, h - b): the pool takes at
+// most the headroom, whichever nodes ask, and which regions may take it
+// rotates. The head is drawn from the slot's number ([window.Mix64])
+// rather than taken in turn, so that traffic as periodic as a rotation (a
+// request every R slots) does not always find its region past the
+// headroom. A node asks only in
 // the first S - H of a slot S, so that what it admitted reaches every
 // node before the next slot. Slots are of staggerSlot, or twice the
 // horizon rounded up to whole seconds when that is longer, aligned to the
@@ -141,20 +143,8 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 		return 0, ok, wait
 	}
 	me := int(rank(v))
-	for i := int(mix(uint64(slot)) % uint64(r)); i != me; i = (i + 1) % r {
+	for i := int(window.Mix64(uint64(slot)) % uint64(r)); i != me; i = (i + 1) % r {
 		base += uint64(v.nodesOf(v.Alive[i]))
 	}
 	return base, ok, wait
-}
-
-// mix is splitmix64's finalizer: the region at the head of a slot is
-// drawn from the slot's number by it rather than taken in turn, so that
-// traffic as periodic as the rotation (a request every R slots) does not
-// always find its region past the headroom.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }

@@ -220,6 +220,18 @@ func MulDivCeil(a, b, c uint64) uint64 {
 	return q
 }
 
+// Mix64 is SplitMix64's finalizer: a bijection of uint64 whose every
+// output bit depends on every input bit, so that nearby inputs (slot
+// numbers, hashes that share a prefix) come out spread. Every node
+// computes the same value from the same input.
+func Mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
 // SatAdd returns a + b, saturating at the maximum uint64.
 func SatAdd(a, b uint64) uint64 {
 	s, carry := bits.Add64(a, b, 0)
