@@ -254,38 +254,48 @@ func runSchedule(s schedule) outcome {
 			out = outcome{Worst: r, Count: i - lo + 1, AtMs: rel, InFault: inFault, Admitted: len(ts)}
 		}
 	}
-	out.Under, out.FalseDenied = underLimit(ts, w.denied["k"], w.burstDenied["k"], wm, s.Limit)
-	out.Calm, out.CalmDenied, out.CalmLogDenied = calm(s, start, ts, w.denied["k"])
+	all := requests(ts, w.denied["k"], w.burstDenied["k"])
+	out.Under, out.FalseDenied = underLimit(all, wm, s.Limit)
+	out.Calm, out.CalmDenied, out.CalmLogDenied = calm(s, start, all)
 	return out
 }
 
-// underLimit counts the paced requests (not part of a burst) of traffic
-// under the limit, those with at most limit requests, admitted (ts, in
-// order) or denied (in order; burst[i] when denied[i] was part of a
-// burst), in the trailing window (t-wm, t] of the request, itself
-// included, and how many of them were denied: an exact sliding log admits
-// every one. A burst's own requests are left out: the guard lets a burst
-// from idle take only this region's share of the headroom in its first
-// horizon (docs/design.md, "The burst guard").
-func underLimit(ts, denied []int64, burst []bool, wm int64, limit uint64) (under, falseDenied int) {
-	type req struct {
-		t             int64
-		denied, paced bool
-	}
-	all := make([]req, 0, len(ts)+len(denied))
+// request is one request of a run, for the false-denial counts: when it
+// arrived, whether it was denied, and whether it was part of a burst.
+type request struct {
+	t             int64
+	denied, burst bool
+}
+
+// requests merges a key's admissions (ts, in order) and denials (denied,
+// in order; burst[i] when denied[i] was part of a burst) into one list in
+// arrival order.
+func requests(ts, denied []int64, burst []bool) []request {
+	all := make([]request, 0, len(ts)+len(denied))
 	for _, t := range ts {
-		all = append(all, req{t, false, false})
+		all = append(all, request{t: t})
 	}
 	for i, t := range denied {
-		all = append(all, req{t, true, !burst[i]})
+		all = append(all, request{t: t, denied: true, burst: burst[i]})
 	}
-	slices.SortStableFunc(all, func(a, b req) int { return cmp.Compare(a.t, b.t) })
+	slices.SortStableFunc(all, func(a, b request) int { return cmp.Compare(a.t, b.t) })
+	return all
+}
+
+// underLimit counts the requests of traffic under the limit, those with
+// at most limit requests (admitted or denied) in the trailing window
+// (t-wm, t] of the request, itself included, and how many of them were
+// denied: an exact sliding log admits every one. Denied requests of a
+// burst are left out: the guard lets a burst from idle take only this
+// region's share of the headroom in its first horizon (docs/design.md,
+// "The burst guard").
+func underLimit(all []request, wm int64, limit uint64) (under, falseDenied int) {
 	lo := 0
 	for i, r := range all {
 		for all[lo].t <= r.t-wm {
 			lo++
 		}
-		if uint64(i-lo+1) <= limit && (!r.denied || r.paced) {
+		if uint64(i-lo+1) <= limit && !(r.denied && r.burst) {
 			under++
 			if r.denied {
 				falseDenied++
@@ -296,9 +306,9 @@ func underLimit(ts, denied []int64, burst []bool, wm int64, limit uint64) (under
 }
 
 // calm counts the requests of s's calm phases (see outcome.Calm), those
-// of them denied, and those an exact sliding log over the cluster's
-// requests (ts admitted and denied instants) would deny.
-func calm(s schedule, start int64, ts, denied []int64) (n, den, logDen int) {
+// of them denied, and those an exact sliding log over the same requests
+// would deny.
+func calm(s schedule, start int64, all []request) (n, den, logDen int) {
 	wm := s.Window.Milliseconds()
 	in := func(t int64) bool {
 		rel := t - start
@@ -317,18 +327,6 @@ func calm(s schedule, start int64, ts, denied []int64) (n, den, logDen int) {
 		}
 		return false
 	}
-	type req struct {
-		t      int64
-		denied bool
-	}
-	all := make([]req, 0, len(ts)+len(denied))
-	for _, t := range ts {
-		all = append(all, req{t, false})
-	}
-	for _, t := range denied {
-		all = append(all, req{t, true})
-	}
-	slices.SortStableFunc(all, func(a, b req) int { return cmp.Compare(a.t, b.t) })
 	var log []int64 // the exact log's admissions
 	lo := 0
 	for _, r := range all {

@@ -68,9 +68,9 @@ type node struct {
 	dirty  map[region.BucketRef]region.Total // the newest own total of each bucket
 	heard  []int64                           // per region: last frame received (ms), -inf when never
 	back   []int64                           // per region: when it was heard again after a silence (ms)
-	// own is the latest own total (count and trail) per key of the buckets an estimate
-	// reads (the current and the previous), re-sent whole to a region
-	// heard from again after it was silent.
+	// own is the latest own total (count and trail) per key of the
+	// buckets an estimate reads (the current and the previous), re-sent
+	// whole to a region heard from again after it was silent.
 	own    map[region.BucketRef]region.Total
 	resend map[int]bool
 	// unheard is, per region, the silent regions its last frame named
@@ -141,16 +141,14 @@ func (w *world) push(e *event) {
 
 // request schedules a hit for key in region r at atMs, on the region's
 // nodes in turn.
-func (w *world) request(r int, atMs int64, key string) {
-	n := w.regions[r]
-	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1})
-	n.next = (n.next + 1) % len(n.guards)
-}
+func (w *world) request(r int, atMs int64, key string) { w.enqueue(r, atMs, key, false) }
 
 // requestBurst is request for a hit that is part of a burst.
-func (w *world) requestBurst(r int, atMs int64, key string) {
+func (w *world) requestBurst(r int, atMs int64, key string) { w.enqueue(r, atMs, key, true) }
+
+func (w *world) enqueue(r int, atMs int64, key string, burst bool) {
 	n := w.regions[r]
-	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1, burst: true})
+	w.push(&event{at: atMs, kind: 0, to: r, node: n.next, key: key, hits: 1, burst: burst})
 	n.next = (n.next + 1) % len(n.guards)
 }
 
@@ -254,6 +252,7 @@ func (w *world) decide(e *event) {
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 }
 
+// deny records that e's request was denied (see world.denied).
 func (w *world) deny(e *event) {
 	w.denied[e.key] = append(w.denied[e.key], w.now)
 	w.burstDenied[e.key] = append(w.burstDenied[e.key], e.burst)
