@@ -222,7 +222,11 @@ func (cfg Config) Validate() error {
 		bad("ReadyTimeout", "%v, want 0 (the default) or more", cfg.ReadyTimeout)
 	}
 	if err := cfg.Check.Validate(); err != nil {
-		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		each := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			each = j.Unwrap()
+		}
+		for _, e := range each {
 			errs = append(errs, fmt.Errorf("%w: Check.%w", ErrConfig, e))
 		}
 	}
