@@ -16,6 +16,8 @@
 # Idempotent: Go and Docker caches make a second run take seconds.
 # Usage: deploy/multiregion/build-images.sh [image...]   (default: all)
 #   names: rlnode wanem redis k6 prometheus
+#   k6-binary only builds k6 into the cache (no Docker needed); CI starts it
+#   early, in the background, so that the e2e finds it built.
 # Env: INSTALL_DEPS=1 apt-get installs missing Debian packages (needs root).
 #      RLNODE_OPTIONAL=1 only warns when cmd/rlnode does not exist yet.
 #      RLNODE_BIN=path uses that static rlnode binary instead of building one.
@@ -154,13 +156,20 @@ DF
 	build redis:7 "$ctx"
 }
 
-image_k6() {
-	local bin="$cache/k6-$K6_VERSION/k6"
-	if [ ! -x "$bin" ]; then
+k6_bin="$cache/k6-$K6_VERSION/k6"
+
+# k6_binary builds k6 into $k6_bin unless it is there already.
+k6_binary() {
+	if [ ! -x "$k6_bin" ]; then
 		log "go install go.k6.io/k6@$K6_VERSION (about 2 minutes cold)"
-		mkdir -p "$(dirname "$bin")"
-		(cd "$work" && CGO_ENABLED=0 GOBIN="$(dirname "$bin")" GOFLAGS=-trimpath go install -ldflags='-s -w' "go.k6.io/k6@$K6_VERSION")
+		mkdir -p "$(dirname "$k6_bin")"
+		(cd "$work" && CGO_ENABLED=0 GOBIN="$(dirname "$k6_bin")" GOFLAGS=-trimpath go install -ldflags='-s -w' "go.k6.io/k6@$K6_VERSION")
 	fi
+}
+
+image_k6() {
+	k6_binary
+	local bin="$k6_bin"
 	local ctx="$work/k6"
 	mkdir -p "$ctx/rootfs/usr/bin" "$ctx/rootfs/tmp" "$ctx/rootfs/home/k6"
 	cp "$bin" "$ctx/rootfs/usr/bin/k6"
@@ -193,12 +202,15 @@ DF
 	build prom/prometheus:v2.42.0 "$ctx"
 }
 
-command -v docker >/dev/null || { echo "docker not found" >&2; exit 1; }
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then targets=(rlnode wanem redis k6 prometheus); fi
 for t in "${targets[@]}"; do
 	case "$t" in
-	rlnode | wanem | redis | k6 | prometheus) "image_$t" ;;
-	*) echo "unknown image $t (rlnode wanem redis k6 prometheus)" >&2; exit 2 ;;
+	k6-binary) k6_binary ;;
+	rlnode | wanem | redis | k6 | prometheus)
+		command -v docker >/dev/null || { echo "docker not found" >&2; exit 1; }
+		"image_$t"
+		;;
+	*) echo "unknown image $t (rlnode wanem redis k6 prometheus, or k6-binary)" >&2; exit 2 ;;
 	esac
 done
