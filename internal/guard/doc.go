@@ -31,7 +31,8 @@
 //     the pool takes at most the headroom.
 //   - A region not heard from for the suspicion timeout (or, for a key,
 //     for a quarter of its window) is silent and charged its share of the
-//     limit, ceil(limit/R), by every side of a split.
+//     limit, ceil(limit/R), by every side of a split, less what the
+//     estimate still holds of it at the decision.
 //   - A crossed view (a cut link: [View.Crossed]) charges every other
 //     region so, and each region keeps to its own share.
 //

@@ -46,22 +46,25 @@ type shard struct {
 
 // entry is one key's horizon at this node.
 type entry struct {
-	start    time.Time         // the horizon's start
-	horizon  time.Duration     // its length
-	quota    uint64            // hits this node may admit in the horizon
-	used     uint64            // hits admitted or reserved in it
-	admitted uint64            // hits the store admitted in it
-	h0       uint64            // the headroom the horizon's first store result read
-	t0       time.Time         // when
-	oldest   uint64            // the oldest (sub-)bucket's count in that result
-	subMs    int64             // its length in ms
-	until    time.Time         // when it stops overlapping the window
-	known    bool              // quota comes from a store result of this horizon
-	headroom uint64            // the headroom after the last store result (charged)
-	seen     bool              // headroom is set
-	weight   weights           // the alive regions' counts in the last result
-	silent   map[string]uint64 // silent regions' contributions in the last result
-	trails   *trails           // the trail counter's state in that result, when it has one
+	start    time.Time     // the horizon's start
+	horizon  time.Duration // its length
+	quota    uint64        // hits this node may admit in the horizon
+	used     uint64        // hits admitted or reserved in it
+	admitted uint64        // hits the store admitted in it
+	h0       uint64        // the headroom the horizon's first store result read
+	over     uint64        // how far that result's estimate was past the limit (h0 is then 0)
+	alive    int           // the most alive regions a view of this horizon had
+	frozen   bool          // more were alive than when the quota was set: it no longer grows
+	t0       time.Time     // when
+	oldest   uint64        // the oldest (sub-)bucket's count in that result
+	subMs    int64         // its length in ms
+	until    time.Time     // when it stops overlapping the window
+	known    bool          // quota comes from a store result of this horizon
+	headroom uint64        // the headroom after the last store result (charged)
+	seen     bool          // headroom is set
+	weight   weights       // the alive regions' counts in the last result
+	silent   []heldCount   // silent regions' counts in the last result
+	trails   *trails       // the trail counter's state in that result, when it has one
 	// The other regions' admissions this region cannot have heard yet.
 	others uint64 // their shares of the headroom this horizon's quotas were set on (as read)
 	pend   uint64 // their shares of the previous horizon's, unheard at start
@@ -139,6 +142,9 @@ func (e *entry) pending(now time.Time) uint64 {
 // lacks only admissions), not of this region's net of what it takes as
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
+	if e.frozen {
+		return
+	}
 	ph := phase(e.start)
 	_, o := quota(h, limit, w, v, floor, ph)
 	if p := e.pending(now); h > p {
@@ -193,13 +199,13 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			sweep(s, now)
 		}
 		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			return true, charge(limit, limit, nil, v.Isolated()), 0 // full: the store alone decides
+			return true, charge(limit, limit, nil, 0, lim, v.Isolated()), 0 // full: the store alone decides
 		}
 		e = &entry{}
 		s.keys[key] = e
 	}
 	v = e.quiet(v.Isolated())
-	storeLimit = charge(limit, limit, e.silent, v)
+	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
 		if e.seen {
@@ -230,8 +236,15 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			}
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent,
-			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered}
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weight, v, g.cfg.Floor)
+	}
+	if len(v.Alive) > e.alive {
+		// More regions share the headroom than when this horizon's quota
+		// was set (a region heard again, or a crossed view resolved): what
+		// is left of it was their share too, and the weights it was shared
+		// by lack them. The node admits no more until the next horizon.
+		e.quota, e.alive, e.frozen = min(e.quota, e.used), len(v.Alive), true
 	}
 	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
 	if hits > storeLimit {
@@ -252,7 +265,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	if e.used+hits > e.quota && e.known && e.trails != nil {
 		// The default sliding window: what left the estimate since the
 		// horizon's first result, recomputed from its trails.
-		e.setQuota(now, e.h0+e.trails.freed(now), limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
@@ -265,7 +278,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		el := end.Sub(e.t0).Milliseconds()
 		if el > 0 {
 			freed := window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
-			e.setQuota(now, e.h0+freed, limit, e.weight, v, g.cfg.Floor)
+			e.setQuota(now, satSub(e.h0+freed, e.over), limit, e.weight, v, g.cfg.Floor)
 		}
 	}
 	// A key this node has no answer for yet has a quota of the limit, not
@@ -382,6 +395,13 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if res.Allowed {
 		before += hits
 	}
+	// A result past the limit (a charge raised, or counts arrived) leaves
+	// no headroom until as much has left the window: what slides out
+	// first pays that.
+	over := satSub(res.Estimate, res.Limit)
+	if e.cut > 0 && res.Limit == e.cutLimit {
+		over = satSub(res.Estimate, res.Limit+e.cut)
+	}
 	e.headroom, e.seen = rem, true
 	if res.Allowed {
 		e.admitted += hits
@@ -393,7 +413,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.known = true
 		e.quota, e.others = 0, 0
 		e.setQuota(now, before, limit, e.weight, v, g.cfg.Floor)
-		e.h0, e.t0 = before, now
+		e.h0, e.over, e.t0 = before, over, now
 		if e.trails = newTrails(now, lim, hits, res); e.trails != nil {
 			return guardRetry
 		}
@@ -410,7 +430,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// is the horizon's headroom plus what slid out minus what arrived:
 	// when it grew, the share of the growth is this node's too, so that a
 	// region alone keeps up with the window instead of waiting a horizon.
-	e.setQuota(now, rem+e.admitted, limit, e.weight, v, g.cfg.Floor)
+	e.setQuota(now, satSub(rem+e.admitted, over), limit, e.weight, v, g.cfg.Floor)
 	return guardRetry
 }
 

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -122,11 +121,15 @@ func TestCharge(t *testing.T) {
 		t.Errorf("Admit = %v, limit %d; want true, 32", ok, lim)
 	}
 	// What the estimate already holds of a silent region is not charged
-	// twice.
-	res := region.Result{Decision: window.Decision{Allowed: true, Remaining: 10, PrevWeight: 0.5},
+	// twice: half way through the bucket, the two-bucket counter holds
+	// 20 + 20/2 of b.
+	half := t0.Add(5 * time.Second)
+	two := limitOf(100)
+	two.Algorithm = window.SlidingWindowTwoBucket
+	res := region.Result{Decision: window.Decision{Allowed: true, Remaining: 10, PrevWeight: 0.5, Bucket: half.UnixMilli() / 10_000, ElapsedMs: 5000},
 		Regions: []region.RegionCount{{Region: "a", Current: 1}, {Region: "b", Current: 20, Previous: 20}}}
-	g.Done(t0, "k", limitOf(100), 1, v, &res)
-	if _, lim, _ := g.Admit(t0, "k", limitOf(100), 1, v); lim != 100-34-4 {
+	g.Done(half, "k", two, 1, v, &res)
+	if _, lim, _ := g.Admit(half, "k", two, 1, v); lim != 100-34-4 {
 		t.Errorf("limit %d, want %d (c charged 34, b 34-30)", lim, 100-34-4)
 	}
 }
@@ -162,19 +165,7 @@ func TestAloneOnTrailCounter(t *testing.T) {
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
 	var at []int64 // admissions, ms from start
 	for ms := int64(0); ms < 6000; ms++ {
-		now := start.Add(time.Duration(ms) * time.Millisecond)
-		ok, lim, _ := g.Admit(now, "k", l, 1, v)
-		if !ok {
-			continue
-		}
-		sl := l
-		sl.Limit = lim
-		res := make([]region.Result, 1)
-		if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: sl, Hits: 1, Now: now}}, res); err != nil {
-			t.Fatal(err)
-		}
-		g.Done(now, "k", l, 1, v, &res[0])
-		if res[0].Allowed {
+		if ok, _ := decide(t, g, st, start.Add(time.Duration(ms)*time.Millisecond), l, v); ok {
 			at = append(at, ms)
 		}
 	}
@@ -471,7 +462,7 @@ func TestCrossed(t *testing.T) {
 		// Every other region is charged its share, ceil(limit/R): a keeps
 		// the rest.
 		r := uint64(len(c.alive) + len(c.silent))
-		if got, want := charge(90, 90, nil, iso), 90-(r-1)*((90+r-1)/r); got != want {
+		if got, want := charge(90, 90, nil, 0, limitOf(90), iso), 90-(r-1)*((90+r-1)/r); got != want {
 			t.Errorf("%s: charged limit %d, want %d", c.name, got, want)
 		}
 	}

@@ -147,11 +147,10 @@ type regionCount struct {
 	n    uint64
 }
 
-// counts returns the alive regions' counts (see [tally]) and the
-// contribution of each silent region to the estimate, from the per-region
-// counts of a store result (replicas region~id count for their region).
-func counts(res *region.Result, v *View) (c tally, silent map[string]uint64) {
-	pw := res.PrevWeight
+// counts returns the alive regions' counts (see [tally]) and the silent
+// regions' counts (see [heldCount]), from the per-region counts of a
+// store result (replicas region~id count for their region).
+func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
 	var buf [16]regionCount // no allocation up to 16 alive regions
 	others := buf[:0]
 	for _, rc := range res.Regions {
@@ -168,10 +167,8 @@ func counts(res *region.Result, v *View) (c tally, silent map[string]uint64) {
 			}
 			others[i].n += n
 		case slices.Contains(v.Silent, name):
-			if silent == nil {
-				silent = map[string]uint64{}
-			}
-			silent[name] += rc.Current + uint64(float64(rc.Previous)*pw)
+			silent = append(silent, heldCount{region: name, bucket: res.Bucket, cur: rc.Current, prev: rc.Previous,
+				curTrail: lowTrail(rc.CurrentTrail), prevTrail: lowTrail(rc.PreviousTrail)})
 		}
 	}
 	for _, o := range others {
@@ -184,17 +181,83 @@ func counts(res *region.Result, v *View) (c tally, silent map[string]uint64) {
 	return c, silent
 }
 
+// heldCount is a silent region's counts in the current and previous
+// buckets as a store result read them. Nothing newer arrives from a region
+// this node does not hear, so what they add to the estimate only shrinks
+// as the window slides: [heldCount.at] recomputes it at a later decision.
+type heldCount struct {
+	region              string
+	bucket              int64
+	cur, prev           uint64
+	curTrail, prevTrail window.Trail
+}
+
+// heldMarks bounds the marks a [heldCount] keeps of each trail.
+const heldMarks = 8
+
+// lowTrail is a copy of t in at most heldMarks marks that never counts
+// more of it in the window than t does: each kept mark stands for a run
+// of t's marks, with their hits, at the earliest of their offsets, so it
+// leaves the window when the first of them does. Held as high as t, a
+// silent region would be charged less than its share once part of the
+// run had left.
+func lowTrail(t window.Trail) window.Trail {
+	if len(t) <= heldMarks {
+		return slices.Clone(t)
+	}
+	run := (len(t) + heldMarks - 1) / heldMarks
+	out := make(window.Trail, 0, heldMarks)
+	for i := 0; i < len(t); i += run {
+		out = append(out, window.Mark{At: t[i].At, Cum: t[min(i+run, len(t))-1].Cum})
+	}
+	return out
+}
+
+// at is what h adds to the estimate of lim at nowMs: the hits of its
+// trails still in the trailing window for the default sliding window,
+// the previous bucket's count at its weight for the two-bucket counter,
+// the current bucket's count for a fixed window.
+func (h *heldCount) at(nowMs int64, lim window.Limit) uint64 {
+	_, b := lim.BucketAt(nowMs)
+	w := lim.WindowMs()
+	switch {
+	case b == h.bucket:
+		return window.SatAdd(h.cur, prevPart(h.prev, h.prevTrail, nowMs-b*w, w, lim.Algorithm))
+	case w > 0 && b == h.bucket+1:
+		return prevPart(h.cur, h.curTrail, nowMs-b*w, w, lim.Algorithm)
+	}
+	return 0
+}
+
+// prevPart is what a previous bucket of n hits (trail t) adds to the
+// estimate at offset e of a bucket of w ms.
+func prevPart(n uint64, t window.Trail, e, w int64, a window.Algorithm) uint64 {
+	switch {
+	case a.Trails():
+		return t.After(e)
+	case a == window.SlidingWindowTwoBucket:
+		return window.MulDiv(n, uint64(w-e), uint64(w))
+	}
+	return 0 // a fixed window
+}
+
 // charge takes the silent regions' unseen shares off h (a limit or a
 // headroom) when v says this side charges them: each silent region r is
-// charged max(0, ceil(limit/R_all) - silent[r]), silent[r] being what the
-// estimate already holds of it (0 when unknown).
-func charge(h, limit uint64, silent map[string]uint64, v *View) uint64 {
+// charged max(0, ceil(limit/R_all) - held), held being what the estimate
+// of lim at nowMs holds of it (see [heldCount.at]; 0 when unknown).
+func charge(h, limit uint64, silent []heldCount, nowMs int64, lim window.Limit, v *View) uint64 {
 	if !v.Charge() {
 		return h
 	}
 	share := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
 	for _, r := range v.Silent {
-		c := silent[r]
+		var c uint64
+		for i := range silent {
+			if silent[i].region == r {
+				c = window.SatAdd(c, silent[i].at(nowMs, lim))
+			}
+		}
+
 		if c >= share {
 			continue
 		}

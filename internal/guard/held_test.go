@@ -1,0 +1,169 @@
+package guard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// heldStore is a region's in-memory store with region r's hits merged in:
+// n hits at offsets at, at+1, ... (ms) of the bucket that starts at
+// bucketStart, as replication delivers them.
+func heldStore(t *testing.T, l window.Limit, r string, bucketStart time.Time, at int64, n int) *region.Memory {
+	t.Helper()
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	var tr window.Trail
+	for i := range n {
+		tr.Add(at+int64(i), l.WindowMs(), 1, false) // coarse, as replication sends it
+	}
+	tot := region.Total{Key: "k", Window: l.Window, Bucket: bucketStart.UnixMilli() / l.WindowMs(), Region: r, Count: uint64(n), Trail: tr}
+	if err := st.Merge(context.Background(), []region.Total{tot}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// decide runs one request through g and st at now under v, as a node
+// does, and reports whether it was admitted and the store limit the guard
+// gave.
+func decide(t *testing.T, g *Guard, st *region.Memory, now time.Time, l window.Limit, v *View) (ok bool, storeLimit uint64) {
+	t.Helper()
+	ok, lim, _ := g.Admit(now, "k", l, 1, v)
+	if !ok {
+		return false, lim
+	}
+	sl := l
+	sl.Limit = lim
+	res := make([]region.Result, 1)
+	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: sl, Hits: 1, Now: now}}, res); err != nil {
+		t.Fatal(err)
+	}
+	g.Done(now, "k", l, 1, v, &res[0])
+	return res[0].Allowed, lim
+}
+
+// A silent region's hits that the estimate held at the last store result
+// leave the window as it slides, and nothing newer arrives from a region
+// this node does not hear: its charge grows back towards its share as they
+// leave. Charged by what the last result held, it was not charged at all
+// once they had left, so that its share went to this side: over a 2|1
+// split of three regions that took the bound past (1 + 1/R) L.
+func TestChargeFollowsTheWindow(t *testing.T) {
+	l := window.Limit{Limit: 90, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	// b admitted 40 hits 100 to 139 ms into the previous bucket; c nothing.
+	st := heldStore(t, l, "b", start.Add(-time.Second), 100, 40)
+	g := New(Config{})
+	v := view([]string{"a"}, []string{"b", "c"}) // shares of ceil(90/3) = 30
+	// 50 ms into the bucket b's 40 hits are in the window: b is not
+	// charged, c is charged 30 (once a store result has told a so).
+	decide(t, g, st, start.Add(40*time.Millisecond), l, v)
+	if _, lim := decide(t, g, st, start.Add(50*time.Millisecond), l, v); lim != 60 {
+		t.Fatalf("store limit %d at 50 ms, want 60 (c charged 30, b none)", lim)
+	}
+	// At 160 ms they have all left: b is charged its whole share again.
+	if _, lim := decide(t, g, st, start.Add(160*time.Millisecond), l, v); lim != 30 {
+		t.Errorf("store limit %d at 160 ms, want 30 (b and c charged 30 each)", lim)
+	}
+}
+
+// A horizon whose first store result read an estimate past the limit has
+// no headroom until as much as it was over has left the window: what
+// slides out first pays that, and only the rest is shared.
+func TestOverLimitPaysFirst(t *testing.T) {
+	l := window.Limit{Limit: 100, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	// a admitted 110 hits 200 to 309 ms into the previous bucket (one
+	// per ms; the store's limit allows it, as a larger limit would).
+	big := l
+	big.Limit = 1000
+	for i := range 110 {
+		res := make([]region.Result, 1)
+		now := start.Add(-time.Second + time.Duration(200+i)*time.Millisecond)
+		if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: big, Hits: 1, Now: now}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("seeding hit %d: %v %v", i, res[0].Allowed, err)
+		}
+	}
+	g := New(Config{})
+	v := view([]string{"a", "b"}, nil) // b alive and idle
+	admitted := 0
+	// One horizon (100 ms) from 190 ms: the estimate starts 10 over the
+	// limit, and the hits leave one per ms from 200 ms.
+	for ms := int64(190); ms < 290; ms++ {
+		if ok, _ := decide(t, g, st, start.Add(time.Duration(ms)*time.Millisecond), l, v); ok {
+			admitted++
+		}
+	}
+	// By 289 ms 90 hits have left, 10 of them paying the excess: the
+	// headroom is 80, and a's share of it at most 76 (b keeps its floor).
+	if admitted > 76 {
+		t.Errorf("admitted %d in the horizon, want at most a's share of the 80 freed past the excess (76)", admitted)
+	}
+	if admitted == 0 {
+		t.Error("admitted nothing as the window freed 80")
+	}
+}
+
+// A quota set while this node shared the headroom with fewer regions (a
+// region silent, or every other region charged under a crossed view) is
+// not kept when more regions are alive again within the same horizon:
+// the headroom left was their share too.
+func TestQuotaShrinksWhenRegionsReturn(t *testing.T) {
+	l := window.Limit{Limit: 100, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	// b and c each admitted 40 this bucket, before a stopped hearing them.
+	st := heldStore(t, l, "b", start, 10, 40)
+	var tr window.Trail
+	for i := range 40 {
+		tr.Add(int64(10+i), l.WindowMs(), 1, false)
+	}
+	if err := st.Merge(context.Background(), []region.Total{{Key: "k", Window: l.Window, Bucket: start.UnixMilli() / 1000, Region: "c", Count: 40, Trail: tr}}); err != nil {
+		t.Fatal(err)
+	}
+	g := New(Config{})
+	// Alone: b and c hold more than their shares, so nothing is charged
+	// and a's quota is the whole headroom of 20.
+	alone := view([]string{"a"}, []string{"b", "c"})
+	now := start.Add(100 * time.Millisecond)
+	decide(t, g, st, now.Add(-alone.Horizon), l, alone) // a horizon before: learns what b and c hold
+	if ok, lim := decide(t, g, st, now, l, alone); !ok || lim != 100 {
+		t.Fatalf("alone: admitted %v against %d, want true against 100", ok, lim)
+	}
+	// Heard again 10 ms later: b and c, with 40 each, weigh far more than
+	// a; its quota is its share of what is left, not the rest of 20.
+	all := view([]string{"a", "b", "c"}, nil)
+	admitted := 0
+	for i := range 20 {
+		if ok, _ := decide(t, g, st, now.Add(time.Duration(10+i)*time.Millisecond), l, all); ok {
+			admitted++
+		}
+	}
+	if admitted > 3 {
+		t.Errorf("admitted %d of the 19 left once b and c were heard again, want at most a's share (3)", admitted)
+	}
+}
+
+// A silent region's trail is kept in at most heldMarks marks, and never
+// counts more of its hits in the window than the trail itself: held
+// higher, the region would be charged less than its share.
+func TestLowTrail(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		var tr window.Trail
+		for i := range n {
+			tr.Add(int64(i*i%997+i*7), 1000, uint64(1+i%3), false)
+		}
+		low := lowTrail(tr)
+		if len(low) > heldMarks || low.Count() != tr.Count() {
+			t.Fatalf("%d marks: kept %d marks holding %d, want at most %d holding %d", len(tr), len(low), low.Count(), heldMarks, tr.Count())
+		}
+		for e := int64(-1); e < 1000; e++ {
+			if a, b := low.After(e), tr.After(e); a > b {
+				t.Fatalf("%d marks, offset %d: kept marks count %d in the window, the trail %d", len(tr), e, a, b)
+			}
+		}
+	}
+}
