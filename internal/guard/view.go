@@ -257,7 +257,6 @@ func charge(h, limit uint64, silent []heldCount, nowMs int64, lim window.Limit, 
 				c = window.SatAdd(c, silent[i].at(nowMs, lim))
 			}
 		}
-
 		if c >= share {
 			continue
 		}
