@@ -167,3 +167,40 @@ func TestLowTrail(t *testing.T) {
 		}
 	}
 }
+
+// What a silent region's held counts add to the estimate follows each
+// counter as the store counts it, in the result's bucket and the next,
+// and is nothing after.
+func TestHeldAt(t *testing.T) {
+	start := t0.UnixMilli() / 10_000 * 10_000 // a 10 s bucket's start
+	b := start / 10_000
+	tr := window.Trail{{At: 2000, Cum: 4}, {At: 6000, Cum: 10}}
+	h := heldCount{bucket: b, cur: 10, prev: 20, curTrail: tr, prevTrail: tr}
+	two, fixed := limitOf(100), limitOf(100)
+	two.Algorithm, fixed.Algorithm = window.SlidingWindowTwoBucket, window.FixedWindow
+	cal := window.Limit{Limit: 100, Algorithm: window.FixedWindow, Calendar: window.Calendar{Unit: window.CalendarDay}}
+	_, calStart := cal.BucketAt(start)
+	hc := heldCount{bucket: calStart, cur: 10, prev: 20}
+	for _, c := range []struct {
+		name string
+		h    heldCount
+		lim  window.Limit
+		at   int64
+		want uint64
+	}{
+		{"trails, same bucket: cur and prev's marks after 4 s", h, limitOf(100), start + 4000, 10 + 6},
+		{"trails, next bucket: cur's marks after 1 s", h, limitOf(100), start + 11_000, 10},
+		{"trails, next bucket: cur's marks after 3 s", h, limitOf(100), start + 13_000, 6},
+		{"trails, two buckets on", h, limitOf(100), start + 20_000, 0},
+		{"two-bucket, same bucket at 1/4", h, two, start + 2500, 10 + 15},
+		{"two-bucket, next bucket at 1/2", h, two, start + 15_000, 5},
+		{"fixed, same bucket", h, fixed, start + 9000, 10},
+		{"fixed, next bucket", h, fixed, start + 10_000, 0},
+		{"calendar day, same day", hc, cal, start + 1000, 10},
+		{"calendar day, two days on", hc, cal, start + 2*86_400_000, 0},
+	} {
+		if got := c.h.at(c.at, c.lim); got != c.want {
+			t.Errorf("%s: held %d, want %d", c.name, got, c.want)
+		}
+	}
+}

@@ -213,32 +213,26 @@ func lowTrail(t window.Trail) window.Trail {
 	return out
 }
 
-// at is what h adds to the estimate of lim at nowMs: the hits of its
-// trails still in the trailing window for the default sliding window,
-// the previous bucket's count at its weight for the two-bucket counter,
-// the current bucket's count for a fixed window.
+// at is what h adds to the estimate of lim at nowMs, as the store would
+// count it: by its trails for the default sliding window, else by
+// [window.Limit.Estimate] (the current bucket's count for a calendar one).
 func (h *heldCount) at(nowMs int64, lim window.Limit) uint64 {
 	_, b := lim.BucketAt(nowMs)
-	w := lim.WindowMs()
+	c, prevTrail := window.Counts{Cur: h.cur, Prev: h.prev}, h.prevTrail
 	switch {
 	case b == h.bucket:
-		return window.SatAdd(h.cur, prevPart(h.prev, h.prevTrail, nowMs-b*w, w, lim.Algorithm))
-	case w > 0 && b == h.bucket+1:
-		return prevPart(h.cur, h.curTrail, nowMs-b*w, w, lim.Algorithm)
+	case lim.Window > 0 && b == h.bucket+1:
+		c, prevTrail = window.Counts{Prev: h.cur}, h.curTrail
+	default:
+		return 0
 	}
-	return 0
-}
-
-// prevPart is what a previous bucket of n hits (trail t) adds to the
-// estimate at offset e of a bucket of w ms.
-func prevPart(n uint64, t window.Trail, e, w int64, a window.Algorithm) uint64 {
 	switch {
-	case a.Trails():
-		return t.After(e)
-	case a == window.SlidingWindowTwoBucket:
-		return window.MulDiv(n, uint64(w-e), uint64(w))
+	case lim.Algorithm.Trails():
+		return window.SatAdd(c.Cur, prevTrail.After(nowMs-b*lim.WindowMs()))
+	case lim.Window > 0:
+		return lim.Estimate(nowMs, c)
 	}
-	return 0 // a fixed window
+	return c.Cur
 }
 
 // charge takes the silent regions' unseen shares off h (a limit or a
