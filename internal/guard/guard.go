@@ -89,16 +89,21 @@ type entry struct {
 }
 
 // quiet returns v with the alive regions that have not been heard from for
-// a quarter of the key's window (and at least quietMin) counted as
+// a quarter of the key's bucket (and at least quietMin) counted as
 // silent, for this key: on a window not much longer than the suspicion
 // timeout, what a region admits while it is unheard but not yet silent is
-// a large part of the window. It returns v itself when no region is so
-// quiet or the window is not known yet.
-func (e *entry) quiet(v *View) *View {
-	if e.wMs <= 0 || len(v.Ages) == 0 {
+// a large part of the window. Until a store result gives the bucket's
+// length, a node new to the key takes the shortest a counter of lim may
+// have: half its window. It returns v itself when no region is so quiet.
+func (e *entry) quiet(v *View, lim window.Limit) *View {
+	ms := e.wMs
+	if ms <= 0 && lim.Calendar.Unit == 0 {
+		ms = lim.Window.Milliseconds() / 2
+	}
+	if ms <= 0 || len(v.Ages) == 0 {
 		return v
 	}
-	after := max(time.Duration(e.wMs)*time.Millisecond/4, quietMin)
+	after := max(time.Duration(ms)*time.Millisecond/4, quietMin)
 	isQuiet := func(r string) bool { return r != v.Region && v.Ages[r] > after }
 	if !slices.ContainsFunc(v.Alive, isQuiet) {
 		return v
@@ -204,7 +209,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		e = &entry{}
 		s.keys[key] = e
 	}
-	v = e.quiet(v.Isolated())
+	v = e.quiet(v.Isolated(), lim)
 	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
@@ -349,7 +354,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
 	}
-	v = e.quiet(v.Isolated())
+	v = e.quiet(v.Isolated(), lim)
 	c, silent := counts(res, v)
 	// This node's admissions of the current and the previous horizon are
 	// in its own count but may not have reached the other regions yet:

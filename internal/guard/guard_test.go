@@ -393,25 +393,31 @@ func TestQuiet(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
 	v.Ages = map[string]time.Duration{"b": 20 * time.Millisecond, "c": 300 * time.Millisecond}
 	for _, c := range []struct {
-		name string
-		wMs  int64
-		want uint64
+		name   string
+		window time.Duration
+		wMs    int64
+		want   uint64
 	}{
-		{"unknown window", 0, 90},
-		{"1 s window: c is quiet", 1000, 60},
-		{"2 s window: c is not", 2000, 90},
+		{"new key, 10 s window: c is not quiet", 10 * time.Second, 0, 90},
+		// A node's first decision of a key counts the shortest bucket a
+		// counter of its window may have: half of it.
+		{"new key, 1 s window: c is quiet", time.Second, 0, 60},
+		{"new key, 4 s window: c is not", 4 * time.Second, 0, 90},
+		{"1 s bucket: c is quiet", 10 * time.Second, 1000, 60},
+		{"2 s bucket: c is not", 10 * time.Second, 2000, 90},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := New(Config{})
 			key := "k"
+			l := window.Limit{Limit: 90, Window: c.window}
 			if c.wMs > 0 {
-				// A first decision gives the guard the key's window.
-				g.Admit(t0, key, limitOf(90), 1, view([]string{"a", "b", "c"}, nil))
+				// A first decision gives the guard the key's bucket.
+				g.Admit(t0, key, l, 1, view([]string{"a", "b", "c"}, nil))
 				res := region.Result{Decision: window.Decision{Allowed: true, Limit: 90, Remaining: 89, SubMs: c.wMs}}
-				g.Done(t0, key, limitOf(90), 1, view([]string{"a", "b", "c"}, nil), &res)
+				g.Done(t0, key, l, 1, view([]string{"a", "b", "c"}, nil), &res)
 			}
 			now := t0.Add(time.Second)
-			ok, lim, _ := g.Admit(now, key, limitOf(90), 1, v)
+			ok, lim, _ := g.Admit(now, key, l, 1, v)
 			if !ok {
 				t.Fatal("denied")
 			}
