@@ -78,6 +78,10 @@ type Memory struct {
 	shards      [memShards]memShard
 	evicted     atomic.Uint64
 	dropped     atomic.Uint64 // merged totals over MaxRegionsPerBucket
+	// resetKeys is at least the number of keys held that start with
+	// ResetKeyPrefix: raised before such a key is inserted, lowered
+	// after it is removed.
+	resetKeys atomic.Int64
 }
 
 var _ Store = (*Memory)(nil)
@@ -132,6 +136,11 @@ func (m *Memory) Evictions() uint64 { return m.evicted.Load() }
 
 // Keys returns the number of keys held.
 func (m *Memory) Keys() int { return int(m.keys.Load()) }
+
+// NoResets reports whether the store holds no key that starts with
+// [ResetKeyPrefix], so that a request on one, at the instant NoResets
+// returns true, would read no count.
+func (m *Memory) NoResets() bool { return m.resetKeys.Load() == 0 }
 
 // MemoryStats are a [Memory] store's gauges and counters.
 type MemoryStats struct {
@@ -273,6 +282,9 @@ func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
 	if m.keys.Add(1) > m.maxKeys {
 		m.evictOne(s, nil, evictRounds)
 	}
+	if strings.HasPrefix(k.key, ResetKeyPrefix) {
+		m.resetKeys.Add(1)
+	}
 	e := &memEntry{k: k}
 	s.m[k] = s.lru.PushFront(e)
 	return e
@@ -327,6 +339,9 @@ func (m *Memory) remove(s *memShard, el *list.Element) {
 	s.lru.Remove(el)
 	delete(s.m, e.k)
 	m.keys.Add(-1)
+	if strings.HasPrefix(e.k.key, ResetKeyPrefix) {
+		m.resetKeys.Add(-1)
+	}
 	if e.logCap != 0 {
 		m.logBytes.Add(-int64(e.logCap) * logEntryBytes)
 	}

@@ -201,3 +201,68 @@ func TestMemoryResultTrailsNeverChange(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryNoResets: NoResets holds while no key with ResetKeyPrefix is
+// held: a peek at one creates none, a decision on one, a restore or a
+// merge into one does, and the key's eviction or expiry ends it.
+func TestMemoryNoResets(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	l := window.Limit{Limit: 5, Window: time.Second}
+	key := ResetKeyPrefix + "alice"
+	bucket := window.Bucket(window.Ms(now), time.Second)
+	for _, tc := range []struct {
+		name string
+		add  func(m *Memory) error
+	}{
+		{"check", func(m *Memory) error {
+			return m.Check(ctx, []Request{{Key: key, Limit: l, Hits: 1, Now: now}}, make([]Result, 1))
+		}},
+		{"restore", func(m *Memory) error {
+			return m.Restore(ctx, []Total{{Key: key, Window: time.Second, Bucket: bucket, Region: "local", Count: 1}})
+		}},
+		{"merge", func(m *Memory) error {
+			return m.Merge(ctx, []Total{{Key: key, Window: time.Second, Bucket: bucket, Region: "us", Count: 1}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMemory(MemoryConfig{MaxKeys: 1})
+			check := func(k string, at time.Time, peek bool) {
+				t.Helper()
+				if err := m.Check(ctx, []Request{{Key: k, Limit: l, Hits: 1, Now: at, Peek: peek}}, make([]Result, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check(key, now, true)
+			if !m.NoResets() {
+				t.Fatal("NoResets() = false after a peek at a reset key, want true")
+			}
+			if err := tc.add(m); err != nil {
+				t.Fatal(err)
+			}
+			if m.NoResets() {
+				t.Fatal("NoResets() = true holding a reset key, want false")
+			}
+			check("bob", now, false) // evicts the reset key
+			if got, want := m.Keys(), 1; got != want {
+				t.Fatalf("Keys() = %d, want %d", got, want)
+			}
+			if !m.NoResets() {
+				t.Errorf("NoResets() = false holding bob alone, want true")
+			}
+			if err := tc.add(m); err != nil {
+				t.Fatal(err)
+			}
+			if m.NoResets() {
+				t.Fatal("NoResets() = true holding a reset key again, want false")
+			}
+			check(key, now.Add(time.Hour), true) // sweeps the key's shard
+			if got, want := m.Keys(), 0; got != want {
+				t.Fatalf("Keys() = %d after the sweep, want %d", got, want)
+			}
+			if !m.NoResets() {
+				t.Errorf("NoResets() = false after the reset key's expiry, want true")
+			}
+		})
+	}
+}

@@ -189,6 +189,11 @@ func (s *Stack) Restore(ctx context.Context, totals []Total) error {
 	return s.Memory.Restore(ctx, totals)
 }
 
+// NoResets reports whether the stack holds no reset instant (see
+// [Memory.NoResets]): with Redis it never says so, since Redis is shared
+// with other nodes and the stack cannot tell what it holds without asking.
+func (s *Stack) NoResets() bool { return s.Redis == nil && s.Memory.NoResets() }
+
 // OnFallback reports whether the stack decides from its in-memory fallback
 // now (see [Failover.OnFallback]); false without Redis.
 func (s *Stack) OnFallback() bool { return s.Failover != nil && s.Failover.OnFallback() }

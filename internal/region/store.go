@@ -31,6 +31,13 @@ const (
 	MaxRegionsPerBucket = 256
 )
 
+// ResetKeyPrefix starts the key of every reset instant the API keeps in a
+// store (see the API's decision.ResetKey), and of no other key. The
+// in-memory store counts the keys it holds that start with it, so that a
+// decision need not read reset instants from a store that holds none
+// ([Memory.NoResets]).
+const ResetKeyPrefix = "z:"
+
 // ErrUnavailable is returned when the store cannot be reached.
 var ErrUnavailable = errors.New("region: store unavailable")
 

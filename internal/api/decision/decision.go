@@ -149,6 +149,7 @@ type Decider struct {
 	guard     burstGuard // nil: none
 	rules     atomic.Pointer[rules.Set]
 	resets    *resetCache
+	resetless resetless                // the Store's, nil when it cannot tell
 	decisions *prometheus.CounterVec   // rule, outcome
 	latency   *prometheus.HistogramVec // method
 	storeErrs prometheus.Counter
@@ -226,6 +227,7 @@ func New(cfg Config, rs *rules.Set) (*Decider, error) {
 		}
 		d.guard = g
 	}
+	d.resetless, _ = cfg.Store.(resetless)
 	d.rules.Store(rs)
 	return d, nil
 }

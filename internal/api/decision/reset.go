@@ -58,7 +58,7 @@ const DefaultResetTTL = 500 * time.Millisecond
 // key, a generation's is tagGen + R + ":" + the store key. Neither starts
 // any namespace's tag (key.go), so no caller's key reaches them.
 const (
-	tagReset = "z:"
+	tagReset = region.ResetKeyPrefix
 	tagGen   = "g"
 )
 
@@ -190,16 +190,29 @@ func baseKey(k string) string {
 	return k[i+1:]
 }
 
+// resetless is a store that can tell that it holds no reset instant at
+// all ([region.Memory.NoResets]), so that reading one would find none.
+type resetless interface {
+	NoResets() bool
+}
+
 // resetGens points every request at its key's generation as this node
 // last read it, and returns the requests whose key's reset instant must be
-// read again (never read, or read more than the TTL ago).
+// read again (never read, or read more than the TTL ago). When the store
+// holds no reset instant, it records for those what their read would
+// find (none) instead, as learnResets would.
 func (d *Decider) resetGens(reqs []Request) (stale []int) {
+	none := d.resetless != nil && d.resetless.NoResets()
 	for i := range reqs {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
 		at, fresh := d.resets.get(k, q.Now)
 		q.Key = GenKey(k, at)
-		if !fresh {
+		switch {
+		case fresh:
+		case none:
+			d.resets.put(k, 0, q.Now)
+		default:
 			stale = append(stale, i)
 		}
 	}
