@@ -300,15 +300,22 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	}
 	var sreqs []region.Request
 	var res []region.Result
-	if len(reqs) == 1 && len(stale) == 0 {
-		// The common case in one allocation instead of two.
+	switch n := len(reqs) + resetPeeksPer*len(stale); {
+	case n == 1:
+		// The common cases in one allocation instead of two.
 		one := new(struct {
 			req [1]region.Request
 			res [1]region.Result
 		})
 		sreqs, res = one.req[:], one.res[:]
-	} else {
-		sreqs, res = make([]region.Request, len(reqs), len(reqs)+resetPeeksPer*len(stale)), make([]region.Result, len(reqs)+resetPeeksPer*len(stale))
+	case n == 1+resetPeeksPer:
+		one := new(struct {
+			req [1 + resetPeeksPer]region.Request
+			res [1 + resetPeeksPer]region.Result
+		})
+		sreqs, res = one.req[:1], one.res[:]
+	default:
+		sreqs, res = make([]region.Request, len(reqs), n), make([]region.Result, n)
 	}
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store
@@ -317,7 +324,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	if skip != nil {
 		return d.decideGuarded(ctx, reqs, sreqs, res, out, tickets, skip)
 	}
-	sreqs = append(sreqs, resetPeeks(reqs, stale)...)
+	sreqs = appendResetPeeks(sreqs, reqs, stale)
 	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
 		return d.storeFailed(ctx, reqs, err)
 	}

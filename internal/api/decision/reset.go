@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,14 +220,16 @@ func (d *Decider) resetGens(reqs []Request) (stale []int) {
 	return stale
 }
 
-// resetPeeks returns the store requests that read the reset instants of
-// reqs[stale]: resetPeeksPer of them per key, in stale's order.
-func resetPeeks(reqs []Request, stale []int) []region.Request {
-	peeks := make([]region.Request, resetPeeksPer*len(stale))
+// appendResetPeeks appends to dst the store requests that read the reset
+// instants of reqs[stale]: resetPeeksPer of them per key, in stale's
+// order.
+func appendResetPeeks(dst []region.Request, reqs []Request, stale []int) []region.Request {
+	n := len(dst)
+	dst = slices.Grow(dst, resetPeeksPer*len(stale))[:n+resetPeeksPer*len(stale)]
 	for j, i := range stale {
-		resetPeekPair(peeks[resetPeeksPer*j:], baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
+		resetPeekPair(dst[n+resetPeeksPer*j:], baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
 	}
-	return peeks
+	return dst
 }
 
 // resetPeeksPer is the number of store requests that read one key's reset
@@ -256,7 +259,7 @@ func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) 
 // readResets reads the reset instants of reqs[stale] in one store call
 // and points the requests at their keys' generations.
 func (d *Decider) readResets(ctx context.Context, reqs []Request, stale []int) error {
-	peeks := resetPeeks(reqs, stale)
+	peeks := appendResetPeeks(nil, reqs, stale)
 	res := make([]region.Result, len(peeks))
 	if err := d.cfg.Store.Check(ctx, peeks, res); err != nil {
 		return err
