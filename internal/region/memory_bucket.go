@@ -203,8 +203,11 @@ func (b *memBucket) find(region string) int {
 // retained.
 func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64, keep string) (dropped bool) {
 	if i := b.find(region); i >= 0 {
-		b.counts[i].n = max(b.counts[i].n, n)
-		b.counts[i].h.Merge(h, wMs)
+		c := &b.counts[i]
+		c.n = max(c.n, n)
+		if !c.grow(h, wMs) {
+			c.h.Merge(h, wMs)
+		}
 		return false
 	}
 	if n == 0 {
@@ -225,6 +228,38 @@ func (b *memBucket) maxMerge(region string, n uint64, h window.Trail, wMs int64,
 	}
 	b.counts = append(b.counts, c)
 	return false
+}
+
+// grow makes c's trail o when o is that trail grown at its end, as the
+// failover's mirror passes a bucket that gathers hits: the same marks
+// but the last, which o may move later within its merge span
+// (window.MergeSpan) and raise, and maybe more after it. o then holds as
+// many hits as the trail or more in every span, so window.Trail.Merge
+// would make o of them; grow does it in place, changing the last mark
+// unless lent and appending o's new ones (readers hold lent marks
+// clipped to their length). It reports whether it did; if not, c is
+// unchanged.
+func (c *regionN) grow(o window.Trail, wMs int64) bool {
+	t := c.h
+	k := len(t)
+	if k == 0 || len(o) < k {
+		return false
+	}
+	last, ol := t[k-1], o[k-1]
+	if ol.At < last.At || ol.Cum < last.Cum || window.MergeSpan(ol.At, wMs) != window.MergeSpan(last.At, wMs) || !slices.Equal(t[:k-1], o[:k-1]) {
+		return false
+	}
+	if ol != last {
+		if c.lent {
+			return false
+		}
+		t[k-1] = ol
+	}
+	if len(o) > k {
+		c.h = append(t, o[k:]...)
+		c.lent = false // the last mark is a new one, which no reader holds
+	}
+	return true
 }
 
 // trails appends the regions' trails of b (a bucket of wMs) to buf, for

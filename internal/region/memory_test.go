@@ -266,3 +266,58 @@ func TestMemoryNoResets(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryGrowIsMerge: a trail grown in place (regionN.grow) is what
+// window.Trail.Merge makes of the two, for random trails, each against a
+// later state of itself (more hits, as the failover's mirror passes
+// them) and against a trail of other hits; and a lent trail's marks are
+// never changed in place.
+func TestMemoryGrowIsMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 5))
+	const wMs = 60_000
+	grown := 0
+	for i := range 20_000 {
+		exact := rng.IntN(2) == 0
+		add := func(h window.Trail, from int64, n int) (window.Trail, int64) {
+			at := from
+			for range n {
+				at += rng.Int64N(wMs/50 + 1)
+				if at >= wMs {
+					break
+				}
+				h.Add(at, wMs, 1+rng.Uint64N(3), exact)
+			}
+			return h, at
+		}
+		base, at := add(nil, 0, 1+rng.IntN(40))
+		later, _ := add(slices.Clone(base), at, rng.IntN(4))
+		other, _ := add(nil, 0, 1+rng.IntN(40))
+		for _, o := range []window.Trail{later, other, base} {
+			lent := rng.IntN(4) == 0
+			c := regionN{h: slices.Clone(base), lent: lent}
+			held := slices.Clone(c.h)
+			reader := c.h[:len(c.h):len(c.h)]
+			want := slices.Clone(base)
+			want.Merge(o, wMs)
+			if !c.grow(o, wMs) {
+				if !slices.Equal(c.h, base) {
+					t.Fatalf("case %d: grow refused but changed the trail %v to %v", i, base, c.h)
+				}
+				continue
+			}
+			grown++
+			if !slices.Equal(c.h, want) {
+				t.Fatalf("case %d: grow(%v) of %v = %v, Merge makes %v", i, o, base, c.h, want)
+			}
+			if lent && !slices.Equal(reader, held) {
+				t.Fatalf("case %d: grow changed lent marks %v to %v", i, held, reader)
+			}
+		}
+		if c := (regionN{h: slices.Clone(base)}); !c.grow(later, wMs) {
+			t.Fatalf("case %d: grow refused %v, a later state of %v", i, later, base)
+		}
+	}
+	if grown < 20_000 {
+		t.Errorf("grew %d trails, want most of the 20,000 later states at least", grown)
+	}
+}
