@@ -89,7 +89,9 @@ type checkFields struct {
 	seen            uint8 // bit per field, to refuse repeats
 	hasLimit        bool
 	limitN          uint64
-	window          *durationpb.Duration
+	hasWindow       bool
+	windowSecs      int64
+	windowNanos     int32
 	algo            ratelimitv1.Algorithm
 	scope           ratelimitv1.Scope
 	strict          bool
@@ -103,8 +105,18 @@ func (f *checkFields) limit() *ratelimitv1.Limit {
 	if !f.hasLimit {
 		return nil
 	}
-	return &ratelimitv1.Limit{Limit: f.limitN, Window: f.window, Algorithm: f.algo, Scope: f.scope, Strict: f.strict, Burst: f.burst,
-		Calendar: f.calendar, TimeZone: f.timeZone}
+	// The limit and its window in one allocation.
+	m := new(struct {
+		limit  ratelimitv1.Limit
+		window durationpb.Duration
+	})
+	l := &m.limit
+	l.Limit, l.Algorithm, l.Scope, l.Strict, l.Burst, l.Calendar, l.TimeZone = f.limitN, f.algo, f.scope, f.strict, f.burst, f.calendar, f.timeZone
+	if f.hasWindow {
+		m.window.Seconds, m.window.Nanos = f.windowSecs, f.windowNanos
+		l.Window = &m.window
+	}
+	return l
 }
 
 // once marks bit in *seen and reports whether it was clear.
@@ -150,7 +162,8 @@ func (f *checkFields) parseLimit(p *parser) bool {
 		f.limitN, ok = p.uint()
 	case "window":
 		bit = 2
-		f.window, ok = p.duration()
+		f.windowSecs, f.windowNanos, ok = p.duration()
+		f.hasWindow = ok
 	case "algorithm":
 		bit = 4
 		var v int32
@@ -346,10 +359,10 @@ func (p *parser) uint() (uint64, bool) {
 
 // duration reads "<secs>[.<frac>]s" with secs plain digits (at most 12)
 // and 1 to 9 fraction digits.
-func (p *parser) duration() (*durationpb.Duration, bool) {
+func (p *parser) duration() (secs int64, nanos int32, ok bool) {
 	s := p.rawStr()
 	if len(s) < 2 || s[len(s)-1] != 's' {
-		return nil, false
+		return 0, 0, false
 	}
 	s = s[:len(s)-1]
 	whole, frac := s, []byte(nil)
@@ -357,28 +370,28 @@ func (p *parser) duration() (*durationpb.Duration, bool) {
 		if c == '.' {
 			whole, frac = s[:i], s[i+1:]
 			if len(frac) == 0 || len(frac) > 9 {
-				return nil, false
+				return 0, 0, false
 			}
 			break
 		}
 	}
 	if len(whole) > 12 {
-		return nil, false
+		return 0, 0, false
 	}
-	secs, ok := digits(whole)
-	if !ok || secs >= 315_576_000_000 {
-		return nil, false
+	wholeSecs, ok := digits(whole)
+	if !ok || wholeSecs >= 315_576_000_000 {
+		return 0, 0, false
 	}
-	var nanos uint64
+	var fracNanos uint64
 	for i := 0; i < 9; i++ {
-		nanos *= 10
+		fracNanos *= 10
 		if i < len(frac) {
 			c := frac[i]
 			if c < '0' || c > '9' {
-				return nil, false
+				return 0, 0, false
 			}
-			nanos += uint64(c - '0')
+			fracNanos += uint64(c - '0')
 		}
 	}
-	return &durationpb.Duration{Seconds: int64(secs), Nanos: int32(nanos)}, true
+	return int64(wholeSecs), int32(fracNanos), true
 }

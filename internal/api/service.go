@@ -27,7 +27,8 @@ func checkInput(ctx context.Context, field, key string, hits uint64, rule string
 }
 
 // checkOne validates and decides one Check or Peek and returns its answer.
-func (s *Server) checkOne(ctx context.Context, key string, hits uint64, rule string, lim *ratelimitv1.Limit, peek bool) (*ratelimitv1.CheckResponse, error) {
+// The answer goes in m.
+func (s *Server) checkOne(ctx context.Context, m *responseMsgs, key string, hits uint64, rule string, lim *ratelimitv1.Limit, peek bool) (*ratelimitv1.CheckResponse, error) {
 	req, err := s.dec.Validate(checkInput(ctx, "", key, hits, rule, lim, s.cfg.Now(), peek))
 	if err != nil {
 		return nil, err
@@ -36,18 +37,25 @@ func (s *Server) checkOne(ctx context.Context, key string, hits uint64, rule str
 	if err := s.dec.Decide(ctx, []decision.Request{req}, out[:]); err != nil {
 		return nil, err
 	}
-	return s.response(out[0], s.ages(out[0])), nil
+	return s.response(m, out[0], s.ages(out[0])), nil
 }
 
 // Check implements ratelimitv1connect.RateLimitServiceHandler.
 func (s *Server) Check(ctx context.Context, r *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
 	defer s.dec.Observe("Check", time.Now())
 	m := r.Msg
-	resp, err := s.checkOne(ctx, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
+	// The response and its messages in one allocation: a Response with
+	// only Msg set is what connect.NewResponse makes.
+	out := new(struct {
+		resp connect.Response[ratelimitv1.CheckResponse]
+		msgs responseMsgs
+	})
+	resp, err := s.checkOne(ctx, &out.msgs, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(resp), nil
+	out.resp.Msg = resp
+	return &out.resp, nil
 }
 
 // CheckBatch implements ratelimitv1connect.RateLimitServiceHandler. Valid
@@ -81,7 +89,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 		}
 		ages := s.ages(outs...)
 		for j, i := range index {
-			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: s.response(outs[j], ages)}}
+			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: s.response(new(responseMsgs), outs[j], ages)}}
 		}
 	}
 	return connect.NewResponse(&ratelimitv1.CheckBatchResponse{Results: out}), nil
@@ -92,7 +100,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRequest]) (*connect.Response[ratelimitv1.PeekResponse], error) {
 	defer s.dec.Observe("Peek", time.Now())
 	m := r.Msg
-	resp, err := s.checkOne(ctx, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), true)
+	resp, err := s.checkOne(ctx, new(responseMsgs), m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +174,8 @@ func setDuration(dst *durationpb.Duration, d time.Duration) {
 	dst.Seconds, dst.Nanos = secs, int32(nanos-secs*1e9)
 }
 
-// response converts an outcome to the wire.
-func (s *Server) response(o decision.Outcome, ages map[string]time.Duration) *ratelimitv1.CheckResponse {
-	m := &responseMsgs{}
+// response converts an outcome to the wire, in m (zero).
+func (s *Server) response(m *responseMsgs, o decision.Outcome, ages map[string]time.Duration) *ratelimitv1.CheckResponse {
 	st := &m.stats
 	st.Bucket, st.PreviousWeight, st.Estimate, st.ElapsedMs, st.Whole = o.Bucket, o.PrevWeight, o.Estimate, o.ElapsedMs, o.SubWhole
 	st.Terms = estimateTerms(o)
