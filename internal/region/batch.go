@@ -94,32 +94,37 @@ func (scriptError) RedisError() {}
 
 var _ redis.Error = scriptError("")
 
-// batchReplies splits the batch script's reply v into the replies of its
-// n decisions.
-func batchReplies(v any, n int) ([]reply, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) != n+1 {
-		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected reply %T for %d decisions", v, n))
+// batchReplies splits the batch script's reply v (raw RESP) into the
+// replies of its n decisions.
+func batchReplies(v []byte, n int) ([]reply, error) {
+	p := respReader{b: v}
+	if p.array() != n+1 {
+		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected reply %.100q for %d decisions", v, n))
 	}
-	oks, _ := arr[0].(string)
+	oks, _ := p.str()
 	if len(oks) != n {
 		return nil, scriptError(fmt.Sprintf("region: redis batch: unexpected outcomes %q for %d decisions", oks, n))
 	}
 	out := make([]reply, n)
-	for i, e := range arr[1:] {
+	for i := range out {
+		e := p.raw()
 		if oks[i] == '1' {
 			out[i] = reply{v: e}
 			continue
 		}
-		msg, _ := e.(string)
+		m := respReader{b: e}
+		msg, _ := m.str()
 		out[i] = reply{err: scriptError(msg)}
+	}
+	if p.err != nil {
+		return nil, scriptError(fmt.Sprintf("region: redis batch: %v", p.err))
 	}
 	return out, nil
 }
 
-// reply is one decision's script reply, or its error.
+// reply is one decision's script reply (raw RESP), or its error.
 type reply struct {
-	v   any
+	v   []byte
 	err error
 }
 

@@ -422,7 +422,7 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 	}
 	groups := r.groups(sc, only)
 	if len(groups) == 1 {
-		cmd := send(ctx, r.c, sc, groups[0])
+		cmd := r.send(ctx, r.c, sc, groups[0])
 		if err := cmd.Err(); classify(err) == faultNoReply {
 			return r.wrap(ctx, "check", err)
 		}
@@ -430,9 +430,9 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 		return nil
 	}
 	pipe := r.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(groups))
+	cmds := make([]redis.Cmder, len(groups))
 	for g, idx := range groups {
-		cmds[g] = send(ctx, pipe, sc, idx)
+		cmds[g] = r.send(ctx, pipe, sc, idx)
 	}
 	if _, err := pipe.Exec(ctx); classify(err) == faultNoReply {
 		return r.wrap(ctx, "check", err)
@@ -550,7 +550,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 		}
 		v := make([]Total, 0, len(m))
 		for reg, s := range m {
-			if _, ok := trailField(reg); ok {
+			if strings.HasSuffix(reg, trailSuffix) {
 				continue
 			}
 			n, err := strconv.ParseUint(s, 10, 64)
@@ -559,7 +559,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 			}
 			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
 			if x, ok := m[reg+trailSuffix]; ok && refs[i].Window > 0 {
-				t.Trail = parseTrail(x).Coarse(refs[i].Window.Milliseconds())
+				t.Trail = parseTrail([]byte(x)).Coarse(refs[i].Window.Milliseconds())
 			}
 			v = append(v, t)
 		}
