@@ -137,15 +137,15 @@ func (p *respReader) array() int {
 // rawReply returns the raw reply of cmd, made by newScriptCmd, or its
 // error: a connection's or an error reply (as a [redis.Error]).
 func rawReply(cmd redis.Cmder) ([]byte, error) {
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
 	var v []byte
 	switch cmd := cmd.(type) {
 	case *redis.RawCmd:
 		v = cmd.Val()
 	case *redis.Cmd:
 		v = appendRESP(nil, cmd.Val())
-	}
-	if err := cmd.Err(); err != nil {
-		return nil, err
 	}
 	if len(v) > 0 && v[0] == '-' {
 		return nil, scriptError(bytes.TrimSuffix(v[1:], []byte("\r\n")))

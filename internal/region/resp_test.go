@@ -1,8 +1,11 @@
 package region
 
 import (
+	"context"
 	"reflect"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // readAll reads one value of p back into the shape go-redis parses it to:
@@ -89,4 +92,25 @@ func FuzzRespReader(f *testing.F) {
 			t.Errorf("read %q = %#v, written and read again %#v (err %v)", b, v, got, q.err)
 		}
 	})
+}
+
+func TestRawReply(t *testing.T) {
+	ctx := context.Background()
+	want := "*3\r\n:1\r\n$1\r\nx\r\n$-1\r\n"
+	raw := redis.NewRawCmd(ctx)
+	raw.SetVal([]byte(want))
+	parsed := redis.NewCmd(ctx) // a Redis Cluster's
+	parsed.SetVal([]any{int64(1), "x", nil})
+	for _, cmd := range []redis.Cmder{raw, parsed} {
+		if v, err := rawReply(cmd); string(v) != want || err != nil {
+			t.Errorf("rawReply(%T) = %q, %v, want %q, nil", cmd, v, err, want)
+		}
+	}
+	// An error reply is an error, as go-redis's own parse makes it.
+	noscript := redis.NewRawCmd(ctx)
+	noscript.SetVal([]byte("-NOSCRIPT No matching script.\r\n"))
+	_, err := rawReply(noscript)
+	if !redis.HasErrorPrefix(err, "NOSCRIPT") || classify(err) != faultReply {
+		t.Errorf("rawReply(NOSCRIPT reply) error = %v, want a NOSCRIPT reply", err)
+	}
 }

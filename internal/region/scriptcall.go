@@ -263,9 +263,9 @@ func (r *Redis) result(q *Request, v []byte, out *Result) error {
 		out.Decision, _ = q.Limit.DecideGCRA(nowMs, tat, q.Hits)
 		out.TAT = tat
 	case window.SlidingLog:
-		m := p.array()
-		log := make([]window.LogEntry, 0, max(m, 0)/2)
-		for i := 0; i+1 < m; i += 2 {
+		k := p.array()
+		log := make([]window.LogEntry, 0, max(k, 0)/2)
+		for i := 0; i+1 < k; i += 2 {
 			m, _ := p.str()
 			sc, _ := p.str()
 			h, _, _ := bytes.Cut(m, []byte(":"))
@@ -368,7 +368,7 @@ func parseVector(b *memBucket, p *respReader, n int, local string) error {
 			b.counts[j].h = parseTrail(s)
 		} // a trail without a count is not counted, as by the script
 	}
-	return nil
+	return p.err
 }
 
 // trailField returns the region of a bucket hash field that holds a trail
