@@ -205,11 +205,13 @@ const (
 // on faultNoReply (replies, failed ones included, stay with their
 // commands), and only faultReply leaves Redis available (see [Redis.wrap]).
 func classify(err error) fault {
-	var re redis.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return faultNone
-	case !errors.As(err, &re):
+	}
+	// Declared past the nil check: errors.As moves re to the heap, an
+	// allocation per round trip that succeeded.
+	var re redis.Error
+	if !errors.As(err, &re) {
 		return faultNoReply
 	}
 	code, _, _ := strings.Cut(re.Error(), " ")
