@@ -130,6 +130,7 @@ func (p *respReader) array() int {
 	n := p.length(line)
 	if n > int64(len(p.b)) { // each element takes at least a byte
 		p.fail()
+		return -1
 	}
 	return int(max(n, -1))
 }

@@ -77,6 +77,15 @@ func TestRespReaderMalformed(t *testing.T) {
 	}
 }
 
+// An array longer than its reply can hold is malformed, and array()
+// returns -1 for it, so that no caller sizes a slice by it.
+func TestRespReaderArrayTooLong(t *testing.T) {
+	p := respReader{b: []byte("*99999999999\r\n:1\r\n")}
+	if n := p.array(); n != -1 || p.err == nil {
+		t.Errorf("array() = %d (err %v), want -1 and an error", n, p.err)
+	}
+}
+
 func FuzzRespReader(f *testing.F) {
 	f.Add([]byte("*6\r\n:1\r\n:5\r\n:1700000000000\r\n*2\r\n$5\r\nlocal\r\n$1\r\n3\r\n$5\r\nlocal\r\n$2\r\n12\r\n"))
 	f.Add([]byte("*2\r\n$2\r\n10\r\n$3\r\nerr\r\n"))
