@@ -225,9 +225,12 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		// Until this horizon's first store result, the quota comes from
 		// the headroom the last one read, which lacks everything the
 		// others admitted since: all of their shares of the previous
-		// horizon (pending fades only as a fresh read takes them in), and,
-		// after a gap of a horizon or more, whatever they took meanwhile,
-		// so then the first request is a probe and the rest wait for it.
+		// horizon (pending fades only as a fresh read takes them in),
+		// what was pending when it was read (their shares of the horizon
+		// before, which a fresh read would hold by now and it does not),
+		// and, after a gap of a horizon or more, whatever they took
+		// meanwhile, so then the first request is a probe and the rest
+		// wait for it.
 		var pend, recent, ownPrev uint64
 		var ownPrevOK bool
 		if !e.start.IsZero() {
@@ -235,7 +238,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				pend = window.MulDivCeil(e.others, uint64(e.horizon-gap), uint64(e.horizon))
 				recent = e.used
 				ownPrev, ownPrevOK = e.own0, e.own0ok
-				h = satSub(h, e.others-pend)
+				h = satSub(h, e.others-pend+e.pend)
 			} else {
 				h = 0
 			}
