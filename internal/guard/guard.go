@@ -262,7 +262,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		// A limit smaller than the pool: no share holds a hit for every
 		// node, and shares and staggered probes would take the same
 		// headroom twice, so the stagger decides every hit.
-		return e.stagger(now, hits, storeLimit, v)
+		return e.stagger(now, hits, storeLimit, 0, v)
 	}
 	// The first request of a horizon whose quota is not yet known from a
 	// store result goes to the store as a probe even when the stale quota
@@ -301,7 +301,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger).
-			return e.stagger(now, hits, storeLimit, v)
+			return e.stagger(now, hits, storeLimit, e.pending(now), v)
 		}
 		if c > 0 {
 			storeLimit -= c
@@ -313,9 +313,13 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 }
 
 // stagger lets hits go to the store as a staggered ask (see [stagger]):
-// against storeLimit less its region's base, once per node and slot.
-func (e *entry) stagger(now time.Time, hits, storeLimit uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
+// against storeLimit less its region's base and held, once per node and
+// slot. held is the other regions' pending shares when the ask is a
+// probe whose share holds no whole hit: they admit by their shares, and
+// what they took in the last horizon is not in this region's store yet.
+func (e *entry) stagger(now time.Time, hits, storeLimit, held uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
 	base, may, wait := stagger(now, v)
+	base += held
 	if !may || base+hits > storeLimit || now.Before(e.staggered) {
 		return false, storeLimit, wait
 	}
