@@ -103,7 +103,7 @@ func (e *entry) quiet(v *View, lim window.Limit) *View {
 	if ms <= 0 || len(v.Ages) == 0 {
 		return v
 	}
-	after := max(time.Duration(ms)*time.Millisecond/4, quietMin)
+	after := e.quietAfter(lim)
 	isQuiet := func(r string) bool { return r != v.Region && v.Ages[r] > after }
 	if !slices.ContainsFunc(v.Alive, isQuiet) {
 		return v
@@ -118,6 +118,16 @@ func (e *entry) quiet(v *View, lim window.Limit) *View {
 		}
 	}
 	return &q
+}
+
+// quietAfter is how long unheard before [entry.quiet] counts a region
+// silent for the key: a quarter of its bucket, at least quietMin.
+func (e *entry) quietAfter(lim window.Limit) time.Duration {
+	ms := e.wMs
+	if ms <= 0 && lim.Calendar.Unit == 0 {
+		ms = lim.Window.Milliseconds() / 2
+	}
+	return max(time.Duration(ms)*time.Millisecond/4, quietMin)
 }
 
 // quietMin is the least time unheard before [entry.quiet] counts an
@@ -204,13 +214,13 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			sweep(s, now)
 		}
 		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			return true, charge(limit, limit, nil, 0, lim, v.Isolated()), 0 // full: the store alone decides
+			return true, charge(limit, limit, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 		}
 		e = &entry{}
 		s.keys[key] = e
 	}
 	v = e.quiet(v.Isolated(), lim)
-	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v)
+	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
 		if e.seen {
@@ -389,6 +399,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	}
 	fresh = min(c.own, fresh)
 	e.weight = c.weigh(c.own - fresh)
+	keepOlder(silent, e.silent)
 	e.silent = silent
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided

@@ -468,7 +468,7 @@ func TestCrossed(t *testing.T) {
 		// Every other region is charged its share, ceil(limit/R): a keeps
 		// the rest.
 		r := uint64(len(c.alive) + len(c.silent))
-		if got, want := charge(90, 90, nil, 0, limitOf(90), iso), 90-(r-1)*((90+r-1)/r); got != want {
+		if got, want := charge(90, 90, nil, 0, limitOf(90), iso, 0), 90-(r-1)*((90+r-1)/r); got != want {
 			t.Errorf("%s: charged limit %d, want %d", c.name, got, want)
 		}
 	}

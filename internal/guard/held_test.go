@@ -204,3 +204,35 @@ func TestHeldAt(t *testing.T) {
 		}
 	}
 }
+
+// A silent region's hits that left the window between when it was last
+// heard and when it could tell it was unheard are charged as refilled,
+// until a window after they left; a later result, whose buckets no longer
+// hold them, keeps them from the earlier one.
+func TestRefilled(t *testing.T) {
+	l := window.Limit{Limit: 300, Window: time.Second}
+	tr := func(marks ...window.Mark) window.Trail { return window.Trail(marks) }
+	// Bucket 4 (4000-4999 ms): 10 hits at 4100, 20 at 4500, 10 at 4900.
+	old := heldCount{region: "b", id: "b", bucket: 4, cur: 40, curTrail: tr(window.Mark{At: 100, Cum: 10}, window.Mark{At: 500, Cum: 30}, window.Mark{At: 900, Cum: 40})}
+	h := heldCount{region: "b", id: "b", bucket: 5, prev: 40, prevTrail: old.curTrail}
+	// Last heard at 5200, unaware for 330 ms: what left between 5200 and
+	// 5530 (the 20 hits of 4500) may have been admitted again.
+	for _, c := range []struct {
+		now  int64
+		want uint64
+	}{{5300, 0}, {5600, 20}, {6400, 20}, {6600, 0}} {
+		if got := h.refilled(5200, 330*time.Millisecond, c.now, l); got != c.want {
+			t.Errorf("refilled at %d = %d, want %d", c.now, got, c.want)
+		}
+	}
+	// A result in bucket 6 holds buckets 5 and 6 only: bucket 4's trail
+	// comes from the earlier result.
+	later := []heldCount{{region: "b", id: "b", bucket: 6, prev: 0}}
+	keepOlder(later, []heldCount{h})
+	if got := later[0].refilled(5200, 330*time.Millisecond, 6400, l); got != 20 {
+		t.Errorf("refilled at 6400 from a later result = %d, want 20 (bucket 4 kept)", got)
+	}
+	if got := later[0].refilled(5200, 0, 6400, l); got != 0 {
+		t.Errorf("refilled with no time unaware = %d, want 0", got)
+	}
+}

@@ -24,8 +24,11 @@ type View struct {
 	// Horizon is how long a count admitted elsewhere may take to arrive
 	// here: the flush interval plus the one-way delay.
 	Horizon time.Duration
-	// Ages is, per member region, the time since it was last heard from
-	// (for metrics; the guard itself reads Alive and Silent).
+	// Ages is, per member region, the time since it was last heard from:
+	// the guard counts a region quiet for a key from it (see
+	// [entry.quiet]) and charges a silent region what it may have
+	// refilled since (see [heldCount.refilled]). A region absent from it
+	// counts as heard just now.
 	Ages map[string]time.Duration
 	// Unheard is, per alive region, the member regions it said recently
 	// that it does not hear (absent: it hears every one). See
@@ -167,7 +170,7 @@ func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
 			}
 			others[i].n += n
 		case slices.Contains(v.Silent, name):
-			silent = append(silent, heldCount{region: name, bucket: res.Bucket, cur: rc.Current, prev: rc.Previous,
+			silent = append(silent, heldCount{region: name, id: rc.Region, bucket: res.Bucket, cur: rc.Current, prev: rc.Previous,
 				curTrail: lowTrail(rc.CurrentTrail), prevTrail: lowTrail(rc.PreviousTrail)})
 		}
 	}
@@ -186,10 +189,11 @@ func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
 // this node does not hear, so what they add to the estimate only shrinks
 // as the window slides: [heldCount.at] recomputes it at a later decision.
 type heldCount struct {
-	region              string
+	region, id          string // the region, and the replica (region~id) the counts are of
 	bucket              int64
 	cur, prev           uint64
 	curTrail, prevTrail window.Trail
+	olderTrail          window.Trail // the bucket before prev, kept from an earlier result (see keepOlder)
 }
 
 // heldMarks bounds the marks a [heldCount] keeps of each trail.
@@ -235,29 +239,77 @@ func (h *heldCount) at(nowMs int64, lim window.Limit) uint64 {
 	return c.Cur
 }
 
+// refilled is what of h's hits left the window between t0, when its region
+// was last heard, and t0+d (at most nowMs), and so may have been admitted
+// again by that region before it could tell that it was unheard: a region
+// that keeps its window full refills what slides out, and those hits are
+// in no estimate here. They leave a window after they left. It counts from
+// the default sliding window's trails, and is 0 for other counters.
+func (h *heldCount) refilled(t0 int64, d time.Duration, nowMs int64, lim window.Limit) uint64 {
+	if !lim.Algorithm.Trails() || lim.Window <= 0 {
+		return 0
+	}
+	w := lim.WindowMs()
+	a, b := max(t0, nowMs-w)-w, min(t0+d.Milliseconds(), nowMs)-w
+	if a >= b {
+		return 0
+	}
+	var n uint64
+	in := func(t window.Trail, start int64) {
+		n = window.SatAdd(n, satSub(t.After(a-start), t.After(b-start)))
+	}
+	start := h.bucket * w
+	in(h.curTrail, start)
+	in(h.prevTrail, start-w)
+	in(h.olderTrail, start-2*w)
+	return n
+}
+
+// keepOlder gives each of silent the trail of the bucket before its
+// previous one from old, the silent counts of an earlier result: a result
+// in a later bucket no longer holds it, and [heldCount.refilled] may
+// still need it.
+func keepOlder(silent, old []heldCount) {
+	for i := range silent {
+		for _, o := range old {
+			if o.id != silent[i].id {
+				continue
+			}
+			switch o.bucket {
+			case silent[i].bucket - 1:
+				silent[i].olderTrail = o.prevTrail
+			case silent[i].bucket:
+				silent[i].olderTrail = o.olderTrail
+			}
+		}
+	}
+}
+
 // charge takes the silent regions' unseen shares off h (a limit or a
 // headroom) when v says this side charges them: each silent region r is
-// charged max(0, ceil(limit/R_all) - held), held being what the estimate
-// of lim at nowMs holds of it (see [heldCount.at]; 0 when unknown).
-func charge(h, limit uint64, silent []heldCount, nowMs int64, lim window.Limit, v *View) uint64 {
+// charged max(ceil(limit/R_all) - held, refilled), held being what the
+// estimate of lim at nowMs holds of it (see [heldCount.at]; 0 when
+// unknown) and refilled what it may have admitted again, unheard, in the
+// undetected time after it was last heard (see [heldCount.refilled]).
+func charge(h, limit uint64, silent []heldCount, nowMs int64, lim window.Limit, v *View, undetected time.Duration) uint64 {
 	if !v.Charge() {
 		return h
 	}
 	share := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
 	for _, r := range v.Silent {
-		var c uint64
+		var c, refill uint64
+		t0 := nowMs - v.Ages[r].Milliseconds()
 		for i := range silent {
 			if silent[i].region == r {
 				c = window.SatAdd(c, silent[i].at(nowMs, lim))
+				refill = window.SatAdd(refill, silent[i].refilled(t0, undetected, nowMs, lim))
 			}
 		}
-		if c >= share {
-			continue
-		}
-		if h <= share-c {
+		need := max(satSub(share, c), refill)
+		if h <= need {
 			return 0
 		}
-		h -= share - c
+		h -= need
 	}
 	return h
 }
