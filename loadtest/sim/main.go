@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 )
 
@@ -37,9 +38,11 @@ func main() {
 	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
 	n := flag.Int("search", 0, "run this many random fault schedules instead of the scenarios, and print the worst per class")
 	from := flag.Uint64("seed", 1, "the first seed of -search")
+	procs := flag.Int("procs", runtime.GOMAXPROCS(0), "schedules of -search run at once")
+	list := flag.Bool("list", false, "with -search, also list every schedule that went over its bound")
 	flag.Parse()
 	if *n > 0 {
-		printSearch(os.Stdout, *from, *n)
+		printSearch(os.Stdout, *from, *n, *procs, *list)
 		return
 	}
 	table(os.Stdout, scenarios(*keys, *reqs))
@@ -98,13 +101,21 @@ func fmtMin(f float64) string {
 	return fmt.Sprintf("%.3f", f)
 }
 
-// printSearch runs n fault schedules from seed from and prints one row per
-// class: runs, how many broke the bound, and the worst over the bound.
-func printSearch(w io.Writer, from uint64, n int) {
+// printSearch runs n fault schedules from seed from, procs at once, and
+// prints one row per class: runs, how many broke the bound, and the worst
+// over the bound; with list, then every schedule over its bound.
+func printSearch(w io.Writer, from uint64, n, procs int, list bool) {
 	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed | false denials under the limit | calm requests denied (exact log) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, r := range searchTable(from, n) {
+	rows, over := searchTable(from, n, procs)
+	for _, r := range rows {
 		pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d | %.2f%% | %.2f%% (%.2f%%) |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed,
 			pct(r.FalseDenied, r.Under), pct(r.CalmDenied, r.Calm), pct(r.CalmLogDenied, r.Calm))
+	}
+	if list {
+		fmt.Fprintf(w, "\nover the bound:\n")
+		for _, o := range over {
+			fmt.Fprintf(w, "%d\t%.3f\t%s\n", o.Seed, o.Worst, o.Class)
+		}
 	}
 }

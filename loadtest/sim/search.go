@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -382,6 +384,14 @@ func class(s schedule) string {
 	return fmt.Sprintf("%s, %v windows, %s", fk, s.Window, size)
 }
 
+// overBound is a schedule that went over its bound: its count in the
+// worst trailing window over the bound.
+type overBound struct {
+	Seed  uint64
+	Class string
+	Worst float64
+}
+
 // classRow is one class's line of the search's table.
 type classRow struct {
 	Class        string
@@ -394,14 +404,28 @@ type classRow struct {
 	Calm, CalmDenied, CalmLogDenied int
 }
 
-// searchTable runs the schedules of seeds from..from+n-1 and returns one
-// row per class, in name order.
-func searchTable(from uint64, n int) []classRow {
+// searchTable runs the schedules of seeds from..from+n-1 on procs
+// goroutines and returns one row per class, in name order, and the
+// schedules that went over their bound, in seed order, with how far.
+func searchTable(from uint64, n, procs int) ([]classRow, []overBound) {
+	outs := make([]outcome, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(procs, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				outs[i] = runSchedule(gen(from + uint64(i)))
+			}
+		}()
+	}
+	wg.Wait()
 	rows := map[string]*classRow{}
-	for seed := from; seed < from+uint64(n); seed++ {
-		s := gen(seed)
-		o := runSchedule(s)
-		c := class(s)
+	var over []overBound
+	for i, o := range outs {
+		seed := from + uint64(i)
+		c := class(gen(seed))
 		r := rows[c]
 		if r == nil {
 			r = &classRow{Class: c}
@@ -415,6 +439,7 @@ func searchTable(from uint64, n int) []classRow {
 		r.CalmLogDenied += o.CalmLogDenied
 		if o.Worst > 1+1e-9 {
 			r.Broken++
+			over = append(over, overBound{Seed: seed, Class: c, Worst: o.Worst})
 		}
 		if o.Worst > r.Worst {
 			r.Worst, r.Seed = o.Worst, seed
@@ -430,5 +455,5 @@ func searchTable(from uint64, n int) []classRow {
 	}) {
 		out = append(out, *rows[k])
 	}
-	return out
+	return out, over
 }
