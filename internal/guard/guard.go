@@ -53,6 +53,7 @@ type entry struct {
 	admitted uint64        // hits the store admitted in it
 	h0       uint64        // the headroom the horizon's first store result read
 	over     uint64        // how far that result's estimate was past the limit (h0 is then 0)
+	charged  uint64        // the limit, less the silent regions' charge, that result was read against
 	alive    int           // the most alive regions a view of this horizon had
 	frozen   bool          // more were alive than when the quota was set: it no longer grows
 	t0       time.Time     // when
@@ -280,10 +281,14 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
 	probe := e.used == 0 && !e.known
+	// What the silent regions' charge grew by since the horizon's first
+	// result: the window's slide frees their held hits too, and the
+	// charge takes the place of those (see charge).
+	grown := satSub(e.charged, storeLimit)
 	if e.used+hits > e.quota && e.known && e.trails != nil {
 		// The default sliding window: what left the estimate since the
 		// horizon's first result, recomputed from its trails.
-		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over), limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
@@ -296,7 +301,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		el := end.Sub(e.t0).Milliseconds()
 		if el > 0 {
 			freed := window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
-			e.setQuota(now, satSub(e.h0+freed, e.over), limit, e.weight, v, g.cfg.Floor)
+			e.setQuota(now, satSub(e.h0+freed, e.over+grown), limit, e.weight, v, g.cfg.Floor)
 		}
 	}
 	// A key this node has no answer for yet has a quota of the limit, not
@@ -421,10 +426,11 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// A result past the limit (a charge raised, or counts arrived) leaves
 	// no headroom until as much has left the window: what slides out
 	// first pays that.
-	over := satSub(res.Estimate, res.Limit)
+	charged := res.Limit
 	if e.cut > 0 && res.Limit == e.cutLimit {
-		over = satSub(res.Estimate, res.Limit+e.cut)
+		charged += e.cut
 	}
+	over := satSub(res.Estimate, charged)
 	e.headroom, e.seen = rem, true
 	if res.Allowed {
 		e.admitted += hits
@@ -436,7 +442,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.known = true
 		e.quota, e.others = 0, 0
 		e.setQuota(now, before, limit, e.weight, v, g.cfg.Floor)
-		e.h0, e.over, e.t0 = before, over, now
+		e.h0, e.over, e.charged, e.t0 = before, over, charged, now
 		if e.trails = newTrails(now, lim, hits, res); e.trails != nil {
 			return guardRetry
 		}

@@ -236,3 +236,38 @@ func TestRefilled(t *testing.T) {
 		t.Errorf("refilled with no time unaware = %d, want 0", got)
 	}
 }
+
+// Within a horizon the window's slide frees the silent regions' held hits
+// too, and the charge takes their place as they leave: the freed
+// capacity this node shares is net of what the charge grew by. Shared
+// whole, a side of a split took the silent regions' shares again as their
+// hits left the window.
+func TestFreedHeldHitsAreCharged(t *testing.T) {
+	l := window.Limit{Limit: 90, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	// b admitted its whole share, 30 hits, 100 to 129 ms into the
+	// previous bucket, before a stopped hearing it; c is alive and idle.
+	st := heldStore(t, l, "b", start.Add(-time.Second), 100, 30)
+	g := New(Config{})
+	v := view([]string{"a", "c"}, []string{"b"})
+	v.Unheard = map[string][]string{"c": {"b"}}             // a clean split: c does not hear b either
+	decide(t, g, st, start.Add(-50*time.Millisecond), l, v) // a horizon before: learns what b holds
+	admitted := 0
+	// One horizon (100 ms) from 50 ms: b's hits leave from 100 ms, and
+	// its charge grows back to 30 as they do; the store's limit falls
+	// from 90 to 60.
+	for ms := int64(50); ms < 150; ms++ {
+		if ok, _ := decide(t, g, st, start.Add(time.Duration(ms)*time.Millisecond), l, v); ok {
+			admitted++
+		}
+	}
+	// The headroom is 60 at 50 ms and stays 60 net of the charge: a's
+	// share of it is at most half, c keeping the rest (c has the floor
+	// weight a has, and a's own fresh admissions are not in its weight).
+	if admitted > 30 {
+		t.Errorf("admitted %d in the horizon, want at most a's share of the 60 left net of b's charge (30)", admitted)
+	}
+	if admitted < 15 {
+		t.Errorf("admitted %d in the horizon, want about a's share of 60", admitted)
+	}
+}
