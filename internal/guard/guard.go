@@ -64,6 +64,7 @@ type entry struct {
 	headroom uint64        // the headroom after the last store result (charged)
 	seen     bool          // headroom is set
 	weight   weights       // the alive regions' counts in the last result
+	wAlive   []string      // the alive regions of the view weight was read under
 	silent   []heldCount   // silent regions' counts in the last result
 	trails   *trails       // the trail counter's state in that result, when it has one
 	// The other regions' admissions this region cannot have heard yet.
@@ -173,6 +174,19 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	e.others = max(e.others, o)
 }
 
+// weightsFor returns the weights of the last result when they weigh
+// every region alive in v, else none (equal shares): weights read while
+// fewer regions were alive (a crossed view, a region silent then) lack
+// the others, and would give this region nearly the whole headroom.
+func (e *entry) weightsFor(v *View) weights {
+	for _, r := range v.Alive {
+		if !slices.Contains(e.wAlive, r) {
+			return weights{}
+		}
+	}
+	return e.weight
+}
+
 // New returns a Guard.
 func New(cfg Config) *Guard {
 	if cfg.Floor == 0 {
@@ -254,9 +268,9 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, silent: e.silent,
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, silent: e.silent,
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive)}
-		e.setQuota(now, h, limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
 		// More regions share the headroom than when this horizon's quota
@@ -312,7 +326,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		if !probe {
 			return false, storeLimit, retry
 		}
-		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weight, v, g.cfg.Floor)
+		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weightsFor(v), v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger).
@@ -403,7 +417,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		fresh = c.own
 	}
 	fresh = min(c.own, fresh)
-	e.weight = c.weigh(c.own - fresh)
+	e.weight, e.wAlive = c.weigh(c.own-fresh), v.Alive
 	keepOlder(silent, e.silent)
 	e.silent = silent
 	// The store decided against the charged limit Admit returned, so its

@@ -271,3 +271,36 @@ func TestFreedHeldHitsAreCharged(t *testing.T) {
 		t.Errorf("admitted %d in the horizon, want about a's share of 60", admitted)
 	}
 }
+
+// Weights read while fewer regions were alive (here a crossed view, which
+// charges every other region as silent) weigh this region alone: taken
+// into a horizon whose view has every region alive again, they gave its
+// probe nearly the whole headroom, and ten regions each took a hit of a
+// headroom of three.
+func TestWeightsOfFewerRegions(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	all := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	for _, r := range all[1:7] { // six regions, a hit each, 100 ms into the bucket
+		var tr window.Trail
+		tr.Add(100, l.WindowMs(), 1, false)
+		if err := st.Merge(context.Background(), []region.Total{{Key: "k", Window: l.Window, Bucket: start.UnixMilli() / 1000, Region: r, Count: 1, Trail: tr}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's own hit, 50 ms in.
+	if ok, _ := decide(t, New(Config{}), st, start.Add(50*time.Millisecond), l, &View{Region: "a", Alive: []string{"a"}}); !ok {
+		t.Fatal("a's own hit was denied")
+	}
+	g := New(Config{})
+	crossed := &View{Region: "a", Alive: all, Nodes: 1, Horizon: 80 * time.Millisecond, Unheard: map[string][]string{"b": {"c"}}}
+	decide(t, g, st, start.Add(200*time.Millisecond), l, crossed) // reads the counts under the crossed view
+	// The links heal: every region is alive to a and hears every other.
+	// The estimate holds 7 of 10 (8 once a's probe is decided); a's share of the headroom of 3 is a
+	// tenth of it, less than a hit.
+	healed := &View{Region: "a", Alive: all, Nodes: 1, Horizon: 80 * time.Millisecond}
+	if ok, lim := decide(t, g, st, start.Add(380*time.Millisecond), l, healed); ok {
+		t.Errorf("a's probe after the heal was admitted against a store limit of %d, want denied (a tenth of a headroom of 3)", lim)
+	}
+}
