@@ -286,7 +286,7 @@ func TestApplyRatios(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rs := []Result{
-		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004, CPUPerReqUs: 25.04, GenBusy: 0.974},
+		{Workload: "ceiling", Mode: "closed", Protocol: protoJSON, Store: "ceiling", Conns: 64, ReqPerSec: 61000.4, DecPerSec: 61000.4, P50Ms: 0.9, P95Ms: 2, P99Ms: 3.004, CPUPerReqUs: 25.04, GenBusy: 0.974, ServerBusy: 0.995},
 		{Workload: "hotkey", Mode: "open", Rate: 20000, Protocol: protoGRPC, Store: "redis", Conns: 64, ReqPerSec: 19999.6, DecPerSec: 19999.6, P99Ms: 1.5,
 			CeilingRatio: ptr(0.8), RedisRatio: ptr(0.4), ScriptPerDenied: ptr(0.0), Errors: 2, CPUPerReqUs: 30, RedisCPUPerReqUs: ptr(12.5)},
 	}
@@ -299,9 +299,9 @@ func TestWriteTable(t *testing.T) {
 		t.Fatalf("WriteTable() printed %d lines, want %d:\n%s", got, want, b.String())
 	}
 	wantFields := [][]string{
-		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "CPU", "us/req", "generator", "busy", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
-		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "25.0", "97%", "-", "-", "-", "-"},
-		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "42.5", "0%", "0.80", "0.40", "-", "0.000"},
+		{"workload", "mode", "protocol", "store", "req/s", "decisions/s", "p50", "ms", "p95", "ms", "p99", "ms", "errors", "CPU", "us/req", "generator", "busy", "server", "busy", "node/ceiling", "node/redis", "script/admitted", "script/denied"},
+		{"ceiling", "closed/64", "connect-json", "ceiling", "61000", "61000", "0.90", "2.00", "3.00", "0", "25.0", "97%", "100%", "-", "-", "-", "-"},
+		{"hotkey", "open@20000", "grpc", "redis", "20000", "20000", "0.00", "0.00", "1.50", "2", "42.5", "0%", "0%", "0.80", "0.40", "-", "0.000"},
 	}
 	for i, want := range wantFields {
 		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {
@@ -556,7 +556,7 @@ func TestSummarize(t *testing.T) {
 			PairedCeilingGenBusy: ptr(0.95)},
 		{Workload: "hotkey", Mode: modeOpen, Protocol: protoJSON, Store: "redis", Rate: 5000, P99Ms: 1, Unsent: 3, PairedCeilingP99Ms: ptr(1.0)},
 	}
-	gs := Summarize(rs, 0.7)
+	gs := Summarize(rs, testRule)
 	if got, want := len(gs), 3; got != want {
 		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
 	}
@@ -581,11 +581,11 @@ func TestSummarize(t *testing.T) {
 	// Over 2x the ceiling's p99, or a node open row whose generator was
 	// too busy, fails the open-loop goal.
 	rs[3].P99Ms = 1.6
-	if g := Summarize(rs, 0.7)[0]; g.OpenMet() {
+	if g := Summarize(rs, testRule)[0]; g.OpenMet() {
 		t.Errorf("p99 1.6 ms against the ceiling's 0.75: OpenMet() = true, want false")
 	}
 	rs[3].P99Ms, rs[3].GenBusy = 1.5, 0.8
-	if g := Summarize(rs, 0.7)[0]; g.OpenMet() || g.OpenRefused == "" {
+	if g := Summarize(rs, testRule)[0]; g.OpenMet() || g.OpenRefused == "" {
 		t.Errorf("node open row's generator 80%% busy: %+v, want the open-loop comparison refused", g)
 	}
 }
@@ -614,7 +614,7 @@ func TestSummarizeCPU(t *testing.T) {
 		{Workload: "uniform10k", Mode: modeClose, Protocol: protoJSON, Store: "memory", ReqPerSec: 9000, CPUPerReqUs: 50,
 			PairedCeiling: ptr(10000.0), PairedCeilingCPU: 45},
 	}
-	gs := Summarize(rs, 0.7)
+	gs := Summarize(rs, testRule)
 	if got, want := len(gs), 2; got != want {
 		t.Fatalf("Summarize() = %d goals, want %d: %+v", got, want, gs)
 	}

@@ -403,6 +403,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		res.PairedCeilingCPU = pair.CPUPerReqUs
 		res.PairedCeilingP99Ms = ptr(pair.P99Ms)
 		res.PairedCeilingGenBusy = ptr(pair.GenBusy)
+		res.PairedCeilingServerBusy = ptr(pair.ServerBusy)
 	}
 	secs := o.Elapsed.Seconds()
 	res.ReqPerSec = float64(o.Requests) / secs
@@ -410,6 +411,13 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if store == "ceiling" || (isPeer(store) && gen == genWrk) {
 		// No decisions to count (wrk does not parse the answers).
 		res.Allowed, res.Denied, res.DecPerSec = 0, 0, res.ReqPerSec
+	}
+	if cpuErr == nil && o.Elapsed > 0 {
+		var server time.Duration
+		for _, d := range cpu0 {
+			server += d
+		}
+		res.ServerBusy = server.Seconds() / o.Elapsed.Seconds() / float64(h.serverCores())
 	}
 	if cpuErr == nil && o.Requests > 0 {
 		res.CPUPerReqUs = float64(cpu0[0].Microseconds()) / float64(o.Requests)
@@ -440,9 +448,9 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	if h.inPair {
 		name = pairedCeiling
 	}
-	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s)  generator (%s) busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
+	fmt.Fprintf(h.out, "%-44s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  server CPU %6.1f us/req (%s) busy %3.0f%%  generator (%s) busy %3.0f%%  allowed %d denied %d errors %d unsent %d%s\n",
 		rowName(name, modeLabel(res), r.Protocol, store), res.ReqPerSec, res.P50Ms, res.P99Ms, res.serverCPU(),
-		cpuSplit(res), gen, 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
+		cpuSplit(res), 100*res.ServerBusy, gen, 100*res.GenBusy, res.Allowed, res.Denied, res.Errors, res.Unsent, scripts)
 	if res.FirstError != "" {
 		fmt.Fprintf(h.out, "  first error: %.300s\n", res.FirstError)
 	}
@@ -450,6 +458,15 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 		h.failed = append(h.failed, fmt.Sprintf("%s: no request succeeded: %v", rowName(r.Workload, r.Mode, r.Protocol, store), o.FirstErr))
 	}
 	return nil
+}
+
+// serverCores is how many cores the measured server and its Redis may
+// use: one when pinned, else every core.
+func (h *harness) serverCores() int {
+	if h.procs.Taskset != "" {
+		return 1
+	}
+	return numCPU()
 }
 
 // driveFunc runs one load and returns what it measured and the

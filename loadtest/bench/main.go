@@ -84,10 +84,13 @@ type Config struct {
 	// PeerDir (or taken from it).
 	Peers   bool
 	PeerDir string
-	// MaxGenBusy is the generator busy share above which a ceiling row
-	// limits the generator, not the server: ratios against it are
-	// refused.
-	MaxGenBusy float64
+	// MaxGenBusy is the generator busy share above which, and
+	// MinServerBusy the server's core's busy share under which, a
+	// ceiling row measured the generator, not the server: ratios against
+	// it are refused (busyRule). A closed-loop pair whose server's core
+	// was less busy than MinServerBusy is reported as unsteady.
+	MaxGenBusy    float64
+	MinServerBusy float64
 	// Algorithms and AlgorithmRounds configure the algorithm comparison
 	// (algorithms.go).
 	Algorithms      []string
@@ -123,7 +126,8 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.JSONGen, "json-generator", genWrk, "what drives the closed-loop Connect JSON rows: wrk (C, one thread on the generator's core) or go (this binary's net/http client, which saturates its core before the trivial handler does)")
 	fs.StringVar(&c.Wrk, "wrk", "wrk", "wrk binary (Debian's package wrk)")
 	fs.StringVar(&c.EnvoyGen, "envoy-generator", genH2, "what drives the Envoy RLS rows: h2 (gRPC framed by hand on HTTP/2, a fraction of grpc-go's client's CPU per call) or grpc (go-control-plane's grpc-go client, as Envoy's Go peers call it)")
-	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core measured the generator: ratios against it are refused and the run fails")
+	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core, while its server's core was less busy than -min-server-busy, measured the generator: ratios against it are refused and the run fails")
+	fs.Float64Var(&c.MinServerBusy, "min-server-busy", 0.9, "share of its core at which a server (with its Redis) is saturated: a ceiling row at least this busy measured the server however busy its generator was, and a closed-loop pair with a row under it is printed as UNSTEADY")
 	fs.BoolVar(&c.Peers, "peers", false, "also measure envoyproxy/ratelimit (Envoy RLS over 10k keys and a hot key, its /json over 10k keys, on the run's Redis) and gubernator (JSON over 10k keys, in memory), built with go install at pinned versions")
 	cache, _ := os.UserCacheDir()
 	fs.StringVar(&c.PeerDir, "peer-dir", filepath.Join(cache, "rlcluster-bench-peers"), "where -peers installs the peers' commands (GOBIN), or finds them built already")
@@ -167,6 +171,8 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-envoy-generator %q: want h2 or grpc", c.EnvoyGen)
 	case c.MaxGenBusy <= 0 || c.MaxGenBusy > 1:
 		return c, fmt.Errorf("-max-generator-busy %v: want (0, 1]", c.MaxGenBusy)
+	case c.MinServerBusy <= 0 || c.MinServerBusy > 1:
+		return c, fmt.Errorf("-min-server-busy %v: want (0, 1]", c.MinServerBusy)
 	}
 	return c, nil
 }
@@ -241,7 +247,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := WriteTable(stdout, rep.Results); err != nil {
 		return err
 	}
-	if rep.Summary = Summarize(rep.Results, cfg.MaxGenBusy); len(rep.Summary) > 0 {
+	rule := busyRule{MaxGen: cfg.MaxGenBusy, MinServer: cfg.MinServerBusy}
+	if rep.Summary = Summarize(rep.Results, rule); len(rep.Summary) > 0 {
 		fmt.Fprintf(stdout, "\nratios: closed loop (%d connections; Connect JSON driven by %s; Envoy: %d workers on %d HTTP/2 connections) over the ceiling's (paired: %v); p99 offered open-loop at half the row's closed-loop rate, against the ceiling's offered the same rate\n",
 			cfg.Conns, cfg.JSONGen, cfg.Conns, envoyConns, cfg.Pair)
 		if err := WriteSummary(stdout, rep.Summary); err != nil {
@@ -250,6 +257,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if err := WritePeers(stdout, rep.Results); err != nil {
 		return err
+	}
+	for _, u := range Unsteadies(rep.Summary, rep.Results, rule) {
+		fmt.Fprintln(stdout, "UNSTEADY", u)
 	}
 	refused := Refusals(rep.Summary)
 	for _, r := range refused {
@@ -264,7 +274,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		runErr = ctx.Err()
 	}
 	if runErr == nil && len(refused) > 0 && !cfg.Short {
-		runErr = fmt.Errorf("%d figures refused: a generator was busier than -max-generator-busy %.2f, so they measured the generator", len(refused), cfg.MaxGenBusy)
+		runErr = fmt.Errorf("%d figures refused: a generator was busier than -max-generator-busy %.2f while its server's core was less busy than -min-server-busy %.2f, so they measured the generator", len(refused), cfg.MaxGenBusy, cfg.MinServerBusy)
 	}
 	return runErr
 }

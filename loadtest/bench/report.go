@@ -57,6 +57,10 @@ type Result struct {
 	// generator itself limits the rate and adds to the latencies, so a
 	// row's figures say more about it than about the server.
 	GenBusy float64 `json:"generator_cpu_busy,omitempty"`
+	// ServerBusy is the server's CPU time, with its Redis's, over the
+	// measured run per core it may use (one when pinned): near 1, the
+	// server's core is saturated and the server is what limits the rate.
+	ServerBusy float64 `json:"server_cpu_busy,omitempty"`
 
 	// CeilingRatio is req/s over the ceiling's req/s for the same protocol
 	// and mode (closed loop only).
@@ -83,9 +87,11 @@ type Result struct {
 	// PairedCeilingCPU is that ceiling's CPU time per request.
 	PairedCeilingCPU float64 `json:"paired_ceiling_cpu_us_per_request,omitempty"`
 	// PairedCeilingP99Ms is that ceiling's p99 (open loop: at this row's
-	// rate), PairedCeilingGenBusy its generator's busy share.
-	PairedCeilingP99Ms   *float64 `json:"paired_ceiling_p99_ms,omitempty"`
-	PairedCeilingGenBusy *float64 `json:"paired_ceiling_generator_busy,omitempty"`
+	// rate), PairedCeilingGenBusy its generator's busy share and
+	// PairedCeilingServerBusy its server's.
+	PairedCeilingP99Ms      *float64 `json:"paired_ceiling_p99_ms,omitempty"`
+	PairedCeilingGenBusy    *float64 `json:"paired_ceiling_generator_busy,omitempty"`
+	PairedCeilingServerBusy *float64 `json:"paired_ceiling_server_busy,omitempty"`
 	// PairedWith names the node row a paired ceiling row (workload
 	// pairedCeiling) was measured for.
 	PairedWith string `json:"paired_with,omitempty"`
@@ -200,11 +206,11 @@ func applyRatios(rs []Result) {
 // WriteTable prints rs as an aligned text table.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tCPU us/req\tgenerator busy\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
+	fmt.Fprintln(tw, "workload\tmode\tprotocol\tstore\treq/s\tdecisions/s\tp50 ms\tp95 ms\tp99 ms\terrors\tCPU us/req\tgenerator busy\tserver busy\tnode/ceiling\tnode/redis\tscript/admitted\tscript/denied\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%.0f%%\t%.0f%%\t%s\t%s\t%s\t%s\t\n",
 			r.Workload, modeLabel(r), r.Protocol, r.Store, r.ReqPerSec, r.DecPerSec,
-			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors, r.serverCPU(), 100*r.GenBusy,
+			r.P50Ms, r.P95Ms, r.P99Ms, r.Errors, r.serverCPU(), 100*r.GenBusy, 100*r.ServerBusy,
 			optf(r.CeilingRatio, 2), optf(r.RedisRatio, 2),
 			optf(r.ScriptPerAdmitted, 3), optf(r.ScriptPerDenied, 3))
 	}
@@ -345,15 +351,22 @@ type GoalResult struct {
 	CeilingReqPerSec float64  `json:"ceiling_req_per_sec"`
 	Ratio            *float64 `json:"ratio,omitempty"`
 	// GenBusy and CeilingGenBusy are the generator's busy share over the
-	// node's row and over the ceiling's.
-	GenBusy        float64 `json:"generator_busy"`
-	CeilingGenBusy float64 `json:"ceiling_generator_busy"`
+	// node's row and over the ceiling's; ServerBusy and CeilingServerBusy
+	// the server's core's (Result.ServerBusy).
+	GenBusy           float64 `json:"generator_busy"`
+	CeilingGenBusy    float64 `json:"ceiling_generator_busy"`
+	ServerBusy        float64 `json:"server_busy,omitempty"`
+	CeilingServerBusy float64 `json:"ceiling_server_busy,omitempty"`
 	// Refused says why Ratio (or the open-loop comparison) measured the
-	// load generator rather than the server: the generator's core was
-	// busier than the run's -max-generator-busy. A refused ratio is not
-	// met.
+	// load generator rather than the server: the generator was busier
+	// than the run's -max-generator-busy while its server's core was less
+	// busy than -min-server-busy (busyRule). A refused ratio is not met.
 	Refused     string `json:"refused,omitempty"`
 	OpenRefused string `json:"open_refused,omitempty"`
+	// Unsteady says which closed-loop row of the pair left its server's
+	// core less busy than -min-server-busy: that rate is a floor of the
+	// server's, not its peak. It is reported, not refused.
+	Unsteady string `json:"unsteady,omitempty"`
 	// CPUPerReqUs is the node's CPU time per request (with its Redis's on
 	// the Redis store), CeilingCPUPerReqUs the ceiling's: their ratio,
 	// CPURatio, is the rate ratio the two would reach on a core each had
@@ -389,34 +402,41 @@ func (g GoalResult) OpenMet() bool {
 // figure not measured does not meet it.
 func (g GoalResult) Met() bool { return g.RatioMet() && g.OpenMet() }
 
-// busyRefusal says why a row pair measured its generator: a ceiling (or
-// node) row whose generator was busier than maxBusy; "" when neither was.
-func busyRefusal(ceiling, node, maxBusy float64) string {
-	switch {
-	case ceiling > maxBusy:
-		return fmt.Sprintf("ceiling's generator %.0f%% busy > %.0f%%", 100*ceiling, 100*maxBusy)
-	case node > maxBusy:
-		return fmt.Sprintf("node row's generator %.0f%% busy > %.0f%%", 100*node, 100*maxBusy)
+// busy returns the row's busy shares.
+func (r *Result) busy() busyShares { return busyShares{Gen: r.GenBusy, Server: r.ServerBusy} }
+
+// pairedBusy returns the busy shares of the ceiling paired with the row,
+// and whether it has one.
+func (r *Result) pairedBusy() (busyShares, bool) {
+	if r.PairedCeilingGenBusy == nil {
+		return busyShares{}, false
 	}
-	return ""
+	b := busyShares{Gen: *r.PairedCeilingGenBusy}
+	if r.PairedCeilingServerBusy != nil {
+		b.Server = *r.PairedCeilingServerBusy
+	}
+	return b, true
 }
 
 // Summarize measures every Goal from rs; goals with no closed-loop row in
 // rs are left out. A ratio whose ceiling row (or, for the open-loop p99,
-// either row) kept its generator busier than maxBusy is refused: it
-// measured the generator.
-func Summarize(rs []Result, maxBusy float64) []GoalResult {
-	type ceil struct{ rate, cpu, busy float64 }
+// either row) measured its generator by rule is refused, and a closed-loop
+// pair that left a server's core under rule.MinServer is unsteady.
+func Summarize(rs []Result, rule busyRule) []GoalResult {
+	type ceil struct {
+		rate, cpu float64
+		busy      busyShares
+	}
 	ceiling := map[string]ceil{}
 	for _, r := range rs {
 		if r.Workload == "ceiling" && r.Mode == modeClose {
-			ceiling[r.Protocol] = ceil{r.ReqPerSec, r.CPUPerReqUs, r.GenBusy}
+			ceiling[r.Protocol] = ceil{r.ReqPerSec, r.CPUPerReqUs, r.busy()}
 		}
 	}
 	var out []GoalResult
 	for _, g := range Goals {
 		c := ceiling[g.Protocol]
-		gr := GoalResult{Goal: g, CeilingReqPerSec: c.rate, CeilingCPUPerReqUs: c.cpu, CeilingGenBusy: c.busy}
+		gr := GoalResult{Goal: g, CeilingReqPerSec: c.rate, CeilingCPUPerReqUs: c.cpu}
 		found := false
 		for _, r := range rs {
 			if r.Workload != g.Workload || r.Protocol != g.Protocol || r.Store != g.Store {
@@ -425,16 +445,18 @@ func Summarize(rs []Result, maxBusy float64) []GoalResult {
 			switch r.Mode {
 			case modeClose:
 				found = true
-				gr.ReqPerSec, gr.GenBusy = r.ReqPerSec, r.GenBusy
+				gr.ReqPerSec, gr.GenBusy, gr.ServerBusy = r.ReqPerSec, r.GenBusy, r.ServerBusy
 				if r.PairedCeiling != nil {
 					gr.CeilingReqPerSec = *r.PairedCeiling
 				}
 				if r.PairedCeilingCPU > 0 {
 					gr.CeilingCPUPerReqUs = r.PairedCeilingCPU
 				}
-				if r.PairedCeilingGenBusy != nil {
-					gr.CeilingGenBusy = *r.PairedCeilingGenBusy
+				cb := c.busy
+				if b, ok := r.pairedBusy(); ok {
+					cb = b
 				}
+				gr.CeilingGenBusy, gr.CeilingServerBusy = cb.Gen, cb.Server
 				if gr.CeilingReqPerSec > 0 {
 					gr.Ratio = ptr(r.ReqPerSec / gr.CeilingReqPerSec)
 				}
@@ -444,16 +466,16 @@ func Summarize(rs []Result, maxBusy float64) []GoalResult {
 				}
 				// Only the ceiling's generator matters here: a node row
 				// slower than its ceiling leaves the same generator idler.
-				gr.Refused = busyRefusal(gr.CeilingGenBusy, 0, maxBusy)
+				gr.Refused = rule.refusal(cb, busyShares{})
+				gr.Unsteady = rule.unsteady(cb, r.busy())
 			case modeOpen:
 				gr.OpenRate, gr.OpenP99Ms, gr.OpenUnsent, gr.OpenGenBusy = r.Rate, ptr(r.P99Ms), r.Unsent, r.GenBusy
 				if r.PairedCeilingP99Ms != nil {
 					gr.CeilingOpenP99Ms = ptr(*r.PairedCeilingP99Ms)
 				}
-				if r.PairedCeilingGenBusy != nil {
-					gr.CeilingOpenGenBusy = *r.PairedCeilingGenBusy
-				}
-				gr.OpenRefused = busyRefusal(gr.CeilingOpenGenBusy, r.GenBusy, maxBusy)
+				cb, _ := r.pairedBusy()
+				gr.CeilingOpenGenBusy = cb.Gen
+				gr.OpenRefused = rule.refusal(cb, r.busy())
 			}
 		}
 		if found {
@@ -478,10 +500,35 @@ func Refusals(gs []GoalResult) []string {
 	return out
 }
 
+// Unsteadies lists the closed-loop pairs that left a server's core less
+// busy than rule.MinServer, one line each: the goals' (gs) and the peers'
+// rows of rs with the ceilings measured right before them.
+func Unsteadies(gs []GoalResult, rs []Result, rule busyRule) []string {
+	var out []string
+	for _, g := range gs {
+		if g.Unsteady != "" {
+			out = append(out, g.Path+": "+g.Unsteady)
+		}
+	}
+	for _, r := range rs {
+		if !isPeer(r.Store) || r.Mode != modeClose {
+			continue
+		}
+		cb, ok := r.pairedBusy()
+		if !ok {
+			continue
+		}
+		if u := rule.unsteady(cb, r.busy()); u != "" {
+			out = append(out, rowName(r.Workload, r.Mode, r.Protocol, r.Store)+": "+u)
+		}
+	}
+	return out
+}
+
 // WriteSummary prints the goals as a table.
 func WriteSummary(w io.Writer, gs []GoalResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\treq/s\tceiling req/s\tgenerator busy (node / ceiling)\tratio\tratio goal\tCPU us/req\tceiling CPU us/req\tCPU ratio\topen p99 ms @ req/s\tceiling p99 ms\tgenerator busy (node / ceiling)\tp99 goal\tmet\t")
+	fmt.Fprintln(tw, "path\treq/s\tceiling req/s\tgenerator busy (node / ceiling)\tserver busy (node / ceiling)\tratio\tratio goal\tCPU us/req\tceiling CPU us/req\tCPU ratio\topen p99 ms @ req/s\tceiling p99 ms\tgenerator busy (node / ceiling)\tp99 goal\tmet\t")
 	for _, g := range gs {
 		goal := "-"
 		if g.MinRatio > 0 {
@@ -508,8 +555,8 @@ func WriteSummary(w io.Writer, gs []GoalResult) error {
 			}
 			return "no"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f%% / %.0f%%\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t<= %.0fx ceiling\tratio %s, p99 %s\t\n",
-			g.Path, g.ReqPerSec, g.CeilingReqPerSec, 100*g.GenBusy, 100*g.CeilingGenBusy, ratio, goal,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f%% / %.0f%%\t%.0f%% / %.0f%%\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t<= %.0fx ceiling\tratio %s, p99 %s\t\n",
+			g.Path, g.ReqPerSec, g.CeilingReqPerSec, 100*g.GenBusy, 100*g.CeilingGenBusy, 100*g.ServerBusy, 100*g.CeilingServerBusy, ratio, goal,
 			g.CPUPerReqUs, g.CeilingCPUPerReqUs, optf(g.CPURatio, 2), p99, cp99, obusy, MaxOpenP99OverCeiling,
 			met(g.RatioMet()), met(g.OpenMet()))
 	}

@@ -71,11 +71,15 @@ func TestShortModeEndToEnd(t *testing.T) {
 			t.Errorf("%s/%s/%s/%s: %d requests, %d errors (%s), want requests and no errors",
 				r.Workload, r.Mode, r.Protocol, r.Store, r.Requests, r.Errors, r.FirstError)
 		}
-		// The generator's busy share is its CPU over the run's wall time
-		// per core (/proc ticks of 10 ms round it): a few thousand
-		// requests cost it some, and it cannot use more than its cores.
+		// The generator's and the server's busy shares are their CPU
+		// over the run's wall time per core (/proc ticks of 10 ms round
+		// them): a few thousand requests cost each some, and neither can
+		// use more than its cores.
 		if r.Workload != "redis-benchmark" && (r.GenBusy <= 0 || r.GenBusy > 1.5) {
 			t.Errorf("%s/%s/%s/%s: generator busy %.3f, want in (0, 1.5]", r.Workload, r.Mode, r.Protocol, r.Store, r.GenBusy)
+		}
+		if r.Workload != "redis-benchmark" && (r.ServerBusy <= 0 || r.ServerBusy > 1.5) {
+			t.Errorf("%s/%s/%s/%s: server busy %.3f, want in (0, 1.5]", r.Workload, r.Mode, r.Protocol, r.Store, r.ServerBusy)
 		}
 		if r.Store == "redis" && r.ScriptCalls == nil {
 			t.Errorf("%s/%s/%s/redis: no script call count", r.Workload, r.Mode, r.Protocol)
