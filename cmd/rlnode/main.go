@@ -27,6 +27,7 @@ import (
 
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/auth"
+	"github.com/rlcluster/rlcluster/internal/api/deadline"
 	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
 	"github.com/rlcluster/rlcluster/internal/gctune"
 	"github.com/rlcluster/rlcluster/internal/gossip"
@@ -111,6 +112,11 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
+	// net/http sets the server's timeouts on a connection several times
+	// per request: the listener holds those far ahead (package deadline).
+	dl := deadline.NewListener(ln)
+	defer dl.Close()
+	ln = dl
 
 	// Gossip starts before the API serves, so that the first admitted
 	// decision already has somewhere to go; joining happens in the
@@ -287,6 +293,7 @@ func openStore(ctx context.Context, c config, log *slog.Logger, now func() time.
 // is at most --max-request-bytes and whose answer takes milliseconds: a
 // request (headers and body) must arrive within httpReadTimeout and its
 // answer be written within httpWriteTimeout, each per HTTP/2 stream.
+// Over HTTP/1.1 each may fire up to deadline.Tick late (package deadline).
 // Streaming calls (server reflection) lift both for themselves (see
 // api.Server.ServeHTTP).
 const (
