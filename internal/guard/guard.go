@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -65,8 +66,10 @@ type entry struct {
 	seen     bool          // headroom is set
 	weight   weights       // the alive regions' counts in the last result
 	wAlive   []string      // the alive regions of the view weight was read under
+	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
 	trails   *trails       // the trail counter's state in that result, when it has one
+	last     *trails       // the trails of an earlier horizon's first result, until this one has its own
 	// The other regions' admissions this region cannot have heard yet.
 	others uint64 // their shares of the headroom this horizon's quotas were set on (as read)
 	pend   uint64 // their shares of the previous horizon's, unheard at start
@@ -268,7 +271,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, silent: e.silent,
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
@@ -287,7 +290,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		// A limit smaller than the pool: no share holds a hit for every
 		// node, and shares and staggered probes would take the same
 		// headroom twice, so the stagger decides every hit.
-		return e.stagger(now, hits, storeLimit, 0, v)
+		return e.stagger(now, hits, storeLimit, 0, 0, 0, v)
 	}
 	// The first request of a horizon whose quota is not yet known from a
 	// store result goes to the store as a probe even when the stale quota
@@ -329,8 +332,26 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weightsFor(v), v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any
-			// estimate: the probe is staggered (see stagger).
-			return e.stagger(now, hits, storeLimit, e.pending(now), v)
+			// estimate: the probe is staggered (see stagger). The regions
+			// that admit by their shares also take their shares of what
+			// the window's slide frees within their horizons, which may
+			// have begun up to a horizon ago and run a horizon on: this
+			// region's share of it holds no hit, so it leaves them all of
+			// it.
+			held := e.pending(now)
+			if tr := cmp.Or(e.trails, e.last); tr != nil {
+				held = window.SatAdd(held, tr.leaving(now.Add(-e.horizon), now.Add(e.horizon)))
+			}
+			// And the regions that admit by their shares take theirs of
+			// the headroom this probe reads: the staggered regions'
+			// bases and held are laid out over the rest.
+			w := e.weightsFor(v)
+			sh := e.sharing
+			if w.sum == 0 {
+				sh = sharing(nil, limit, w, v, g.cfg.Floor)
+			}
+			_, den, _ := share(limit, w, v, g.cfg.Floor)
+			return e.stagger(now, hits, storeLimit, held, sh, den, v)
 		}
 		if c > 0 {
 			storeLimit -= c
@@ -342,20 +363,23 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 }
 
 // stagger lets hits go to the store as a staggered ask (see [stagger]):
-// against storeLimit less its region's base and held, once per node and
-// slot. held is the other regions' pending shares when the ask is a
-// probe whose share holds no whole hit: they admit by their shares, and
-// what they took in the last horizon is not in this region's store yet.
-func (e *entry) stagger(now time.Time, hits, storeLimit, held uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
+// against storeLimit less what it needs past its region's base and held
+// (see [staggerNeed]), once per node and slot. held is the other regions'
+// pending shares when the ask is a probe whose share holds no whole hit:
+// they admit by their shares, and what they took in the last horizon is
+// not in this region's store yet; sharing, over den, is their shares of
+// the headroom the ask reads (0 when every region is staggered).
+func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
 	base, may, wait := stagger(now, v)
-	base += held
-	if !may || base+hits > storeLimit || now.Before(e.staggered) {
+	need := staggerNeed(hits, base, held, sharing, den)
+	if !may || need > storeLimit || now.Before(e.staggered) {
 		return false, storeLimit, wait
 	}
-	e.cut, e.cutLimit = base, storeLimit-base
+	cut := need - hits
+	e.cut, e.cutLimit = cut, storeLimit-cut
 	e.unasked, e.staggered, e.asking = e.staggered, now.Add(wait), true
 	e.used += hits
-	return true, storeLimit - base, 0
+	return true, storeLimit - cut, 0
 }
 
 // Done records the store's answer to a request that [Guard.Admit] let
@@ -418,6 +442,12 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	}
 	fresh = min(c.own, fresh)
 	e.weight, e.wAlive = c.weigh(c.own-fresh), v.Alive
+	// Which other regions admit by their shares matters only to a node
+	// whose own share holds no whole hit (its probes are staggered).
+	e.sharing = 0
+	if num, den, _ := share(limit, e.weight, v, g.cfg.Floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
+		e.sharing = sharing(res, limit, e.weight, v, g.cfg.Floor)
+	}
 	keepOlder(silent, e.silent)
 	e.silent = silent
 	// The store decided against the charged limit Admit returned, so its

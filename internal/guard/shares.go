@@ -2,8 +2,10 @@ package guard
 
 import (
 	"math"
+	"strings"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -86,6 +88,58 @@ func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) 
 	f := max(weight(limit)/(r*floor), 1)
 	num, den = w.own+f, w.sum+r*f
 	return num, den, min(w.before+rank(v)*f, den-num)
+}
+
+// sharing returns the sum of the shares' numerators (w_r + f, over the
+// same denominator as [share]'s) of the other alive regions that admit by
+// their shares: those whose share of the limit holds a whole hit for each
+// of their nodes. The others' probes are staggered (see [probeCut]). res
+// gives the regions' counts; nil, or weights w with nothing known (sum
+// 0), means equal shares.
+func sharing(res *region.Result, limit uint64, w weights, v *View, floor uint64) uint64 {
+	if len(v.Alive) <= 1 {
+		return 0
+	}
+	r := uint64(len(v.Alive))
+	if floor == 0 {
+		floor = DefaultFloor
+	}
+	f := max(weight(limit)/(r*floor), 1)
+	den := w.sum + r*f
+	var sum uint64
+	for _, a := range v.Alive {
+		if a == v.Region {
+			continue
+		}
+		var n uint64
+		if res != nil && w.sum > 0 {
+			for _, rc := range res.Regions {
+				if name, _, _ := strings.Cut(rc.Region, "~"); name == a {
+					n += rc.Current + rc.Previous
+				}
+			}
+		}
+		num := f
+		if w.sum > 0 {
+			num += weight(n)
+		}
+		if window.MulDivCeil(uint64(v.nodesOf(a)), den, num) <= limit {
+			sum += num
+		}
+	}
+	return sum
+}
+
+// staggerNeed is the headroom a staggered probe must read to be admitted:
+// hits past its base and held (see [Guard.Admit]) in the staggered
+// regions' part of it, the regions admitting by their shares (whose
+// numerators sum to sharing, over den) taking theirs of the rest.
+func staggerNeed(hits, base, held, sharing, den uint64) uint64 {
+	need := base + held + hits
+	if sharing > 0 && den > sharing {
+		need = window.MulDivCeil(need, den, den-sharing)
+	}
+	return need
 }
 
 // probeCut is how much lower than storeLimit a probe past the quota is

@@ -44,6 +44,15 @@ func (sp *trails) freed(t time.Time) uint64 {
 	return sp.est0 - est
 }
 
+// leaving returns what of the trails leaves the window from a to b.
+func (sp *trails) leaving(a, b time.Time) uint64 {
+	ea, eb := sp.estimate(a), sp.estimate(b)
+	if eb >= ea {
+		return 0
+	}
+	return ea - eb
+}
+
 // newTrails returns the trail counter's state of res, decided at now with
 // hits, or nil when res is not a trail counter's result or its trails do
 // not give back its estimate (the window is res.SubMs).
