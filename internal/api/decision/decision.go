@@ -308,7 +308,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 			res [1]region.Result
 		})
 		sreqs, res = one.req[:], one.res[:]
-	case n == 1+resetPeeksPer:
+	case n == 1+resetPeeksPer && len(reqs) == 1:
 		one := new(struct {
 			req [1 + resetPeeksPer]region.Request
 			res [1 + resetPeeksPer]region.Result
