@@ -440,16 +440,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	case !tracked && v.Nodes > 1:
 		fresh = c.own
 	}
-	fresh = min(c.own, fresh)
-	e.weight, e.wAlive = c.weigh(c.own-fresh), v.Alive
-	// Which other regions admit by their shares matters only to a node
-	// whose own share holds no whole hit (its probes are staggered).
-	e.sharing = 0
-	if num, den, _ := share(limit, e.weight, v, g.cfg.Floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
-		e.sharing = sharing(res, limit, e.weight, v, g.cfg.Floor)
-	}
-	keepOlder(silent, e.silent)
-	e.silent = silent
+	e.read(res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided
 	// against a limit lowered by e.cut, is read against the charged
@@ -505,6 +496,70 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// region alone keeps up with the window instead of waiting a horizon.
 	e.setQuota(now, satSub(rem+e.admitted, over), limit, e.weight, v, g.cfg.Floor)
 	return guardRetry
+}
+
+// NeedsRead reports whether this node should read key's counts (a store
+// decision with Peek, given to [Guard.Learn]) before it asks [Guard.Admit]
+// about it: it has no store result for the key, so it knows no weights,
+// and its first probe would be decided by an equal share of the headroom
+// while the regions that know the weights give its region only its floor
+// share.
+func (g *Guard) NeedsRead(key string, lim window.Limit, v *View) bool {
+	if v.Off() || len(v.Alive) <= 1 || lim.Limit < uint64(v.poolNodes()) {
+		return false
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	return e == nil || !e.seen
+}
+
+// Learn records a read of key's counts (res, a store decision with Peek
+// at now) that [Guard.NeedsRead] asked for: the weights, the silent
+// regions' counts and the headroom, as a store result of a request
+// would give them.
+func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res *region.Result) {
+	if v.Off() {
+		return
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil {
+		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
+			return
+		}
+		e = &entry{}
+		s.keys[key] = e
+	}
+	if res.SubMs > 0 {
+		e.wMs = res.SubMs
+	}
+	v = e.quiet(v.Isolated(), lim)
+	c, silent := counts(res, v)
+	fresh, tracked := freshOwn(res, v.Region, now.Add(-v.Horizon).UnixMilli())
+	if !tracked && v.Nodes > 1 {
+		fresh = c.own
+	}
+	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
+	e.headroom, e.seen = satSub(res.Limit, res.Estimate), true
+}
+
+// read records what a store result res gives the shares: the weights of
+// the alive regions' counts c, this region's being own (its count less
+// what the others cannot have heard yet), and the silent regions' counts.
+func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
+	e.weight, e.wAlive = c.weigh(own), v.Alive
+	// Which other regions admit by their shares matters only to a node
+	// whose own share holds no whole hit (its probes are staggered).
+	e.sharing = 0
+	if num, den, _ := share(limit, e.weight, v, floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
+		e.sharing = sharing(res, limit, e.weight, v, floor)
+	}
+	keepOlder(silent, e.silent)
+	e.silent = silent
 }
 
 // Sweep forgets the keys whose horizon ended before now. Admit sweeps a

@@ -304,3 +304,53 @@ func TestWeightsOfFewerRegions(t *testing.T) {
 		t.Errorf("a's probe after the heal was admitted against a store limit of %d, want denied (a tenth of a headroom of 3)", lim)
 	}
 }
+
+// A node with no store result for a key asks to read its counts first:
+// its probe would otherwise take an equal share of the headroom, while the
+// regions that know the weights give its region only its floor share.
+// After the read it probes by its real share. A single region, the guard
+// off, and a limit smaller than the pool (decided by the stagger) need no
+// read.
+func TestReadBeforeFirstProbe(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	// b admitted 5, the window's half, and keeps most of the weight.
+	st := heldStore(t, l, "b", start, 100, 5)
+	all := []string{"a", "b", "c", "d", "e"}
+	v := &View{Region: "a", Alive: all, Nodes: 1, Horizon: 80 * time.Millisecond}
+	now := start.Add(300 * time.Millisecond)
+	g := New(Config{})
+	if !g.NeedsRead("k", l, v) {
+		t.Fatal("NeedsRead = false for a key a has no result for")
+	}
+	for _, tc := range []struct {
+		name string
+		l    window.Limit
+		v    *View
+	}{
+		{"alone", l, &View{Region: "a", Alive: []string{"a"}, Nodes: 1}},
+		{"small limit", window.Limit{Limit: 4, Window: time.Second}, v},
+	} {
+		if g.NeedsRead("k", tc.l, tc.v) {
+			t.Errorf("%s: NeedsRead = true, want false", tc.name)
+		}
+	}
+	// Without the read, a's first probe takes a fifth of the headroom of
+	// 5: a whole hit.
+	if ok, lim := decide(t, New(Config{}), heldStore(t, l, "b", start, 100, 5), now, l, v); !ok {
+		t.Fatalf("without a read: a's probe denied against %d, want admitted (the equal share it assumed)", lim)
+	}
+	peek := make([]region.Result, 1)
+	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: now, Peek: true}}, peek); err != nil {
+		t.Fatal(err)
+	}
+	g.Learn(now, "k", l, v, &peek[0])
+	if g.NeedsRead("k", l, v) {
+		t.Error("NeedsRead = true after Learn")
+	}
+	// With it, a knows that b holds most of the weight: its floor share
+	// of 5 holds no hit.
+	if ok, lim := decide(t, g, st, now, l, v); ok {
+		t.Errorf("after the read: a's probe admitted against %d, want denied (its floor share of a headroom of 5)", lim)
+	}
+}

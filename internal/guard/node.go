@@ -31,6 +31,7 @@ type Node struct {
 	silent    prometheus.Gauge
 	crossed   prometheus.Gauge
 	horizon   prometheus.Gauge
+	reads     prometheus.Counter
 }
 
 // Ticket carries one request from [Node.Admit] to [Node.Done].
@@ -71,8 +72,12 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 			Name: "rlcluster_guard_horizon_seconds",
 			Help: "The burst guard's horizon: the flush interval plus the largest measured one-way delay to an alive region plus the margin.",
 		}),
+		reads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlcluster_guard_reads_total",
+			Help: "Keys whose counts the burst guard read from the store before deciding a request, because this node had no store result for them: each a store round trip more.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon} {
+	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon, n.reads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}
@@ -127,6 +132,17 @@ func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t 
 	v := n.current(now)
 	ok, sl, retry := n.g.Admit(now, key, l, hits, v)
 	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, ok, retry
+}
+
+// NeedsRead is [Guard.NeedsRead] under the node's current view.
+func (n *Node) NeedsRead(now time.Time, key string, l window.Limit) bool {
+	return n.g.NeedsRead(key, l, n.current(now))
+}
+
+// Learn is [Guard.Learn] under the node's current view.
+func (n *Node) Learn(now time.Time, key string, l window.Limit, res *region.Result) {
+	n.reads.Inc()
+	n.g.Learn(now, key, l, n.current(now), res)
 }
 
 // Done is [Guard.Done] for a ticket that Admit let through: it returns

@@ -46,6 +46,17 @@ func TestNode(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("view read %d times in 5 ms, want 1", calls)
 	}
+	// A key new here: the node asks to read it first, and counts the read.
+	if !n.NeedsRead(t0, "k2", lim90) {
+		t.Error("NeedsRead = false for a new key")
+	}
+	n.Learn(t0, "k2", lim90, &region.Result{Decision: window.Decision{Limit: 90}})
+	if n.NeedsRead(t0, "k2", lim90) {
+		t.Error("NeedsRead = true after Learn")
+	}
+	if got := testutil.ToFloat64(n.reads); got != 1 {
+		t.Errorf("rlcluster_guard_reads_total = %v, want 1", got)
+	}
 	n.Admit(t0.Add(10*time.Millisecond), "k", lim90, 1)
 	if calls != 2 {
 		t.Errorf("view read %d times after 10 ms, want 2", calls)

@@ -106,6 +106,12 @@ type burstGuard interface {
 	// store decided against a limit lowered to this region's share, and
 	// the full limit would have admitted the hits), else 0.
 	Done(t *guard.Ticket, res *region.Result) (guardRetry time.Duration)
+	// NeedsRead reports whether the guard should read the key's counts
+	// (a Peek of the store, told with Learn) before Admit: it has no
+	// store result for the key at this node.
+	NeedsRead(now time.Time, key string, l window.Limit) bool
+	// Learn tells the guard a read that NeedsRead asked for.
+	Learn(now time.Time, key string, l window.Limit, res *region.Result)
 }
 
 // Config configures a [Decider]. Every field is required unless it says
@@ -320,6 +326,7 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	for i := range reqs {
 		sreqs[i] = reqs[i].Store
 	}
+	d.guardRead(ctx, reqs)
 	tickets, skip := d.guardBefore(reqs, sreqs, out)
 	if skip != nil {
 		return d.decideGuarded(ctx, reqs, sreqs, res, out, tickets, skip)

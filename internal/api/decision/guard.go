@@ -17,6 +17,37 @@ func (d *Decider) guarded(r *Request) bool {
 	return d.guard != nil && !r.Store.Peek && r.Store.Limit.Algorithm.Counted() && r.Scope == rules.ScopeGlobal
 }
 
+// guardRead reads, with one Peek of the store, the counts of the
+// guarded requests' keys that the guard has no store result for at this
+// node (see guard.Guard.NeedsRead), and tells the guard: without them its
+// first probe of such a key would be decided by an equal share of the
+// headroom, while the regions that know the key's weights give this
+// region only its floor share. A failed read is left to the decision
+// itself, which fails the same way or decides on an equal share.
+func (d *Decider) guardRead(ctx context.Context, reqs []Request) {
+	var idx []int
+	for i := range reqs {
+		r := &reqs[i]
+		if d.guarded(r) && d.guard.NeedsRead(r.Store.Now, r.Store.Key, r.Store.Limit) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	peeks, res := make([]region.Request, len(idx)), make([]region.Result, len(idx))
+	for j, i := range idx {
+		peeks[j] = reqs[i].Store
+		peeks[j].Peek = true
+	}
+	if err := d.cfg.Store.Check(ctx, peeks, res); err != nil {
+		return
+	}
+	for j, i := range idx {
+		d.guard.Learn(reqs[i].Store.Now, reqs[i].Store.Key, reqs[i].Store.Limit, &res[j])
+	}
+}
+
 // guardBefore asks the guard about every guarded request: a request it
 // refuses gets its outcome in out and skip[i] set; one it lets through is
 // decided against the limit the guard returns (less a minority's charge

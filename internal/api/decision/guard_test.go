@@ -23,7 +23,18 @@ type fakeGuard struct {
 	allow      map[string]bool
 	storeLimit uint64
 	done       []region.Result
-	retry      time.Duration // what Done returns
+	retry      time.Duration   // what Done returns
+	read       map[string]bool // the keys NeedsRead asks to read
+	learned    map[string]region.Result
+}
+
+func (f *fakeGuard) NeedsRead(now time.Time, key string, l window.Limit) bool { return f.read[key] }
+
+func (f *fakeGuard) Learn(now time.Time, key string, l window.Limit, res *region.Result) {
+	if f.learned == nil {
+		f.learned = map[string]region.Result{}
+	}
+	f.learned[key] = *res
 }
 
 func (f *fakeGuard) Admit(now time.Time, key string, l window.Limit, hits uint64) (guard.Ticket, bool, time.Duration) {
@@ -127,5 +138,42 @@ func TestGuardClaimsStoreDenial(t *testing.T) {
 		if got := testutil.ToFloat64(d.decisions.WithLabelValues(LabelInline, o.String())); got != want {
 			t.Errorf("rlcluster_decisions_total{outcome=%q} = %v, want %v", o, got, want)
 		}
+	}
+}
+
+// A key the guard has no store result for at this node is read first (a
+// Peek, which consumes nothing), and the guard told the counts before it
+// admits the request.
+func TestGuardReadsFirst(t *testing.T) {
+	g := &fakeGuard{allow: map[string]bool{"i:new": true, "i:old": true}, storeLimit: 10, read: map[string]bool{"i:new": true}}
+	d := guardedDecider(t, g)
+	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}
+	now := time.Unix(1_700_000_000, 0)
+	var reqs []Request
+	for _, k := range []string{"new", "new", "old"} {
+		r, err := d.Validate(Input{NS: Inline, Key: k, Limit: lim, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, r)
+	}
+	out := make([]Outcome, len(reqs))
+	if err := d.Decide(context.Background(), reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.learned["i:old"]; ok || len(g.learned) != 1 {
+		t.Fatalf("learned %v, want only i:new", g.learned)
+	}
+	if got := g.learned["i:new"]; got.Estimate != 0 || got.Limit != 10 {
+		t.Errorf("the read of i:new: estimate %d against %d, want 0 against 10 (read before the request)", got.Estimate, got.Limit)
+	}
+	// The read consumed nothing: the two requests of "new" are its only
+	// hits (a Peek answers what would remain after its own hit).
+	peek, _ := d.Validate(Input{NS: Inline, Key: "new", Limit: lim, Now: now, Peek: true})
+	if err := d.Decide(context.Background(), []Request{peek}, out[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].Remaining; got != 7 {
+		t.Errorf("remaining of new after two hits and a read: %d, want 7", got)
 	}
 }
