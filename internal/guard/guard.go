@@ -226,16 +226,9 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[key]
+	e := g.entryOf(s, key, now)
 	if e == nil {
-		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			sweep(s, now)
-		}
-		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			return true, charge(limit, limit, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
-		}
-		e = &entry{}
-		s.keys[key] = e
+		return true, charge(limit, limit, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 	}
 	v = e.quiet(v.Isolated(), lim)
 	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
@@ -504,15 +497,20 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 // and its first probe would be decided by an equal share of the headroom
 // while the regions that know the weights give its region only its floor
 // share.
-func (g *Guard) NeedsRead(key string, lim window.Limit, v *View) bool {
+//
+// A key the guard has no room for (its shard full even after a sweep)
+// needs none: the store alone decides it.
+func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) bool {
 	if v.Off() || len(v.Alive) <= 1 || lim.Limit < uint64(v.poolNodes()) {
 		return false
 	}
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[key]
-	return e == nil || !e.seen
+	if e := s.keys[key]; e != nil {
+		return !e.seen
+	}
+	return g.room(s, now)
 }
 
 // Learn records a read of key's counts (res, a store decision with Peek
@@ -526,13 +524,9 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[key]
+	e := g.entryOf(s, key, now)
 	if e == nil {
-		if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
-			return
-		}
-		e = &entry{}
-		s.keys[key] = e
+		return
 	}
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
@@ -560,6 +554,26 @@ func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount
 	}
 	keepOlder(silent, e.silent)
 	e.silent = silent
+}
+
+// entryOf returns key's entry in s, new when it has none, or nil when s
+// has no room for it (see room). s.mu must be held.
+func (g *Guard) entryOf(s *shard, key string, now time.Time) *entry {
+	e := s.keys[key]
+	if e == nil && g.room(s, now) {
+		e = &entry{}
+		s.keys[key] = e
+	}
+	return e
+}
+
+// room reports whether s may track one more key, sweeping it when it is
+// full. s.mu must be held.
+func (g *Guard) room(s *shard, now time.Time) bool {
+	if len(s.keys) >= g.cfg.MaxKeys/len(g.shards) {
+		sweep(s, now)
+	}
+	return len(s.keys) < g.cfg.MaxKeys/len(g.shards)
 }
 
 // Sweep forgets the keys whose horizon ended before now. Admit sweeps a

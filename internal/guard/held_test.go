@@ -309,8 +309,8 @@ func TestWeightsOfFewerRegions(t *testing.T) {
 // its probe would otherwise take an equal share of the headroom, while the
 // regions that know the weights give its region only its floor share.
 // After the read it probes by its real share. A single region, the guard
-// off, and a limit smaller than the pool (decided by the stagger) need no
-// read.
+// off, a limit smaller than the pool (decided by the stagger) and a guard
+// with no room for the key need no read.
 func TestReadBeforeFirstProbe(t *testing.T) {
 	l := window.Limit{Limit: 10, Window: time.Second}
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
@@ -320,7 +320,7 @@ func TestReadBeforeFirstProbe(t *testing.T) {
 	v := &View{Region: "a", Alive: all, Nodes: 1, Horizon: 80 * time.Millisecond}
 	now := start.Add(300 * time.Millisecond)
 	g := New(Config{})
-	if !g.NeedsRead("k", l, v) {
+	if !g.NeedsRead(now, "k", l, v) {
 		t.Fatal("NeedsRead = false for a key a has no result for")
 	}
 	for _, tc := range []struct {
@@ -331,9 +331,14 @@ func TestReadBeforeFirstProbe(t *testing.T) {
 		{"alone", l, &View{Region: "a", Alive: []string{"a"}, Nodes: 1}},
 		{"small limit", window.Limit{Limit: 4, Window: time.Second}, v},
 	} {
-		if g.NeedsRead("k", tc.l, tc.v) {
+		if g.NeedsRead(now, "k", tc.l, tc.v) {
 			t.Errorf("%s: NeedsRead = true, want false", tc.name)
 		}
+	}
+	// A guard with no room for the key leaves it to the store alone: a
+	// read would be a round trip for nothing.
+	if New(Config{MaxKeys: 1}).NeedsRead(now, "k", l, v) {
+		t.Error("a full guard: NeedsRead = true, want false")
 	}
 	// Without the read, a's first probe takes a fifth of the headroom of
 	// 5: a whole hit.
@@ -345,7 +350,7 @@ func TestReadBeforeFirstProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Learn(now, "k", l, v, &peek[0])
-	if g.NeedsRead("k", l, v) {
+	if g.NeedsRead(now, "k", l, v) {
 		t.Error("NeedsRead = true after Learn")
 	}
 	// With it, a knows that b holds most of the weight: its floor share

@@ -136,7 +136,7 @@ func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t 
 
 // NeedsRead is [Guard.NeedsRead] under the node's current view.
 func (n *Node) NeedsRead(now time.Time, key string, l window.Limit) bool {
-	return n.g.NeedsRead(key, l, n.current(now))
+	return n.g.NeedsRead(now, key, l, n.current(now))
 }
 
 // Learn is [Guard.Learn] under the node's current view.

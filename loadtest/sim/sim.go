@@ -226,7 +226,7 @@ func (w *world) decide(e *event) {
 	if w.cfg.Guard {
 		v = w.view(e.to)
 		g = n.guards[e.node%len(n.guards)]
-		if g.NeedsRead(e.key, l, v) {
+		if g.NeedsRead(now, e.key, l, v) {
 			peek := make([]region.Result, 1)
 			_ = n.store.Check(context.Background(), []region.Request{{Key: e.key, Limit: l, Hits: e.hits, Now: now, Peek: true}}, peek)
 			g.Learn(now, e.key, l, v, &peek[0])

@@ -49,6 +49,25 @@ func (f *fakeGuard) Done(t *guard.Ticket, res *region.Result) time.Duration {
 	return f.retry
 }
 
+// decideInline decides one hit of each key under the inline limit lim
+// at now, in one call, and returns the outcomes.
+func decideInline(t *testing.T, d *Decider, lim *ratelimitv1.Limit, now time.Time, keys ...string) []Outcome {
+	t.Helper()
+	reqs := make([]Request, len(keys))
+	for i, k := range keys {
+		r, err := d.Validate(Input{NS: Inline, Key: k, Limit: lim, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = r
+	}
+	out := make([]Outcome, len(reqs))
+	if err := d.Decide(context.Background(), reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // guardedDecider returns a Decider in region eu on the in-memory store,
 // with g as its guard.
 func guardedDecider(t *testing.T, g burstGuard) *Decider {
@@ -67,18 +86,7 @@ func TestGuardBeforeTheStore(t *testing.T) {
 	d := guardedDecider(t, g)
 	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}
 	now := time.Unix(1_700_000_000, 0)
-	var reqs []Request
-	for _, k := range []string{"ok", "no", "ok", "ok"} {
-		r, err := d.Validate(Input{NS: Inline, Key: k, Limit: lim, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, r)
-	}
-	out := make([]Outcome, len(reqs))
-	if err := d.Decide(context.Background(), reqs, out); err != nil {
-		t.Fatal(err)
-	}
+	out := decideInline(t, d, lim, now, "ok", "no", "ok", "ok")
 	// "ok" is decided against the guard's store limit of 2: two admitted,
 	// the third denied by the store; "no" is denied by the guard.
 	want := []struct {
@@ -149,18 +157,7 @@ func TestGuardReadsFirst(t *testing.T) {
 	d := guardedDecider(t, g)
 	lim := &ratelimitv1.Limit{Limit: 10, Window: durationpb.New(time.Minute)}
 	now := time.Unix(1_700_000_000, 0)
-	var reqs []Request
-	for _, k := range []string{"new", "new", "old"} {
-		r, err := d.Validate(Input{NS: Inline, Key: k, Limit: lim, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, r)
-	}
-	out := make([]Outcome, len(reqs))
-	if err := d.Decide(context.Background(), reqs, out); err != nil {
-		t.Fatal(err)
-	}
+	out := decideInline(t, d, lim, now, "new", "new", "old")
 	if _, ok := g.learned["i:old"]; ok || len(g.learned) != 1 {
 		t.Fatalf("learned %v, want only i:new", g.learned)
 	}
