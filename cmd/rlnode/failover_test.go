@@ -107,6 +107,23 @@ func regionCounts(p peekResponse) map[string]string {
 	return out
 }
 
+// waitGuardAlive waits until the burst guard of the node at base takes
+// region for alive: heard from, and no region silent. A region stays
+// silent to the guard until it is first heard and for a hold after that
+// (guard.RejoinHold), and a key whose horizon began meanwhile admits no
+// more in that horizon once the region is alive. The guard reads the
+// pool only at a decision: each poll makes one, on a key of its own.
+func waitGuardAlive(t *testing.T, base, region string) {
+	t.Helper()
+	warm := `{"key":"guard-alive","limit":{"limit":1000,"window":"1s"}}`
+	polltest.Until(t, 20*time.Second, base+"'s burst guard to take "+region+" for alive", func() bool {
+		post(t, base+"/ratelimit.v1.RateLimitService/Check", warm)
+		_, m := get(t, base+"/metrics")
+		return strings.Contains(m, `rlcluster_remote_staleness_seconds_count{region="`+region+`"}`) &&
+			strings.Contains(m, "\nrlcluster_guard_silent_regions 0\n")
+	})
+}
+
 // TestRunTwoRegionsRedisOutage: eu's Redis stalls while eu takes traffic.
 // eu keeps admitting from its fallback, which counts under a region of its
 // own (eu~<id>), and us counts those hits too; when eu's Redis answers
@@ -114,18 +131,25 @@ func regionCounts(p peekResponse) map[string]string {
 // on every region's count.
 func TestRunTwoRegionsRedisOutage(t *testing.T) {
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
+	// Every Check below must be admitted, and the burst guard may deny
+	// below the limit for up to a horizon after a region it took for
+	// silent is alive again (docs/design.md, "The burst guard"). So a long
+	// suspicion keeps a late heartbeat on a busy machine from making either
+	// region silent to the other, and waitGuardAlive lets the pool form
+	// before the first Check.
 	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
 		// A stalled Redis still trips 500ms; a busy machine's slow call does not.
-		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=500ms"}, env(nil))
+		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=500ms", "--burst-guard-suspicion=10s"}, env(nil))
 	eu, euLogs := euNode.base, euNode.logs
 	m := gossipRE.FindStringSubmatch(euLogs.String())
 	if m == nil {
 		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
 	}
 	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s"}, env(nil))
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
 	us := usNode.base
 	defer stopNodes(euNode, usNode)
+	waitGuardAlive(t, eu, "us")
 	fbm := regexp.MustCompile(`fallback_region=(\S+)`).FindStringSubmatch(euLogs.String())
 	if fbm == nil {
 		t.Fatalf("eu's logs lack its fallback region:\n%s", euLogs)
