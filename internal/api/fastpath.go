@@ -43,14 +43,14 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	h := r.Header
-	ct := h.Get("Content-Type")
+	ct := header(h, "Content-Type")
 	if ct != "application/json" && ct != "application/json; charset=utf-8" {
 		return false
 	}
-	if h.Get("Content-Encoding") != "" || h.Get("Connect-Timeout-Ms") != "" {
+	if header(h, "Content-Encoding") != "" || header(h, "Connect-Timeout-Ms") != "" {
 		return false
 	}
-	if v := h.Get("Connect-Protocol-Version"); v != "" && v != "1" {
+	if v := header(h, "Connect-Protocol-Version"); v != "" && v != "1" {
 		return false
 	}
 	limit := s.reads.check
@@ -77,6 +77,9 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(bytes.Clone(body)), r.Body))
 		return false
 	}
+	// Read to its end: closed now, the body is one net/http's server need
+	// not drain (an allocation and a read) after the handler returns.
+	_ = r.Body.Close()
 	ctx := r.Context()
 	var msg any
 	var callErr error
@@ -137,6 +140,16 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
 	return true
+}
+
+// header returns h's first value of key, as h.Get does for a key in its
+// canonical form, as key must be: the server's request headers are
+// canonical already, and h.Get would check key's form on every call.
+func header(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // ctJSON is the usual Content-Type's header value.

@@ -32,14 +32,16 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 	switch m := m.(type) {
 	case *ratelimitv1.CheckRequest:
 		var f checkFields
-		if !parseWhole(b, f.parse) {
+		p := parser{b: b}
+		if !p.whole(func() bool { return f.parse(&p) }) {
 			return false, false
 		}
 		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
 		return true, false
 	case *ratelimitv1.PeekRequest:
 		var f checkFields
-		if !parseWhole(b, f.parse) {
+		p := parser{b: b}
+		if !p.whole(func() bool { return f.parse(&p) }) {
 			return false, false
 		}
 		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
@@ -47,7 +49,8 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 	case *ratelimitv1.CheckBatchRequest:
 		var checks []*ratelimitv1.CheckRequest
 		seen := false
-		ok := parseWhole(b, func(p *parser) bool {
+		p := parser{b: b}
+		ok := p.whole(func() bool {
 			if seen || string(p.name()) != "checks" || !p.byte('[') {
 				return false
 			}
@@ -61,7 +64,7 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 					return false
 				}
 				var f checkFields
-				if !p.object(f.parse) {
+				if !p.object(func() bool { return f.parse(&p) }) {
 					return false
 				}
 				checks = append(checks, &ratelimitv1.CheckRequest{Key: f.key, Hits: f.hits, Rule: f.rule, Limit: f.limit()})
@@ -146,7 +149,7 @@ func (f *checkFields) parse(p *parser) bool {
 	case "limit":
 		bit = 8
 		f.hasLimit = true
-		ok = p.object(f.parseLimit)
+		ok = p.object(func() bool { return f.parseLimit(p) })
 	}
 	return ok && once(&f.seen, bit)
 }
@@ -212,10 +215,11 @@ type parser struct {
 	i int
 }
 
-// parseWhole parses b as one object whose members member parses, with
-// nothing but whitespace after it.
-func parseWhole(b []byte, member func(*parser) bool) bool {
-	p := &parser{b: b}
+// whole parses p's input as one object whose members member parses (from
+// p), with nothing but whitespace after it. The members' parsers reach p
+// through their closures: passed to a func value, p would escape to the
+// heap.
+func (p *parser) whole(member func() bool) bool {
 	if !p.object(member) {
 		return false
 	}
@@ -246,8 +250,8 @@ func (p *parser) byte(c byte) bool {
 
 func (p *parser) colon() bool { return p.byte(':') }
 
-// object parses {member, ...}.
-func (p *parser) object(member func(*parser) bool) bool {
+// object parses {member, ...}, each member with member (which reads p).
+func (p *parser) object(member func() bool) bool {
 	if !p.byte('{') {
 		return false
 	}
@@ -255,7 +259,7 @@ func (p *parser) object(member func(*parser) bool) bool {
 		return true
 	}
 	for {
-		if !member(p) {
+		if !member() {
 			return false
 		}
 		if p.byte('}') {

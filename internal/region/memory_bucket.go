@@ -309,6 +309,27 @@ func (c *regionN) trail(wMs int64, exact, excess, shared bool) window.Trail {
 // that a bucket full of regions (MaxRegionsPerBucket) stays cheap to read.
 // With marked, each region's trails are set (see RegionCount).
 func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact bool) []RegionCount {
+	if cur.onlyOf(local) && prev.onlyOf(local) {
+		// One region, the usual case: its one entry, nothing to sort or
+		// merge.
+		out := make([]RegionCount, 1)
+		out[0] = RegionCount{Region: local}
+		if cur != nil && len(cur.counts) == 1 {
+			c := &cur.counts[0]
+			out[0].Current, out[0].CurrentTrail = c.n, c.reported(local, wMs, marked, exact, cur.private)
+		}
+		if prev != nil && len(prev.counts) == 1 {
+			c := &prev.counts[0]
+			out[0].Previous, out[0].PreviousTrail = c.n, c.reported(local, wMs, marked, exact, prev.private)
+		}
+		return out
+	}
+	return mergedRegionCounts(local, cur, prev, wMs, marked, exact)
+}
+
+// mergedRegionCounts is regionCounts for any regions: every region's
+// entries, sorted, then each region's merged into one.
+func mergedRegionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact bool) []RegionCount {
 	n := 1
 	if cur != nil {
 		n += len(cur.counts)
@@ -350,6 +371,12 @@ func regionCounts(local string, cur, prev *memBucket, wMs int64, marked, exact b
 		out[j] = out[i]
 	}
 	return out[:j+1]
+}
+
+// onlyOf reports whether b (nil for none) holds no region's count but
+// region's.
+func (b *memBucket) onlyOf(region string) bool {
+	return b == nil || len(b.counts) == 0 || (len(b.counts) == 1 && b.counts[0].region == region)
 }
 
 // reported returns the trail a RegionCount reports for c: none without

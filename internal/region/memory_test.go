@@ -321,3 +321,32 @@ func TestMemoryGrowIsMerge(t *testing.T) {
 		t.Errorf("grew %d trails, want most of the 20,000 later states at least", grown)
 	}
 }
+
+// TestRegionCountsOneRegion: with no region's counts but the local
+// region's, regionCounts lists its one entry as the general sort and
+// merge of every region's entries does.
+func TestRegionCountsOneRegion(t *testing.T) {
+	const wMs = 60_000
+	bucket := func(region string, hits int) *memBucket {
+		if hits < 0 {
+			return nil
+		}
+		b := &memBucket{private: true}
+		for i := range hits {
+			b.add(region, 1, int64(i)*997%wMs, wMs, true, true)
+		}
+		return b
+	}
+	for _, cur := range []int{-1, 0, 1, 5} {
+		for _, prev := range []int{-1, 0, 3} {
+			for _, marked := range []bool{false, true} {
+				c, p := bucket("eu", cur), bucket("eu", prev)
+				got := regionCounts("eu", c, p, wMs, marked, true)
+				want := mergedRegionCounts("eu", c, p, wMs, marked, true)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("cur %d prev %d marked %v: %+v, want %+v", cur, prev, marked, got, want)
+				}
+			}
+		}
+	}
+}

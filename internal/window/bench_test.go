@@ -119,3 +119,39 @@ func BenchmarkDecideModes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBucketAtCalendar finds the UTC calendar year that holds an
+// instant, as a node does for the buckets of a key's reset instant, at
+// instants that cycle through about a second.
+func BenchmarkBucketAtCalendar(b *testing.B) {
+	b.ReportAllocs()
+	l := Limit{Limit: MaxLimit, Algorithm: FixedWindow, Calendar: Calendar{Unit: CalendarYear}}
+	now := int64(1_700_000_000_000)
+	var n int64
+	for i := 0; b.Loop(); i++ {
+		_, bk := l.BucketAt(now + int64(i&1023))
+		n += bk
+	}
+	_ = n
+}
+
+// BenchmarkTrailCoarse gathers exact trails of 26 and 200 marks, a mark
+// per 240 ms of a one-minute bucket (about one per coarse granule, as a
+// key hit four times a second), into coarse granules, as the memory store
+// does for every admission's replication trail.
+func BenchmarkTrailCoarse(b *testing.B) {
+	for _, marks := range []int64{26, 200} {
+		b.Run(fmt.Sprint(marks), func(b *testing.B) {
+			var t Trail
+			for i := range marks {
+				t.Add(i*240, 60_000, 1, true)
+			}
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				n += len(t.Coarse(60_000))
+			}
+			_ = n
+		})
+	}
+}

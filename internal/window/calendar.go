@@ -182,6 +182,11 @@ func (c Calendar) Bucket(t time.Time) (start, end time.Time) {
 // normalised as time.Date does): its wall clock's midnight, or, when a
 // clock change skips midnight, the change.
 func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
+	if loc == time.UTC {
+		// No clock changes: the wall clock's midnight, what the search
+		// below finds, without it.
+		return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	}
 	noon := time.Date(y, m, d, 12, 0, 0, 0, loc)
 	ty, tm, td := noon.Date()
 	t := noon

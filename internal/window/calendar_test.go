@@ -101,6 +101,25 @@ func TestCalendarContiguous(t *testing.T) {
 	}
 }
 
+// TestCalendarUTCShortcut: in UTC, whose midnights are never skipped,
+// days, weeks, months and years start where the general search finds
+// them (run here under a zone of offset 0 that is not time.UTC, which
+// the shortcut leaves to the search), as UTC times.
+func TestCalendarUTCShortcut(t *testing.T) {
+	zero := time.FixedZone("UTC", 0)
+	at := time.Date(1999, 12, 25, 7, 0, 0, 0, time.UTC)
+	for at.Year() < 2030 {
+		for u := CalendarDay; u <= CalendarYear; u++ {
+			s, e := Calendar{Unit: u}.Bucket(at)
+			ws, we := Calendar{u, zero}.Bucket(at)
+			if !s.Equal(ws) || !e.Equal(we) || s.Location() != time.UTC || e.Location() != time.UTC {
+				t.Fatalf("%v at %s: %s .. %s, want %s .. %s in UTC", u, at, s, e, ws, we)
+			}
+		}
+		at = at.Add(61*time.Hour + 17*time.Minute)
+	}
+}
+
 // TestDecideCalendar: "10,000 calls per month, resetting on the 1st" in
 // New York: allowed while the month's count fits, then denied until the
 // month ends; reset_after is the real end of the month.

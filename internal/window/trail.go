@@ -183,10 +183,16 @@ func (t Trail) gather(wMs, n int64) Trail {
 
 // sparse reports whether t holds at most one mark per granule of wMs/n.
 func (t Trail) sparse(wMs, n int64) bool {
-	for i := 1; i < len(t); i++ {
-		if t[i].At*n/wMs == t[i-1].At*n/wMs {
+	if len(t) == 0 {
+		return true
+	}
+	g := t[0].At * n / wMs // one division per mark, not two
+	for _, m := range t[1:] {
+		next := m.At * n / wMs
+		if next == g {
 			return false
 		}
+		g = next
 	}
 	return true
 }

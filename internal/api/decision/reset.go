@@ -118,21 +118,33 @@ func (c *resetCache) shard(key string) *resetShard {
 }
 
 // get returns key's reset instant and whether it was read within the TTL
-// before now.
-func (c *resetCache) get(key string, now time.Time) (atMs int64, fresh bool) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	e, ok := sh.m[key]
-	sh.mu.Unlock()
-	return e.atMs, ok && now.Sub(e.readAt) < c.ttl && !now.Before(e.readAt)
-}
-
-// put records key's reset instant as read at now; it never lowers one.
-func (c *resetCache) put(key string, atMs int64, now time.Time) {
+// before now. When it was not and none is true, it records a read at now
+// that found no instant, as put(key, 0, now) would, under the same lock.
+func (c *resetCache) get(key string, now time.Time, none bool) (atMs int64, fresh bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
+	fresh = ok && now.Sub(e.readAt) < c.ttl && !now.Before(e.readAt)
+	if !fresh && none {
+		c.putLocked(sh, key, e, ok, 0, now)
+	}
+	return e.atMs, fresh
+}
+
+// put records key's reset instant as read at now; it never lowers one. It
+// returns the instant it recorded.
+func (c *resetCache) put(key string, atMs int64, now time.Time) int64 {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	return c.putLocked(sh, key, e, ok, atMs, now)
+}
+
+// putLocked is put with sh (key's shard) locked and key's entry e (ok:
+// there is one) already looked up.
+func (c *resetCache) putLocked(sh *resetShard, key string, e resetEntry, ok bool, atMs int64, now time.Time) int64 {
 	if ok && e.atMs > atMs {
 		atMs = e.atMs
 	}
@@ -148,6 +160,7 @@ func (c *resetCache) put(key string, atMs int64, now time.Time) {
 		}
 	}
 	sh.m[key] = resetEntry{atMs: atMs, readAt: now}
+	return atMs
 }
 
 // resetPeekPair writes to out the two store requests that read key's reset
@@ -207,13 +220,9 @@ func (d *Decider) resetGens(reqs []Request) (stale []int) {
 	for i := range reqs {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
-		at, fresh := d.resets.get(k, q.Now)
+		at, fresh := d.resets.get(k, q.Now, none)
 		q.Key = GenKey(k, at)
-		switch {
-		case fresh:
-		case none:
-			d.resets.put(k, 0, q.Now)
-		default:
+		if !fresh && !none {
 			stale = append(stale, i)
 		}
 	}
@@ -243,8 +252,7 @@ func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) 
 	for j, i := range stale {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
-		d.resets.put(k, resetInstant(res[resetPeeksPer*j:resetPeeksPer*(j+1)]), q.Now)
-		at, _ := d.resets.get(k, q.Now)
+		at := d.resets.put(k, resetInstant(res[resetPeeksPer*j:resetPeeksPer*(j+1)]), q.Now)
 		if g := GenKey(k, at); g != q.Key {
 			if redo == nil {
 				redo = make([]bool, len(reqs))
