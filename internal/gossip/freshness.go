@@ -259,5 +259,6 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	}
 	v.RegionNodes[v.Region] = v.Nodes
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
+	v.Suspicion = n.cfg.Suspicion
 	return v
 }

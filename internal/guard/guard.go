@@ -68,6 +68,8 @@ type entry struct {
 	wAlive   []string      // the alive regions of the view weight was read under
 	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
+	lastSeen []regionCount // the other regions' counts as last read while each was heard (see remember)
+	unseen   []regionCount // the silent regions' largest shares unheard, in the last result (see unseenShares)
 	trails   *trails       // the trail counter's state in that result, when it has one
 	last     *trails       // the trails of an earlier horizon's first result, until this one has its own
 	// The other regions' admissions this region cannot have heard yet.
@@ -177,6 +179,34 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	e.others = max(e.others, o)
 }
 
+// unheardShare is the shares, num/den by the weights of the last result
+// (equal when none), of the alive regions other than this one that have
+// not been heard from for longer than d at now.
+func (e *entry) unheardShare(now time.Time, limit uint64, v *View, floor uint64, d time.Duration) (num, den uint64) {
+	r := uint64(len(v.Alive))
+	if r <= 1 || !v.unheardFor(now, d) {
+		return 0, 1
+	}
+	f := max(weight(limit)/(r*max(floor, 1)), 1)
+	w := e.weightsFor(v)
+	den = w.sum + r*f
+	for _, a := range v.Alive {
+		if a == v.Region || v.Ages[a] <= d {
+			continue
+		}
+		num += f
+		if w.sum == 0 {
+			continue
+		}
+		for _, k := range e.lastSeen {
+			if k.name == a {
+				num += weight(k.n)
+			}
+		}
+	}
+	return min(num, den), den
+}
+
 // weightsFor returns the weights of the last result when they weigh
 // every region alive in v, else none (equal shares): weights read while
 // fewer regions were alive (a crossed view, a region silent then) lack
@@ -228,10 +258,10 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	defer s.mu.Unlock()
 	e := g.entryOf(s, key, now)
 	if e == nil {
-		return true, charge(limit, limit, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
+		return true, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 	}
 	v = e.quiet(v.Isolated(), lim)
-	storeLimit = charge(limit, limit, e.silent, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
+	storeLimit = charge(limit, limit, e.silent, e.unseen, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
 		if e.seen {
@@ -257,6 +287,14 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		if !e.start.IsZero() {
 			if gap := now.Sub(e.start.Add(e.horizon)); gap < e.horizon {
 				pend = window.MulDivCeil(e.others, uint64(e.horizon-gap), uint64(e.horizon))
+				if num, den := e.unheardShare(now, limit, v, g.cfg.Floor, 2*e.horizon); num > 0 {
+					// A region not heard from for two horizons may be
+					// admitting its shares of each as before, and none of it
+					// arrives: its part of what was pending stays so, and
+					// its share of the last horizon adds to it, until it is
+					// heard again or counted quiet (see quiet).
+					pend = window.SatAdd(pend, window.MulDivCeil(e.pend, num, den))
+				}
 				recent = e.used
 				ownPrev, ownPrevOK = e.own0, e.own0ok
 				h = satSub(h, e.others-pend+e.pend)
@@ -264,7 +302,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
@@ -408,7 +446,8 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.wMs = res.SubMs
 	}
 	v = e.quiet(v.Isolated(), lim)
-	c, silent := counts(res, v)
+	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
+	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), limit, g.cfg.Floor)
 	// This node's admissions of the current and the previous horizon are
 	// in its own count but may not have reached the other regions yet:
 	// leave them out of the weights, or every region would weigh itself
@@ -419,10 +458,12 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// theirs are as fresh as this node's: what the region admitted since
 	// the previous horizon began, from its own trails (the default
 	// sliding window), or what its count grew by since the previous
-	// horizon's first result.
+	// horizon's first result. What it admitted since an alive region was
+	// last heard from is fresh too: a region this node does not hear may
+	// not hear it either (a cut link), and weighs it by what it had.
 	// Without trails, in a horizon that follows none, a region of several
 	// nodes cannot tell which of its count is fresh: it weighs none of it.
-	ft, tracked := freshOwn(res, v.Region, e.start.Add(-e.horizon).UnixMilli())
+	ft, tracked := freshOwn(res, v.Region, earlier(e.start, v.heardAt(now)).Add(-e.horizon).UnixMilli())
 	fresh := max(e.used+e.recent, ft)
 	if !e.known {
 		e.own0, e.own0ok = c.own, true
@@ -532,8 +573,9 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 		e.wMs = res.SubMs
 	}
 	v = e.quiet(v.Isolated(), lim)
-	c, silent := counts(res, v)
-	fresh, tracked := freshOwn(res, v.Region, now.Add(-v.Horizon).UnixMilli())
+	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
+	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), lim.Limit, g.cfg.Floor)
+	fresh, tracked := freshOwn(res, v.Region, v.heardAt(now).Add(-v.Horizon).UnixMilli())
 	if !tracked && v.Nodes > 1 {
 		fresh = c.own
 	}

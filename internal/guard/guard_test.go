@@ -122,7 +122,9 @@ func TestCharge(t *testing.T) {
 	}
 	// What the estimate already holds of a silent region is not charged
 	// twice: half way through the bucket, the two-bucket counter holds
-	// 20 + 20/2 of b.
+	// 20 + 20/2 of b. (Silent for long: only their equal shares are
+	// charged, see charge.)
+	v.Ages = map[string]time.Duration{"b": time.Minute, "c": time.Minute}
 	half := t0.Add(5 * time.Second)
 	two := limitOf(100)
 	two.Algorithm = window.SlidingWindowTwoBucket
@@ -468,7 +470,7 @@ func TestCrossed(t *testing.T) {
 		// Every other region is charged its share, ceil(limit/R): a keeps
 		// the rest.
 		r := uint64(len(c.alive) + len(c.silent))
-		if got, want := charge(90, 90, nil, 0, limitOf(90), iso, 0), 90-(r-1)*((90+r-1)/r); got != want {
+		if got, want := charge(90, 90, nil, nil, 0, limitOf(90), iso, 0), 90-(r-1)*((90+r-1)/r); got != want {
 			t.Errorf("%s: charged limit %d, want %d", c.name, got, want)
 		}
 	}

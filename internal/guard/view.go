@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -37,6 +38,9 @@ type View struct {
 	// RegionNodes is, per alive region, its alive nodes (see [stagger]);
 	// a region absent from it is taken to have Nodes.
 	RegionNodes map[string]int
+	// Suspicion is how long a region goes unheard before it is silent
+	// (see [unseenShares]); 0: unknown.
+	Suspicion time.Duration
 }
 
 // nodesOf is the alive nodes of alive region r.
@@ -54,6 +58,32 @@ func (v *View) poolNodes() int {
 		n += v.nodesOf(r)
 	}
 	return max(n, 1)
+}
+
+// heardAt is when every other alive region had last been heard from, for
+// v taken at now (see [View.Ages]).
+func (v *View) heardAt(now time.Time) time.Time {
+	var age time.Duration
+	for _, r := range v.Alive {
+		if r != v.Region {
+			age = max(age, v.Ages[r])
+		}
+	}
+	return now.Add(-age)
+}
+
+// unheardFor reports whether an alive region other than this one has not
+// been heard from for longer than d, for v taken at now.
+func (v *View) unheardFor(now time.Time, d time.Duration) bool {
+	return now.Sub(v.heardAt(now)) > d
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Crossed reports whether the regions do not split into sides that each
@@ -146,14 +176,15 @@ func rank(v *View) uint64 {
 
 // regionCount is a region's count in the current and previous buckets.
 type regionCount struct {
-	name string
-	n    uint64
+	name   string
+	n      uint64
+	bucket int64 // the bucket it was read in (see remember); for a share (see unseenShares), the instant it was for
 }
 
 // counts returns the alive regions' counts (see [tally]) and the silent
 // regions' counts (see [heldCount]), from the per-region counts of a
 // store result (replicas region~id count for their region).
-func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
+func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64) (c tally, silent []heldCount) {
 	var buf [16]regionCount // no allocation up to 16 alive regions
 	others := buf[:0]
 	for _, rc := range res.Regions {
@@ -174,6 +205,9 @@ func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
 				curTrail: lowTrail(rc.CurrentTrail), prevTrail: lowTrail(rc.PreviousTrail)})
 		}
 	}
+	if seen != nil {
+		*seen = remember(*seen, others, v, res, nowMs)
+	}
 	for _, o := range others {
 		x := weight(o.n)
 		c.others += x
@@ -182,6 +216,40 @@ func counts(res *region.Result, v *View) (c tally, silent []heldCount) {
 		}
 	}
 	return c, silent
+}
+
+// remember returns the other regions' counts as last read while each was
+// alive: those of others, read now in res's bucket, except for a region
+// last heard from in an earlier bucket (its count there, already seen,
+// is what it weighed itself by while this node could still hear it), and
+// those of seen for the regions silent in v. It reuses seen's array.
+func remember(seen, others []regionCount, v *View, res *region.Result, nowMs int64) []regionCount {
+	out := seen[:0]
+	for _, k := range seen {
+		if slices.Contains(v.Silent, k.name) || k.frozen(v, res, nowMs) {
+			out = append(out, k)
+		}
+	}
+	for _, o := range others {
+		if !slices.ContainsFunc(out, func(k regionCount) bool { return k.name == o.name }) {
+			o.bucket = res.Bucket
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// frozen reports whether k, a count read in an earlier bucket than res's,
+// is the region's count in the bucket it was last heard from in. Buckets
+// are numbered as [freshOwn] takes them (res.Bucket of res.SubMs); a
+// calendar bucket, numbered by its start, never ends before a later one's
+// start and so is never frozen.
+func (k regionCount) frozen(v *View, res *region.Result, nowMs int64) bool {
+	if k.bucket >= res.Bucket || res.SubMs <= 0 {
+		return false
+	}
+	heard := nowMs - v.Ages[k.name].Milliseconds()
+	return heard < (k.bucket+1)*res.SubMs
 }
 
 // heldCount is a silent region's counts in the current and previous
@@ -286,30 +354,174 @@ func keepOlder(silent, old []heldCount) {
 }
 
 // charge takes the silent regions' unseen shares off h (a limit or a
-// headroom) when v says this side charges them: each silent region r is
-// charged max(ceil(limit/R_all) - held, refilled), held being what the
-// estimate of lim at nowMs holds of it (see [heldCount.at]; 0 when
+// headroom) when v says this side charges them: the silent regions
+// together are charged what they may have admitted that this side does
+// not see, each region r max(share - held, refilled), held being what
+// the estimate of lim at nowMs holds of it (see [heldCount.at]; 0 when
 // unknown) and refilled what it may have admitted again, unheard, in the
 // undetected time after it was last heard (see [heldCount.refilled]).
-func charge(h, limit uint64, silent []heldCount, nowMs int64, lim window.Limit, v *View, undetected time.Duration) uint64 {
+//
+// Once they can tell that they are unheard, the silent regions admit at
+// most their equal shares, ceil(limit/R_all) each. Until then they admit
+// by their weighted shares, which after a quiet spell elsewhere are most
+// of the headroom, and none of it reaches this side: while what a region
+// may have admitted in that undetected time can still be in the window,
+// its share is the larger of its equal one and the largest it could have
+// given itself then (see [unseenShares]); under a limit below the pool's
+// nodes, decided by the stagger, a hit per node of the region, as at the
+// head of a slot (the whole limit when its nodes are not known here). The
+// charge is the larger of the two sums.
+func charge(h, limit uint64, silent []heldCount, unseen []regionCount, nowMs int64, lim window.Limit, v *View, undetected time.Duration) uint64 {
 	if !v.Charge() {
 		return h
 	}
-	share := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
-	for _, r := range v.Silent {
-		var c, refill uint64
-		t0 := nowMs - v.Ages[r].Milliseconds()
+	equal := window.MulDivCeil(limit, 1, uint64(len(v.Alive)+len(v.Silent)))
+	// A limit below the pool's nodes is decided by the stagger, where a
+	// region at the head of a slot may take a hit per node.
+	pool := uint64(v.poolNodes())
+	for _, name := range v.Silent {
+		pool += uint64(v.nodesOf(name))
+	}
+	staggered := limit < pool
+	var needEqual, needWeighted uint64
+	for _, name := range v.Silent {
+		var c, refill, share uint64
+		t0 := nowMs - v.Ages[name].Milliseconds()
 		for i := range silent {
-			if silent[i].region == r {
+			if silent[i].region == name {
 				c = window.SatAdd(c, silent[i].at(nowMs, lim))
 				refill = window.SatAdd(refill, silent[i].refilled(t0, undetected, nowMs, lim))
 			}
 		}
-		need := max(satSub(share, c), refill)
-		if h <= need {
-			return 0
+		share = equal // unknown: as if it knew
+		if j := slices.IndexFunc(unseen, func(u regionCount) bool { return u.name == name }); j >= 0 {
+			share = unseen[j].n
 		}
-		h -= need
+		needEqual = window.SatAdd(needEqual, max(satSub(equal, c), refill))
+		weighted := equal
+		switch {
+		case nowMs >= t0+undetected.Milliseconds()+lim.WindowMs():
+		case staggered:
+			weighted = min(limit, uint64(v.nodesOf(name)))
+			if _, ok := v.RegionNodes[name]; !ok {
+				weighted = limit // its nodes are not known here
+			}
+		default:
+			weighted = share
+		}
+		needWeighted = window.SatAdd(needWeighted, max(satSub(weighted, c), refill))
 	}
-	return h
+	return satSub(h, max(needEqual, needWeighted))
+}
+
+// unseenShares returns, for each region silent in v, the largest share
+// of limit it could have given itself before it could tell that it was
+// unheard, by the weights it had then: its own count as this node last
+// read it while it heard it (seen, see [remember]; a count read after the
+// bucket it was last heard in rolled over is not taken: its view still
+// held the older bucket), the other silent regions' counts (silent, read
+// from res under v at nowMs), and each alive region's count as of when
+// it was last heard (t0), in t0's buckets (what the alive regions
+// admitted after t0 it cannot have weighed; a bucket res no longer holds
+// counts as empty, and a count without trails as nothing: both give it
+// the larger share). It reuses out's array.
+func unseenShares(out []regionCount, res *region.Result, v *View, silent []heldCount, seen []regionCount, nowMs int64, limit, floor uint64) []regionCount {
+	if len(v.Silent) == 0 {
+		return out[:0]
+	}
+	r := uint64(len(v.Alive) + len(v.Silent))
+	f := max(weight(limit)/(r*max(floor, 1)), 1)
+	silentW := func(name string) uint64 {
+		var n uint64
+		for i := range silent {
+			if silent[i].region == name {
+				n = window.SatAdd(n, silent[i].cur+silent[i].prev)
+			}
+		}
+		for _, k := range seen {
+			if k.name == name {
+				n = max(n, k.n)
+			}
+		}
+		return weight(n)
+	}
+	var sw uint64 // the silent regions' weights
+	for _, name := range v.Silent {
+		sw += silentW(name)
+	}
+	prior := slices.Clone(out) // no allocation up to its capacity: small
+	out = out[:0]
+	for _, name := range v.Silent {
+		t0 := nowMs - v.Ages[name].Milliseconds()
+		// An alive region whose link to name was cut before this node's
+		// says so a suspicion timeout after, and its word arrives within
+		// a horizon or so: one that has not said so heard name until then,
+		// and name it. Without a suspicion timeout, the alive regions count
+		// as idle.
+		asOf := min(t0, nowMs-(v.Suspicion+3*v.Horizon).Milliseconds())
+		if v.Suspicion <= 0 {
+			asOf = math.MinInt64
+		}
+		last := uint64(0)
+		if j := slices.IndexFunc(prior, func(u regionCount) bool { return u.name == name }); j >= 0 && abs(prior[j].bucket-t0) <= 1 {
+			// Still the silence of the last result, whose share was
+			// read as of an earlier instant. Once asOf is before the
+			// current bucket, res lacks the bucket before it, and would
+			// weigh the alive regions as idle: the share stays.
+			if res.SubMs > 0 && asOf < res.Bucket*res.SubMs {
+				out = append(out, prior[j])
+				continue
+			}
+			last = prior[j].n
+		}
+		den := r*f + sw
+		var buf [16]regionCount // no allocation up to 16 alive regions
+		alive := buf[:0]
+		for _, rc := range res.Regions {
+			a, _, _ := strings.Cut(rc.Region, "~")
+			if !slices.Contains(v.Alive, a) {
+				continue
+			}
+			j := slices.IndexFunc(alive, func(o regionCount) bool { return o.name == a })
+			if j < 0 {
+				alive = append(alive, regionCount{name: a})
+				j = len(alive) - 1
+			}
+			alive[j].n = window.SatAdd(alive[j].n, countAt(rc, res, asOf))
+		}
+		for _, a := range alive {
+			den += weight(a.n)
+		}
+		out = append(out, regionCount{name: name, n: max(last, window.MulDivCeil(limit, silentW(name)+f, den)), bucket: t0})
+	}
+	return out
+}
+
+// countAt is rc's count in the current and previous buckets as of tMs, in
+// the buckets of tMs, from its trails: 0 for a bucket res no longer holds
+// or a count without trails. A coarse trail's mark may stand for hits a
+// granule after it, so hits within a granule before tMs count as after.
+func countAt(rc region.RegionCount, res *region.Result, tMs int64) uint64 {
+	w := res.SubMs
+	if w <= 0 || rc.CurrentTrail.Count() != rc.Current || rc.PreviousTrail.Count() != rc.Previous {
+		return 0
+	}
+	before := func(t window.Trail, off int64) uint64 {
+		return satSub(t.Count(), t.After(off-max(w/window.Granules, 1)))
+	}
+	start := res.Bucket * w
+	switch {
+	case tMs >= start && tMs < start+w:
+		return window.SatAdd(rc.Previous, before(rc.CurrentTrail, tMs-start))
+	case tMs >= start-w && tMs < start:
+		return before(rc.PreviousTrail, tMs-(start-w))
+	}
+	return 0
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -195,6 +195,11 @@ func (w *world) view(r int) *guard.View {
 		}
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
+	v.Suspicion = w.cfg.Suspicion
+	v.RegionNodes = make(map[string]int, len(v.Alive))
+	for _, a := range v.Alive {
+		v.RegionNodes[a] = len(n.guards) // every region has as many nodes
+	}
 	v.Ages = make(map[string]time.Duration, len(w.regions))
 	for j, o := range w.regions {
 		if j != r {
