@@ -594,8 +594,9 @@ func TestDenyCacheMetrics(t *testing.T) {
 	c := s.client(t, false)
 	ctx := context.Background()
 	// One admitted, one denied by the store, three denied from memory;
-	// the first check also reads the key's reset instant, in this UTC
-	// year's bucket and the last one's (a third and a fourth miss).
+	// the first check also reads the key's reset instant and the store's
+	// reset marker, each in this UTC year's bucket and the last one's
+	// (four more misses).
 	for i := 0; i < 5; i++ {
 		if _, err := c.Check(ctx, connect.NewRequest(&ratelimitv1.CheckRequest{Key: "a", Limit: inline(1, time.Minute)})); err != nil {
 			t.Fatal(err)
@@ -604,11 +605,11 @@ func TestDenyCacheMetrics(t *testing.T) {
 	wantMetrics(t, s,
 		`rlcluster_decisions_total{outcome="denied",rule="inline"} 4`,
 		"rlcluster_deny_cache_hits_total 3",
-		"rlcluster_deny_cache_misses_total 4",
+		"rlcluster_deny_cache_misses_total 6",
 		"rlcluster_deny_cache_evictions_total 0",
 		"rlcluster_deny_cache_entries 1",
 		`rlcluster_store_mode{mode="local"} 1`,
-		"rlcluster_store_fallback_decisions_total 4",
+		"rlcluster_store_fallback_decisions_total 6",
 	)
 }
 

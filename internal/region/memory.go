@@ -78,8 +78,8 @@ type Memory struct {
 	shards      [memShards]memShard
 	evicted     atomic.Uint64
 	dropped     atomic.Uint64 // merged totals over MaxRegionsPerBucket
-	// resetKeys is at least the number of keys held that start with
-	// ResetKeyPrefix: raised before such a key is inserted, lowered
+	// resetKeys is at least the number of reset instants' keys held
+	// (isResetInstant): raised before such a key is inserted, lowered
 	// after it is removed.
 	resetKeys atomic.Int64
 }
@@ -137,9 +137,10 @@ func (m *Memory) Evictions() uint64 { return m.evicted.Load() }
 // Keys returns the number of keys held.
 func (m *Memory) Keys() int { return int(m.keys.Load()) }
 
-// NoResets reports whether the store holds no key that starts with
-// [ResetKeyPrefix], so that a request on one, at the instant NoResets
-// returns true, would read no count.
+// NoResets reports whether the store holds no reset instant's key (one
+// that starts with [ResetKeyPrefix], the marker [ResetMarkKey] aside), so
+// that a request on one, at the instant NoResets returns true, would read
+// no count.
 func (m *Memory) NoResets() bool { return m.resetKeys.Load() == 0 }
 
 // MemoryStats are a [Memory] store's gauges and counters.
@@ -282,7 +283,7 @@ func (m *Memory) lookup(s *memShard, k memKey, create bool) *memEntry {
 	if m.keys.Add(1) > m.maxKeys {
 		m.evictOne(s, nil, evictRounds)
 	}
-	if strings.HasPrefix(k.key, ResetKeyPrefix) {
+	if isResetInstant(k.key) {
 		m.resetKeys.Add(1)
 	}
 	e := &memEntry{k: k}
@@ -339,7 +340,7 @@ func (m *Memory) remove(s *memShard, el *list.Element) {
 	s.lru.Remove(el)
 	delete(s.m, e.k)
 	m.keys.Add(-1)
-	if strings.HasPrefix(e.k.key, ResetKeyPrefix) {
+	if isResetInstant(e.k.key) {
 		m.resetKeys.Add(-1)
 	}
 	if e.logCap != 0 {
@@ -389,12 +390,14 @@ func (m *Memory) Restore(ctx context.Context, totals []Total) error {
 
 // merge max-merges totals. Consecutive totals of one key and window (a
 // decision's buckets and regions, as the failover's mirror passes them)
-// share one lock and one lookup of their entry.
+// share one lock and one lookup of their entry. Each reset instant it
+// raises raises the reset marker after ([ResetMarkKey]).
 func (m *Memory) merge(totals []Total, own bool) {
 	var (
-		s *memShard // locked while e is set
-		e *memEntry
-		k memKey
+		s      *memShard // locked while e is set
+		e      *memEntry
+		k      memKey
+		raised []BucketRef // reset instants' buckets raised, for the marker
 	)
 	for i := range totals {
 		t := &totals[i]
@@ -414,12 +417,37 @@ func (m *Memory) merge(totals []Total, own bool) {
 		if !ValidTrail(*t) {
 			h = nil
 		}
-		if b := e.ensure(t.Bucket); b != nil && b.maxMerge(t.Region, t.Count, h, k.wMs, m.region) {
+		b := e.ensure(t.Bucket)
+		if b == nil {
+			continue
+		}
+		before := b.get(t.Region)
+		if b.maxMerge(t.Region, t.Count, h, k.wMs, m.region) {
 			m.dropped.Add(1)
+		}
+		if isResetInstant(t.Key) && b.get(t.Region) > before {
+			raised = append(raised, BucketRef{Window: t.Window, Bucket: t.Bucket})
 		}
 	}
 	if e != nil {
 		s.mu.Unlock()
+	}
+	for _, r := range raised {
+		m.raiseMark(r.Window, r.Bucket)
+	}
+}
+
+// raiseMark counts one more raise of a reset instant in bucket b of w in
+// the reset marker ([ResetMarkKey]), under the store's own region. It runs
+// after the raise, once its shard is unlocked: a reader that sees the
+// marker's new count and then reads the instant sees the raise.
+func (m *Memory) raiseMark(w time.Duration, b int64) {
+	k := memKey{key: ResetMarkKey, wMs: w.Milliseconds(), kind: kindCounter}
+	s := m.shard(k.key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x := m.lookup(s, k, true).ensure(b); x != nil {
+		x.add(m.region, 1, 0, k.wMs, false, false)
 	}
 }
 

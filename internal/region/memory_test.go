@@ -202,9 +202,10 @@ func TestMemoryResultTrailsNeverChange(t *testing.T) {
 	}
 }
 
-// TestMemoryNoResets: NoResets holds while no key with ResetKeyPrefix is
+// TestMemoryNoResets: NoResets holds while no reset instant's key is
 // held: a peek at one creates none, a decision on one, a restore or a
-// merge into one does, and the key's eviction or expiry ends it.
+// merge into one does, and the key's eviction or expiry ends it. The
+// reset marker that a restore or merge raises is no reset instant.
 func TestMemoryNoResets(t *testing.T) {
 	ctx := context.Background()
 	now := time.UnixMilli(1_700_000_000_000)
@@ -226,14 +227,14 @@ func TestMemoryNoResets(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMemory(MemoryConfig{MaxKeys: 1})
-			check := func(k string, at time.Time, peek bool) {
+			m := NewMemory(MemoryConfig{MaxKeys: 2}) // a reset key and the marker
+			check := func(m *Memory, k string, at time.Time, peek bool) {
 				t.Helper()
 				if err := m.Check(ctx, []Request{{Key: k, Limit: l, Hits: 1, Now: at, Peek: peek}}, make([]Result, 1)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			check(key, now, true)
+			check(m, key, now, true)
 			if !m.NoResets() {
 				t.Fatal("NoResets() = false after a peek at a reset key, want true")
 			}
@@ -243,20 +244,25 @@ func TestMemoryNoResets(t *testing.T) {
 			if m.NoResets() {
 				t.Fatal("NoResets() = true holding a reset key, want false")
 			}
-			check("bob", now, false) // evicts the reset key
-			if got, want := m.Keys(), 1; got != want {
+			for i := 0; !m.NoResets(); i++ { // other keys evict it
+				if i == 100 {
+					t.Fatal("NoResets() = false after 100 other keys, want true")
+				}
+				check(m, fmt.Sprintf("k%d", i), now, false)
+			}
+			if got, want := m.Keys(), 2; got != want {
 				t.Fatalf("Keys() = %d, want %d", got, want)
 			}
-			if !m.NoResets() {
-				t.Errorf("NoResets() = false holding bob alone, want true")
-			}
+
+			m = NewMemory(MemoryConfig{})
 			if err := tc.add(m); err != nil {
 				t.Fatal(err)
 			}
 			if m.NoResets() {
-				t.Fatal("NoResets() = true holding a reset key again, want false")
+				t.Fatal("NoResets() = true holding a reset key, want false")
 			}
-			check(key, now.Add(time.Hour), true) // sweeps the key's shard
+			check(m, key, now.Add(time.Hour), true) // sweeps the key's shard
+			check(m, ResetMarkKey, now.Add(time.Hour), true)
 			if got, want := m.Keys(), 0; got != want {
 				t.Fatalf("Keys() = %d after the sweep, want %d", got, want)
 			}

@@ -485,19 +485,31 @@ func (r *Redis) Epoch(ctx context.Context) (epoch string, fresh bool, err error)
 	return old, false, nil
 }
 
+// merges reports whether merge takes t: a total of another region (of
+// any region when own is set) for a window the store keeps.
+func (r *Redis) merges(t *Total, own bool) bool {
+	return (t.Region != r.region || own) && t.Region != "" && storedWindow(t.Window, t.Bucket)
+}
+
+// absMs is the length of a bucket of w in ms: a calendar bucket's (named
+// by minus its length) too.
+func absMs(w time.Duration) int64 {
+	if ms := w.Milliseconds(); ms >= 0 {
+		return ms
+	}
+	return -w.Milliseconds()
+}
+
 func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 	var cmds []*redis.Cmd
 	queue := func() redis.Pipeliner {
 		pipe := r.c.Pipeline()
 		cmds = cmds[:0]
 		for _, t := range totals {
-			if (t.Region == r.region && !own) || t.Region == "" || !storedWindow(t.Window, t.Bucket) {
+			if !r.merges(&t, own) {
 				continue
 			}
-			wMs := t.Window.Milliseconds()
-			if wMs < 0 { // a calendar bucket: live two of its lengths
-				wMs = -wMs
-			}
+			wMs := absMs(t.Window)
 			var trail string
 			if ValidTrail(t) {
 				trail = formatTrail(t.Trail)
@@ -526,6 +538,36 @@ func (r *Redis) merge(ctx context.Context, totals []Total, own bool) error {
 		if n, _ := c.Int64(); n < 0 {
 			r.regionsDropped.Add(1)
 		}
+	}
+	return r.raiseMark(ctx, totals, own)
+}
+
+// raiseMark raises the reset marker ([ResetMarkKey]) once in the bucket of
+// every reset instant's total of totals that merge took, whether or not
+// the total raised the instant: a marker left unraised by a failed call
+// is raised by the next merge of the same total (replication sends an
+// urgent total twice), where a raise only when the instant grew would
+// never come. It runs after merge's round trip, not in it: on a Redis
+// Cluster the marker lives on another shard, and a reader that sees the
+// marker's new count must see the instant.
+func (r *Redis) raiseMark(ctx context.Context, totals []Total, own bool) error {
+	var pipe redis.Pipeliner
+	for _, t := range totals {
+		if !isResetInstant(t.Key) || !r.merges(&t, own) {
+			continue
+		}
+		if pipe == nil {
+			pipe = r.c.Pipeline()
+		}
+		k := CounterKey(ResetMarkKey, t.Window, t.Bucket)
+		pipe.HIncrBy(ctx, k, r.region, 1)
+		pipe.PExpire(ctx, k, time.Duration(2*absMs(t.Window)+r.marginMs)*time.Millisecond)
+	}
+	if pipe == nil {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return r.wrap(ctx, "raise reset marker", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -32,11 +33,28 @@ const (
 )
 
 // ResetKeyPrefix starts the key of every reset instant the API keeps in a
-// store (see the API's decision.ResetKey), and of no other key. The
-// in-memory store counts the keys it holds that start with it, so that a
-// decision need not read reset instants from a store that holds none
-// ([Memory.NoResets]).
+// store (see the API's decision.ResetKey), and of the reset marker
+// ([ResetMarkKey]), and of no other key. The in-memory store counts the
+// reset instants it holds, so that a decision need not read them from a
+// store that holds none ([Memory.NoResets]).
 const ResetKeyPrefix = "z:"
+
+// ResetMarkKey is the key of a store's reset marker: a total in the
+// buckets of reset instants (the API's decision.ResetBucket, UTC calendar
+// years) whose count under the store's own region the store raises after
+// it merges a reset instant's total (Merge or Restore) of the same bucket,
+// so that the marker changes whenever a reset may have reached the store.
+// A node reads it to tell whether any key's reset instant may have
+// changed since it last read it (see the API's decision.Decider.Reset).
+// No reset instant's key is it (the API's keys start with a namespace's
+// tag, never '*'), and no node reports it to the other regions.
+const ResetMarkKey = ResetKeyPrefix + "*"
+
+// isResetInstant reports whether key is a reset instant's: it starts with
+// ResetKeyPrefix and is not the marker.
+func isResetInstant(key string) bool {
+	return strings.HasPrefix(key, ResetKeyPrefix) && key != ResetMarkKey
+}
 
 // ErrUnavailable is returned when the store cannot be reached.
 var ErrUnavailable = errors.New("region: store unavailable")

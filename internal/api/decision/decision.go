@@ -155,6 +155,7 @@ type Decider struct {
 	guard     burstGuard // nil: none
 	rules     atomic.Pointer[rules.Set]
 	resets    *resetCache
+	mark      resetMark
 	resetless resetless                // the Store's, nil when it cannot tell
 	decisions *prometheus.CounterVec   // rule, outcome
 	latency   *prometheus.HistogramVec // method
@@ -207,6 +208,7 @@ func New(cfg Config, rs *rules.Set) (*Decider, error) {
 	d := &Decider{
 		cfg:    cfg,
 		resets: newResetCache(cfg.ResetTTL, cfg.MaxResetKeys),
+		mark:   resetMark{ttl: cfg.ResetTTL},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rlcluster_decisions_total",
 			Help: "Decisions made by Check, CheckBatch and Envoy's ShouldRateLimit, by rule (a rule name, \"inline\", \"unknown\" or an Envoy limit's domain.key_value path) and outcome (allowed, denied, guard_denied: denied by the burst guard before the store, shadow_denied: denied but answered allowed in shadow mode, error).",
@@ -295,18 +297,18 @@ type Outcome struct {
 // A store failure is unavailable (and counted); a done ctx is its own
 // code.
 func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) error {
-	stale := d.resetGens(reqs)
-	if len(stale) > 0 && d.guard != nil {
+	look := d.resetGens(reqs)
+	if look.peeks() > 0 && d.guard != nil {
 		// The guard's path decides a subset of the requests: read the
 		// resets first there.
-		if err := d.readResets(ctx, reqs, stale); err != nil {
+		if err := d.readResets(ctx, reqs, &look); err != nil {
 			return d.storeFailed(ctx, reqs, err)
 		}
-		stale = nil
+		look = resetLook{}
 	}
 	var sreqs []region.Request
 	var res []region.Result
-	switch n := len(reqs) + resetPeeksPer*len(stale); {
+	switch n := len(reqs) + look.peeks(); {
 	case n == 1:
 		// The common cases in one allocation instead of two.
 		one := new(struct {
@@ -331,11 +333,12 @@ func (d *Decider) Decide(ctx context.Context, reqs []Request, out []Outcome) err
 	if skip != nil {
 		return d.decideGuarded(ctx, reqs, sreqs, res, out, tickets, skip)
 	}
-	sreqs = appendResetPeeks(sreqs, reqs, stale)
+	sreqs = appendResetPeeks(sreqs, reqs, &look)
 	if err := d.cfg.Store.Check(ctx, sreqs, res); err != nil {
+		d.mark.release(look.claim)
 		return d.storeFailed(ctx, reqs, err)
 	}
-	redo := d.learnResets(reqs, stale, res[len(reqs):])
+	redo := d.learnResets(reqs, &look, res[len(reqs):])
 	for i := range reqs {
 		if redo == nil || !redo[i] {
 			out[i] = d.record(&reqs[i], res[i], byStore)

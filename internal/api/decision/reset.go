@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/api/rules"
@@ -33,14 +34,36 @@ import (
 // knows of R, it counts K under the generation key GenKey(K, R), whose
 // counters start empty, and the counts under K (or an older generation)
 // are never read again; they expire. A node learns a reset from the store
-// (its region's, where replication merges the other regions' resets) at
-// most Config.ResetTTL after its last look at K: the look is two more
-// requests (the two years) in the decision's own store call, and a
-// decision that it shows was made under an old generation is made again.
-// So a reset reaches every decision at most the replication delay plus
-// ResetTTL after it was made, and a decision made in a region before the
-// reset reached it counts in the old generation: under-counted, never
-// over.
+// (its region's, where replication merges the other regions' resets) by
+// a look at K: two more requests (the two years) in the decision's own
+// store call; a decision that the look shows was made under an old
+// generation is made again.
+//
+// A look is needed only when a reset may have come since the last. Each
+// store keeps a reset marker ([region.ResetMarkKey]), a total in the same
+// yearly buckets that the store raises, under its own region, after every
+// merge of a reset instant into it (a local Reset's or replication's), so
+// that the marker changes whenever a reset reaches the store, in whatever
+// order resets arrive (a marker of the latest instant would not change
+// for an older reset that arrives late). It is never replicated: each
+// store keeps its own. A node reads the marker (two more requests, in a
+// decision's call that needs it) about every ResetTTL/2, not per key, and
+// numbers each read that differs from the one before (a generation). It
+// records with each key's instant the marker's generation it had read
+// before the look's call began. A decision skips K's look when the node
+// looked at K within ResetTTL, or when the marker, read within ResetTTL,
+// shows no reset in the current and previous UTC years or is still at
+// the generation recorded with K's instant. That is exact: a reset that
+// reached the store before the marker read that the decision trusts
+// raised the marker before that read, so the read differs from the one
+// read before K's look (then K is looked at), or that earlier read saw it
+// too and K's look after it found the instant. Over many keys, none of
+// them reset, a decision is then one store request.
+//
+// So a reset reaches every decision at most the replication delay (its
+// merge and the marker's raise in the region's store) plus ResetTTL after
+// it was made, and a decision made in a region before the reset reached
+// it counts in the old generation: under-counted, never over.
 
 // resetLimit is the limit of a reset instant's total: a UTC calendar
 // year, so that a reset outlives every counter it clears.
@@ -103,6 +126,9 @@ type resetShard struct {
 type resetEntry struct {
 	atMs   int64     // the reset instant, 0 for none
 	readAt time.Time // when it was read
+	// gen is the generation of the reset marker ([resetMark]) that the
+	// node had read before it read atMs, 0 for none.
+	gen uint64
 }
 
 func newResetCache(ttl time.Duration, max int) *resetCache {
@@ -117,34 +143,60 @@ func (c *resetCache) shard(key string) *resetShard {
 	return &c.shards[maphash.String(c.seed, key)%resetShards]
 }
 
-// get returns key's reset instant and whether it was read within the TTL
-// before now. When it was not and none is true, it records a read at now
-// that found no instant, as put(key, 0, now) would, under the same lock.
-func (c *resetCache) get(key string, now time.Time, none bool) (atMs int64, fresh bool) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	fresh = ok && now.Sub(e.readAt) < c.ttl && !now.Before(e.readAt)
-	if !fresh && none {
-		c.putLocked(sh, key, e, ok, 0, now)
-	}
-	return e.atMs, fresh
+// fresh reports whether what was read at readAt is still trusted at now.
+func fresh(now, readAt time.Time, ttl time.Duration) bool {
+	return now.Sub(readAt) < ttl && !now.Before(readAt)
 }
 
-// put records key's reset instant as read at now; it never lowers one. It
-// returns the instant it recorded.
-func (c *resetCache) put(key string, atMs int64, now time.Time) int64 {
+// get returns key's reset instant as last read, and whether a decision at
+// now must read it again (look): it was read more than the TTL ago (or
+// never), and the marker as m shows it does not tell that it is unchanged
+// since; byMark is set when the marker told. When m.none is set (the
+// store holds no reset instant), it records a read at now that found none
+// instead, as put(key, 0, now, m.gen) would, under the same lock.
+func (c *resetCache) get(key string, now time.Time, m *markView) (atMs int64, look, byMark bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
-	return c.putLocked(sh, key, e, ok, atMs, now)
+	switch {
+	case ok && fresh(now, e.readAt, c.ttl):
+	case m.none:
+		c.putLocked(sh, key, e, ok, 0, now, m.gen)
+	case m.gen != 0 && fresh(now, m.readAt, c.ttl) && (m.zero || (ok && e.gen == m.gen)):
+		// The marker, read within the TTL, shows no reset at all, or
+		// has not changed since the node read the key's instant.
+		return e.atMs, false, true
+	default:
+		return e.atMs, true, false
+	}
+	return e.atMs, false, false
+}
+
+// put records key's reset instant as read at now, after the node had
+// read the marker's generation gen; it never lowers an instant. It
+// returns the instant it recorded.
+func (c *resetCache) put(key string, atMs int64, now time.Time, gen uint64) int64 {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	return c.putLocked(sh, key, e, ok, atMs, now, gen)
+}
+
+// putOwn records a reset of key at atMs that this node made at now: the
+// instant is in the store, and what the node read before stays true.
+func (c *resetCache) putOwn(key string, atMs int64, now time.Time) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	c.putLocked(sh, key, e, ok, atMs, now, e.gen)
 }
 
 // putLocked is put with sh (key's shard) locked and key's entry e (ok:
 // there is one) already looked up.
-func (c *resetCache) putLocked(sh *resetShard, key string, e resetEntry, ok bool, atMs int64, now time.Time) int64 {
+func (c *resetCache) putLocked(sh *resetShard, key string, e resetEntry, ok bool, atMs int64, now time.Time, gen uint64) int64 {
 	if ok && e.atMs > atMs {
 		atMs = e.atMs
 	}
@@ -159,14 +211,107 @@ func (c *resetCache) putLocked(sh *resetShard, key string, e resetEntry, ok bool
 			}
 		}
 	}
-	sh.m[key] = resetEntry{atMs: atMs, readAt: now}
+	sh.m[key] = resetEntry{atMs: atMs, readAt: now, gen: gen}
 	return atMs
 }
 
-// resetPeekPair writes to out the two store requests that read key's reset
-// instant at now: its current UTC year and the previous one.
-func resetPeekPair(out []region.Request, key string, now time.Time) {
-	k := ResetKey(key)
+// resetMark is what the node last read of its store's reset marker
+// ([region.ResetMarkKey]), which changes whenever a reset instant may
+// have reached the store. Each read that finds the marker other than the
+// read before it gets a new generation. It is safe for concurrent use; a
+// decision reads it without a lock.
+type resetMark struct {
+	ttl   time.Duration
+	state atomic.Pointer[markState] // nil until the first read
+	// claim is the Now (Unix ns) of a read of the marker asked for and
+	// not learned yet, 0 when none: while it is younger than the TTL no
+	// other decision asks, so that the node reads the marker about once
+	// per TTL.
+	claim atomic.Int64
+	mu    sync.Mutex // serializes learn
+}
+
+// markState is one read of the marker.
+type markState struct {
+	gen    uint64    // from 1, one more for each read that differs
+	readAt time.Time // the Now of the decisions of the call that read it
+	counts []markCount
+	zero   bool // no count: no reset in the current or previous UTC year
+}
+
+// markCount is one region's counts in one of the marker's two peeks.
+type markCount struct {
+	bucket            int64
+	region            string
+	current, previous uint64
+}
+
+// markView is what a decision knows of the marker before its store call.
+type markView struct {
+	gen    uint64 // 0 before the first read
+	readAt time.Time
+	zero   bool
+	none   bool // the store holds no reset instant ([resetless])
+}
+
+// view returns what the node knows of the marker.
+func (m *resetMark) view() markView {
+	st := m.state.Load()
+	if st == nil {
+		return markView{}
+	}
+	return markView{gen: st.gen, readAt: st.readAt, zero: st.zero}
+}
+
+// tryClaim reports whether a decision at now may read the marker: no
+// other read is in flight (one asked more than the TTL ago counts as
+// lost). It returns the claim to pass to learn or release.
+func (m *resetMark) tryClaim(now time.Time) (claim int64, ok bool) {
+	n := max(now.UnixNano(), 1)
+	c := m.claim.Load()
+	if c != 0 && n >= c && n-c < int64(m.ttl) {
+		return 0, false
+	}
+	return n, m.claim.CompareAndSwap(c, n)
+}
+
+// release gives up claim, whose read failed.
+func (m *resetMark) release(claim int64) {
+	if claim != 0 {
+		m.claim.CompareAndSwap(claim, 0)
+	}
+}
+
+// learn records the marker as its two peeks' results res show it, read
+// in a call whose decisions' Now was readAt, and gives up claim.
+func (m *resetMark) learn(res []region.Result, readAt time.Time, claim int64) {
+	st := &markState{gen: 1, readAt: readAt, zero: true}
+	for i := range res {
+		for _, rc := range res[i].Regions {
+			st.counts = append(st.counts, markCount{bucket: res[i].Bucket, region: rc.Region, current: rc.Current, previous: rc.Previous})
+			st.zero = st.zero && rc.Current == 0 && rc.Previous == 0
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.release(claim)
+	old := m.state.Load()
+	if old != nil {
+		if readAt.Before(old.readAt) {
+			return // a later read is known already
+		}
+		st.gen = old.gen
+		if !slices.Equal(old.counts, st.counts) {
+			st.gen++
+		}
+	}
+	m.state.Store(st)
+}
+
+// peekPair writes to out the two store requests that read the total k
+// of a reset instant (or of the marker) at now: its current UTC year and
+// the previous one.
+func peekPair(out []region.Request, k string, now time.Time) {
 	_, b := ResetBucket(window.Ms(now))
 	prev := now
 	if b > 0 {
@@ -210,49 +355,91 @@ type resetless interface {
 	NoResets() bool
 }
 
+// resetLook is what a decision's store call reads of resets: the reset
+// instants of reqs[stale] and, when claim is not 0, the marker.
+type resetLook struct {
+	stale []int
+	gen   uint64    // the marker's generation known before the call
+	claim int64     // the node's claim to read the marker, 0: no read
+	now   time.Time // the first request's Now
+}
+
+// peeks returns the number of store requests the look adds to a call.
+func (l *resetLook) peeks() int {
+	n := resetPeeksPer * len(l.stale)
+	if l.claim != 0 {
+		n += resetPeeksPer
+	}
+	return n
+}
+
 // resetGens points every request at its key's generation as this node
-// last read it, and returns the requests whose key's reset instant must be
-// read again (never read, or read more than the TTL ago). When the store
-// holds no reset instant, it records for those what their read would
-// find (none) instead, as learnResets would.
-func (d *Decider) resetGens(reqs []Request) (stale []int) {
-	none := d.resetless != nil && d.resetless.NoResets()
+// last read it, and returns what the decision must read of resets: the
+// instants that must be read again (see resetCache.get), and the marker
+// when the decision needs it (it reads an instant, or trusts one by the
+// marker) and the node's read of it is older than half the TTL (so that
+// while decisions keep coming it is read again before it expires) and no
+// other decision is reading it. When the store holds no reset instant, it
+// records for the keys what their read would find (none) instead, as
+// learnResets would, and reads nothing.
+func (d *Decider) resetGens(reqs []Request) (look resetLook) {
+	var v markView
+	if d.resetless != nil && d.resetless.NoResets() {
+		v.none = true
+	} else {
+		v = d.mark.view()
+	}
+	look.gen = v.gen
+	var byMark bool
 	for i := range reqs {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
-		at, fresh := d.resets.get(k, q.Now, none)
+		at, stale, by := d.resets.get(k, q.Now, &v)
 		q.Key = GenKey(k, at)
-		if !fresh && !none {
-			stale = append(stale, i)
+		byMark = byMark || by
+		if stale {
+			look.stale = append(look.stale, i)
 		}
 	}
-	return stale
+	if len(look.stale) > 0 || byMark {
+		look.now = reqs[0].Store.Now
+		if v.gen == 0 || !fresh(look.now, v.readAt, d.cfg.ResetTTL/2) {
+			look.claim, _ = d.mark.tryClaim(look.now)
+		}
+	}
+	return look
 }
 
-// appendResetPeeks appends to dst the store requests that read the reset
-// instants of reqs[stale]: resetPeeksPer of them per key, in stale's
-// order.
-func appendResetPeeks(dst []region.Request, reqs []Request, stale []int) []region.Request {
+// appendResetPeeks appends to dst the store requests that look reads:
+// resetPeeksPer of them per key, in stale's order, then the marker's.
+func appendResetPeeks(dst []region.Request, reqs []Request, look *resetLook) []region.Request {
 	n := len(dst)
-	dst = slices.Grow(dst, resetPeeksPer*len(stale))[:n+resetPeeksPer*len(stale)]
-	for j, i := range stale {
-		resetPeekPair(dst[n+resetPeeksPer*j:], baseKey(reqs[i].Store.Key), reqs[i].Store.Now)
+	dst = slices.Grow(dst, look.peeks())[:n+look.peeks()]
+	for j, i := range look.stale {
+		peekPair(dst[n+resetPeeksPer*j:], ResetKey(baseKey(reqs[i].Store.Key)), reqs[i].Store.Now)
+	}
+	if look.claim != 0 {
+		peekPair(dst[n+resetPeeksPer*len(look.stale):], region.ResetMarkKey, look.now)
 	}
 	return dst
 }
 
 // resetPeeksPer is the number of store requests that read one key's reset
-// instant.
+// instant, or the marker.
 const resetPeeksPer = 2
 
-// learnResets records what the peeks of reqs[stale] read, and returns
-// whether request stale[j] was decided under an older generation than
-// that (its decision must be made again, on the key's current counts).
-func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) (redo []bool) {
-	for j, i := range stale {
+// learnResets records what look read (res: the results of the requests
+// appendResetPeeks added), and returns whether request stale[j] was
+// decided under an older generation than that (its decision must be made
+// again, on the key's current counts). Each instant is recorded with the
+// marker's generation known before the call, never one the same call
+// read: a store may take one call's requests in any order (a Redis
+// Cluster's shards do).
+func (d *Decider) learnResets(reqs []Request, look *resetLook, res []region.Result) (redo []bool) {
+	for j, i := range look.stale {
 		q := &reqs[i].Store
 		k := baseKey(q.Key)
-		at := d.resets.put(k, resetInstant(res[resetPeeksPer*j:resetPeeksPer*(j+1)]), q.Now)
+		at := d.resets.put(k, resetInstant(res[resetPeeksPer*j:resetPeeksPer*(j+1)]), q.Now, look.gen)
 		if g := GenKey(k, at); g != q.Key {
 			if redo == nil {
 				redo = make([]bool, len(reqs))
@@ -261,18 +448,23 @@ func (d *Decider) learnResets(reqs []Request, stale []int, res []region.Result) 
 			q.Key = g
 		}
 	}
+	if look.claim != 0 {
+		n := resetPeeksPer * len(look.stale)
+		d.mark.learn(res[n:n+resetPeeksPer], look.now, look.claim)
+	}
 	return redo
 }
 
-// readResets reads the reset instants of reqs[stale] in one store call
-// and points the requests at their keys' generations.
-func (d *Decider) readResets(ctx context.Context, reqs []Request, stale []int) error {
-	peeks := appendResetPeeks(nil, reqs, stale)
+// readResets reads what look asks for in one store call and points the
+// requests at their keys' generations.
+func (d *Decider) readResets(ctx context.Context, reqs []Request, look *resetLook) error {
+	peeks := appendResetPeeks(nil, reqs, look)
 	res := make([]region.Result, len(peeks))
 	if err := d.cfg.Store.Check(ctx, peeks, res); err != nil {
+		d.mark.release(look.claim)
 		return err
 	}
-	d.learnResets(reqs, stale, res)
+	d.learnResets(reqs, look, res)
 	return nil
 }
 
@@ -318,7 +510,7 @@ func (d *Decider) Reset(ctx context.Context, in Input) (key string, at time.Time
 		t.Limit, t.Estimate = 1, 1 // at once
 		d.cfg.Pool.Dirty(t)
 	}
-	d.resets.put(r.Store.Key, atMs, in.Now)
+	d.resets.putOwn(r.Store.Key, atMs, in.Now)
 	return r.Store.Key, time.UnixMilli(atMs), nil
 }
 
