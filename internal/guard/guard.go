@@ -310,8 +310,14 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		// More regions share the headroom than when this horizon's quota
 		// was set (a region heard again, or a crossed view resolved): what
 		// is left of it was their share too, and the weights it was shared
-		// by lack them. The node admits no more until the next horizon.
-		e.quota, e.alive, e.frozen = min(e.quota, e.used), len(v.Alive), true
+		// by lack them. The node keeps of what it had left only its part
+		// among the regions alive now, as if they weighed alike, and it
+		// does not grow until the next horizon. (Keeping none refused
+		// requests far below the limit for the rest of the horizon, as at
+		// a cluster's start, when each region hears the others.)
+		left := satSub(e.quota, e.used)
+		e.quota = e.used + window.MulDiv(left, uint64(max(e.alive, 1)), uint64(len(v.Alive)))
+		e.alive, e.frozen = len(v.Alive), true
 	}
 	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
 	if hits > storeLimit {

@@ -415,3 +415,33 @@ func TestSilentMayHaveHeadedTheStagger(t *testing.T) {
 		t.Errorf("limit 5, c's nodes unknown: limit %d left, want 0", got)
 	}
 }
+
+// A region heard again within a horizon (as at a cluster's start, when
+// each region hears the others for the first time) leaves this node its
+// part of what its quota had left, not nothing: the two regions' first
+// requests, far below the limit, were refused for the rest of the
+// horizon.
+func TestRegionHeardAgainKeepsPart(t *testing.T) {
+	l := window.Limit{Limit: 100, Window: time.Hour}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	g := New(Config{})
+	alone := view([]string{"a"}, []string{"b"})
+	for i := range 5 {
+		if ok, _ := decide(t, g, st, start.Add(time.Duration(i)*time.Millisecond), l, alone); !ok {
+			t.Fatalf("request %d with b silent refused", i+1)
+		}
+	}
+	// b is heard: a's quota was the limit less b's charge, 50, less what
+	// it admitted; it keeps half of the 45 left.
+	both := view([]string{"a", "b"}, nil)
+	admitted := 0
+	for i := range 40 {
+		if ok, _ := decide(t, g, st, start.Add(time.Duration(10+i)*time.Millisecond), l, both); ok {
+			admitted++
+		}
+	}
+	if admitted < 20 || admitted > 23 {
+		t.Errorf("admitted %d in the rest of the horizon once b was heard, want about half of the 45 left (22)", admitted)
+	}
+}
