@@ -421,10 +421,11 @@ func charge(h, limit uint64, silent []heldCount, unseen []regionCount, nowMs int
 // bucket it was last heard in rolled over is not taken: its view still
 // held the older bucket), the other silent regions' counts (silent, read
 // from res under v at nowMs), and each alive region's count as of when
-// it was last heard (t0), in t0's buckets (what the alive regions
-// admitted after t0 it cannot have weighed; a bucket res no longer holds
-// counts as empty, and a count without trails as nothing: both give it
-// the larger share). It reuses out's array.
+// it was last heard (t0) or earlier (see asOf below), in the buckets of
+// that instant (what the alive regions admitted after it, it cannot have
+// weighed; a bucket res no longer holds counts as empty, and a count
+// without trails as nothing: both give it the larger share). It reuses
+// out's array.
 func unseenShares(out []regionCount, res *region.Result, v *View, silent []heldCount, seen []regionCount, nowMs int64, limit, floor uint64) []regionCount {
 	if len(v.Silent) == 0 {
 		return out[:0]
@@ -449,7 +450,7 @@ func unseenShares(out []regionCount, res *region.Result, v *View, silent []heldC
 	for _, name := range v.Silent {
 		sw += silentW(name)
 	}
-	prior := slices.Clone(out) // no allocation up to its capacity: small
+	prior := slices.Clone(out) // the shares of the last result, a few
 	out = out[:0]
 	for _, name := range v.Silent {
 		t0 := nowMs - v.Ages[name].Milliseconds()
