@@ -178,7 +178,8 @@ func rank(v *View) uint64 {
 type regionCount struct {
 	name   string
 	n      uint64
-	bucket int64 // the bucket it was read in (see remember); for a share (see unseenShares), the instant it was for
+	bucket int64 // the bucket it was read in (see remember)
+	at     int64 // for a share (see unseenShares): when its region was last heard, Unix ms
 }
 
 // counts returns the alive regions' counts (see [tally]) and the silent
@@ -205,9 +206,7 @@ func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64) (c ta
 				curTrail: lowTrail(rc.CurrentTrail), prevTrail: lowTrail(rc.PreviousTrail)})
 		}
 	}
-	if seen != nil {
-		*seen = remember(*seen, others, v, res, nowMs)
-	}
+	*seen = remember(*seen, others, v, res, nowMs)
 	for _, o := range others {
 		x := weight(o.n)
 		c.others += x
@@ -385,7 +384,7 @@ func charge(h, limit uint64, silent []heldCount, unseen []regionCount, nowMs int
 	staggered := limit < pool
 	var needEqual, needWeighted uint64
 	for _, name := range v.Silent {
-		var c, refill, share uint64
+		var c, refill uint64
 		t0 := nowMs - v.Ages[name].Milliseconds()
 		for i := range silent {
 			if silent[i].region == name {
@@ -393,7 +392,7 @@ func charge(h, limit uint64, silent []heldCount, unseen []regionCount, nowMs int
 				refill = window.SatAdd(refill, silent[i].refilled(t0, undetected, nowMs, lim))
 			}
 		}
-		share = equal // unknown: as if it knew
+		share := equal // unknown: as if it knew
 		if j := slices.IndexFunc(unseen, func(u regionCount) bool { return u.name == name }); j >= 0 {
 			share = unseen[j].n
 		}
@@ -464,7 +463,7 @@ func unseenShares(out []regionCount, res *region.Result, v *View, silent []heldC
 			asOf = math.MinInt64
 		}
 		last := uint64(0)
-		if j := slices.IndexFunc(prior, func(u regionCount) bool { return u.name == name }); j >= 0 && abs(prior[j].bucket-t0) <= 1 {
+		if j := slices.IndexFunc(prior, func(u regionCount) bool { return u.name == name }); j >= 0 && abs(prior[j].at-t0) <= 1 {
 			// Still the silence of the last result, whose share was
 			// read as of an earlier instant. Once asOf is before the
 			// current bucket, res lacks the bucket before it, and would
@@ -493,7 +492,7 @@ func unseenShares(out []regionCount, res *region.Result, v *View, silent []heldC
 		for _, a := range alive {
 			den += weight(a.n)
 		}
-		out = append(out, regionCount{name: name, n: max(last, window.MulDivCeil(limit, silentW(name)+f, den)), bucket: t0})
+		out = append(out, regionCount{name: name, n: max(last, window.MulDivCeil(limit, silentW(name)+f, den)), at: t0})
 	}
 	return out
 }

@@ -56,6 +56,12 @@ func TestResetMarkRaised(t *testing.T) {
 			if got := mark(); got != 0 {
 				t.Fatalf("the store's own marker count %d after merging a counter and the marker, want 0", got)
 			}
+			// A marker total from the network is not merged at all: each
+			// store keeps its own, and one sent by a member would make
+			// every node look at its keys' resets again.
+			if v, err := s.Vectors(ctx, []BucketRef{{Key: ResetMarkKey, Window: year, Bucket: bucket}}); err != nil || len(v[0]) != 0 {
+				t.Fatalf("marker after merging another region's marker total = %v, %v; want no count", v, err)
+			}
 			if err := s.Merge(ctx, []Total{instant}); err != nil {
 				t.Fatal(err)
 			}

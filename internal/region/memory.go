@@ -401,7 +401,7 @@ func (m *Memory) merge(totals []Total, own bool) {
 	)
 	for i := range totals {
 		t := &totals[i]
-		if (t.Region == m.region && !own) || t.Region == "" || !storedWindow(t.Window, t.Bucket) {
+		if !mergeable(t, m.region, own) {
 			continue
 		}
 		if e == nil || t.Key != k.key || t.Window.Milliseconds() != k.wMs {

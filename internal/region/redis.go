@@ -485,11 +485,8 @@ func (r *Redis) Epoch(ctx context.Context) (epoch string, fresh bool, err error)
 	return old, false, nil
 }
 
-// merges reports whether merge takes t: a total of another region (of
-// any region when own is set) for a window the store keeps.
-func (r *Redis) merges(t *Total, own bool) bool {
-	return (t.Region != r.region || own) && t.Region != "" && storedWindow(t.Window, t.Bucket)
-}
+// merges reports whether merge takes t (see mergeable).
+func (r *Redis) merges(t *Total, own bool) bool { return mergeable(t, r.region, own) }
 
 // absMs is the length of a bucket of w in ms: a calendar bucket's (named
 // by minus its length) too.

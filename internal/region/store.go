@@ -50,6 +50,15 @@ const ResetKeyPrefix = "z:"
 // tag, never '*'), and no node reports it to the other regions.
 const ResetMarkKey = ResetKeyPrefix + "*"
 
+// mergeable reports whether a store of region local merges t: a total of
+// another region (of any region when own is set) for a window the stores
+// keep, and not of the reset marker, which each store keeps for itself
+// (a marker total from the network, which no node sends, would only make
+// every node look at its keys' resets again).
+func mergeable(t *Total, local string, own bool) bool {
+	return (t.Region != local || own) && t.Region != "" && t.Key != ResetMarkKey && storedWindow(t.Window, t.Bucket)
+}
+
 // isResetInstant reports whether key is a reset instant's: it starts with
 // ResetKeyPrefix and is not the marker.
 func isResetInstant(key string) bool {
