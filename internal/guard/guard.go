@@ -56,6 +56,7 @@ type entry struct {
 	over     uint64        // how far that result's estimate was past the limit (h0 is then 0)
 	charged  uint64        // the limit, less the silent regions' charge, that result was read against
 	alive    int           // the most alive regions a view of this horizon had
+	alive0   int           // the alive regions of the view it began under
 	frozen   bool          // more were alive than when the quota was set: it no longer grows
 	t0       time.Time     // when
 	oldest   uint64        // the oldest (sub-)bucket's count in that result
@@ -66,6 +67,7 @@ type entry struct {
 	seen     bool          // headroom is set
 	weight   weights       // the alive regions' counts in the last result
 	wAlive   []string      // the alive regions of the view weight was read under
+	wAt      time.Time     // when weight was read
 	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
 	lastSeen []regionCount // the other regions' counts as last read while each was heard (see remember)
@@ -212,12 +214,21 @@ func (e *entry) unheardShare(now time.Time, limit uint64, v *View, floor uint64,
 // fewer regions were alive (a crossed view, a region silent then) lack
 // the others, and would give this region nearly the whole headroom.
 func (e *entry) weightsFor(v *View) weights {
-	for _, r := range v.Alive {
-		if !slices.Contains(e.wAlive, r) {
-			return weights{}
-		}
+	if !e.weighs(v) {
+		return weights{}
 	}
 	return e.weight
+}
+
+// weighs reports whether the last result's weights weigh every region
+// alive in v.
+func (e *entry) weighs(v *View) bool {
+	for _, r := range v.Alive {
+		if !slices.Contains(e.wAlive, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // New returns a Guard.
@@ -297,13 +308,20 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				}
 				recent = e.used
 				ownPrev, ownPrevOK = e.own0, e.own0ok
-				h = satSub(h, e.others-pend+e.pend)
+				h = satSub(window.SatAdd(h, pend), window.SatAdd(e.others, e.pend))
+				if e.known && len(v.Alive) > e.alive0 {
+					// Regions alive now were silent to the previous
+					// horizon, or the view was crossed: what they admitted
+					// in it unheard was charged, not held pending. Hold it
+					// for one more horizon, as their shares would be.
+					pend = max(pend, window.MulDivCeil(satSub(limit, e.charged), uint64(e.horizon-gap), uint64(e.horizon)))
+				}
 			} else {
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
-			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive)}
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, wAt: e.wAt, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
@@ -480,7 +498,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	case !tracked && v.Nodes > 1:
 		fresh = c.own
 	}
-	e.read(res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
+	e.read(now, res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided
 	// against a limit lowered by e.cut, is read against the charged
@@ -555,7 +573,20 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.keys[key]; e != nil {
-		return !e.seen
+		if !e.seen {
+			return true
+		}
+		// A new horizon's probe is decided by this region's share. Weights
+		// read while fewer regions were alive would leave it to equal
+		// shares (see weightsFor), and weights read a bucket or more ago
+		// weigh counts that have moved on since (a region that was busy
+		// then and idle now would take the share it had), while the
+		// regions that read the counts since give this one its share of
+		// today's: read them again first.
+		if now.Before(e.start.Add(e.horizon)) {
+			return false
+		}
+		return !e.weighs(e.quiet(v.Isolated(), lim)) || (e.wMs > 0 && now.Sub(e.wAt) >= time.Duration(e.wMs)*time.Millisecond)
 	}
 	return g.room(s, now)
 }
@@ -585,15 +616,15 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	if !tracked && v.Nodes > 1 {
 		fresh = c.own
 	}
-	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
+	e.read(now, res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
 	e.headroom, e.seen = satSub(res.Limit, res.Estimate), true
 }
 
 // read records what a store result res gives the shares: the weights of
 // the alive regions' counts c, this region's being own (its count less
 // what the others cannot have heard yet), and the silent regions' counts.
-func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
-	e.weight, e.wAlive = c.weigh(own), v.Alive
+func (e *entry) read(now time.Time, res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
+	e.weight, e.wAlive, e.wAt = c.weigh(own), v.Alive, now
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0
