@@ -68,6 +68,7 @@ type entry struct {
 	weight   weights       // the alive regions' counts in the last result
 	wAlive   []string      // the alive regions of the view weight was read under
 	wAt      time.Time     // when weight was read
+	wSub     int64         // the key's bucket length in that result, in ms (0: none)
 	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
 	lastSeen []regionCount // the other regions' counts as last read while each was heard (see remember)
@@ -320,7 +321,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, wAt: e.wAt, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, wAt: e.wAt, wSub: e.wSub, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
@@ -586,7 +587,7 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 		if now.Before(e.start.Add(e.horizon)) {
 			return false
 		}
-		return !e.weighs(e.quiet(v.Isolated(), lim)) || (e.wMs > 0 && now.Sub(e.wAt) >= time.Duration(e.wMs)*time.Millisecond)
+		return !e.weighs(e.quiet(v.Isolated(), lim)) || (e.wSub > 0 && now.Sub(e.wAt) >= time.Duration(e.wSub)*time.Millisecond)
 	}
 	return g.room(s, now)
 }
@@ -625,6 +626,9 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 // what the others cannot have heard yet), and the silent regions' counts.
 func (e *entry) read(now time.Time, res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
 	e.weight, e.wAlive, e.wAt = c.weigh(own), v.Alive, now
+	if res.SubMs > 0 {
+		e.wSub = res.SubMs
+	}
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0
