@@ -82,14 +82,14 @@ func seq(n int) []int {
 
 // table runs every scenario and prints one row each.
 func table(w io.Writer, scs []scenario) []result {
-	fmt.Fprintf(w, "| scenario | regions | one-way | limit/window | max off | max on | steady min off | steady min on | guard denials |\n")
-	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(w, "| scenario | regions | one-way | limit/window | max off | max on | steady min off | steady min on | guard denials | guard reads per request |\n")
+	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	var out []result
 	for _, sc := range scs {
 		r := runScenario(sc)
 		out = append(out, r)
-		fmt.Fprintf(w, "| %s | %d | %v | %d/%v | %.3f | %.3f | %s | %s | %d |\n", sc.Name, sc.Regions, sc.Delay, sc.Limit, sc.Window,
-			r.Off.Max, r.On.Max, fmtMin(r.Off.SteadyMin), fmtMin(r.On.SteadyMin), r.On.GuardDeny)
+		fmt.Fprintf(w, "| %s | %d | %v | %d/%v | %.3f | %.3f | %s | %s | %d | %.3f |\n", sc.Name, sc.Regions, sc.Delay, sc.Limit, sc.Window,
+			r.Off.Max, r.On.Max, fmtMin(r.Off.SteadyMin), fmtMin(r.On.SteadyMin), r.On.GuardDeny, float64(r.On.GuardReads)/float64(max(r.On.Offered, 1)))
 	}
 	return out
 }

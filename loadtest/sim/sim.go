@@ -40,6 +40,7 @@ type world struct {
 	burstDenied map[string][]bool
 	offered     int
 	guardNo     int // denials by the guard
+	reads       int // the guard's reads of a key's counts (Peeks)
 }
 
 // config is one simulated run.
@@ -232,6 +233,7 @@ func (w *world) decide(e *event) {
 		v = w.view(e.to)
 		g = n.guards[e.node%len(n.guards)]
 		if g.NeedsRead(now, e.key, l, v) {
+			w.reads++
 			peek := make([]region.Result, 1)
 			_ = n.store.Check(context.Background(), []region.Request{{Key: e.key, Limit: l, Hits: e.hits, Now: now, Peek: true}}, peek)
 			g.Learn(now, e.key, l, v, &peek[0])
@@ -307,6 +309,7 @@ type stats struct {
 	Admitted     int
 	Offered      int
 	GuardDeny    int
+	GuardReads   int // store reads the guard asked for before deciding
 	// PerRegion is the admissions from steadyFrom on, per region.
 	PerRegion []int
 }
@@ -326,7 +329,7 @@ func (st stats) Spread() float64 {
 }
 
 func (w *world) stats(steadyFromMs int64) stats {
-	st := stats{SteadyMin: math.NaN(), Median: math.NaN(), P999: math.NaN(), Offered: w.offered, GuardDeny: w.guardNo,
+	st := stats{SteadyMin: math.NaN(), Median: math.NaN(), P999: math.NaN(), Offered: w.offered, GuardDeny: w.guardNo, GuardReads: w.reads,
 		PerRegion: make([]int, w.cfg.Regions)}
 	wm := w.cfg.Limit.WindowMs()
 	lim := float64(w.cfg.Limit.Limit)

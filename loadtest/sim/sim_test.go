@@ -60,6 +60,11 @@ func TestGoals(t *testing.T) {
 	if got := all.On.Max; got > 1.05 {
 		t.Errorf("every region at 10x, guard: max %v, want <= 1.05", got)
 	}
+	// A busy key's weights are fresh with every store result: its nodes
+	// read its counts only before their first requests.
+	if got := all.On.GuardReads; got > 3 {
+		t.Errorf("every region at 10x on one key: the guard read its counts %d times, want at most once per node (3)", got)
+	}
 	if part.Off.Max < 1.9 {
 		t.Errorf("partition without guard: max %v, want the unguarded error (>= 1.9) to show", part.Off.Max)
 	}
