@@ -64,11 +64,10 @@ type entry struct {
 	until    time.Time     // when it stops overlapping the window
 	known    bool          // quota comes from a store result of this horizon
 	headroom uint64        // the headroom after the last store result (charged)
+	hAt      time.Time     // when that result was read
 	seen     bool          // headroom is set
 	weight   weights       // the alive regions' counts in the last result
 	wAlive   []string      // the alive regions of the view weight was read under
-	wAt      time.Time     // when weight was read
-	wSub     int64         // the key's bucket length in that result, in ms (0: none)
 	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
 	lastSeen []regionCount // the other regions' counts as last read while each was heard (see remember)
@@ -167,11 +166,20 @@ func (e *entry) pending(now time.Time) uint64 {
 // lacks only admissions), not of this region's net of what it takes as
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
-	if e.frozen {
-		return
-	}
 	ph := phase(e.start)
 	_, o := quota(h, limit, w, v, floor, ph)
+	e.others = max(e.others, o)
+	if e.frozen {
+		// More regions are alive than when the quota was set: this
+		// node's quota does not grow, but the others take their shares,
+		// and their first probes under the new view were decided by
+		// equal shares (their weights lacked the regions heard again, as
+		// this node's did), whatever the weights read since say. The next
+		// horizon holds the larger as pending.
+		_, oe := quota(h, limit, weights{}, v, floor, ph)
+		e.others = max(e.others, oe)
+		return
+	}
 	if p := e.pending(now); h > p {
 		h -= p
 	} else {
@@ -179,7 +187,6 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	}
 	q, _ := quota(h, limit, w, v, floor, ph)
 	e.quota = max(e.quota, q)
-	e.others = max(e.others, o)
 }
 
 // unheardShare is the shares, num/den by the weights of the last result
@@ -321,7 +328,14 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				h = 0
 			}
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, weight: e.weight, wAlive: e.wAlive, wAt: e.wAt, wSub: e.wSub, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+		if e.seen && now.Sub(e.hAt) >= 2*max(v.Horizon, time.Millisecond) {
+			// The last store result is older than the horizon before
+			// this one (this node's requests since were all refused
+			// before the store): its headroom lacks whatever the others
+			// took since. The first request is a probe.
+			h = 0
+		}
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
@@ -499,7 +513,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	case !tracked && v.Nodes > 1:
 		fresh = c.own
 	}
-	e.read(now, res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
+	e.read(res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided
 	// against a limit lowered by e.cut, is read against the charged
@@ -525,7 +539,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		charged += e.cut
 	}
 	over := satSub(res.Estimate, charged)
-	e.headroom, e.seen = rem, true
+	e.headroom, e.seen, e.hAt = rem, true, now
 	if res.Allowed {
 		e.admitted += hits
 	}
@@ -577,17 +591,15 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 		if !e.seen {
 			return true
 		}
-		// A new horizon's probe is decided by this region's share. Weights
-		// read while fewer regions were alive would leave it to equal
-		// shares (see weightsFor), and weights read a bucket or more ago
-		// weigh counts that have moved on since (a region that was busy
-		// then and idle now would take the share it had), while the
-		// regions that read the counts since give this one its share of
-		// today's: read them again first.
+		// A new horizon's probe is decided by this region's share, and
+		// weights read while fewer regions were alive would leave it to
+		// equal shares (see weightsFor), while the regions that read the
+		// counts since give this one its weighted share: read them again
+		// first.
 		if now.Before(e.start.Add(e.horizon)) {
 			return false
 		}
-		return !e.weighs(e.quiet(v.Isolated(), lim)) || (e.wSub > 0 && now.Sub(e.wAt) >= time.Duration(e.wSub)*time.Millisecond)
+		return !e.weighs(e.quiet(v.Isolated(), lim))
 	}
 	return g.room(s, now)
 }
@@ -617,18 +629,15 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	if !tracked && v.Nodes > 1 {
 		fresh = c.own
 	}
-	e.read(now, res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
-	e.headroom, e.seen = satSub(res.Limit, res.Estimate), true
+	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
+	e.headroom, e.seen, e.hAt = satSub(res.Limit, res.Estimate), true, now
 }
 
 // read records what a store result res gives the shares: the weights of
 // the alive regions' counts c, this region's being own (its count less
 // what the others cannot have heard yet), and the silent regions' counts.
-func (e *entry) read(now time.Time, res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
-	e.weight, e.wAlive, e.wAt = c.weigh(own), v.Alive, now
-	if res.SubMs > 0 {
-		e.wSub = res.SubMs
-	}
+func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
+	e.weight, e.wAlive = c.weigh(own), v.Alive
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0

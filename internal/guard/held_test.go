@@ -517,36 +517,3 @@ func TestChargedRegionsHeldOneHorizon(t *testing.T) {
 		t.Errorf("admitted %d in the first horizon with b alive, want about 22", admitted)
 	}
 }
-
-// Weights a bucket old are read again, even by a node whose requests
-// since were all refused before the store (its share holds no hit, and
-// its staggered probes were not its turn): they weigh counts that have
-// moved on. Six regions at a limit of 10 per 1 s: a region at a tenth of
-// the limit's rate, every request of it refused before the store, probed
-// by weights read 2.3 s before, which gave the busy region a fifth of its
-// weight now, and took a hit the busy one had: 12 in a window against a
-// bound of 11.
-func TestReadWeightsABucketOld(t *testing.T) {
-	l := window.Limit{Limit: 10, Window: time.Second}
-	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
-	st := heldStore(t, l, "b", start, 100, 5)
-	v := &View{Region: "a", Alive: []string{"a", "b", "c", "d", "e"}, Nodes: 1, Horizon: 80 * time.Millisecond}
-	g := New(Config{})
-	now := start.Add(300 * time.Millisecond)
-	peek := make([]region.Result, 1)
-	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: now, Peek: true}}, peek); err != nil {
-		t.Fatal(err)
-	}
-	g.Learn(now, "k", l, v, &peek[0])
-	if ok, _ := decide(t, g, st, now, l, v); ok {
-		t.Fatal("a's probe by its floor share admitted, want refused before the store")
-	}
-	for _, tc := range []struct {
-		after time.Duration
-		want  bool
-	}{{500 * time.Millisecond, false}, {time.Second, true}} {
-		if got := g.NeedsRead(now.Add(tc.after), "k", l, v); got != tc.want {
-			t.Errorf("NeedsRead %v after the read = %v, want %v (the bucket is 1 s)", tc.after, got, tc.want)
-		}
-	}
-}
