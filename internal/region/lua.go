@@ -38,9 +38,16 @@ const markBytes = 12
 //	KEYS[1] current bucket hash, KEYS[2] previous bucket hash (of the
 //	        bucket b of now_ms); with server_clock, KEYS[3] bucket b+1's,
 //	        KEYS[4] bucket b-2's
-//	ARGV    now_ms, window_ms, limit, hits, region, peek (0/1),
-//	        mode (0 two-bucket, 1 fixed, 2 trails, 3 trails strict), ttl_ms,
-//	        server_clock (0/1)
+//	ARGV[1] the numbers, packed as struct.pack('<dddddBBB'): now_ms,
+//	        window_ms, limit, hits, ttl_ms (each integer as the nearest
+//	        double, as tonumber of its decimal would read it), peek
+//	        (0/1), mode (0 two-bucket, 1 fixed, 2 trails, 3 trails
+//	        strict), server_clock (0/1)
+//	ARGV[2] region
+//
+// The numbers come packed in one argument rather than one argument each:
+// Redis makes an object and a Lua string of every argument, and tonumber
+// of a decimal is a strtod (docs/performance.md has what that cost).
 //
 // With server_clock the instant is Redis's TIME, the clock every node of
 // the region shares, when it falls in bucket b-1, b or b+1 of now_ms (a
@@ -88,10 +95,9 @@ end
 // counterSource is counterScript's Lua source (the batch script wraps it
 // too), after a definition of serverTime.
 var counterSource = trailConstants.Replace(`
-local now = tonumber(ARGV[1])
-local W = tonumber(ARGV[2])
+local now, W, limit, hits, ttl, peek, mode, server = struct.unpack('<dddddBBB', ARGV[1])
 local kcur, kprev = KEYS[1], KEYS[2]
-if ARGV[9] == '1' then
+if server == 1 then
   local rnow = serverTime()
   local d = (rnow - math.fmod(rnow, W)) / W - (now - math.fmod(now, W)) / W
   if d == 0 then
@@ -102,10 +108,7 @@ if ARGV[9] == '1' then
     now, kcur, kprev = rnow, KEYS[2], KEYS[4]
   end
 end
-local limit = tonumber(ARGV[3])
-local hits = tonumber(ARGV[4])
-local me = ARGV[5]
-local mode = ARGV[7]
+local me = ARGV[2]
 local TWO53 = 9007199254740992
 local cur = redis.call('HGETALL', kcur)
 local prev = redis.call('HGETALL', kprev)
@@ -152,7 +155,7 @@ local allowed = 0
 local est = -1
 if c <= cap then
   local wp = 0
-  if mode == '0' and #prev > 0 then
+  if mode == 0 and #prev > 0 then
     -- f = W - e; wp = floor(P * f / W), P the previous bucket's sum.
     -- The previous bucket's sum P may pass 2^53: P = A*W + B with B < W
     -- summed per region, then wp = A*f + floor(B*f/W).
@@ -170,7 +173,7 @@ if c <= cap then
     A = A + (B - b2) / W
     local af = A * f
     if af >= TWO53 then wp = TWO53 else wp = af + muldiv(b2, f, W) end
-  elseif mode >= '2' and #prev > 0 then
+  elseif mode >= 2 and #prev > 0 then
     -- Per region, its count and its trail: the hits of the marks after e
     -- (window.Trail.After), fitted to the count.
     local pv = {}
@@ -209,8 +212,8 @@ if c <= cap then
   if wp <= cap - c then allowed = 1 end
   est = c + wp
 end
-if allowed == 1 and ARGV[6] ~= '1' then
-  if mode >= '2' then
+if allowed == 1 and peek ~= 1 then
+  if mode >= 2 then
     -- window.Trail.Add: a granule of 1 ms up to the exact limit, else
     -- W/GRANULES.
     local s = mytrail or ''
@@ -228,13 +231,13 @@ if allowed == 1 and ARGV[6] ~= '1' then
     redis.call('HSET', kcur, me, string.format('%.0f', mine + hits),
       myf, s .. struct.pack('<I4d', at, cum))
   else
-    redis.call('HINCRBY', kcur, me, ARGV[4])
+    redis.call('HINCRBY', kcur, me, string.format('%.0f', hits))
   end
   -- A bucket needs to live two windows from its start (current, then
   -- previous), and this write is at or after its start: the expiry set when
   -- the write creates it (ttl_ms, two windows and the margin) holds it long
   -- enough; every other writer (mergeScript) sets one when it creates one.
-  if #cur == 0 then redis.call('PEXPIRE', kcur, ARGV[8]) end
+  if #cur == 0 then redis.call('PEXPIRE', kcur, string.format('%.0f', ttl)) end
 end
 if est > TWO53 then est = TWO53 end
 return {allowed, est, now, prev, unpack(cur)}

@@ -294,20 +294,23 @@ func appendCounterKey(b []byte, key string, w time.Duration, bucket int64) []byt
 }
 
 // counterKeys sets dst[i] to CounterKey(key, w, buckets[i]) for each i of
-// dst, as substrings of one string: one allocation for a decision's two
-// or four keys rather than one each.
-func counterKeys(dst []string, key string, w time.Duration, buckets [4]int64) {
-	var buf [384]byte // no more allocation for keys up to about 50 bytes
+// dst and returns tail, as substrings of one string: one allocation for a
+// decision's two or four keys and its packed arguments rather than one
+// each.
+func counterKeys(dst []string, key string, w time.Duration, buckets [4]int64, tail []byte) string {
+	var buf [448]byte // no more allocation for keys up to about 50 bytes
 	var ends [4]int
 	b := buf[:0]
 	for i := range dst {
 		b = appendCounterKey(b, key, w, buckets[i])
 		ends[i] = len(b)
 	}
+	b = append(b, tail...)
 	all, start := string(b), 0
 	for i := range dst {
 		dst[i], start = all[start:ends[i]], ends[i]
 	}
+	return all[start:]
 }
 
 func gcraKey(key string, wMs int64) string {

@@ -21,10 +21,7 @@ import (
 
 // Script arguments boxed once: boxing a string computed at run time
 // allocates.
-var (
-	argTrue, argFalse any = "1", "0"
-	modeArgs              = [4]any{"0", "1", "2", "3"}
-)
+var argTrue, argFalse any = "1", "0"
 
 func boolArg(b bool) any {
 	if b {
@@ -34,11 +31,12 @@ func boolArg(b bool) any {
 }
 
 // scriptCall is one request's script call. Its keys and arguments live in
-// the call itself (keyBuf, argBuf, nums), so that a round trip's
+// the call itself (keyBuf, argBuf, nums, packed), so that a round trip's
 // decisions take one allocation, not two more each (docs/performance.md
 // has what BenchmarkRedisCheck measures of it). Its integer arguments are
-// passed as pointers into nums, and its keys as pointers into keyBuf (see
-// evalsha): boxing an integer of 256 or more, or a string, allocates, a
+// passed as pointers into nums, its keys as pointers into keyBuf (see
+// evalsha) and the counter script's packed numbers as a pointer to
+// packed: boxing an integer of 256 or more, or a string, allocates, a
 // pointer does not (go-redis writes both as their values).
 type scriptCall struct {
 	script int      // index in singleScripts and batchSources
@@ -48,6 +46,7 @@ type scriptCall struct {
 	argBuf [9]any
 	nums   [3]int64
 	counts [2]uint64 // the limit and the hits
+	packed string    // counterScript's packed numbers
 }
 
 // setCall makes s the script call for one request.
@@ -84,12 +83,32 @@ func (r *Redis) setCall(s *scriptCall, q *Request) {
 	if server {
 		nk = 4
 	}
-	counterKeys(s.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2})
+	var packed [counterArgBytes]byte
+	s.packed = counterKeys(s.keyBuf[:nk], q.Key, w, [4]int64{b, b - 1, b + 1, b - 2},
+		packCounterArgs(packed[:0], nowMs, wMs, q.Limit.Limit, q.Hits, 2*wMs+r.marginMs, q.Peek, counterMode(q.Limit), server))
 	s.script = 0
-	*n = [3]int64{nowMs, wMs, 2*wMs + r.marginMs}
-	s.argBuf = [9]any{&n[0], &n[1], &c[0], &c[1], r.regionArg, boolArg(q.Peek),
-		counterMode(q.Limit), &n[2], boolArg(server)}
-	s.keys, s.args = s.keyBuf[:nk], s.argBuf[:9]
+	s.argBuf = [9]any{&s.packed, r.regionArg}
+	s.keys, s.args = s.keyBuf[:nk], s.argBuf[:2]
+}
+
+// counterArgBytes is the length of counterScript's packed numbers.
+const counterArgBytes = 5*8 + 3
+
+// packCounterArgs appends counterScript's numbers (its ARGV[1]) to b as
+// struct.pack('<dddddBBB') packs them: each integer as the double
+// nearest it, which tonumber of its decimal also gives.
+func packCounterArgs(b []byte, nowMs, wMs int64, limit, hits uint64, ttlMs int64, peek bool, mode byte, server bool) []byte {
+	for _, f := range [5]float64{float64(nowMs), float64(wMs), float64(limit), float64(hits), float64(ttlMs)} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return append(b, b2u8(peek), mode, b2u8(server))
+}
+
+func b2u8(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // maxScriptBatch is the most decisions one batch script call runs, so
@@ -225,17 +244,17 @@ func collect(cmd redis.Cmder, idx []int, out []reply) {
 	}
 }
 
-// counterMode returns counterScript's mode argument for l.
-func counterMode(l window.Limit) any {
+// counterMode returns counterScript's mode for l.
+func counterMode(l window.Limit) byte {
 	switch {
 	case l.Algorithm == window.FixedWindow:
-		return modeArgs[1]
+		return 1
 	case !l.Algorithm.Trails():
-		return modeArgs[0]
+		return 0
 	case l.Strict:
-		return modeArgs[3]
+		return 3
 	}
-	return modeArgs[2]
+	return 2
 }
 
 // result turns a script's reply v (raw RESP) into a Result, deciding in
