@@ -57,6 +57,7 @@ type entry struct {
 	charged  uint64        // the limit, less the silent regions' charge, that result was read against
 	alive    int           // the most alive regions a view of this horizon had
 	alive0   int           // the alive regions of the view it began under
+	silent0  int           // and the silent ones, charged
 	frozen   bool          // more were alive than when the quota was set: it no longer grows
 	t0       time.Time     // when
 	oldest   uint64        // the oldest (sub-)bucket's count in that result
@@ -320,9 +321,12 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 				if e.known && len(v.Alive) > e.alive0 {
 					// Regions alive now were silent to the previous
 					// horizon, or the view was crossed: what they admitted
-					// in it unheard was charged, not held pending. Hold it
-					// for one more horizon, as their shares would be.
-					pend = max(pend, window.MulDivCeil(satSub(limit, e.charged), uint64(e.horizon-gap), uint64(e.horizon)))
+					// in it unheard was charged, not held pending. Hold
+					// their part of the charge for one more horizon, as
+					// their shares would be (the regions still silent are
+					// charged still).
+					held := window.MulDivCeil(satSub(limit, e.charged), uint64(len(v.Alive)-e.alive0), uint64(max(e.silent0, 1)))
+					pend = max(pend, window.MulDivCeil(held, uint64(e.horizon-gap), uint64(e.horizon)))
 				}
 			} else {
 				h = 0
@@ -336,7 +340,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			h = 0
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
-			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive)}
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
