@@ -333,10 +333,11 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 			}
 		}
 		if e.seen && now.Sub(e.hAt) >= 2*max(v.Horizon, time.Millisecond) {
-			// The last store result is older than the horizon before
-			// this one (this node's requests since were all refused
-			// before the store): its headroom lacks whatever the others
-			// took since. The first request is a probe.
+			// The last store result is two horizons old or more (this
+			// node's requests since were all refused before the store,
+			// as staggered asks that were not its turn are): its
+			// headroom lacks whatever the others took since. The first
+			// request is a probe.
 			h = 0
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
