@@ -45,6 +45,30 @@ func decide(t *testing.T, g *Guard, st *region.Memory, now time.Time, l window.L
 	return res[0].Allowed, lim
 }
 
+// admittedOf runs n requests through g and st under v, one a millisecond
+// from from, and returns how many were admitted.
+func admittedOf(t *testing.T, g *Guard, st *region.Memory, from time.Time, n int, l window.Limit, v *View) int {
+	t.Helper()
+	admitted := 0
+	for i := range n {
+		if ok, _ := decide(t, g, st, from.Add(time.Duration(i)*time.Millisecond), l, v); ok {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// learn reads key k's counts from st at now, as a node does when
+// [Guard.NeedsRead] asks, and gives them to g.
+func learn(t *testing.T, g *Guard, st *region.Memory, now time.Time, l window.Limit, v *View) {
+	t.Helper()
+	peek := make([]region.Result, 1)
+	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: now, Peek: true}}, peek); err != nil {
+		t.Fatal(err)
+	}
+	g.Learn(now, "k", l, v, &peek[0])
+}
+
 // A silent region's hits that the estimate held at the last store result
 // leave the window as it slides, and nothing newer arrives from a region
 // this node does not hear: its charge grows back towards its share as they
@@ -366,11 +390,7 @@ func TestReadBeforeFirstProbe(t *testing.T) {
 	if ok, lim := decide(t, New(Config{}), heldStore(t, l, "b", start, 100, 5), now, l, v); !ok {
 		t.Fatalf("without a read: a's probe denied against %d, want admitted (the equal share it assumed)", lim)
 	}
-	peek := make([]region.Result, 1)
-	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: now, Peek: true}}, peek); err != nil {
-		t.Fatal(err)
-	}
-	g.Learn(now, "k", l, v, &peek[0])
+	learn(t, g, st, now, l, v)
 	if g.NeedsRead(now, "k", l, v) {
 		t.Error("NeedsRead = true after Learn")
 	}
@@ -426,21 +446,12 @@ func TestRegionHeardAgainKeepsPart(t *testing.T) {
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
 	st := region.NewMemory(region.MemoryConfig{Region: "a"})
 	g := New(Config{})
-	alone := view([]string{"a"}, []string{"b"})
-	for i := range 5 {
-		if ok, _ := decide(t, g, st, start.Add(time.Duration(i)*time.Millisecond), l, alone); !ok {
-			t.Fatalf("request %d with b silent refused", i+1)
-		}
+	if n := admittedOf(t, g, st, start, 5, l, view([]string{"a"}, []string{"b"})); n != 5 {
+		t.Fatalf("admitted %d of 5 requests with b silent, want 5", n)
 	}
 	// b is heard: a's quota was the limit less b's charge, 50, less what
 	// it admitted; it keeps half of the 45 left.
-	both := view([]string{"a", "b"}, nil)
-	admitted := 0
-	for i := range 40 {
-		if ok, _ := decide(t, g, st, start.Add(time.Duration(10+i)*time.Millisecond), l, both); ok {
-			admitted++
-		}
-	}
+	admitted := admittedOf(t, g, st, start.Add(10*time.Millisecond), 40, l, view([]string{"a", "b"}, nil))
 	if admitted < 20 || admitted > 23 {
 		t.Errorf("admitted %d in the rest of the horizon once b was heard, want about half of the 45 left (22)", admitted)
 	}
@@ -458,11 +469,7 @@ func TestReadWhenWeightsLackARegion(t *testing.T) {
 	g := New(Config{})
 	split := &View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c", "d", "e"}, Nodes: 1, Horizon: 80 * time.Millisecond}
 	now := start.Add(300 * time.Millisecond)
-	peek := make([]region.Result, 1)
-	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: now, Peek: true}}, peek); err != nil {
-		t.Fatal(err)
-	}
-	g.Learn(now, "k", l, split, &peek[0])
+	learn(t, g, st, now, l, split)
 	decide(t, g, st, now, l, split)
 	later := now.Add(200 * time.Millisecond) // the horizon is over
 	if g.NeedsRead(later, "k", l, split) {
@@ -472,10 +479,7 @@ func TestReadWhenWeightsLackARegion(t *testing.T) {
 	if !g.NeedsRead(later, "k", l, healed) {
 		t.Fatal("NeedsRead = false after c, d and e were heard again, want true: the weights lack them")
 	}
-	if err := st.Check(context.Background(), []region.Request{{Key: "k", Limit: l, Hits: 1, Now: later, Peek: true}}, peek); err != nil {
-		t.Fatal(err)
-	}
-	g.Learn(later, "k", l, healed, &peek[0])
+	learn(t, g, st, later, l, healed)
 	// a's floor share of a headroom of 5 holds no hit.
 	if ok, lim := decide(t, g, st, later, l, healed); ok {
 		t.Errorf("a's probe after the heal admitted against %d, want denied (its floor share of a headroom of 5)", lim)
@@ -494,22 +498,13 @@ func TestChargedRegionsHeldOneHorizon(t *testing.T) {
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
 	st := region.NewMemory(region.MemoryConfig{Region: "a"})
 	g := New(Config{})
-	alone := view([]string{"a"}, []string{"b"})
-	for i := range 5 {
-		if ok, _ := decide(t, g, st, start.Add(time.Duration(i)*time.Millisecond), l, alone); !ok {
-			t.Fatalf("request %d with b silent refused", i+1)
-		}
+	if n := admittedOf(t, g, st, start, 5, l, view([]string{"a"}, []string{"b"})); n != 5 {
+		t.Fatalf("admitted %d of 5 requests with b silent, want 5", n)
 	}
 	// b is heard in the next horizon; it may have taken its charge of 50
 	// meanwhile, which a's store does not hold yet. a's share of the
 	// headroom of 95 less that is half of 45.
-	both := view([]string{"a", "b"}, nil)
-	admitted := 0
-	for i := range 60 {
-		if ok, _ := decide(t, g, st, start.Add(time.Duration(100+i)*time.Millisecond), l, both); ok {
-			admitted++
-		}
-	}
+	admitted := admittedOf(t, g, st, start.Add(100*time.Millisecond), 60, l, view([]string{"a", "b"}, nil))
 	if admitted > 23 {
 		t.Errorf("admitted %d in the first horizon with b alive, want at most 23 (half of 95 less b's charge of 50)", admitted)
 	}
