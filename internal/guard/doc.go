@@ -34,7 +34,9 @@
 //     limit, ceil(limit/R), by every side of a split, less what the
 //     estimate still holds of it at the decision.
 //   - A crossed view (a cut link: [View.Crossed]) charges every other
-//     region so, and each region keeps to its own share.
+//     region so, and each region keeps to its own share. A region quiet
+//     for a key counts as silent in that key's view, so a quiet region
+//     the other alive regions do not report unheard crosses it too.
 //
 // These bound the pool to about the limit without faults and to
 // (1 + 1/R) x the limit during any split, as measured, not proven: the

@@ -98,6 +98,17 @@ type entry struct {
 	asking             bool
 }
 
+// keyView is v as this node decides key under it: the regions quiet for
+// the key counted as silent (see quiet), and isolated when that view is
+// crossed ([View.Isolated]). A region quiet here that the other alive
+// regions still hear may be cut from this one alone (one cut link), and
+// then this one is quiet to it: charged only an equal share by each
+// other, the two would each admit the limit less that share, about twice
+// the limit with many regions.
+func (e *entry) keyView(v *View, lim window.Limit) *View {
+	return e.quiet(v, lim).Isolated()
+}
+
 // quiet returns v with the alive regions that have not been heard from for
 // a quarter of the key's bucket (and at least quietMin) counted as
 // silent, for this key: on a window not much longer than the suspicion
@@ -280,7 +291,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	if e == nil {
 		return true, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 	}
-	v = e.quiet(v.Isolated(), lim)
+	v = e.keyView(v, lim)
 	storeLimit = charge(limit, limit, e.silent, e.unseen, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
@@ -489,7 +500,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
 	}
-	v = e.quiet(v.Isolated(), lim)
+	v = e.keyView(v, lim)
 	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), limit, g.cfg.Floor)
 	// This node's admissions of the current and the previous horizon are
@@ -604,7 +615,7 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 		if now.Before(e.start.Add(e.horizon)) {
 			return false
 		}
-		return !e.weighs(e.quiet(v.Isolated(), lim))
+		return !e.weighs(e.keyView(v, lim))
 	}
 	return g.room(s, now)
 }
@@ -627,7 +638,7 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
 	}
-	v = e.quiet(v.Isolated(), lim)
+	v = e.keyView(v, lim)
 	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), lim.Limit, g.cfg.Floor)
 	fresh, tracked := freshOwn(res, v.Region, v.heardAt(now).Add(-v.Horizon).UnixMilli())

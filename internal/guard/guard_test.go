@@ -390,23 +390,23 @@ func TestStagger(t *testing.T) {
 // alive region unheard for more than a quarter of the window (and at
 // least quietMin) is charged as a silent one for that key: its share,
 // ceil(90/3) = 30, comes off the store's limit. A region heard within
-// that, or a key with a longer window, is not charged.
+// that, or a key with a longer window, is not charged. Where c is quiet,
+// b reports that it does not hear c either, so the view is not crossed
+// (see TestQuietCrossed).
 func TestQuiet(t *testing.T) {
-	v := view([]string{"a", "b", "c"}, nil)
-	v.Ages = map[string]time.Duration{"b": 20 * time.Millisecond, "c": 300 * time.Millisecond}
 	for _, c := range []struct {
 		name   string
 		window time.Duration
 		wMs    int64
-		want   uint64
+		quiet  bool
 	}{
-		{"new key, 10 s window: c is not quiet", 10 * time.Second, 0, 90},
+		{"new key, 10 s window: c is not quiet", 10 * time.Second, 0, false},
 		// A node's first decision of a key counts the shortest bucket a
 		// counter of its window may have: half of it.
-		{"new key, 1 s window: c is quiet", time.Second, 0, 60},
-		{"new key, 4 s window: c is not", 4 * time.Second, 0, 90},
-		{"1 s bucket: c is quiet", 10 * time.Second, 1000, 60},
-		{"2 s bucket: c is not", 10 * time.Second, 2000, 90},
+		{"new key, 1 s window: c is quiet", time.Second, 0, true},
+		{"new key, 4 s window: c is not", 4 * time.Second, 0, false},
+		{"1 s bucket: c is quiet", 10 * time.Second, 1000, true},
+		{"2 s bucket: c is not", 10 * time.Second, 2000, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := New(Config{})
@@ -418,6 +418,13 @@ func TestQuiet(t *testing.T) {
 				res := region.Result{Decision: window.Decision{Allowed: true, Limit: 90, Remaining: 89, SubMs: c.wMs}}
 				g.Done(t0, key, l, 1, view([]string{"a", "b", "c"}, nil), &res)
 			}
+			v := view([]string{"a", "b", "c"}, nil)
+			v.Ages = map[string]time.Duration{"b": 20 * time.Millisecond, "c": 300 * time.Millisecond}
+			want := uint64(90)
+			if c.quiet {
+				v.Unheard = map[string][]string{"b": {"c"}}
+				want -= 30
+			}
 			now := t0.Add(time.Second)
 			ok, lim, _ := g.Admit(now, key, l, 1, v)
 			if !ok {
@@ -426,7 +433,42 @@ func TestQuiet(t *testing.T) {
 			// The first request of a horizon is a probe, cut to this
 			// node's share of the headroom it reads; the charge comes
 			// off the limit before the cut.
-			if got := lim + g.shard(key).keys[key].cut; got != c.want {
+			if got := lim + g.shard(key).keys[key].cut; got != want {
+				t.Errorf("store limit before the probe's cut = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestQuietCrossed: a region quiet here (unheard for more than a quarter
+// of the key's bucket) that the other alive regions do not report unheard
+// may be cut from this one alone. It then sees this region quiet too, and
+// charging each other only an equal share, the two would each admit the
+// limit less that share: with six regions, 2 x 5/6 of the limit against
+// a bound of 7/6. Until the others report it unheard, the view is
+// crossed: every other region is charged its share, ceil(60/6) = 10.
+func TestQuietCrossed(t *testing.T) {
+	alive := []string{"a", "b", "c", "d", "e", "f"}
+	for _, c := range []struct {
+		name    string
+		unheard map[string][]string
+		want    uint64
+	}{
+		{"nobody else reports f", nil, 60 - 5*10},
+		{"one region does not report f", map[string][]string{"b": {"f"}, "c": {"f"}, "d": {"f"}, "e": nil}, 60 - 5*10},
+		{"every region reports f", map[string][]string{"b": {"f"}, "c": {"f"}, "d": {"f"}, "e": {"f"}}, 60 - 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := New(Config{})
+			l := window.Limit{Limit: 60, Window: time.Second}
+			g.Admit(t0, "k", l, 1, view(alive, nil))
+			res := region.Result{Decision: window.Decision{Allowed: true, Limit: 60, Remaining: 59, SubMs: 1000}}
+			g.Done(t0, "k", l, 1, view(alive, nil), &res)
+			v := view(alive, nil)
+			v.Ages = map[string]time.Duration{"b": 20 * time.Millisecond, "c": 20 * time.Millisecond, "d": 20 * time.Millisecond, "e": 20 * time.Millisecond, "f": 300 * time.Millisecond}
+			v.Unheard = c.unheard
+			_, lim, _ := g.Admit(t0.Add(time.Second), "k", l, 1, v)
+			if got := lim + g.shard("k").keys["k"].cut; got != c.want {
 				t.Errorf("store limit before the probe's cut = %d, want %d", got, c.want)
 			}
 		})
