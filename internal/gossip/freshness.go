@@ -194,9 +194,12 @@ func (n *Node) heartbeat(old bool) {
 // other member regions as silent, the alive nodes of this region, and the
 // horizon: FlushInterval plus the largest one-way delay (half the largest
 // of the last 16 ping round trips) to an alive region. Regions are
-// sorted. A region heard again after a silence stays silent for
-// guard.RejoinHold, until the totals it resends on hearing this node
-// (KindRejoin) can have arrived; and Unheard holds what the alive
+// sorted. A region heard again after a silence stays silent until it has
+// been heard from guard.RejoinHold after that, when the totals it resends
+// on hearing this node (KindRejoin) can have arrived: a region heard only
+// for less (a link that healed for an instant and was cut again) may
+// never have sent them, and taken for alive it would be weighed by the
+// counts it had before the silence. Unheard holds what the alive
 // regions' nodes said they do not hear (KindUnheard), for
 // guard.View.Crossed.
 func (n *Node) GuardView(now time.Time) guard.View {
@@ -230,7 +233,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		}
 		back := n.fresh.back[r]
 		ow := n.fresh.rtt[r].high() / 2
-		if ok && now.Sub(h) <= n.cfg.Suspicion && now.Sub(back) >= guard.RejoinHold(n.cfg.FlushInterval, ow) {
+		if ok && now.Sub(h) <= n.cfg.Suspicion && h.Sub(back) >= guard.RejoinHold(n.cfg.FlushInterval, ow) {
 			v.Alive = append(v.Alive, r)
 			oneWay = max(oneWay, ow)
 		} else {

@@ -138,11 +138,13 @@ func (v *View) Isolated() *View {
 }
 
 // RejoinHold is how long a region heard again after a silence stays
-// silent in a [View]: until the totals it re-sends on hearing this region
-// again (the open and previous buckets) can have arrived, two flush
-// intervals plus two one-way delays. Taken for alive at once, it would
-// stop being charged while the estimate still lacks what it admitted
-// during the silence.
+// silent in a [View]: until it has been heard from that long after, when
+// the totals it re-sends on hearing this region again (the open and
+// previous buckets) can have arrived, two flush intervals plus two
+// one-way delays. Taken for alive at once, it would stop being charged
+// while the estimate still lacks what it admitted during the silence;
+// taken for alive after the hold but heard only within it (a link healed
+// for an instant, then cut again), it may never have re-sent them.
 func RejoinHold(flush, oneWay time.Duration) time.Duration { return 2 * (flush + oneWay) }
 
 // UnheardHold is how long a region's report of the regions it does not

@@ -188,7 +188,7 @@ func (w *world) view(r int) *guard.View {
 		switch {
 		case j == r:
 			v.Alive = append(v.Alive, o.name)
-		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && w.now-n.back[j] >= guard.RejoinHold(w.cfg.Flush, w.cfg.Delay).Milliseconds():
+		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && n.heard[j]-n.back[j] >= guard.RejoinHold(w.cfg.Flush, w.cfg.Delay).Milliseconds():
 			v.Alive = append(v.Alive, o.name)
 			maxDelay = max(maxDelay, w.cfg.Delay)
 		default:
