@@ -603,7 +603,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 			}
 			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
 			if x, ok := m[reg+trailSuffix]; ok && refs[i].Window > 0 {
-				t.Trail = parseTrail([]byte(x)).Coarse(refs[i].Window.Milliseconds())
+				t.Trail = parseTrail([]byte(x), 0).Coarse(refs[i].Window.Milliseconds())
 			}
 			v = append(v, t)
 		}

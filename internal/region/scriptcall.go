@@ -311,10 +311,11 @@ func (r *Redis) result(q *Request, v []byte, out *Result) error {
 		// regionCounts): two allocations fewer per decision.
 		var curB, prevB memBucket
 		cur, prev := &curB, &prevB
-		if err := parseVector(prev, &p, max(p.array(), 0), r.region); err != nil {
+		if err := parseVector(prev, &p, max(p.array(), 0), r.region, 0); err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		if err := parseVector(cur, &p, n-4, r.region); err != nil {
+		// Room in the local trail for the mark an admission adds below.
+		if err := parseVector(cur, &p, n-4, r.region, 1); err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
 		var marked bool
@@ -351,8 +352,8 @@ func (r *Redis) result(q *Request, v []byte, out *Result) error {
 
 // parseVector reads the n elements of an HGETALL reply from p into b,
 // which holds no counts yet. A field named local takes the string local
-// rather than a copy.
-func parseVector(b *memBucket, p *respReader, n int, local string) error {
+// rather than a copy, and its trail room for that many more marks.
+func parseVector(b *memBucket, p *respReader, n int, local string, room int) error {
 	b.used, b.private, b.counts = true, true, make([]regionN, 0, n/2)
 	trails := false
 	from := *p // the trails in a second pass, once every count is known
@@ -384,7 +385,11 @@ func parseVector(b *memBucket, p *respReader, n int, local string) error {
 			continue
 		}
 		if j := b.find(string(reg)); j >= 0 {
-			b.counts[j].h = parseTrail(s)
+			extra := 0
+			if b.counts[j].region == local {
+				extra = room
+			}
+			b.counts[j].h = parseTrail(s, extra)
 		} // a trail without a count is not counted, as by the script
 	}
 	return p.err
@@ -400,13 +405,14 @@ func trailField(f []byte) (reg []byte, ok bool) {
 // It stops at the first mark that does not follow from the ones before
 // (offsets not increasing, counts not growing, or not integers below
 // 2^53): the hits after it are then the count's excess, which counts as
-// late as any (window.Trail.Fit), as in the script.
-func parseTrail(s []byte) window.Trail {
+// late as any (window.Trail.Fit), as in the script. The trail has room
+// for room more marks.
+func parseTrail(s []byte, room int) window.Trail {
 	k := len(s) / markBytes
 	if k == 0 {
 		return nil
 	}
-	t := make(window.Trail, 0, k)
+	t := make(window.Trail, 0, k+room)
 	var cum uint64
 	for i := range k {
 		m := s[i*markBytes:]
