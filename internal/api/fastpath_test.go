@@ -1,16 +1,20 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -126,6 +130,88 @@ func TestFastPathContentLength(t *testing.T) {
 		}
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%s: Content-Type %q, want application/json", c.path, ct)
+		}
+	}
+}
+
+// TestReadAtMost reads bodies shorter than, as long as and longer than
+// the limit, whole and a byte at a time, into buffers too small for them.
+func TestReadAtMost(t *testing.T) {
+	const limit = 8
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"empty", "", ""},
+		{"short", "abc", "abc"},
+		{"at limit", "abcdefgh", "abcdefgh"},
+		{"one over", "abcdefghi", "abcdefghi"},
+		{"far over", "abcdefghijklmnop", "abcdefghi"}, // limit+1 bytes tell it is over
+	} {
+		for _, r := range []struct {
+			name string
+			r    func(string) io.Reader
+		}{
+			{"whole", func(s string) io.Reader { return strings.NewReader(s) }},
+			{"bytewise", func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) }},
+		} {
+			t.Run(tc.name+"/"+r.name, func(t *testing.T) {
+				got, err := readAtMost(make([]byte, 0, 2), r.r(tc.body), limit)
+				if err != nil {
+					t.Fatalf("readAtMost: %v", err)
+				}
+				if string(got) != tc.want {
+					t.Errorf("readAtMost() = %q, want %q", got, tc.want)
+				}
+			})
+		}
+	}
+	errBoom := errors.New("boom")
+	if _, err := readAtMost(nil, iotest.ErrReader(errBoom), limit); !errors.Is(err, errBoom) {
+		t.Errorf("readAtMost(failing reader) error = %v, want %v", err, errBoom)
+	}
+}
+
+// TestCheckOutReuse builds answers in one checkOut, reset between them as
+// serveFast's pool does, and wants each to equal the answer built afresh:
+// nothing of one answer (regions, marks, estimate terms) shows in the next.
+func TestCheckOutReuse(t *testing.T) {
+	s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Registerer: prometheus.NewRegistry(), Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := window.Limit{Limit: 100, Window: time.Minute}
+	trail := func(n int) window.Trail {
+		var tr window.Trail
+		for i := range n {
+			tr.Add(int64(i)*1000, 60_000, 1, true)
+		}
+		return tr
+	}
+	outcome := func(regions ...region.RegionCount) decision.Outcome {
+		o := decision.Outcome{Spec: spec}
+		o.Allowed, o.Limit, o.Remaining, o.ElapsedMs = true, 100, 90, 30_000
+		o.Regions = regions
+		return o
+	}
+	outcomes := []struct {
+		name string
+		o    decision.Outcome
+	}{
+		{"two regions, long trails", outcome(
+			region.RegionCount{Region: "local", Current: 3, Previous: 50, PreviousTrail: trail(50)},
+			region.RegionCount{Region: "far", Current: 1, Previous: 40, PreviousTrail: trail(40)})},
+		{"one region, short trail", outcome(region.RegionCount{Region: "local", Current: 1, Previous: 2, PreviousTrail: trail(2)})},
+		{"one region, no trail", outcome(region.RegionCount{Region: "local", Current: 1})},
+		{"no region", outcome()},
+		{"one region, longer trail", outcome(region.RegionCount{Region: "local", Current: 1, Previous: 45, PreviousTrail: trail(45)})},
+	}
+	var out checkOut
+	for _, tc := range outcomes {
+		out.reset()
+		got := s.response(&out.msgs, tc.o, nil)
+		want := s.response(new(responseMsgs), tc.o, nil)
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: reused answer = %v, want %v", tc.name, got, want)
 		}
 	}
 }

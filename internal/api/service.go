@@ -43,20 +43,44 @@ func (s *Server) checkOne(ctx context.Context, m *responseMsgs, key string, hits
 // Check implements ratelimitv1connect.RateLimitServiceHandler.
 func (s *Server) Check(ctx context.Context, r *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
 	defer s.dec.Observe("Check", time.Now())
-	m := r.Msg
-	// The response and its messages in one allocation: a Response with
-	// only Msg set is what connect.NewResponse makes.
-	out := new(struct {
-		resp connect.Response[ratelimitv1.CheckResponse]
-		msgs responseMsgs
-	})
-	resp, err := s.checkOne(ctx, &out.msgs, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
-	if err != nil {
+	out := new(checkOut)
+	if err := s.check(ctx, r.Msg, out); err != nil {
 		return nil, err
 	}
-	out.resp.Msg = resp
 	return &out.resp, nil
 }
+
+// checkOut is a Check's response and the messages it is made of, in one
+// allocation: a Response with only Msg set is what connect.NewResponse
+// makes.
+type checkOut struct {
+	resp connect.Response[ratelimitv1.CheckResponse]
+	msgs responseMsgs
+}
+
+// check decides m and sets out (zero, but for its buffers) to its answer.
+func (s *Server) check(ctx context.Context, m *ratelimitv1.CheckRequest, out *checkOut) error {
+	resp, err := s.checkOne(ctx, &out.msgs, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
+	if err != nil {
+		return err
+	}
+	out.resp.Msg = resp
+	return nil
+}
+
+// reset zeroes o for another check, keeping the capacity of its marks'
+// buffers up to maxKeptMarks.
+func (o *checkOut) reset() {
+	ms, ps := o.msgs.markBuf[:0], o.msgs.markPtrs[:0]
+	*o = checkOut{}
+	if cap(ms) <= maxKeptMarks {
+		o.msgs.markBuf, o.msgs.markPtrs = ms, ps
+	}
+}
+
+// maxKeptMarks bounds the marks a pooled response keeps room for: those
+// of a full coarse trail and more.
+const maxKeptMarks = 4 * window.Granules
 
 // CheckBatch implements ratelimitv1connect.RateLimitServiceHandler. Valid
 // checks are decided in one store call; invalid ones get an error result.
@@ -125,7 +149,7 @@ func (s *Server) ages(outs ...decision.Outcome) map[string]time.Duration {
 
 // estimateTerms returns the weighted terms of a counter decision's
 // estimate, as WindowStats documents them.
-func estimateTerms(o decision.Outcome) []*ratelimitv1.EstimateTerm {
+func estimateTerms(m *responseMsgs, o decision.Outcome) []*ratelimitv1.EstimateTerm {
 	switch a := o.Spec.Algorithm; {
 	case !a.Counted() || a == window.FixedWindow:
 		return nil
@@ -133,37 +157,64 @@ func estimateTerms(o decision.Outcome) []*ratelimitv1.EstimateTerm {
 		var out []*ratelimitv1.EstimateTerm
 		for _, rc := range o.Regions {
 			if n := rc.PreviousTrail.After(o.ElapsedMs); n > 0 {
-				out = append(out, &ratelimitv1.EstimateTerm{Count: n, Numerator: 1, Denominator: 1})
+				out = m.appendTerm(out, n, 1, 1)
 			}
 		}
 		return out
 	case o.SubOldest > 0 && o.SubWeightNum > 0:
-		return []*ratelimitv1.EstimateTerm{{Count: o.SubOldest, Numerator: o.SubWeightNum, Denominator: o.SubWeightDen}}
+		return m.appendTerm(nil, o.SubOldest, o.SubWeightNum, o.SubWeightDen)
 	}
 	return nil
 }
 
-// marks converts a trail to the wire.
-func marks(t window.Trail) []*ratelimitv1.Mark {
-	if len(t) == 0 {
+// appendTerm appends the term count*num/den to out, the first of a
+// response (out nil) in m itself.
+func (m *responseMsgs) appendTerm(out []*ratelimitv1.EstimateTerm, count, num, den uint64) []*ratelimitv1.EstimateTerm {
+	p := &m.term
+	if out == nil {
+		out = m.terms[:0]
+	} else {
+		p = new(ratelimitv1.EstimateTerm)
+	}
+	p.Count, p.Numerator, p.Denominator = count, num, den
+	return append(out, p)
+}
+
+// marks converts a trail to the wire, in m's mark buffers while they have
+// room (a pooled response's; see checkOut), else in new ones: one
+// allocation for every mark and one for the pointers.
+func (m *responseMsgs) marks(t window.Trail) []*ratelimitv1.Mark {
+	n := len(t)
+	if n == 0 {
 		return nil
 	}
-	out := make([]*ratelimitv1.Mark, len(t))
-	ms := make([]ratelimitv1.Mark, len(t)) // one allocation for every mark
-	for i, m := range t {
-		ms[i].AtMs, ms[i].Count = m.At, t.N(i)
+	if cap(m.markBuf)-len(m.markBuf) < n {
+		m.markBuf = make([]ratelimitv1.Mark, 0, max(n, cap(m.markBuf)))
+		m.markPtrs = make([]*ratelimitv1.Mark, 0, cap(m.markBuf))
+	}
+	k := len(m.markBuf)
+	m.markBuf, m.markPtrs = m.markBuf[:k+n], m.markPtrs[:k+n]
+	ms, out := m.markBuf[k:k+n:k+n], m.markPtrs[k:k+n:k+n]
+	for i, mk := range t {
+		ms[i].AtMs, ms[i].Count = mk.At, t.N(i)
 		out[i] = &ms[i]
 	}
 	return out
 }
 
-// responseMsgs holds the messages of one response with up to one region,
-// so that they take one allocation rather than one each.
+// responseMsgs holds the messages of one response with up to one region
+// and one estimate term, so that they take one allocation rather than one
+// each, and buffers for its marks.
 type responseMsgs struct {
+	markBuf  []ratelimitv1.Mark
+	markPtrs []*ratelimitv1.Mark
+
 	resp         ratelimitv1.CheckResponse
 	stats        ratelimitv1.WindowStats
 	regions      [1]*ratelimitv1.RegionCount
 	region       ratelimitv1.RegionCount
+	terms        [1]*ratelimitv1.EstimateTerm
+	term         ratelimitv1.EstimateTerm
 	reset, retry durationpb.Duration
 }
 
@@ -178,7 +229,7 @@ func setDuration(dst *durationpb.Duration, d time.Duration) {
 func (s *Server) response(m *responseMsgs, o decision.Outcome, ages map[string]time.Duration) *ratelimitv1.CheckResponse {
 	st := &m.stats
 	st.Bucket, st.PreviousWeight, st.Estimate, st.ElapsedMs, st.Whole = o.Bucket, o.PrevWeight, o.Estimate, o.ElapsedMs, o.SubWhole
-	st.Terms = estimateTerms(o)
+	st.Terms = estimateTerms(m, o)
 	switch n := len(o.Regions); {
 	case n == 1:
 		st.Regions = m.regions[:]
@@ -195,7 +246,7 @@ func (s *Server) response(m *responseMsgs, o decision.Outcome, ages map[string]t
 		}
 		w.Region, w.Current, w.Previous = rc.Region, rc.Current, rc.Previous
 		if trails {
-			w.PreviousMarks = marks(rc.PreviousTrail)
+			w.PreviousMarks = m.marks(rc.PreviousTrail)
 		}
 		if age, ok := ages[rc.Region]; ok && rc.Region != s.cfg.Region {
 			w.Age = durationpb.New(age)

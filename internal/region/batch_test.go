@@ -158,7 +158,7 @@ func TestBatchErrorStaysInItsDecision(t *testing.T) {
 		{Key: "good2", Limit: l, Hits: 2, Now: batchT0},
 	}
 	redistest.ResetStats(t, srv.Addr)
-	out, err := r.exec(ctx, reqs)
+	out, err := r.exec(ctx, reqs, &roundTrip{pooled: r.pooled})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,5 +266,41 @@ func TestBatchSplitsLongRoundTrips(t *testing.T) {
 	}
 	if got, want := redistest.EvalshaCalls(t, srv.Addr), 3; got != want {
 		t.Errorf("EVALSHA calls = %d, want %d", got, want)
+	}
+}
+
+// A store that reads script replies into pooled buffers (retries off, the
+// default) decides rounds of batches of shrinking and growing size, which
+// reuse the buffers, exactly as one that reads them as go-redis keeps
+// them (retries on) decides the same rounds.
+func TestPooledRepliesDecideAsRawCmd(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	pooled := newTestRedis(t, RedisConfig{URL: srv.URL(), Coalesce: Coalesce{Disabled: true}})
+	raw := newTestRedis(t, RedisConfig{URL: srv.URL(), Coalesce: Coalesce{Disabled: true}, MaxRetries: 1})
+	if !pooled.pooled || raw.pooled {
+		t.Fatalf("pooled: %v and %v, want true and false", pooled.pooled, raw.pooled)
+	}
+	run := func(r *Redis) [][]Result {
+		if err := r.Client().FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var out [][]Result
+		for round, n := range []int{24, 3, 24, 1, 12, 24} {
+			reqs := batchRequests(n)
+			for i := range reqs {
+				reqs[i].Now = reqs[i].Now.Add(time.Duration(round) * time.Second)
+			}
+			res := make([]Result, n)
+			if err := r.Check(ctx, reqs, res); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			out = append(out, res)
+		}
+		return out
+	}
+	want := run(raw)
+	if got := run(pooled); !reflect.DeepEqual(got, want) {
+		t.Errorf("pooled replies decided\n%+v\nwant (go-redis's replies)\n%+v", got, want)
 	}
 }

@@ -421,11 +421,15 @@ func (m *Memory) merge(totals []Total, own bool) {
 		if b == nil {
 			continue
 		}
-		before := b.get(t.Region)
+		reset := isResetInstant(t.Key)
+		var before uint64
+		if reset {
+			before = b.get(t.Region)
+		}
 		if b.maxMerge(t.Region, t.Count, h, k.wMs, m.region) {
 			m.dropped.Add(1)
 		}
-		if isResetInstant(t.Key) && b.get(t.Region) > before {
+		if reset && b.get(t.Region) > before {
 			raised = append(raised, BucketRef{Window: t.Window, Bucket: t.Bucket})
 		}
 	}

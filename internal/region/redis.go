@@ -1,6 +1,7 @@
 package region
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -103,6 +104,7 @@ type Redis struct {
 	co        *coalescer
 	batch     bool // one script call for many decisions (see batchScript)
 	cluster   bool // batches hold only decisions of one hash slot
+	pooled    bool // script replies read into pooled buffers (see roundTrip)
 
 	mismatches     atomic.Uint64
 	pipelines      atomic.Uint64
@@ -145,6 +147,7 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 	r.co = newCoalescer(cfg.Coalesce, cfg.CallTimeout, r)
 	r.batch = true
 	_, r.cluster = c.(*redis.ClusterClient)
+	r.pooled = !r.cluster && cfg.MaxRetries <= 0
 	return r, nil
 }
 
@@ -336,7 +339,9 @@ func (r *Redis) Check(ctx context.Context, reqs []Request, res []Result) error {
 
 // checkDirect runs reqs as one EVALSHA or one pipeline of them.
 func (r *Redis) checkDirect(ctx context.Context, reqs []Request, res []Result) error {
-	out, err := r.exec(ctx, reqs)
+	t := roundTrip{pooled: r.pooled}
+	defer t.release()
+	out, err := r.exec(ctx, reqs, &t)
 	if err != nil {
 		return err
 	}
@@ -354,7 +359,9 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 	for _, cl := range calls {
 		reqs = append(reqs, cl.reqs...)
 	}
-	out, err := r.exec(ctx, reqs)
+	t := roundTrip{pooled: r.pooled}
+	defer t.release() // each call's results are read before its done
+	out, err := r.exec(ctx, reqs, &t)
 	off := 0
 	for _, cl := range calls {
 		n := len(cl.reqs)
@@ -370,9 +377,9 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 // exec sends reqs as one round trip (plus one to reload the scripts and
 // rerun what NOSCRIPT refused, which did not run). Errors of single
 // decisions are left in their replies.
-func (r *Redis) exec(ctx context.Context, reqs []Request) ([]reply, error) {
+func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply, error) {
 	out := make([]reply, len(reqs))
-	if err := r.run(ctx, reqs, out, nil); err != nil {
+	if err := r.run(ctx, reqs, out, nil, t); err != nil {
 		return nil, err
 	}
 	// Scripts flushed (SCRIPT FLUSH, a restart, a failover): reload them and
@@ -387,7 +394,7 @@ func (r *Redis) exec(ctx context.Context, reqs []Request) ([]reply, error) {
 		if err := r.load(ctx); err != nil {
 			return nil, err
 		}
-		if err := r.run(ctx, reqs, out, again); err != nil {
+		if err := r.run(ctx, reqs, out, again, t); err != nil {
 			return nil, err
 		}
 	}
@@ -413,7 +420,7 @@ func (r *Redis) finish(ctx context.Context, reqs []Request, out []reply, res []R
 // others as one EVALSHA each, in one pipeline when there is more than one
 // call. Error replies, a busy server's included, are left in the replies;
 // only a failure without a reply fails the round trip (see [classify]).
-func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int) error {
+func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int, t *roundTrip) error {
 	r.pipelines.Add(1)
 	if only == nil {
 		only = make([]int, len(reqs))
@@ -427,23 +434,26 @@ func (r *Redis) run(ctx context.Context, reqs []Request, out []reply, only []int
 	}
 	groups := r.groups(sc, only)
 	if len(groups) == 1 {
-		cmd := r.send(ctx, r.c, sc, groups[0])
+		w := t.buffer()
+		cmd := r.send(ctx, r.c, sc, groups[0], w)
 		if err := cmd.Err(); classify(err) == faultNoReply {
 			return r.wrap(ctx, "check", err)
 		}
-		collect(cmd, groups[0], out)
+		collect(cmd, w, groups[0], out)
 		return nil
 	}
 	pipe := r.c.Pipeline()
 	cmds := make([]redis.Cmder, len(groups))
+	ws := make([]*bytes.Buffer, len(groups))
 	for g, idx := range groups {
-		cmds[g] = r.send(ctx, pipe, sc, idx)
+		ws[g] = t.buffer()
+		cmds[g] = r.send(ctx, pipe, sc, idx, ws[g])
 	}
 	if _, err := pipe.Exec(ctx); classify(err) == faultNoReply {
 		return r.wrap(ctx, "check", err)
 	}
 	for g, idx := range groups {
-		collect(cmds[g], idx, out)
+		collect(cmds[g], ws[g], idx, out)
 	}
 	return nil
 }
@@ -603,7 +613,7 @@ func (r *Redis) Vectors(ctx context.Context, refs []BucketRef) ([][]Total, error
 			}
 			t := Total{Key: refs[i].Key, Window: refs[i].Window, Bucket: refs[i].Bucket, Region: reg, Count: n}
 			if x, ok := m[reg+trailSuffix]; ok && refs[i].Window > 0 {
-				t.Trail = parseTrail([]byte(x)).Coarse(refs[i].Window.Milliseconds())
+				t.Trail = parseTrail([]byte(x), 0).Coarse(refs[i].Window.Milliseconds())
 			}
 			v = append(v, t)
 		}

@@ -135,14 +135,16 @@ func (p *respReader) array() int {
 	return int(max(n, -1))
 }
 
-// rawReply returns the raw reply of cmd, made by newScriptCmd, or its
-// error: a connection's or an error reply (as a [redis.Error]).
-func rawReply(cmd redis.Cmder) ([]byte, error) {
+// rawReply returns the raw reply of cmd, made by Redis.evalsha with w, or
+// its error: a connection's or an error reply (as a [redis.Error]).
+func rawReply(cmd redis.Cmder, w *bytes.Buffer) ([]byte, error) {
 	if err := cmd.Err(); err != nil {
 		return nil, err
 	}
 	var v []byte
 	switch cmd := cmd.(type) {
+	case *redis.RawWriteToCmd:
+		v = w.Bytes()
 	case *redis.RawCmd:
 		v = cmd.Val()
 	case *redis.Cmd:

@@ -111,14 +111,14 @@ func TestRawReply(t *testing.T) {
 	parsed := redis.NewCmd(ctx) // a Redis Cluster's
 	parsed.SetVal([]any{int64(1), "x", nil})
 	for _, cmd := range []redis.Cmder{raw, parsed} {
-		if v, err := rawReply(cmd); string(v) != want || err != nil {
+		if v, err := rawReply(cmd, nil); string(v) != want || err != nil {
 			t.Errorf("rawReply(%T) = %q, %v, want %q, nil", cmd, v, err, want)
 		}
 	}
 	// An error reply is an error, as go-redis's own parse makes it.
 	noscript := redis.NewRawCmd(ctx)
 	noscript.SetVal([]byte("-NOSCRIPT No matching script.\r\n"))
-	_, err := rawReply(noscript)
+	_, err := rawReply(noscript, nil)
 	if !redis.HasErrorPrefix(err, "NOSCRIPT") || classify(err) != faultReply {
 		t.Errorf("rawReply(NOSCRIPT reply) error = %v, want a NOSCRIPT reply", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -151,10 +152,10 @@ func (r *Redis) groups(sc []scriptCall, idx []int) [][]int {
 
 // send queues (or runs) one script call for the decisions sc[i] of idx:
 // the decision's own script when alone, else the batch script.
-func (r *Redis) send(ctx context.Context, c doer, sc []scriptCall, idx []int) redis.Cmder {
+func (r *Redis) send(ctx context.Context, c doer, sc []scriptCall, idx []int, w *bytes.Buffer) redis.Cmder {
 	if len(idx) == 1 {
 		s := &sc[idx[0]]
-		return r.evalsha(ctx, c, singleHashes[s.script], s.keys, s.args)
+		return r.evalsha(ctx, c, singleHashes[s.script], s.keys, s.args, w)
 	}
 	nk, na := 0, 1
 	for _, i := range idx {
@@ -173,7 +174,7 @@ func (r *Redis) send(ctx context.Context, c doer, sc []scriptCall, idx []int) re
 		args = append(args, sc[i].args...)
 	}
 	args[0] = hdr
-	return r.evalsha(ctx, c, batchHash, keys, args)
+	return r.evalsha(ctx, c, batchHash, keys, args, w)
 }
 
 // doer runs or queues a command: a client, or a pipeline.
@@ -200,10 +201,10 @@ var (
 // for writing it and for a Redis Cluster's routing alike. Unlike EvalSha,
 // a NOSCRIPT reply stays a NOSCRIPT error.
 //
-// Its reply is kept raw (see rawReply), except on a Redis Cluster: there
-// go-redis must see an error reply (MOVED, ASK) to follow it, which a
-// redis.RawCmd hides.
-func (r *Redis) evalsha(ctx context.Context, c doer, sha any, keys []string, args []any) redis.Cmder {
+// Its reply is kept raw (see rawReply), in w when w is not nil, except on
+// a Redis Cluster: there go-redis must see an error reply (MOVED, ASK) to
+// follow it, which a redis.RawCmd hides.
+func (r *Redis) evalsha(ctx context.Context, c doer, sha any, keys []string, args []any, w *bytes.Buffer) redis.Cmder {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", sha, len(keys))
 	for i := range keys {
@@ -211,19 +212,66 @@ func (r *Redis) evalsha(ctx context.Context, c doer, sha any, keys []string, arg
 	}
 	a = append(a, args...)
 	var cmd redis.Cmder
-	if r.cluster {
+	switch {
+	case r.cluster:
 		cmd = redis.NewCmd(ctx, a...)
-	} else {
+	case w != nil:
+		cmd = redis.NewRawWriteToCmd(ctx, w, a...)
+	default:
 		cmd = redis.NewRawCmd(ctx, a...)
 	}
 	_ = c.Process(ctx, cmd) // its error stays in cmd
 	return cmd
 }
 
+// A script call's reply, read raw, is as large as the trails it carries:
+// kilobytes per decision, that go-redis's redis.RawCmd reads into a
+// buffer of its own, grown from nothing for every call. Where go-redis
+// never retries a call (RedisConfig.MaxRetries, off by default), the
+// replies are read into buffers that round trips reuse
+// (redis.RawWriteToCmd, which go-redis does not retry): a reply's bytes
+// are dead once its results are read.
+
+// replyBufs holds buffers that script replies were read into, for the
+// replies of later round trips.
+var replyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxKeptReply bounds the buffers replyBufs keeps.
+const maxKeptReply = 1 << 20
+
+// roundTrip holds the buffers of one round trip's script replies until
+// its replies are turned into results.
+type roundTrip struct {
+	pooled bool // read replies into pooled buffers
+	bufs   []*bytes.Buffer
+}
+
+// buffer returns an empty buffer for one script call's reply, or nil when
+// t does not pool them.
+func (t *roundTrip) buffer() *bytes.Buffer {
+	if !t.pooled {
+		return nil
+	}
+	b := replyBufs.Get().(*bytes.Buffer)
+	b.Reset()
+	t.bufs = append(t.bufs, b)
+	return b
+}
+
+// release gives t's buffers back: the replies read into them are gone.
+func (t *roundTrip) release() {
+	for _, b := range t.bufs {
+		if b.Cap() <= maxKeptReply {
+			replyBufs.Put(b)
+		}
+	}
+	t.bufs = nil
+}
+
 // collect stores the replies of the script call cmd, made by send for the
-// decisions of idx, in out.
-func collect(cmd redis.Cmder, idx []int, out []reply) {
-	v, err := rawReply(cmd)
+// decisions of idx with w, in out.
+func collect(cmd redis.Cmder, w *bytes.Buffer, idx []int, out []reply) {
+	v, err := rawReply(cmd, w)
 	if err != nil {
 		for _, i := range idx {
 			out[i] = reply{err: err}
@@ -311,10 +359,11 @@ func (r *Redis) result(q *Request, v []byte, out *Result) error {
 		// regionCounts): two allocations fewer per decision.
 		var curB, prevB memBucket
 		cur, prev := &curB, &prevB
-		if err := parseVector(prev, &p, max(p.array(), 0), r.region); err != nil {
+		if err := parseVector(prev, &p, max(p.array(), 0), r.region, 0); err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
-		if err := parseVector(cur, &p, n-4, r.region); err != nil {
+		// Room in the local trail for the mark an admission adds below.
+		if err := parseVector(cur, &p, n-4, r.region, 1); err != nil {
 			return fmt.Errorf("region: redis check %q: %w", q.Key, err)
 		}
 		var marked bool
@@ -351,8 +400,8 @@ func (r *Redis) result(q *Request, v []byte, out *Result) error {
 
 // parseVector reads the n elements of an HGETALL reply from p into b,
 // which holds no counts yet. A field named local takes the string local
-// rather than a copy.
-func parseVector(b *memBucket, p *respReader, n int, local string) error {
+// rather than a copy, and its trail room for that many more marks.
+func parseVector(b *memBucket, p *respReader, n int, local string, room int) error {
 	b.used, b.private, b.counts = true, true, make([]regionN, 0, n/2)
 	trails := false
 	from := *p // the trails in a second pass, once every count is known
@@ -384,7 +433,11 @@ func parseVector(b *memBucket, p *respReader, n int, local string) error {
 			continue
 		}
 		if j := b.find(string(reg)); j >= 0 {
-			b.counts[j].h = parseTrail(s)
+			extra := 0
+			if b.counts[j].region == local {
+				extra = room
+			}
+			b.counts[j].h = parseTrail(s, extra)
 		} // a trail without a count is not counted, as by the script
 	}
 	return p.err
@@ -400,13 +453,14 @@ func trailField(f []byte) (reg []byte, ok bool) {
 // It stops at the first mark that does not follow from the ones before
 // (offsets not increasing, counts not growing, or not integers below
 // 2^53): the hits after it are then the count's excess, which counts as
-// late as any (window.Trail.Fit), as in the script.
-func parseTrail(s []byte) window.Trail {
+// late as any (window.Trail.Fit), as in the script. The trail has room
+// for room more marks.
+func parseTrail(s []byte, room int) window.Trail {
 	k := len(s) / markBytes
 	if k == 0 {
 		return nil
 	}
-	t := make(window.Trail, 0, k)
+	t := make(window.Trail, 0, k+room)
 	var cum uint64
 	for i := range k {
 		m := s[i*markBytes:]
