@@ -40,10 +40,11 @@ type repairSource struct {
 	t   region.Total
 }
 
-// repairAnswer is what the answers say of one total: the largest value of
-// the two sources that report the most, largest first, and the count last
-// restored.
-type repairAnswer struct {
+// RepairAnswer is what the answers to a repair say of one total: the
+// largest value of the two sources that report the most, largest first,
+// and the count last restored. Exported for the cluster simulator
+// (loadtest/sim), which repairs a restarted store as a node does.
+type RepairAnswer struct {
 	top      [2]repairSource
 	restored uint64
 }
@@ -53,12 +54,12 @@ type repairQuorum struct {
 	since   time.Time         // when the repair was asked for (Config.Now)
 	asked   map[string]uint64 // member asked -> its token then
 	regions map[string]string // member asked -> its region
-	answers map[dref]*repairAnswer
+	answers map[dref]*RepairAnswer
 }
 
 // reset starts a new repair asked for at now.
 func (q *repairQuorum) reset(now time.Time) {
-	*q = repairQuorum{since: now, asked: map[string]uint64{}, regions: map[string]string{}, answers: map[dref]*repairAnswer{}}
+	*q = repairQuorum{since: now, asked: map[string]uint64{}, regions: map[string]string{}, answers: map[dref]*RepairAnswer{}}
 }
 
 // ask records that m was asked.
@@ -99,9 +100,9 @@ func (q *repairQuorum) sources(own, name string) (src string, need int) {
 	return sourceOf(name), min(2, len(srcs))
 }
 
-// offer records src's answer t and returns the total to restore now, if
-// the value two sources agree on (one, when need is 1) grew.
-func (a *repairAnswer) offer(src string, t region.Total, need int) (region.Total, bool) {
+// Offer records source src's answer t and returns the total to restore
+// now, if the value two sources agree on (one, when need is 1) grew.
+func (a *RepairAnswer) Offer(src string, t region.Total, need int) (region.Total, bool) {
 	switch { // each source's largest answer, for the two largest sources
 	case a.top[0].src == src:
 		if t.Count > a.top[0].t.Count {
@@ -153,10 +154,10 @@ func (n *Node) restore(now time.Time, m Message, s *member) {
 				n.met.drop("heard_full")
 				continue
 			}
-			a = &repairAnswer{}
+			a = &RepairAnswer{}
 			q.answers[k] = a
 		}
-		if r, ok := a.offer(src, t, need); ok {
+		if r, ok := a.Offer(src, t, need); ok {
 			ts = append(ts, r)
 		}
 	}

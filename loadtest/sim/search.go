@@ -28,6 +28,25 @@ type schedule struct {
 	Windows int // the run's length, in windows
 	Phases  []phase
 	Faults  []fault
+	// Restarts are store restarts (restart.go), in time order.
+	Restarts []restart
+}
+
+// restart empties region Region's store AtMs from the run's start; node k
+// of the region reads the store's new epoch Detect[k] ms later (it reads
+// it every second, at a phase of its own) and repairs.
+type restart struct {
+	Region int
+	AtMs   int64
+	Detect []int64
+}
+
+func (r restart) String() string {
+	d := make([]string, len(r.Detect))
+	for i, x := range r.Detect {
+		d[i] = fmt.Sprint(x)
+	}
+	return fmt.Sprintf("restart %d at %d ms (seen after %s ms)", r.Region, r.AtMs, strings.Join(d, ","))
 }
 
 // phase offers load from FromMs to ToMs (from the run's start): Rate[r] is
@@ -84,7 +103,11 @@ func (f fault) String() string {
 // 1 to 3 nodes each, 30 to 100 ms one-way, windows of 1 s or 10 s, limits
 // from 1 to 300, six windows of one to four load phases, and up to two
 // faults: a split into two or three sides, or one or more cut links, each
-// held for half a window to two windows.
+// held for half a window to two windows. One schedule in four also has one
+// or two store restarts (a region's Redis restarting empty) at any
+// instant, drawn from a stream of their own after the rest, so that
+// every other part of a seed's schedule is the same as before restarts
+// were drawn.
 func gen(seed uint64) schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
@@ -136,6 +159,24 @@ func gen(seed uint64) schedule {
 		}
 		s.Faults = append(s.Faults, f)
 	}
+	rr := rand.New(rand.NewPCG(seed, 0x4e57a47))
+	if rr.IntN(4) == 0 {
+		for range 1 + rr.IntN(2) {
+			r := restart{Region: rr.IntN(s.Regions), AtMs: rr.Int64N(span)}
+			for range s.Nodes {
+				r.Detect = append(r.Detect, 1+rr.Int64N(1000))
+			}
+			s.Restarts = append(s.Restarts, r)
+		}
+		slices.SortStableFunc(s.Restarts, func(a, b restart) int { return cmp.Compare(a.AtMs, b.AtMs) })
+	}
+	return s
+}
+
+// withoutRestarts returns s without its store restarts: the schedule its
+// seed gave before restarts were drawn.
+func (s schedule) withoutRestarts() schedule {
+	s.Restarts = nil
 	return s
 }
 
@@ -154,6 +195,9 @@ func (s schedule) String() string {
 	for _, f := range s.Faults {
 		fmt.Fprintf(&b, "; %v", f)
 	}
+	for _, r := range s.Restarts {
+		fmt.Fprintf(&b, "; %v", r)
+	}
 	return b.String()
 }
 
@@ -163,7 +207,9 @@ type bounds struct{ Calm, Fault float64 }
 
 // boundsOf is what rlcluster promises for s: at most max(1.05 L, L + 1)
 // in any trailing window, and max((1 + 1/R) L, that) in one that overlaps
-// a fault, whatever its shape.
+// a fault, whatever its shape. A store restart is no fault of the network:
+// a window that overlaps one keeps its bound (no acknowledged hit may be
+// lost by a restart or its repair).
 func boundsOf(s schedule) bounds {
 	l := float64(s.Limit)
 	calm := max(1.05*l, l+1)
@@ -191,9 +237,12 @@ type outcome struct {
 // runSchedule plays s with the guard on.
 func runSchedule(s schedule) outcome {
 	cfg := config{Regions: s.Regions, Nodes: s.Nodes, Delay: s.Delay, Flush: 20 * time.Millisecond, Suspicion: 500 * time.Millisecond,
-		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}}
+		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}, Reconcile: len(s.Restarts) > 0}
 	start := epoch + s.Window.Milliseconds()/7
 	w := newWorld(cfg, epoch)
+	for _, r := range s.Restarts {
+		w.restart(r.Region, start+r.AtMs, r.Detect)
+	}
 	w.cfg.Cut = func(a, b int, now int64) bool {
 		for _, f := range s.Faults {
 			if now >= start+f.FromMs && now < start+f.ToMs && f.cuts(a, b) {
@@ -353,8 +402,9 @@ func calm(s schedule, start int64, all []request) (n, den, logDen int) {
 }
 
 // class names the kind of schedule s is, for the search's table: its
-// faults (none, one region cut off alone, another split, cut links), its
-// window, and whether its limit is small (below regions x nodes).
+// faults (a store restart, whatever else it has; else none, one region cut
+// off alone, another split, cut links), its window, and whether its limit
+// is small (below regions x nodes).
 func class(s schedule) string {
 	fk := "no fault"
 	for _, f := range s.Faults {
@@ -376,6 +426,9 @@ func class(s schedule) string {
 		if fk == "no fault" || k == "cut links" || (k == "other split" && fk == "one region alone") {
 			fk = k
 		}
+	}
+	if len(s.Restarts) > 0 {
+		fk = "restart"
 	}
 	size := "limit >= regions x nodes"
 	if s.Limit < uint64(s.Regions*s.Nodes) {

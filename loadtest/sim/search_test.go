@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -73,7 +75,8 @@ func regressionSeeds(t *testing.T) []uint64 {
 
 // TestFaultSearch runs random fault schedules (gen: 3 to 10 regions of 1
 // to 3 nodes, 30 to 100 ms apart, limits of 1 to 300 per 1 s or 10 s,
-// load phases with bursts, splits of any shape and cut links) and every
+// load phases with bursts, splits of any shape, cut links and store
+// restarts; a schedule with restarts is also run without them) and every
 // seed kept in testdata/seeds.txt, and checks each against its bound:
 // at most max(1.05 L, L + 1) in a trailing window that overlaps no fault,
 // max((1 + 1/R) L, that) in one that does, or, for the classes of
@@ -84,8 +87,8 @@ func regressionSeeds(t *testing.T) []uint64 {
 func TestFaultSearch(t *testing.T) {
 	t.Parallel()
 	ceil := ceilings(t)
-	check := func(seed uint64) {
-		s := gen(seed)
+	check := func(s schedule) {
+		seed := s.Seed
 		c := class(s)
 		limit, ok := ceil[c]
 		if !ok {
@@ -96,6 +99,13 @@ func TestFaultSearch(t *testing.T) {
 		if o.Worst > limit+1e-9 {
 			t.Errorf("seed %d (%s): %d in a trailing window ending %d ms in, %.3f of its bound (in a fault: %v), want at most %.3f; %v",
 				seed, c, o.Count, o.AtMs, o.Worst, o.InFault, limit, s)
+		}
+	}
+	checkAll := func(seed uint64) {
+		check(gen(seed))
+		// The schedule of a seed kept before restarts were drawn.
+		if s := gen(seed); len(s.Restarts) > 0 {
+			check(s.withoutRestarts())
 		}
 	}
 	seeds := regressionSeeds(t)
@@ -109,7 +119,7 @@ func TestFaultSearch(t *testing.T) {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for s := range next {
-				check(s)
+				checkAll(s)
 			}
 		})
 	}
@@ -119,4 +129,32 @@ func TestFaultSearch(t *testing.T) {
 	close(next)
 	wg.Wait()
 	t.Logf("%d kept seeds and %d random schedules from seed %d within their ceilings", len(seeds), *searchN, *searchFrom)
+}
+
+// TestGenKeepsSchedules checks that drawing store restarts left the rest
+// of every schedule as it was: the schedules of seeds 1 to 30,000 (every
+// seed kept before restarts were drawn among them), without their
+// restarts, are those gen gave before (their digest then), and a
+// schedule's restarts only add to its description.
+func TestGenKeepsSchedules(t *testing.T) {
+	const n = 30000
+	h := sha256.New()
+	with := 0
+	for seed := uint64(1); seed <= n; seed++ {
+		s := gen(seed)
+		old := s.withoutRestarts().String()
+		fmt.Fprintln(h, old)
+		if len(s.Restarts) > 0 {
+			with++
+			if !strings.HasPrefix(s.String(), old+"; restart ") {
+				t.Errorf("seed %d: %q does not extend %q", seed, s, old)
+			}
+		}
+	}
+	if got, want := fmt.Sprintf("%x", h.Sum(nil)), "e006c8cb45b91578b95d35862cca4d66fb8513f7b3eea1f3383586ca89db6ae9"; got != want {
+		t.Errorf("schedules without their restarts: digest %s, want %s (gen changed the schedules kept seeds reproduce)", got, want)
+	}
+	if with < n/5 || with > n*3/10 {
+		t.Errorf("%d of %d schedules have restarts, want about one in four", with, n)
+	}
 }

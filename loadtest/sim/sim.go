@@ -19,7 +19,9 @@ import (
 // ms): each region is one node with a real region.Memory store and a real
 // guard.Guard; replication is the flush of dirty totals every flush
 // interval to every other region, delivered after the pair's one-way delay
-// unless the pair is partitioned, with a heartbeat on every flush tick.
+// unless the pair is partitioned, with a heartbeat on every flush tick. A
+// region's store may restart empty, and its nodes then repair it as gossip
+// does (restart.go: what is modelled and what is simplified).
 type world struct {
 	cfg     config
 	regions []*node
@@ -58,6 +60,11 @@ type config struct {
 	// Cut, when set, is called with (from, to, now ms) and reports whether
 	// the pair is partitioned at that instant.
 	Cut func(from, to int, nowMs int64) bool
+	// Reconcile sends, a flush interval after each bucket closes, every
+	// region's own total of each bucket it admitted in to the others, as
+	// gossip's reconciliation does (see restart.go: only runs with a store
+	// restart set it).
+	Reconcile bool
 }
 
 type node struct {
@@ -78,21 +85,38 @@ type node struct {
 	// and when it arrived (ms).
 	unheard   map[int][]string
 	unheardAt map[int]int64
+	// sent is, per node of the region, the latest own total of each
+	// bucket from that node's admissions: what its gossip node holds
+	// dirty or sent last, which it merges back after a loss (restart.go).
+	sent []map[region.BucketRef]region.Total
+	// touched is the buckets this region admitted in, each reconciled
+	// once it closes (config.Reconcile).
+	touched map[region.BucketRef]bool
+	// repairs is, per node, its open repair (nil when none).
+	repairs []*repair
 }
 
 type event struct {
-	at   int64
-	seq  int64
-	kind int // 0 request, 1 flush tick, 2 delivery
+	at  int64
+	seq int64
+	// kind: 0 request, 1 flush tick, 2 delivery, or one of restart.go's
+	// (a store's loss, its detection, repair requests and answers,
+	// reconciliation).
+	kind int
 	to   int
-	node int // the node of region to that decides a request
+	node int // the node of region to that decides a request (or a repair's)
 	key  string
 	hits uint64
 	// burst marks a request of a burst, for the false denials of paced
 	// traffic.
 	burst bool
 	from  int
-	tot   []region.Total
+	// fromNode is the node of region from that sent a repair request or
+	// answer.
+	fromNode int
+	// bucket is the bucket of key that a reconciliation closes.
+	bucket int64
+	tot    []region.Total
 	// unheard is the sender's silent regions when it sent the frame.
 	unheard []string
 }
@@ -119,10 +143,13 @@ func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, burstDenied: map[string][]bool{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
-			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{}}
-		n.store = region.NewMemory(region.MemoryConfig{Region: n.name, MaxKeys: 1 << 22})
+			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{},
+			touched: map[region.BucketRef]bool{}}
+		n.store = newStore(n.name)
 		for range max(cfg.Nodes, 1) {
 			n.guards = append(n.guards, guard.New(guard.Config{}))
+			n.sent = append(n.sent, map[region.BucketRef]region.Total{})
+			n.repairs = append(n.repairs, nil)
 		}
 		for j := range n.heard {
 			n.heard[j] = startMs // all alive at the start (joined earlier)
@@ -170,11 +197,16 @@ func (w *world) run(untilMs int64) {
 				n.resend[e.from] = true // it was silent: send it the open buckets again
 				n.back[e.from] = e.at
 			}
+			if n.resend[e.from] && n.back[e.from] == e.at {
+				w.askAgain(e.to, e.from)
+			}
 			n.heard[e.from] = e.at
 			n.unheard[e.from], n.unheardAt[e.from] = e.unheard, e.at
 			if len(e.tot) > 0 {
 				_ = n.store.Merge(context.Background(), e.tot)
 			}
+		default:
+			w.restartEvent(e)
 		}
 	}
 }
@@ -259,8 +291,21 @@ func (w *world) decide(e *event) {
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
 	w.by[e.key] = append(w.by[e.key], e.to)
 	k := region.BucketRef{Key: e.key, Window: l.Window, Bucket: res[0].Bucket}
-	n.dirty[k] = region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
-	n.own[k] = n.dirty[k]
+	t := region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
+	// Gossip max-merges a node's dirty totals until they are sent: a
+	// count lower than the one waiting (its store lost its counts since)
+	// does not replace it.
+	if d, ok := n.dirty[k]; !ok || d.Count < t.Count {
+		n.dirty[k] = t
+	}
+	n.own[k] = t
+	n.sent[e.node%len(n.sent)][k] = t
+	delete(n.sent[e.node%len(n.sent)], region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
+	if w.cfg.Reconcile && !n.touched[k] {
+		n.touched[k] = true
+		_, end := window.BucketSpan(k.Window, k.Bucket)
+		w.push(&event{at: end + w.cfg.Flush.Milliseconds(), kind: evReconcile, to: e.to, key: e.key, bucket: k.Bucket})
+	}
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 }
 
