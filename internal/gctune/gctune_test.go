@@ -95,7 +95,10 @@ func TestRun(t *testing.T) {
 
 // TestRunFollowsCollections runs Run on the runtime's own collections
 // and live heap, with a fake Set: after a collection it sets the percent
-// for the live heap that collection found.
+// for the live heap that collection found. The test reads the live heap
+// after its own collection, and the runtime (the race detector's more so)
+// may allocate between that and what Run reads, so the percent need only
+// be within 1% of the test's.
 func TestRunFollowsCollections(t *testing.T) {
 	const headroom = 1 << 30
 	sets := make(chan int, 64)
@@ -122,7 +125,8 @@ func TestRunFollowsCollections(t *testing.T) {
 		metrics.Read(live)
 		want := gctune.Percent(live[0].Value.Uint64(), headroom, 100)
 		var got []int
-		for len(got) == 0 || got[len(got)-1] != want {
+		near := func(p int) bool { return abs(p-want) <= want/100 }
+		for len(got) == 0 || !near(got[len(got)-1]) {
 			select {
 			case p := <-sets:
 				got = append(got, p)
@@ -135,4 +139,11 @@ func TestRunFollowsCollections(t *testing.T) {
 		}
 		runtime.KeepAlive(keep)
 	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
