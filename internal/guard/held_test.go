@@ -442,16 +442,9 @@ func TestSilentMayHaveHeadedTheStagger(t *testing.T) {
 // requests, far below the limit, were refused for the rest of the
 // horizon.
 func TestRegionHeardAgainKeepsPart(t *testing.T) {
-	l := window.Limit{Limit: 100, Window: time.Hour}
-	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
-	st := region.NewMemory(region.MemoryConfig{Region: "a"})
-	g := New(Config{})
-	if n := admittedOf(t, g, st, start, 5, l, view([]string{"a"}, []string{"b"})); n != 5 {
-		t.Fatalf("admitted %d of 5 requests with b silent, want 5", n)
-	}
 	// b is heard: a's quota was the limit less b's charge, 50, less what
 	// it admitted; it keeps half of the 45 left.
-	admitted := admittedOf(t, g, st, start.Add(10*time.Millisecond), 40, l, view([]string{"a", "b"}, nil))
+	admitted := heardAfterSilence(t, 10*time.Millisecond, 40)
 	if admitted < 20 || admitted > 23 {
 		t.Errorf("admitted %d in the rest of the horizon once b was heard, want about half of the 45 left (22)", admitted)
 	}
@@ -494,21 +487,29 @@ func TestReadWhenWeightsLackARegion(t *testing.T) {
 // admitted while they charged each other: six regions at 10x a limit of
 // 300 per 1 s admitted 1.09 x the bound once the views resolved.
 func TestChargedRegionsHeldOneHorizon(t *testing.T) {
-	l := window.Limit{Limit: 100, Window: time.Hour}
-	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
-	st := region.NewMemory(region.MemoryConfig{Region: "a"})
-	g := New(Config{})
-	if n := admittedOf(t, g, st, start, 5, l, view([]string{"a"}, []string{"b"})); n != 5 {
-		t.Fatalf("admitted %d of 5 requests with b silent, want 5", n)
-	}
 	// b is heard in the next horizon; it may have taken its charge of 50
 	// meanwhile, which a's store does not hold yet. a's share of the
 	// headroom of 95 less that is half of 45.
-	admitted := admittedOf(t, g, st, start.Add(100*time.Millisecond), 60, l, view([]string{"a", "b"}, nil))
+	admitted := heardAfterSilence(t, 100*time.Millisecond, 60)
 	if admitted > 23 {
 		t.Errorf("admitted %d in the first horizon with b alive, want at most 23 (half of 95 less b's charge of 50)", admitted)
 	}
 	if admitted < 20 {
 		t.Errorf("admitted %d in the first horizon with b alive, want about 22", admitted)
 	}
+}
+
+// heardAfterSilence has region a admit 5 of a limit of 100 per hour while
+// b is silent, then offers n requests after, with b alive again, and
+// returns how many a admitted of those.
+func heardAfterSilence(t *testing.T, after time.Duration, n int) int {
+	t.Helper()
+	l := window.Limit{Limit: 100, Window: time.Hour}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	g := New(Config{})
+	if got := admittedOf(t, g, st, start, 5, l, view([]string{"a"}, []string{"b"})); got != 5 {
+		t.Fatalf("admitted %d of 5 requests with b silent, want 5", got)
+	}
+	return admittedOf(t, g, st, start.Add(after), n, l, view([]string{"a", "b"}, nil))
 }
