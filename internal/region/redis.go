@@ -106,6 +106,10 @@ type Redis struct {
 	cluster   bool // batches hold only decisions of one hash slot
 	pooled    bool // script replies read into pooled buffers (see roundTrip)
 
+	// reloaded is called when a decision finds the scripts gone (see
+	// OnReload); nil when unset.
+	reloaded atomic.Pointer[func(context.Context) time.Duration]
+
 	mismatches     atomic.Uint64
 	pipelines      atomic.Uint64
 	regionsDropped atomic.Uint64
@@ -394,6 +398,14 @@ func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply
 		if err := r.load(ctx); err != nil {
 			return nil, err
 		}
+		if f := r.reloaded.Load(); f != nil {
+			if hold := (*f)(ctx); hold > 0 {
+				for _, i := range again {
+					out[i] = reply{err: heldError(hold)}
+				}
+				return out, nil
+			}
+		}
 		if err := r.run(ctx, reqs, out, again, t); err != nil {
 			return nil, err
 		}
@@ -401,9 +413,22 @@ func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply
 	return out, nil
 }
 
+// heldError is the reply of a decision that OnReload's hook held: the
+// store lost its counts, and the decision is denied, retryable after it,
+// instead of running on what is left.
+type heldError time.Duration
+
+func (h heldError) Error() string {
+	return fmt.Sprintf("decision held for %v: the store lost its counts", time.Duration(h))
+}
+
 // finish turns the decisions' replies into results.
 func (r *Redis) finish(ctx context.Context, reqs []Request, out []reply, res []Result) error {
 	for i := range out {
+		if h, ok := out[i].err.(heldError); ok {
+			res[i] = heldResult(&reqs[i], time.Duration(h))
+			continue
+		}
 		if err := out[i].err; err != nil {
 			return r.wrap(ctx, "check "+strconv.Quote(reqs[i].Key), err)
 		}
@@ -473,6 +498,26 @@ func (r *Redis) Merge(ctx context.Context, totals []Total) error {
 // never exceeds what the region admitted.
 func (r *Redis) Restore(ctx context.Context, totals []Total) error {
 	return r.merge(ctx, totals, true)
+}
+
+// OnReload sets f to be called, after the scripts are loaded again and
+// before the decisions they refused run again, each time a decision finds
+// the scripts gone (NOSCRIPT): Redis restarted, was flushed of its scripts
+// or failed over to a replica without them, and may have lost its counts
+// with them, which [Redis.Epoch] tells. When f returns a hold above 0,
+// those decisions do not run: each is denied, retryable after the hold,
+// with an estimate of the whole limit (see heldResult). f runs on the
+// decision's goroutine, with its ctx: it should take no longer than a
+// round trip to Redis. rlnode has gossip read the epoch there
+// (gossip.Node.CheckEpoch), so that a node finds a lost store at its
+// first decision after the loss, not at its next read, and holds its
+// decisions until the other regions have sent the counts back.
+func (r *Redis) OnReload(f func(ctx context.Context) (hold time.Duration)) {
+	if f == nil {
+		r.reloaded.Store(nil)
+		return
+	}
+	r.reloaded.Store(&f)
 }
 
 // EpochKey is the Redis key of the store's epoch marker.

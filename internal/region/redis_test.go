@@ -3,6 +3,7 @@ package region_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -107,11 +108,30 @@ func TestRedisClusterBucketsShareASlot(t *testing.T) {
 	}
 }
 
+// TestRedisReloadsScripts: decisions, peeks and merges that find the
+// scripts flushed load them again and run; each decision or peek that did
+// calls the OnReload hook once, before it runs again, and no other call
+// does.
 func TestRedisReloadsScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{Disabled: true})
 	ctx := context.Background()
 	l := window.Limit{Limit: 2, Window: time.Minute}
+	b := window.Bucket(window.Ms(t0), time.Minute)
+	var seen []uint64 // k's count at each call of the hook
+	s.OnReload(func(ctx context.Context) time.Duration {
+		v, err := s.Vectors(ctx, []region.BucketRef{{Key: "k", Window: time.Minute, Bucket: b}})
+		if err != nil {
+			t.Errorf("Vectors in the hook: %v", err)
+			return 0
+		}
+		var n uint64
+		for _, tt := range v[0] {
+			n += tt.Count
+		}
+		seen = append(seen, n)
+		return 0
+	})
 	for i, want := range []bool{true, true, false} {
 		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -124,6 +144,9 @@ func TestRedisReloadsScripts(t *testing.T) {
 		if res[0].Allowed != want {
 			t.Errorf("check %d: Allowed = %v, want %v", i, res[0].Allowed, want)
 		}
+		if _, err := check(t, s, region.Request{Key: "loaded", Limit: l, Hits: 1, Now: t0, Peek: true}); err != nil {
+			t.Fatalf("check with the scripts loaded: %v", err)
+		}
 		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -133,10 +156,49 @@ func TestRedisReloadsScripts(t *testing.T) {
 		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		b := window.Bucket(window.Ms(t0), time.Minute)
 		if err := s.Merge(ctx, []region.Total{{Key: "k", Window: time.Minute, Bucket: b, Region: "far", Count: 0}}); err != nil {
 			t.Fatalf("merge after SCRIPT FLUSH: %v", err)
 		}
+	}
+	// The hook runs before each check's decisions: k held 0, 1 and 2 (the
+	// third was denied); and before each peek, after its check.
+	if want := []uint64{0, 1, 1, 2, 2, 2}; !slices.Equal(seen, want) {
+		t.Errorf("k's count at each call of the hook = %v, want %v", seen, want)
+	}
+}
+
+// TestRedisReloadHeld: when the OnReload hook returns a hold, the
+// decisions that found the scripts gone do not run: each is denied,
+// retryable after the hold, with the whole limit as its estimate, and
+// counts nothing; the next decision runs.
+func TestRedisReloadHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{Disabled: true})
+	ctx := context.Background()
+	const hold = 150 * time.Millisecond
+	s.OnReload(func(context.Context) time.Duration { return hold })
+	l := window.Limit{Limit: 5, Window: time.Minute}
+	if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []region.Request{{Key: "k", Limit: l, Hits: 1, Now: t0}, {Key: "k2", Limit: l, Hits: 1, Now: t0}}
+	res := make([]region.Result, 2)
+	if err := s.Check(ctx, reqs, res); err != nil {
+		t.Fatalf("check after SCRIPT FLUSH: %v", err)
+	}
+	b := window.Bucket(window.Ms(t0), time.Minute)
+	for i, r := range res {
+		if r.Allowed || r.RetryAfter != hold || r.Estimate != l.Limit || r.Limit != l.Limit || r.Bucket != b {
+			t.Errorf("held decision %d = allowed %v, retry after %v, estimate %d, limit %d, bucket %d; want denied, %v, %d, %d, %d",
+				i, r.Allowed, r.RetryAfter, r.Estimate, r.Limit, r.Bucket, hold, l.Limit, l.Limit, b)
+		}
+	}
+	r, err := check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Allowed || r.Local != 1 {
+		t.Errorf("the next decision: allowed %v, local count %d; want allowed, 1 (the held one counted nothing)", r.Allowed, r.Local)
 	}
 }
 
