@@ -278,11 +278,15 @@ func (g *Guard) shard(key string) *shard {
 // the current horizon and the caller must call [Guard.Done] with the
 // store's answer. When it may not, retryAfter is the time left in the
 // horizon (at least 1 ms). Under a View that is Off it always admits,
-// returns limit and reserves nothing.
+// returns limit and reserves nothing; under one Restoring a store that
+// lost its counts, it refuses, retryable after v.Restoring.
 func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
 	limit := lim.Limit
 	if v.Off() {
 		return true, limit, 0
+	}
+	if v.Restoring > 0 {
+		return false, limit, v.Restoring
 	}
 	s := g.shard(key)
 	s.mu.Lock()

@@ -53,6 +53,33 @@ func TestAloneIsOff(t *testing.T) {
 	}
 }
 
+// TestRestoringRefuses: while the view says the store is being restored,
+// every request is refused, retryable after the time left, and nothing
+// is reserved; once it is not, the same key is admitted again. Alone, the
+// guard is off and restoring changes nothing.
+func TestRestoringRefuses(t *testing.T) {
+	g := New(Config{})
+	v := view([]string{"a", "b"}, nil)
+	v.Restoring = 80 * time.Millisecond
+	for _, key := range []string{"new", "new", "other"} {
+		if ok, _, retry := g.Admit(t0, key, limitOf(100), 1, v); ok || retry != v.Restoring {
+			t.Errorf("Admit(%s) while restoring = %v, retry after %v; want refused, %v", key, ok, retry, v.Restoring)
+		}
+	}
+	if got := g.Keys(); got != 0 {
+		t.Errorf("Keys() = %d after refusals while restoring, want 0", got)
+	}
+	v.Restoring = 0
+	if ok, _, _ := g.Admit(t0, "new", limitOf(100), 1, v); !ok {
+		t.Error("Admit refused once the view is no longer restoring")
+	}
+	alone := view([]string{"a"}, nil)
+	alone.Restoring = time.Second
+	if ok, _, _ := g.Admit(t0, "alone", limitOf(100), 1, alone); !ok {
+		t.Error("Admit refused alone while restoring: the guard is off")
+	}
+}
+
 func TestBurstShare(t *testing.T) {
 	g := New(Config{})
 	v := view([]string{"a", "b", "c"}, nil)
