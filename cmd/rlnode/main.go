@@ -139,6 +139,12 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		if node, err = gossip.New(gcfg, store); err != nil {
 			return gossipStartErr(err)
 		}
+		if store.Redis != nil {
+			// Scripts gone: Redis may have lost its counts too. Read its
+			// epoch before the refused decisions run again.
+			store.Redis.OnReload(node.CheckEpoch)
+			defer store.Redis.OnReload(nil)
+		}
 		// Leave the pool on every return path; the normal path below closes
 		// it first, after draining, and this call is then a no-op.
 		defer func() { _ = node.Close(context.Background()) }()

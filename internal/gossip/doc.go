@@ -14,10 +14,10 @@
 // Each region reports only its own totals: its region's entry and those of
 // its replicas (region~id, a node's failover fallback or a node on its own
 // in-memory store), in flushes and in reconciliation alike, and a receiver
-// accepts nothing else from it, except a repair answer (KindRepaired): the
-// receiver's own region's totals, echoed back, accepted only from a member
-// the receiver asked while its repair is open, for buckets that began
-// before it asked, and only as far as two sources (regions) agree
+// accepts nothing else from it, except in a repair answer (KindRepaired):
+// the receiver's own region's totals, echoed back, accepted only from a
+// member the receiver asked while its repair is open, for buckets that
+// began before it asked, and only as far as two sources (regions) agree
 // (restore.go). Self-repair max-merges totals this region once reported,
 // so it never takes a count above the region's truth.
 // Exact agreement still holds between regions that reach each other: every
@@ -62,8 +62,10 @@
 //     (KindRejoin) to do the same; a node whose store lost its counts
 //     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
 //     its region's totals (KindRepair) and max-merges their answers
-//     (KindRepaired) back, with its own unsent totals. See repair.go and
-//     restore.go.
+//     (KindRepaired) back, with its own unsent totals and the answerers'
+//     own regions' totals; after a loss while it runs, it holds its
+//     decisions until the answers can be back (GuardView's Restoring).
+//     See repair.go and restore.go.
 //   - With Config.OwnStore (the in-memory store), each node counts as a
 //     replica of its own and also replicates to its region's other such
 //     nodes, which merge it; so does a node while its store decides from

@@ -50,6 +50,9 @@ func (n *Node) Dirty(t region.Total) {
 	if n.closing {
 		return
 	}
+	if t.Region == n.cfg.Region && n.lowerLocked(dk, t.Count) {
+		n.suspectLoss()
+	}
 	if c, ok := n.dirty[dk]; ok {
 		c.merge(t)
 		n.dirty[dk] = c

@@ -263,5 +263,10 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	v.RegionNodes[v.Region] = v.Nodes
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	v.Suspicion = n.cfg.Suspicion
+	n.rep.mu.Lock()
+	if hold := n.rep.hold; now.Before(hold) {
+		v.Restoring = hold.Sub(now)
+	}
+	n.rep.mu.Unlock()
 	return v
 }

@@ -61,7 +61,7 @@ func newMetrics() *metrics {
 		pendingDesc: prometheus.NewDesc("rlcluster_gossip_reconcile_retries",
 			"Reconciliation batches waiting for a retry.", nil, nil),
 	}
-	m.repairs = cv("repairs_total", "Repair requests: requested (this node's store lost its counts or started empty and it asked its peers) and answered (a peer's request this node answered).", "direction")
+	m.repairs = cv("repairs_total", "Repair requests: requested (this node's store lost its counts or started empty and it asked its peers), answered (a peer's request this node answered), and suspected (a decision returned a count of this region lower than one the node held, so it read the store's epoch at once).", "direction")
 	m.repairTs = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "repair_totals_received_total",
 		Help: "Totals of this node's own region max-merged back from peers' repair answers."})
 	m.resends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejoin_totals_sent_total",
@@ -129,6 +129,7 @@ func (m *metrics) received(k Kind, bytes int) {
 func (m *metrics) merged(n int)       { m.merges.Add(float64(n)) }
 func (m *metrics) repairRequested()   { m.repairs.WithLabelValues("requested").Inc() }
 func (m *metrics) repairAnswered()    { m.repairs.WithLabelValues("answered").Inc() }
+func (m *metrics) repairSuspected()   { m.repairs.WithLabelValues("suspected").Inc() }
 func (m *metrics) repairTotals(n int) { m.repairTs.Add(float64(n)) }
 func (m *metrics) resent(n int)       { m.resends.Add(float64(n)) }
 func (m *metrics) skewExceeded()      { m.skew.Inc() }

@@ -92,9 +92,17 @@ func (n *Node) handle(b []byte) {
 	if m.From == n.cfg.Region && !n.apartFrom(sender) {
 		return // push-pull state of a node sharing this node's store
 	}
-	remote := m.Totals[:0:0]
+	n.mergeRemote(now, m, m.Totals)
+}
+
+// mergeRemote max-merges into the store the totals of m's sender's region
+// (checked by check) that count: not zero, not expired, and within the
+// sender's region's replica names (admitReplica). Called only from the
+// receive loop.
+func (n *Node) mergeRemote(now time.Time, m Message, totals []region.Total) {
+	remote := totals[:0:0]
 	expired, full, zero := 0, 0, 0
-	for _, t := range m.Totals {
+	for _, t := range totals {
 		switch {
 		case t.Count == 0:
 			zero++ // nothing to merge: it takes no region slot
@@ -157,7 +165,7 @@ func (n *Node) handle(b []byte) {
 //     merge; see apart.go); a repair answer ([KindRepaired]) that this node
 //     did not ask for; a repair or rejoin request that carries totals.
 //   - foreign_region: as above; and a repair answer whose totals are not
-//     of this node's region or its replicas.
+//     of this node's region, the sender's, or their replicas.
 //
 // Decode has checked the rest: names are UTF-8 within MaxRegionLen, keys
 // within MaxKeyLen, windows within window.MaxWindow, counts at most
@@ -186,7 +194,8 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	}
 	nowMs := now.UnixMilli()
 	for _, t := range m.Totals {
-		if !replicaOf(t.Region, reports) {
+		// A repair answer carries the answerer's own region's totals too.
+		if !replicaOf(t.Region, reports) && (m.Kind != KindRepaired || !replicaOf(t.Region, m.From)) {
 			return "foreign_region"
 		}
 		wm := t.Window.Milliseconds()

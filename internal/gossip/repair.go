@@ -24,6 +24,17 @@ import (
 // above what the region really admitted (invariant 1); hits admitted
 // between the loss and the repair may be under-counted by as many (max,
 // not sum), and so may those one source heard and the others not yet.
+// Each answer also carries the answerer's own region's totals, which the
+// store lost as well and which would otherwise come back only with that
+// region's next send.
+//
+// A loss is found at the node's next read of the epoch (EpochInterval),
+// or sooner: at its first decision after a Redis restart, which finds the
+// scripts gone (CheckEpoch, through region.Redis.OnReload), and when a
+// decision returns a count of this region below one the node holds
+// (suspectLoss). From then the node holds its decisions (the guard's
+// View.Restoring) until the answers can be back, two one-way delays
+// later, so that it does not decide on a store that holds nothing.
 //
 // When a member comes alive (a new node, or one back from a partition), the
 // node sends its own region's totals of every bucket it has touched and not
@@ -58,11 +69,14 @@ type repairState struct {
 	answered map[string]time.Time // member -> last answer
 	deferred map[string]bool      // member -> an answer is scheduled
 	until    time.Time            // repair answers accepted until then
+	hold     time.Time            // the guard refuses decisions until then (GuardView)
 	quorum   repairQuorum         // the answers to the open repair (restore.go)
 	epoch    string               // the store's epoch seen last
 	again    bool                 // a restore failed: ask again
 	joined   map[string]bool      // members come alive, not yet served
 	wake     chan struct{}
+	suspect  chan struct{} // a count went down: read the epoch now
+	epochMu  sync.Mutex    // one CheckEpoch at a time
 }
 
 func (n *Node) initRepair() {
@@ -71,7 +85,37 @@ func (n *Node) initRepair() {
 	n.rep.deferred = map[string]bool{}
 	n.rep.joined = map[string]bool{}
 	n.rep.wake = make(chan struct{}, 1)
+	n.rep.suspect = make(chan struct{}, 1)
 }
+
+// lowerLocked reports whether count, this region's new count of dk as the
+// store returned it, is below one this node holds of dk, dirty or sent
+// last: a region's count of a bucket only grows, so the store may have
+// lost its counts. Decisions that run at once may record their counts out
+// of order too, so it is only a reason to read the store's epoch now
+// (suspectLoss), not proof of a loss. Called with n.mu held.
+func (n *Node) lowerLocked(dk dref, count uint64) bool {
+	if c, ok := n.dirty[dk]; ok && c.n > count {
+		return true
+	}
+	s := n.urg.state[dk]
+	return s != nil && s.sent.n > count
+}
+
+// suspectLoss asks epochLoop to read the store's epoch now rather than at
+// its next tick, so that a store that lost its counts is repaired, and
+// the node's decisions held (requestRepair), from about its first
+// decision after the loss. It never blocks.
+func (n *Node) suspectLoss() {
+	select {
+	case n.rep.suspect <- struct{}{}:
+	default:
+	}
+}
+
+// suspectEvery is the shortest interval between two reads of the epoch
+// that suspectLoss asks for.
+const suspectEvery = 10 * time.Millisecond
 
 // hear remembers the buckets of totals merged from peers, so that a repair
 // request can be answered from them. Bounded by MaxTouched; beyond it new
@@ -130,9 +174,26 @@ func (n *Node) repairOpen(now time.Time) bool {
 // they hold of this region, and members that come alive within the next 30
 // s too. The node calls it itself when Config.Epoch reports a loss and, with
 // Config.OwnStore, at start. It never blocks on the network.
-func (n *Node) RequestRepair(reason string) {
+func (n *Node) RequestRepair(reason string) { n.requestRepair(reason, false) }
+
+// requestRepair is RequestRepair; with hold, the node's guard also refuses
+// every decision (guard.View.Restoring) for as long as the answers take
+// to come back from the farthest region heard: a request's one-way
+// delay, then the answer's, as the view's horizon measures them. The
+// store lost the other regions' counts with its own, and until the
+// answers bring them back it would decide as if nothing had been admitted.
+func (n *Node) requestRepair(reason string, hold bool) {
 	now := n.cfg.Now()
+	var until time.Time
+	if hold {
+		if v := n.GuardView(now); !v.Off() {
+			until = now.Add(v.Horizon + v.Horizon - n.cfg.FlushInterval)
+		}
+	}
 	n.rep.mu.Lock()
+	if hold {
+		n.rep.hold = until
+	}
 	n.rep.until = now.Add(repairWindow)
 	n.rep.again = false
 	n.rep.quorum.reset(now)
@@ -251,8 +312,9 @@ func (n *Node) askRepair(m *member, kind Kind) {
 }
 
 // answerRepair answers a repair request of s (a live member, checked by
-// handle) in the background: the totals of s's region (and its replicas)
-// in every bucket this node merged or touched that has not expired. A
+// handle) in the background: the totals of s's region and of this node's
+// (and their replicas) in every bucket this node merged or touched that
+// has not expired. A
 // member's requests are answered at most once a second: one that comes
 // sooner is answered when the second is over, and more are dropped
 // (repair_busy).
@@ -306,7 +368,9 @@ func (n *Node) answerRepair(s *member) {
 	n.sends.Add(1)
 	go func() {
 		defer n.sends.Done()
-		totals := n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, dest.region) })
+		totals := n.read(refs, func(t region.Total) bool {
+			return replicaOf(t.Region, dest.region) || replicaOf(t.Region, n.cfg.Region)
+		})
 		n.met.repairAnswered()
 		if len(totals) == 0 {
 			return
@@ -345,33 +409,78 @@ func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []reg
 	return out
 }
 
-// epochLoop polls Config.Epoch every EpochInterval and asks for a repair
-// when the store's epoch is new (the store lost its counts), or when a
-// restore failed.
+// CheckEpoch reads the store's epoch (Config.Epoch) now, and asks for a
+// repair when it is new (the store lost its counts), or when a restore
+// failed. A loss while this node runs holds its decisions until the
+// answers are back (requestRepair); a store found without a marker at
+// the node's first read may be new as well as emptied, and holds none.
+// The node calls it every EpochInterval; rlnode also calls it when a
+// decision finds Redis's scripts gone (region.Redis.OnReload). Reads run
+// one at a time. It returns how much longer the node holds its decisions
+// (guard.View.Restoring), 0 when it does not. Without Config.Epoch it
+// does nothing.
+func (n *Node) CheckEpoch(ctx context.Context) (hold time.Duration) {
+	if n.cfg.Epoch == nil {
+		return 0
+	}
+	n.rep.epochMu.Lock()
+	defer n.rep.epochMu.Unlock()
+	defer func() {
+		now := n.cfg.Now()
+		n.rep.mu.Lock()
+		if now.Before(n.rep.hold) {
+			hold = n.rep.hold.Sub(now)
+		}
+		n.rep.mu.Unlock()
+	}()
+	e, fresh, err := n.cfg.Epoch(ctx)
+	if err != nil {
+		n.log.Debug("read store epoch", "err", err)
+		return 0
+	}
+	n.rep.mu.Lock()
+	last, again := n.rep.epoch, n.rep.again
+	n.rep.epoch = e
+	n.rep.mu.Unlock()
+	switch {
+	case fresh:
+		n.requestRepair("the store holds no epoch marker: it is new or lost its counts", last != "")
+	case last != "" && e != last:
+		n.requestRepair("the store's epoch changed: it lost its counts", true)
+	case again:
+		n.RequestRepair("a restore failed")
+	}
+	return 0 // the deferred read sets the hold
+}
+
+// epochLoop polls Config.Epoch every EpochInterval, and when a decision
+// returned a count lower than one this node holds (suspectLoss), and asks
+// for a repair when the store's epoch is new (the store lost its counts),
+// or when a restore failed.
 func (n *Node) epochLoop() {
 	check := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.EpochInterval)
-		e, fresh, err := n.cfg.Epoch(ctx)
+		n.CheckEpoch(ctx)
 		cancel()
-		if err != nil {
-			n.log.Debug("read store epoch", "err", err)
-			return
-		}
-		n.rep.mu.Lock()
-		last, again := n.rep.epoch, n.rep.again
-		n.rep.epoch = e
-		n.rep.mu.Unlock()
-		switch {
-		case fresh:
-			n.RequestRepair("the store holds no epoch marker: it is new or lost its counts")
-		case last != "" && e != last:
-			n.RequestRepair("the store's epoch changed: it lost its counts")
-		case again:
-			n.RequestRepair("a restore failed")
-		}
 	}
 	check()
-	n.every(n.cfg.EpochInterval, check)
+	tk := time.NewTicker(n.cfg.EpochInterval)
+	defer tk.Stop()
+	var last time.Time // the last read suspectLoss asked for
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tk.C:
+			check()
+		case <-n.rep.suspect:
+			if now := n.cfg.Now(); now.Sub(last) >= suspectEvery || now.Before(last) {
+				last = now
+				n.met.repairSuspected()
+				check()
+			}
+		}
+	}
 }
 
 // memberUp records that m came alive (new, or back from dead), for

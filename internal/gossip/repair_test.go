@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 	"github.com/rlcluster/rlcluster/internal/region/storetest"
@@ -505,4 +506,230 @@ func TestRestartKeepsUnsentHits(t *testing.T) {
 	}
 	took := max(time.Since(end), 0)
 	checkTiming(t, "agreement on the closed bucket after its close", took, testConfig().Grace+2*testConfig().FlushInterval+4*oneWay)
+}
+
+// TestRepairBringsOthersBack: us admits hits on 20 keys and eu's Redis
+// merges them; then eu's Redis restarts empty and us sends nothing more.
+// The answers to eu's repair carry us's own totals, so eu's Redis holds
+// every count of us again, exactly, one round trip after it asked, and a
+// decision in eu counts them: otherwise they would come back only with
+// us's next send (its next admission, or the bucket's reconciliation an
+// hour later), and eu would admit meanwhile as if us had admitted nothing.
+func TestRepairBringsOthersBack(t *testing.T) {
+	fn := NewFaultNetwork(6)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	srv := redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	usName := region.FallbackRegion("us")
+	usStore := region.NewMemory(region.MemoryConfig{Region: usName, Replica: true})
+	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
+	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+
+	lim := window.Limit{Limit: 1000, Window: time.Hour}
+	keys := keyNames("o%d", 20)
+	want := map[string]uint64{} // key -> us's count
+	var bucket int64
+	for i, k := range keys {
+		for range i + 1 {
+			ok, b := hitOwn(t, us, k, lim)
+			if !ok {
+				t.Fatalf("hit on %s denied", k)
+			}
+			bucket = b
+			want[k]++
+		}
+	}
+	held := func(k string) uint64 { // eu's Redis's count of us
+		vs, err := rd.Vectors(context.Background(), []region.BucketRef{{Key: k, Window: lim.Window, Bucket: bucket}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range vs[0] {
+			if tt.Region == usName {
+				return tt.Count
+			}
+		}
+		return 0
+	}
+	all := func() bool {
+		for _, k := range keys {
+			if held(k) != want[k] {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*time.Second, "eu's Redis holds us's counts", all)
+	// What us sends of its totals other than to answer a repair.
+	totalsSent := func() float64 {
+		var b float64
+		for _, r := range []string{"urgent", "periodic", "flush", "echo", "reconcile", "rejoin"} {
+			b += counterValue(us.node.met.bytesWhy.WithLabelValues(r))
+		}
+		return b
+	}
+	// us sends its totals once more a while after its flush (an echo,
+	// for a lost packet): wait until it has nothing more to send.
+	sent := totalsSent()
+	for quiet := time.Now(); time.Since(quiet) < time.Second; {
+		<-time.After(50 * time.Millisecond) // poll step
+		if b := totalsSent(); b != sent {
+			sent, quiet = b, time.Now()
+		}
+	}
+
+	srv.Restart(t) // empty: no persistence
+	took := waitFor(t, 20*time.Second, "eu's Redis holds every count of us again", all)
+	t.Logf("eu's Redis restarted empty; us's %d keys' counts were back %v later", len(keys), took.Round(time.Millisecond))
+	if got := totalsSent(); got != sent {
+		t.Errorf("us sent %v bytes of totals after the restart, want none (the answer alone brings its counts back)", got-sent)
+	}
+	// Key o19 holds 20 of us's hits; with a limit of 20 eu denies it.
+	if ok, _ := hitOwn(t, eu, keys[len(keys)-1], window.Limit{Limit: 20, Window: lim.Window}); ok {
+		t.Errorf("a hit on %s was admitted in eu against a limit of 20 after the repair brought back us's 20", keys[len(keys)-1])
+	}
+	checkTiming(t, "others' counts back after the restart", took, 5*testConfig().ReconnectInterval)
+}
+
+// TestRestartHoldsDecisions: when eu's Redis restarts empty while its
+// node runs, the node's guard view says it is restoring from the moment
+// it asks for the repair until the answers can be back (two one-way
+// delays and a flush interval, with the margin), so the guard refuses
+// meanwhile; then it decides again. A node that finds its store without
+// a marker at start (new, or emptied before it ran) does not hold.
+func TestRestartHoldsDecisions(t *testing.T) {
+	fn := NewFaultNetwork(7)
+	const oneWay = 20 * time.Millisecond
+	wan(fn, []string{"eu", "us"}, oneWay)
+	srv := redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL()},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
+	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
+	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+	if r := eu.node.GuardView(time.Now()).Restoring; r != 0 {
+		t.Fatalf("eu restoring %v after a start on a new Redis, want 0", r)
+	}
+	waitFor(t, 10*time.Second, "eu hears us", func() bool { v := eu.node.GuardView(time.Now()); return !v.Off() })
+
+	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
+	srv.Restart(t) // empty: no persistence
+	var held, hold time.Duration
+	waitFor(t, 10*time.Second, "eu asks for a repair after the restart", func() bool {
+		v := eu.node.GuardView(time.Now())
+		held = max(held, v.Restoring)
+		return counterValue(eu.node.met.repairs.WithLabelValues("requested")) > requested
+	})
+	v := eu.node.GuardView(time.Now())
+	held = max(held, v.Restoring)
+	hold = 2*v.Horizon - testConfig().FlushInterval
+	if held <= 0 || held > hold {
+		t.Fatalf("eu restoring %v after it asked for a repair, want in (0, %v]", held, hold)
+	}
+	g := guard.New(guard.Config{})
+	lim := window.Limit{Limit: 100, Window: time.Minute}
+	if ok, _, retry := g.Admit(time.Now(), "k", lim, 1, &v); ok || retry <= 0 || retry > hold {
+		t.Errorf("guard under eu's view while restoring: admitted %v, retry after %v; want refused, retry in (0, %v]", ok, retry, hold)
+	}
+	took := waitFor(t, 5*time.Second, "eu decides again", func() bool { return eu.node.GuardView(time.Now()).Restoring == 0 })
+	checkTiming(t, "the hold after the restart", took, hold)
+}
+
+// TestLossSeenAtDecision: eu reads its store's epoch only once an hour,
+// yet when its Redis restarts empty it finds the loss at its first
+// decision after it, and asks for the repair, and holds its decisions,
+// within a round trip of that decision rather than at the next hourly
+// read: on a key it counted, because the decision returns a count below
+// the one it sent (Dirty); on a key new to it, because Redis lost its
+// scripts too and the decision runs again after the node read the epoch
+// (region.Redis.OnReload, as rlnode sets it).
+func TestLossSeenAtDecision(t *testing.T) {
+	for _, newKey := range []bool{false, true} {
+		name := "a key it counted"
+		if newKey {
+			name = "a key new to it"
+		}
+		t.Run(name, func(t *testing.T) { lossSeenAtDecision(t, newKey) })
+	}
+}
+
+func lossSeenAtDecision(t *testing.T, newKey bool) {
+	fn := NewFaultNetwork(8)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	srv := redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL()},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
+	cfg := testConfig()
+	cfg.Name, cfg.Region = "eu-0", "eu"
+	cfg.Transport = listenLoopback(t, fn, "eu")
+	cfg.Epoch, cfg.EpochInterval = rd.Epoch, time.Hour
+	eu := &ownNode{name: "eu-0", region: "eu", node: startTestNode(t, cfg, rd), store: rd}
+	if newKey {
+		rd.OnReload(eu.node.CheckEpoch)
+		t.Cleanup(func() { rd.OnReload(nil) })
+	}
+	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+	waitFor(t, 10*time.Second, "eu hears us", func() bool { v := eu.node.GuardView(time.Now()); return !v.Off() })
+
+	lim := window.Limit{Limit: 1000, Window: time.Hour}
+	key := "seen"
+	var held time.Duration // the retry-after of a decision held
+	hit := func() uint64 {
+		res := make([]region.Result, 1)
+		if err := rd.Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil {
+			t.Fatal(err)
+		}
+		r := res[0]
+		if !r.Allowed {
+			if r.RetryAfter > 0 && r.RetryAfter < time.Second {
+				held = r.RetryAfter
+				return 0
+			}
+			t.Fatalf("hit on %s denied", key)
+		}
+		// As the decision path records it: with the limit and estimate,
+		// so the node keeps the key's state once sent.
+		eu.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Limit: lim.Limit, Estimate: r.Estimate + 1})
+		return r.Local
+	}
+	for range 10 {
+		hit()
+	}
+	waitFor(t, 10*time.Second, "us holds eu's 10 hits", func() bool {
+		return bucketSum(t, usStore, key, lim.Window, window.Bucket(time.Now().UnixMilli(), lim.Window)) == 10
+	})
+	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
+	srv.Restart(t) // empty: no persistence
+	if newKey {
+		key = "new"
+		// The node reads the epoch before the decision runs again, and
+		// holds it: denied, retryable after the hold, counting nothing.
+		if got := hit(); got != 0 || held <= 0 {
+			t.Fatalf("the first decision after the restart counted %d, held %v; want held", got, held)
+		}
+	} else if got := hit(); got != 1 {
+		t.Fatalf("eu's count after the restart = %d, want 1 (the store lost the others)", got)
+	}
+	decided := time.Now()
+	if got := counterValue(eu.node.met.repairs.WithLabelValues("requested")); newKey && got <= requested {
+		t.Errorf("repairs requested = %v when the decision returned, want more than %v: the node reads the epoch before the decision runs again", got, requested)
+	}
+	took := waitFor(t, 10*time.Second, "eu asks for a repair after its first decision on the emptied store", func() bool {
+		return counterValue(eu.node.met.repairs.WithLabelValues("requested")) > requested
+	})
+	if !newKey {
+		if got := counterValue(eu.node.met.repairs.WithLabelValues("suspected")); got < 1 {
+			t.Errorf("suspected losses = %v, want at least 1", got)
+		}
+	}
+	if r := eu.node.GuardView(time.Now()).Restoring; r <= 0 {
+		t.Errorf("eu restoring %v right after the repair it asked for, want > 0", r)
+	}
+	t.Logf("eu asked for the repair %v after its first decision on the emptied store", time.Since(decided).Round(time.Millisecond))
+	checkTiming(t, "the loss seen after the first decision", took, 100*time.Millisecond)
 }

@@ -12,8 +12,12 @@ import (
 //
 // A repair answer (KindRepaired) carries this node's own region's totals,
 // which it max-merges into its own store (Restorer): the one place where
-// another node's word raises this region's own count. So an answer is
-// taken only for what this node asked:
+// another node's word raises this region's own count. It carries the
+// answerer's region's own totals too, merged as a flush of that region's
+// would be (any member may send those at any time), so that a store that
+// lost its counts holds the other regions' again one round trip after it
+// asked, not only when each region next sends. Of this region's own
+// totals, an answer is taken only for what this node asked:
 //
 //   - from a member it sent the request to (under the token it had then),
 //     while the request is open (repairWindow); others are dropped as
@@ -133,7 +137,7 @@ func (a *RepairAnswer) Offer(src string, t region.Total, need int) (region.Total
 // and max-merges into the store, this region's own count included, the
 // totals whose agreed value grew (see the top of this file).
 func (n *Node) restore(now time.Time, m Message, s *member) {
-	var ts []region.Total
+	var ts, theirs []region.Total
 	late := false
 	n.rep.mu.Lock()
 	q := &n.rep.quorum
@@ -141,6 +145,9 @@ func (n *Node) restore(now time.Time, m Message, s *member) {
 	sinceMs := q.since.UnixMilli()
 	for _, t := range m.Totals {
 		switch {
+		case !replicaOf(t.Region, n.cfg.Region):
+			theirs = append(theirs, t) // the answerer's own (check)
+			continue
 		case t.Count == 0 || !now.Before(n.expiry(t.Window, t.Bucket)):
 			continue
 		case bucketStart(t.Window, t.Bucket) > sinceMs:
@@ -164,6 +171,12 @@ func (n *Node) restore(now time.Time, m Message, s *member) {
 	n.rep.mu.Unlock()
 	if late {
 		n.met.drop("unasked")
+	}
+	if len(theirs) > 0 {
+		// The answerer's region's own totals, as a flush of its would
+		// bring them: the store lost them with the rest, and they would
+		// otherwise come back only when that region sends them again.
+		n.mergeRemote(now, m, theirs)
 	}
 	if len(ts) == 0 {
 		return
