@@ -276,8 +276,9 @@ func TestClockSkewBound(t *testing.T) {
 // TestRepairAnswerOnlyWhenAsked: a repair answer (totals of this node's
 // own region) is taken only while this node has a repair open, only from
 // a member it asked, only for buckets that began before it asked, never
-// naming another region, and only as far as two sources agree when two
-// were asked: one member's made-up count is not restored.
+// naming a third region, and only as far as two sources agree when two
+// were asked: one member's made-up count is not restored. The totals of
+// the answerer's own region in it merge as its flush would.
 func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 	st := region.NewMemory(region.MemoryConfig{Region: "eu"})
 	n := receiver(t, "eu", st)
@@ -329,6 +330,13 @@ func TestRepairAnswerOnlyWhenAsked(t *testing.T) {
 	step("a bucket that began after the request", 10, "unasked", 2)
 	if v := bucketSum(t, st, "k", w, b+1); v != 0 {
 		t.Errorf("the later bucket holds %d, want 0", v)
+	}
+	// The answerer's own region's totals ride along, merged as its flush
+	// would be, the later bucket's too.
+	send("ap", region.Total{Key: "k2", Window: w, Bucket: b, Region: "ap", Count: 4},
+		region.Total{Key: "k2", Window: w, Bucket: b + 1, Region: "ap", Count: 2})
+	if v, v1 := bucketSum(t, st, "k2", w, b), bucketSum(t, st, "k2", w, b+1); v != 4 || v1 != 2 {
+		t.Errorf("ap's own totals in its answer: held %d and %d, want 4 and 2", v, v1)
 	}
 
 	// One source asked (a pool of two regions, the other of one node):
