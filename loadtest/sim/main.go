@@ -40,9 +40,14 @@ func main() {
 	from := flag.Uint64("seed", 1, "the first seed of -search")
 	procs := flag.Int("procs", runtime.GOMAXPROCS(0), "schedules of -search run at once")
 	list := flag.Bool("list", false, "with -search, also list every schedule that went over its bound")
+	restarts := flag.Bool("restarts", false, "with -search, run only the schedules (of the -search seeds) that have store restarts")
 	flag.Parse()
 	if *n > 0 {
-		printSearch(os.Stdout, *from, *n, *procs, *list)
+		keep := func(schedule) bool { return true }
+		if *restarts {
+			keep = func(s schedule) bool { return len(s.Restarts) > 0 }
+		}
+		printSearch(os.Stdout, *from, *n, *procs, *list, keep)
 		return
 	}
 	table(os.Stdout, scenarios(*keys, *reqs))
@@ -101,12 +106,13 @@ func fmtMin(f float64) string {
 	return fmt.Sprintf("%.3f", f)
 }
 
-// printSearch runs n fault schedules from seed from, procs at once, and
-// prints one row per class: runs, how many broke the bound, and the worst
-// over the bound; with list, then every schedule over its bound.
-func printSearch(w io.Writer, from uint64, n, procs int, list bool) {
+// printSearch runs the fault schedules of the n seeds from from that keep
+// accepts, procs at once, and prints one row per class: runs, how many
+// broke the bound, and the worst over the bound; with list, then every
+// schedule over its bound.
+func printSearch(w io.Writer, from uint64, n, procs int, list bool, keep func(schedule) bool) {
 	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed | false denials under the limit | calm requests denied (exact log) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	rows, over := searchTable(from, n, procs)
+	rows, over := searchTable(from, n, procs, keep)
 	for _, r := range rows {
 		pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d | %.2f%% | %.2f%% (%.2f%%) |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed,

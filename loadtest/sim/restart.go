@@ -17,12 +17,17 @@ import (
 // restore.go, reconcile.go):
 //
 //   - The loss: at an instant the region's store is replaced by an empty
-//     region.Memory. The region's guards keep their state: nothing holds
-//     decisions while a repair is open.
+//     region.Memory. The region's guards keep their state.
 //   - Detection: each node of the region reads the store's epoch marker
-//     every second (Config.EpochInterval) at a phase of its own, so it sees
-//     the loss at its first read after it (the schedule draws each node's
-//     delay, 1 ms to 1 s).
+//     every second (Config.EpochInterval) at a phase of its own (the
+//     schedule draws each node's delay, 1 ms to 1 s), and at its first
+//     decision after the loss, which finds Redis's scripts gone
+//     (region.Redis.OnReload calls gossip.Node.CheckEpoch), whichever
+//     comes first. That decision does not run: it is held (denied, with
+//     the whole limit as its estimate, which the guard's Done is told).
+//   - From detection the node holds its decisions (guard.View.Restoring)
+//     for two horizons less a flush interval: a request's one-way delay
+//     and the answer's.
 //   - At detection the node max-merges back (region.Memory.Restore) its
 //     own totals of the open buckets, the latest of its own admissions, as
 //     restoreOwn does with what it holds dirty or sent last (gossip forgets
@@ -33,21 +38,22 @@ import (
 //     to a region cut off at that instant is lost; its members still count
 //     as asked.
 //   - Each member asked answers, one one-way delay later, with the
-//     requester's region's totals that its region's store holds, in the
-//     key's current and previous buckets; the answer is lost when the pair
-//     is cut at that instant.
+//     requester's region's totals and its own region's that its region's
+//     store holds, in the key's current and previous buckets; the answer
+//     is lost when the pair is cut at that instant.
 //   - The requester takes each answered total as far as two sources agree
 //     (restore.go: a source is a region when the members asked are of two
 //     regions or more, else a member; one source alone when only one was
 //     asked), skips buckets that began after its request, and max-merges
-//     the agreed value into the store with region.Memory.Restore.
-//   - The other regions' counts come back to the restarted store only with
+//     the agreed value into the store with region.Memory.Restore, and
+//     merges the answerer's own region's totals as a flush of that region
+//     would (region.Memory.Merge).
+//   - The other regions' counts come back with those answers, and with
 //     their next totals: a flush when they admit again, and, a flush
 //     interval after a bucket closes, the reconciliation of the buckets
 //     they admitted in (config.Reconcile, set in runs with a restart only:
 //     without a loss every total it carries has arrived by flush or by the
-//     re-send to a region heard again). A repair request makes no region
-//     re-send its own totals.
+//     re-send to a region heard again).
 //
 // Simplified: the store is down for no time (no fallback to the in-memory
 // store meanwhile); every node of a region holds every total its region's
@@ -124,8 +130,13 @@ func (w *world) restartEvent(e *event) {
 	switch e.kind {
 	case evLoss:
 		n.store = newStore(n.name)
+		for k := range n.lost {
+			n.lost[k] = true
+		}
 	case evDetect:
-		w.requestRepair(e.to, e.node)
+		if n.lost[e.node] {
+			w.requestRepair(e.to, e.node)
+		}
 	case evAsk:
 		w.answerRepair(e)
 	case evAnswer:
@@ -152,6 +163,10 @@ func (w *world) expired(wd time.Duration, b int64) bool {
 // the regions it counts alive.
 func (w *world) requestRepair(r, k int) {
 	n := w.regions[r]
+	n.lost[k] = false
+	if v := w.view(r); !v.Off() {
+		n.hold[k] = w.now + (2*v.Horizon - w.cfg.Flush).Milliseconds()
+	}
 	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
 	var own []region.Total
 	for ref, t := range n.sent[k] {
@@ -212,7 +227,7 @@ func (w *world) answerRepair(e *event) {
 	var tot []region.Total
 	for _, v := range vecs {
 		for _, t := range v {
-			if t.Region == name && t.Count > 0 && !w.expired(wd, t.Bucket) {
+			if (t.Region == name || t.Region == n.name) && t.Count > 0 && !w.expired(wd, t.Bucket) {
 				tot = append(tot, t)
 			}
 		}
@@ -233,8 +248,12 @@ func (w *world) restore(e *event) {
 		return
 	}
 	src, need := rp.sources(m)
-	var ts []region.Total
+	var ts, theirs []region.Total
 	for _, t := range e.tot {
+		if t.Region != n.name {
+			theirs = append(theirs, t) // the answerer's own, merged as a flush's
+			continue
+		}
 		start, _ := window.BucketSpan(t.Window, t.Bucket)
 		if t.Count == 0 || w.expired(t.Window, t.Bucket) || start > rp.since {
 			continue
@@ -251,6 +270,9 @@ func (w *world) restore(e *event) {
 	}
 	if len(ts) > 0 {
 		_ = n.store.Restore(context.Background(), ts)
+	}
+	if len(theirs) > 0 {
+		_ = n.store.Merge(context.Background(), theirs)
 	}
 }
 

@@ -457,11 +457,13 @@ type classRow struct {
 	Calm, CalmDenied, CalmLogDenied int
 }
 
-// searchTable runs the schedules of seeds from..from+n-1 on procs
-// goroutines and returns one row per class, in name order, and the
-// schedules that went over their bound, in seed order, with how far.
-func searchTable(from uint64, n, procs int) ([]classRow, []overBound) {
+// searchTable runs the schedules of seeds from..from+n-1 that keep
+// accepts on procs goroutines and returns one row per class, in name
+// order, and the schedules that went over their bound, in seed order,
+// with how far.
+func searchTable(from uint64, n, procs int, keep func(schedule) bool) ([]classRow, []overBound) {
 	outs := make([]outcome, n)
+	kept := make([]bool, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range max(procs, 1) {
@@ -469,7 +471,10 @@ func searchTable(from uint64, n, procs int) ([]classRow, []overBound) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				outs[i] = runSchedule(gen(from + uint64(i)))
+				if s := gen(from + uint64(i)); keep(s) {
+					kept[i] = true
+					outs[i] = runSchedule(s)
+				}
 			}
 		}()
 	}
@@ -477,6 +482,9 @@ func searchTable(from uint64, n, procs int) ([]classRow, []overBound) {
 	rows := map[string]*classRow{}
 	var over []overBound
 	for i, o := range outs {
+		if !kept[i] {
+			continue
+		}
 		seed := from + uint64(i)
 		c := class(gen(seed))
 		r := rows[c]

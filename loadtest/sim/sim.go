@@ -94,6 +94,11 @@ type node struct {
 	touched map[region.BucketRef]bool
 	// repairs is, per node, its open repair (nil when none).
 	repairs []*repair
+	// lost is, per node, whether the store lost its counts since the
+	// node last read its epoch; hold, until when (ms) the node holds its
+	// decisions after it found a loss (restart.go).
+	lost []bool
+	hold []int64
 }
 
 type event struct {
@@ -150,6 +155,8 @@ func newWorld(cfg config, startMs int64) *world {
 			n.guards = append(n.guards, guard.New(guard.Config{}))
 			n.sent = append(n.sent, map[region.BucketRef]region.Total{})
 			n.repairs = append(n.repairs, nil)
+			n.lost = append(n.lost, false)
+			n.hold = append(n.hold, 0)
 		}
 		for j := range n.heard {
 			n.heard[j] = startMs // all alive at the start (joined earlier)
@@ -261,9 +268,13 @@ func (w *world) decide(e *event) {
 	var v *guard.View
 	var g *guard.Guard
 	sl := l
+	nk := e.node % len(n.guards)
 	if w.cfg.Guard {
 		v = w.view(e.to)
-		g = n.guards[e.node%len(n.guards)]
+		if n.hold[nk] > w.now {
+			v.Restoring = time.Duration(n.hold[nk]-w.now) * time.Millisecond
+		}
+		g = n.guards[nk]
 		if g.NeedsRead(now, e.key, l, v) {
 			w.reads++
 			peek := make([]region.Result, 1)
@@ -280,7 +291,14 @@ func (w *world) decide(e *event) {
 	}
 	req := []region.Request{{Key: e.key, Limit: sl, Hits: e.hits, Now: now}}
 	res := make([]region.Result, 1)
-	_ = n.store.Check(context.Background(), req, res)
+	if n.lost[nk] {
+		// The store's scripts are gone with its counts: the node reads
+		// the epoch before the decision runs again, and holds it.
+		w.requestRepair(e.to, nk)
+		res[0] = region.Result{Decision: window.Decision{Limit: l.Limit, Estimate: l.Limit, RetryAfter: time.Millisecond}}
+	} else {
+		_ = n.store.Check(context.Background(), req, res)
+	}
 	if w.cfg.Guard {
 		g.Done(now, e.key, l, e.hits, v, &res[0])
 	}
