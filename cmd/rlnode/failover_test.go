@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -281,4 +282,76 @@ func waitPrimary(t *testing.T, base string) {
 		code, body := get(t, base+"/readyz")
 		return code == http.StatusOK && body == "ok (store: primary)\n"
 	})
+}
+
+// TestRunRedisRestartKeepsLimit: us admits 6 of a limit of 10 and eu
+// holds them; then eu's Redis restarts empty. eu finds the loss (at its
+// first decision after the restart, or its epoch read), holds its
+// decisions while us sends back what eu's Redis lost, us's own 6
+// included, and then admits at most the 4 left: without that, eu would
+// decide on an empty Redis and admit all 10 again.
+func TestRunRedisRestartKeepsLimit(t *testing.T) {
+	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
+	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
+	eu, euLogs := euNode.base, euNode.logs
+	m := gossipRE.FindStringSubmatch(euLogs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
+	}
+	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
+	us := usNode.base
+	defer stopNodes(euNode, usNode)
+	waitGuardAlive(t, eu, "us")
+	waitGuardAlive(t, us, "eu")
+
+	body := `{"key":"dora","limit":{"limit":10,"window":"3600s"}}`
+	// admit sends up to tries Checks to base until it has n admitted or
+	// a denial that is not the guard's (a retry-after of a second or
+	// more), and returns how many were admitted.
+	admit := func(base string, n, tries int) int {
+		t.Helper()
+		got := 0
+		for ; got < n && tries > 0; tries-- {
+			code, b := post(t, base+"/ratelimit.v1.RateLimitService/Check", body)
+			if code != http.StatusOK {
+				t.Fatalf("Check on %s: %d %s", base, code, b)
+			}
+			var r struct {
+				Allowed    bool   `json:"allowed"`
+				RetryAfter string `json:"retryAfter"`
+			}
+			if err := json.Unmarshal([]byte(b), &r); err != nil {
+				t.Fatalf("Check on %s: %v: %s", base, err, b)
+			}
+			if r.Allowed {
+				got++
+				continue
+			}
+			d, err := time.ParseDuration(r.RetryAfter)
+			if err != nil || d >= time.Second {
+				return got // the window is full
+			}
+			<-time.After(d) // a guard's or the hold's refusal: retry after it
+		}
+		return got
+	}
+	if got := admit(us, 6, 50); got != 6 {
+		t.Fatalf("us admitted %d, want 6", got)
+	}
+	polltest.Until(t, 20*time.Second, "eu holds us's 6 hits", func() bool { return regionCounts(peek(t, eu, body))["us"] == "6" })
+
+	redisEU.Restart(t) // empty: no persistence
+	got := admit(eu, 10, 4)
+	if got > 4 {
+		t.Errorf("eu admitted %d after its Redis restarted empty, want at most 4 (us holds 6 of the 10)\neu's logs:\n%s", got, euLogs)
+	}
+	if c := regionCounts(peek(t, eu, body)); c["us"] != "6" {
+		t.Errorf("eu's counts after the repair = %v, want us: 6", c)
+	}
+	if !strings.Contains(euLogs.String(), "asking peers for this region's totals") {
+		t.Errorf("eu's logs lack the repair:\n%s", euLogs)
+	}
+	t.Logf("eu admitted %d after the restart; its counts %v", got, regionCounts(peek(t, eu, body)))
 }

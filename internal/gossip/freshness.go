@@ -264,7 +264,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	v.Suspicion = n.cfg.Suspicion
 	n.rep.mu.Lock()
-	if hold := n.rep.hold; now.Before(hold) {
+	if hold := n.rep.hold; now.Before(hold) && !n.rep.quorum.allAnswered(n.cfg.Region) {
 		v.Restoring = hold.Sub(now)
 	}
 	n.rep.mu.Unlock()

@@ -33,8 +33,10 @@ import (
 // scripts gone (CheckEpoch, through region.Redis.OnReload), and when a
 // decision returns a count of this region below one the node holds
 // (suspectLoss). From then the node holds its decisions (the guard's
-// View.Restoring) until the answers can be back, two one-way delays
-// later, so that it does not decide on a store that holds nothing.
+// View.Restoring) until a member of every region asked has answered
+// (requestRepair has the longest it waits), so that it does not decide
+// on a store that holds nothing. Every member answers, with an empty
+// answer when it holds nothing to send.
 //
 // When a member comes alive (a new node, or one back from a partition), the
 // node sends its own region's totals of every bucket it has touched and not
@@ -177,9 +179,11 @@ func (n *Node) repairOpen(now time.Time) bool {
 func (n *Node) RequestRepair(reason string) { n.requestRepair(reason, false) }
 
 // requestRepair is RequestRepair; with hold, the node's guard also refuses
-// every decision (guard.View.Restoring) for as long as the answers take
-// to come back from the farthest region heard: a request's one-way
-// delay, then the answer's, as the view's horizon measures them. The
+// every decision (guard.View.Restoring) until a member of every region
+// asked has answered, or, at the most, for as long as an answer takes to
+// come back from the farthest region heard (a request's one-way delay,
+// then the answer's, as the view's horizon measures them) plus the
+// second a member may wait before it answers the same node again. The
 // store lost the other regions' counts with its own, and until the
 // answers bring them back it would decide as if nothing had been admitted.
 func (n *Node) requestRepair(reason string, hold bool) {
@@ -187,7 +191,7 @@ func (n *Node) requestRepair(reason string, hold bool) {
 	var until time.Time
 	if hold {
 		if v := n.GuardView(now); !v.Off() {
-			until = now.Add(v.Horizon + v.Horizon - n.cfg.FlushInterval)
+			until = now.Add(v.Horizon + v.Horizon - n.cfg.FlushInterval + answerEvery)
 		}
 	}
 	n.rep.mu.Lock()
@@ -373,6 +377,19 @@ func (n *Node) answerRepair(s *member) {
 		})
 		n.met.repairAnswered()
 		if len(totals) == 0 {
+			// An empty answer still tells the node this region has
+			// nothing more to send: it stops holding its decisions.
+			f, err := EncodeEmpty(KindRepaired, n.cfg.Now(), n.self())
+			if err != nil {
+				n.met.drop("encode")
+				return
+			}
+			if err := n.sendStream(&dest, f); err != nil {
+				n.met.drop("send_error")
+				n.log.Debug("repair answer", "to", dest.node.Name, "err", err)
+				return
+			}
+			n.met.sent(KindRepaired, len(f))
 			return
 		}
 		if err := n.sendReliable(KindRepaired, &dest, totals); err != nil {
@@ -416,9 +433,10 @@ func (n *Node) read(refs []region.BucketRef, keep func(region.Total) bool) []reg
 // the node's first read may be new as well as emptied, and holds none.
 // The node calls it every EpochInterval; rlnode also calls it when a
 // decision finds Redis's scripts gone (region.Redis.OnReload). Reads run
-// one at a time. It returns how much longer the node holds its decisions
-// (guard.View.Restoring), 0 when it does not. Without Config.Epoch it
-// does nothing.
+// one at a time. While the node holds its decisions (guard.View.Restoring)
+// it returns when to retry one, as the guard answers it: the time left or
+// a horizon, whichever is sooner; else 0. Without Config.Epoch it does
+// nothing.
 func (n *Node) CheckEpoch(ctx context.Context) (hold time.Duration) {
 	if n.cfg.Epoch == nil {
 		return 0
@@ -426,12 +444,9 @@ func (n *Node) CheckEpoch(ctx context.Context) (hold time.Duration) {
 	n.rep.epochMu.Lock()
 	defer n.rep.epochMu.Unlock()
 	defer func() {
-		now := n.cfg.Now()
-		n.rep.mu.Lock()
-		if now.Before(n.rep.hold) {
-			hold = n.rep.hold.Sub(now)
+		if v := n.GuardView(n.cfg.Now()); v.Restoring > 0 {
+			hold = min(v.Restoring, max(v.Horizon, time.Millisecond)) // as the guard retries
 		}
-		n.rep.mu.Unlock()
 	}()
 	e, fresh, err := n.cfg.Epoch(ctx)
 	if err != nil {

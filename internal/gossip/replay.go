@@ -1,6 +1,9 @@
 package gossip
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // Frames that cannot be replayed.
 //
@@ -107,13 +110,23 @@ func (n *Node) stampFor(m *member, frame []byte) []byte {
 	return stamp(frame, m.token, s)
 }
 
+// errNoPool is the error of a send by a node that has no memberlist (one
+// built without New, as the package's tests build receivers).
+var errNoPool = errors.New("gossip: the node has no pool to send on")
+
 // sendPacket sends frame to m over UDP, stamped for m.
 func (n *Node) sendPacket(m *member, frame []byte) error {
+	if n.ml == nil {
+		return errNoPool
+	}
 	return n.ml.SendBestEffort(&m.node, n.stampFor(m, frame))
 }
 
 // sendStream sends frame to m over TCP, stamped for m.
 func (n *Node) sendStream(m *member, frame []byte) error {
+	if n.ml == nil {
+		return errNoPool
+	}
 	return n.ml.SendReliable(&m.node, n.stampFor(m, frame))
 }
 

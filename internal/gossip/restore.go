@@ -55,15 +55,27 @@ type RepairAnswer struct {
 
 // repairQuorum is the state of the open repair. Guarded by repairState.mu.
 type repairQuorum struct {
-	since   time.Time         // when the repair was asked for (Config.Now)
-	asked   map[string]uint64 // member asked -> its token then
-	regions map[string]string // member asked -> its region
-	answers map[dref]*RepairAnswer
+	since    time.Time         // when the repair was asked for (Config.Now)
+	asked    map[string]uint64 // member asked -> its token then
+	regions  map[string]string // member asked -> its region
+	answered map[string]bool   // regions a member of which answered
+	answers  map[dref]*RepairAnswer
 }
 
 // reset starts a new repair asked for at now.
 func (q *repairQuorum) reset(now time.Time) {
-	*q = repairQuorum{since: now, asked: map[string]uint64{}, regions: map[string]string{}, answers: map[dref]*RepairAnswer{}}
+	*q = repairQuorum{since: now, asked: map[string]uint64{}, regions: map[string]string{}, answered: map[string]bool{}, answers: map[dref]*RepairAnswer{}}
+}
+
+// allAnswered reports whether a member of every other region asked has
+// answered.
+func (q *repairQuorum) allAnswered(own string) bool {
+	for _, r := range q.regions {
+		if r != own && !q.answered[r] {
+			return false
+		}
+	}
+	return true
 }
 
 // ask records that m was asked.
@@ -143,6 +155,13 @@ func (n *Node) restore(now time.Time, m Message, s *member) {
 	q := &n.rep.quorum
 	src, need := q.sources(n.cfg.Region, s.node.Name)
 	sinceMs := q.since.UnixMilli()
+	// s's region has answered once what it sent is in the store: until
+	// then the node holds its decisions (GuardView).
+	defer func() {
+		n.rep.mu.Lock()
+		q.answered[s.region] = true
+		n.rep.mu.Unlock()
+	}()
 	for _, t := range m.Totals {
 		switch {
 		case !replicaOf(t.Region, n.cfg.Region):

@@ -279,14 +279,16 @@ func (g *Guard) shard(key string) *shard {
 // store's answer. When it may not, retryAfter is the time left in the
 // horizon (at least 1 ms). Under a View that is Off it always admits,
 // returns limit and reserves nothing; under one Restoring a store that
-// lost its counts, it refuses, retryable after v.Restoring.
+// lost its counts, it refuses, retryable after v.Restoring or a horizon,
+// whichever is sooner.
 func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
 	limit := lim.Limit
 	if v.Off() {
 		return true, limit, 0
 	}
 	if v.Restoring > 0 {
-		return false, limit, v.Restoring
+		// Retry within a horizon: the answers that end it may come sooner.
+		return false, limit, min(v.Restoring, max(v.Horizon, time.Millisecond))
 	}
 	s := g.shard(key)
 	s.mu.Lock()
@@ -479,7 +481,8 @@ func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint
 // Admit had lowered its limit to this node's share (the full limit would
 // have admitted it), the denial is the guard's: Done returns the time
 // left in the horizon (at least 1 ms) for the caller to answer as the
-// retry-after of a guard denial, and 0 otherwise.
+// retry-after of a guard denial, and 0 otherwise. A result the store
+// held (region.Result.Held) only gives the request's hits back.
 func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v *View, res *region.Result) (guardRetry time.Duration) {
 	limit := lim.Limit
 	if v.Off() {
@@ -494,6 +497,9 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	}
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
+	}
+	if res.Held {
+		return 0 // the store did not decide: nothing to learn
 	}
 	if e.asking && res.Limit == e.cutLimit {
 		if !res.Allowed {
@@ -625,11 +631,11 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 }
 
 // Learn records a read of key's counts (res, a store decision with Peek
-// at now) that [Guard.NeedsRead] asked for: the weights, the silent
+// at now; a held one is ignored) that [Guard.NeedsRead] asked for: the weights, the silent
 // regions' counts and the headroom, as a store result of a request
 // would give them.
 func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res *region.Result) {
-	if v.Off() {
+	if v.Off() || res.Held {
 		return
 	}
 	s := g.shard(key)

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -77,6 +78,35 @@ func TestRestoringRefuses(t *testing.T) {
 	alone.Restoring = time.Second
 	if ok, _, _ := g.Admit(t0, "alone", limitOf(100), 1, alone); !ok {
 		t.Error("Admit refused alone while restoring: the guard is off")
+	}
+}
+
+// TestHeldLearnsNothing: a result the store held (it lost its counts)
+// gives the request's hits back and changes nothing else the guard knows
+// of the key, in Done and in Learn.
+func TestHeldLearnsNothing(t *testing.T) {
+	g := New(Config{})
+	v := view([]string{"a", "b"}, nil)
+	var est uint64
+	admitN(g, t0, "k", 100, 3, v, &est, 0)
+	ok, _, _ := g.Admit(t0, "k", limitOf(100), 1, v)
+	if !ok {
+		t.Fatal("Admit refused the fourth request")
+	}
+	s := g.shard("k")
+	before := *s.keys["k"]
+	held := region.Result{Decision: window.Decision{Limit: 100, RetryAfter: 40 * time.Millisecond}, Held: true}
+	if retry := g.Done(t0, "k", limitOf(100), 1, v, &held); retry != 0 {
+		t.Errorf("Done(held) = %v, want 0", retry)
+	}
+	g.Learn(t0, "k", limitOf(100), v, &held)
+	after := *s.keys["k"]
+	if after.used != before.used-1 {
+		t.Errorf("used = %d after a held result, want %d (its hit given back)", after.used, before.used-1)
+	}
+	after.used = before.used
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("the key's entry changed with a held result:\n got %+v\nwant %+v", after, before)
 	}
 }
 

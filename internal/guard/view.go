@@ -41,11 +41,12 @@ type View struct {
 	// Suspicion is how long a region goes unheard before it is silent
 	// (see [unseenShares]); 0: unknown.
 	Suspicion time.Duration
-	// Restoring is how much longer this node waits for the other regions'
-	// answers to the repair of its store (0: none). The store lost its
-	// counts, the other regions' with its own, and until the answers bring
-	// them back it would decide as if nothing had been admitted: the guard
-	// refuses every request meanwhile, retryable after Restoring.
+	// Restoring is how much longer, at the most, this node waits for the
+	// other regions' answers to the repair of its store (0: none). The
+	// store lost its counts, the other regions' with its own, and until
+	// the answers bring them back it would decide as if nothing had been
+	// admitted: the guard refuses every request meanwhile, retryable after
+	// Restoring or a horizon, whichever is sooner.
 	Restoring time.Duration
 }
 

@@ -440,11 +440,9 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 // emptyDecision decides q against an empty counter: allowed, since hits is
 // at most the limit.
 // heldResult is the denial of q while the store waits for its lost counts
-// (see [Redis.OnReload]): retryable after hold, and with an estimate of
-// the whole limit, so that a caller that learns headroom from results
-// (the burst guard) learns none.
+// (see [Redis.OnReload]): Held, retryable after hold.
 func heldResult(q *Request, hold time.Duration) Result {
-	res := Result{Decision: window.Decision{Limit: q.Limit.Limit, Estimate: q.Limit.Limit, RetryAfter: hold, ResetAfter: hold}}
+	res := Result{Decision: window.Decision{Limit: q.Limit.Limit, RetryAfter: hold, ResetAfter: hold}, Held: true}
 	if q.Limit.Algorithm.Counted() {
 		_, res.Bucket = q.Limit.BucketAt(window.Ms(q.Now))
 	}

@@ -109,6 +109,9 @@ type Redis struct {
 	// reloaded is called when a decision finds the scripts gone (see
 	// OnReload); nil when unset.
 	reloaded atomic.Pointer[func(context.Context) time.Duration]
+	// heldUntil is until when (Unix ns, of the requests' clock) decisions
+	// are held after the hook asked for it; 0 when never.
+	heldUntil atomic.Int64
 
 	mismatches     atomic.Uint64
 	pipelines      atomic.Uint64
@@ -383,7 +386,11 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 // decisions are left in their replies.
 func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply, error) {
 	out := make([]reply, len(reqs))
-	if err := r.run(ctx, reqs, out, nil, t); err != nil {
+	only := r.unheld(reqs, out)
+	if only != nil && len(only) == 0 {
+		return out, nil
+	}
+	if err := r.run(ctx, reqs, out, only, t); err != nil {
 		return nil, err
 	}
 	// Scripts flushed (SCRIPT FLUSH, a restart, a failover): reload them and
@@ -400,9 +407,16 @@ func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply
 		}
 		if f := r.reloaded.Load(); f != nil {
 			if hold := (*f)(ctx); hold > 0 {
+				var latest time.Time
 				for _, i := range again {
 					out[i] = reply{err: heldError(hold)}
+					if reqs[i].Now.After(latest) {
+						latest = reqs[i].Now
+					}
 				}
+				// Decisions that come meanwhile are held too: their
+				// callers may have asked the guard before it knew.
+				r.heldUntil.Store(latest.Add(hold).UnixNano())
 				return out, nil
 			}
 		}
@@ -411,6 +425,33 @@ func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply
 		}
 	}
 	return out, nil
+}
+
+// unheld returns the indexes of the requests that are not held (see
+// heldUntil), nil when none is held, and sets the others' replies.
+func (r *Redis) unheld(reqs []Request, out []reply) []int {
+	until := r.heldUntil.Load()
+	if until == 0 {
+		return nil
+	}
+	var only []int
+	held := false
+	for i := range reqs {
+		if left := until - reqs[i].Now.UnixNano(); left > 0 {
+			out[i] = reply{err: heldError(time.Duration(left))}
+			held = true
+			continue
+		}
+		only = append(only, i)
+	}
+	if !held {
+		r.heldUntil.CompareAndSwap(until, 0) // over: skip this loop
+		return nil
+	}
+	if only == nil {
+		only = []int{}
+	}
+	return only
 }
 
 // heldError is the reply of a decision that OnReload's hook held: the
@@ -506,7 +547,9 @@ func (r *Redis) Restore(ctx context.Context, totals []Total) error {
 // or failed over to a replica without them, and may have lost its counts
 // with them, which [Redis.Epoch] tells. When f returns a hold above 0,
 // those decisions do not run: each is denied, retryable after the hold,
-// with an estimate of the whole limit (see heldResult). f runs on the
+// and marked Held, and so is every decision whose instant falls within
+// the hold (its caller may have asked the burst guard before the node
+// knew). f runs on the
 // decision's goroutine, with its ctx: it should take no longer than a
 // round trip to Redis. rlnode has gossip read the epoch there
 // (gossip.Node.CheckEpoch), so that a node finds a lost store at its

@@ -169,8 +169,8 @@ func TestRedisReloadsScripts(t *testing.T) {
 
 // TestRedisReloadHeld: when the OnReload hook returns a hold, the
 // decisions that found the scripts gone do not run: each is denied,
-// retryable after the hold, with the whole limit as its estimate, and
-// counts nothing; the next decision runs.
+// retryable after the hold, marked held, and counts nothing; so is a
+// decision within the hold, and the first after it runs.
 func TestRedisReloadHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newRedisStore(t, srv.URL(), "here", region.Coalesce{Disabled: true})
@@ -188,12 +188,19 @@ func TestRedisReloadHeld(t *testing.T) {
 	}
 	b := window.Bucket(window.Ms(t0), time.Minute)
 	for i, r := range res {
-		if r.Allowed || r.RetryAfter != hold || r.Estimate != l.Limit || r.Limit != l.Limit || r.Bucket != b {
-			t.Errorf("held decision %d = allowed %v, retry after %v, estimate %d, limit %d, bucket %d; want denied, %v, %d, %d, %d",
-				i, r.Allowed, r.RetryAfter, r.Estimate, r.Limit, r.Bucket, hold, l.Limit, l.Limit, b)
+		if r.Allowed || !r.Held || r.RetryAfter != hold || r.Limit != l.Limit || r.Bucket != b {
+			t.Errorf("held decision %d = allowed %v, held %v, retry after %v, limit %d, bucket %d; want denied, held, %v, %d, %d",
+				i, r.Allowed, r.Held, r.RetryAfter, r.Limit, r.Bucket, hold, l.Limit, b)
 		}
 	}
-	r, err := check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0})
+	r, err := check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0.Add(hold / 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Allowed || !r.Held || r.RetryAfter != hold-hold/3 {
+		t.Errorf("a decision within the hold = allowed %v, held %v, retry after %v; want held, %v", r.Allowed, r.Held, r.RetryAfter, hold-hold/3)
+	}
+	r, err = check(t, s, region.Request{Key: "k", Limit: l, Hits: 1, Now: t0.Add(hold)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,6 +150,10 @@ type Result struct {
 	// TAT is the token bucket's theoretical arrival time that the decision
 	// read, in Unix µs, 0 when there was none (TokenBucket only).
 	TAT int64
+	// Held reports that the store did not decide: it lost its counts and
+	// waits for them (see [Redis.OnReload]), and denies meanwhile. A held
+	// result says nothing of the key's counts.
+	Held bool
 }
 
 // Total is one region's total count for a key's bucket, the unit of
