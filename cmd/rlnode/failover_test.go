@@ -125,6 +125,22 @@ func waitGuardAlive(t *testing.T, base, region string) {
 	})
 }
 
+// startEUUS starts node eu-1 of eu on the Redis at euURL, with a store
+// timeout of euTimeout, and node us-1 of us on usURL joined to it, both
+// with gossip and a burst guard suspicion of 10 s.
+func startEUUS(t *testing.T, euURL, usURL, euTimeout string) (eu, us *node) {
+	t.Helper()
+	eu = startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
+		"--redis-url", euURL, "--gossip-addr=127.0.0.1:0", "--store-timeout=" + euTimeout, "--burst-guard-suspicion=10s"}, env(nil))
+	m := gossipRE.FindStringSubmatch(eu.logs.String())
+	if m == nil {
+		t.Fatalf("eu's logs lack its gossip address:\n%s", eu.logs)
+	}
+	us = startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
+		"--redis-url", usURL, "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
+	return eu, us
+}
+
 // TestRunTwoRegionsRedisOutage: eu's Redis stalls while eu takes traffic.
 // eu keeps admitting from its fallback, which counts under a region of its
 // own (eu~<id>), and us counts those hits too; when eu's Redis answers
@@ -137,18 +153,10 @@ func TestRunTwoRegionsRedisOutage(t *testing.T) {
 	// silent is alive again (docs/design.md, "The burst guard"). So a long
 	// suspicion keeps a late heartbeat on a busy machine from making either
 	// region silent to the other, and waitGuardAlive lets the pool form
-	// before the first Check.
-	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
-		// A stalled Redis still trips 500ms; a busy machine's slow call does not.
-		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=500ms", "--burst-guard-suspicion=10s"}, env(nil))
-	eu, euLogs := euNode.base, euNode.logs
-	m := gossipRE.FindStringSubmatch(euLogs.String())
-	if m == nil {
-		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
-	}
-	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
-	us := usNode.base
+	// before the first Check. A stalled Redis still trips eu's 500ms; a
+	// busy machine's slow call does not.
+	euNode, usNode := startEUUS(t, redisEU.URL(), redisUS.URL(), "500ms")
+	eu, euLogs, us := euNode.base, euNode.logs, usNode.base
 	defer stopNodes(euNode, usNode)
 	waitGuardAlive(t, eu, "us")
 	fbm := regexp.MustCompile(`fallback_region=(\S+)`).FindStringSubmatch(euLogs.String())
@@ -292,16 +300,8 @@ func waitPrimary(t *testing.T, base string) {
 // decide on an empty Redis and admit all 10 again.
 func TestRunRedisRestartKeepsLimit(t *testing.T) {
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
-	euNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
-		"--redis-url", redisEU.URL(), "--gossip-addr=127.0.0.1:0", "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
-	eu, euLogs := euNode.base, euNode.logs
-	m := gossipRE.FindStringSubmatch(euLogs.String())
-	if m == nil {
-		t.Fatalf("eu's logs lack its gossip address:\n%s", euLogs)
-	}
-	usNode := startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
-		"--redis-url", redisUS.URL(), "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
-	us := usNode.base
+	euNode, usNode := startEUUS(t, redisEU.URL(), redisUS.URL(), "2s")
+	eu, euLogs, us := euNode.base, euNode.logs, usNode.base
 	defer stopNodes(euNode, usNode)
 	waitGuardAlive(t, eu, "us")
 	waitGuardAlive(t, us, "eu")
