@@ -23,11 +23,13 @@ import (
 //     schedule draws each node's delay, 1 ms to 1 s), and at its first
 //     decision after the loss, which finds Redis's scripts gone
 //     (region.Redis.OnReload calls gossip.Node.CheckEpoch), whichever
-//     comes first. That decision does not run: it is held (denied, with
-//     the whole limit as its estimate, which the guard's Done is told).
+//     comes first. That decision does not run: it is held (denied, and
+//     marked Held, which the guard's Done learns nothing from).
 //   - From detection the node holds its decisions (guard.View.Restoring)
-//     for two horizons less a flush interval: a request's one-way delay
-//     and the answer's.
+//     until a member of every region it asked has answered (an answer
+//     with no totals too), or at the most for two horizons less a flush
+//     interval (a request's one-way delay and the answer's) plus a
+//     second.
 //   - At detection the node max-merges back (region.Memory.Restore) its
 //     own totals of the open buckets, the latest of its own admissions, as
 //     restoreOwn does with what it holds dirty or sent last (gossip forgets
@@ -77,6 +79,7 @@ const (
 const (
 	repairWindowMs = 30_000
 	retryMarginMs  = 10_000
+	answerEveryMs  = 1_000 // the longest a member defers an answer
 )
 
 // newStore returns an empty store of the region named name.
@@ -92,7 +95,19 @@ type member struct{ region, node int }
 type repair struct {
 	since, until int64
 	asked        map[member]bool
+	answered     map[int]bool // regions a member of which answered
 	answers      map[region.BucketRef]*gossip.RepairAnswer
+}
+
+// holding reports whether the repair still holds its node's decisions: a
+// region asked has not answered yet.
+func (rp *repair) holding() bool {
+	for m := range rp.asked {
+		if !rp.answered[m.region] {
+			return true
+		}
+	}
+	return false
 }
 
 // sources returns the source of an answer from m and how many sources
@@ -165,9 +180,9 @@ func (w *world) requestRepair(r, k int) {
 	n := w.regions[r]
 	n.lost[k] = false
 	if v := w.view(r); !v.Off() {
-		n.hold[k] = w.now + (2*v.Horizon - w.cfg.Flush).Milliseconds()
+		n.hold[k] = w.now + (2*v.Horizon - w.cfg.Flush).Milliseconds() + answerEveryMs
 	}
-	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
+	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answered: map[int]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
 	var own []region.Total
 	for ref, t := range n.sent[k] {
 		if _, end := window.BucketSpan(ref.Window, ref.Bucket); end > w.now {
@@ -232,7 +247,7 @@ func (w *world) answerRepair(e *event) {
 			}
 		}
 	}
-	if len(tot) > 0 && !w.cut(e.to, e.from) {
+	if !w.cut(e.to, e.from) { // an empty answer too: it ends the hold
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
 	}
 }
@@ -248,6 +263,7 @@ func (w *world) restore(e *event) {
 		return
 	}
 	src, need := rp.sources(m)
+	defer func() { rp.answered[e.from] = true }()
 	var ts, theirs []region.Total
 	for _, t := range e.tot {
 		if t.Region != n.name {

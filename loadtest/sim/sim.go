@@ -271,7 +271,7 @@ func (w *world) decide(e *event) {
 	nk := e.node % len(n.guards)
 	if w.cfg.Guard {
 		v = w.view(e.to)
-		if n.hold[nk] > w.now {
+		if rp := n.repairs[nk]; n.hold[nk] > w.now && rp != nil && rp.holding() {
 			v.Restoring = time.Duration(n.hold[nk]-w.now) * time.Millisecond
 		}
 		g = n.guards[nk]
@@ -295,7 +295,7 @@ func (w *world) decide(e *event) {
 		// The store's scripts are gone with its counts: the node reads
 		// the epoch before the decision runs again, and holds it.
 		w.requestRepair(e.to, nk)
-		res[0] = region.Result{Decision: window.Decision{Limit: l.Limit, Estimate: l.Limit, RetryAfter: time.Millisecond}}
+		res[0] = region.Result{Decision: window.Decision{Limit: l.Limit, RetryAfter: time.Millisecond}, Held: true}
 	} else {
 		_ = n.store.Check(context.Background(), req, res)
 	}
