@@ -549,11 +549,10 @@ func (r *Redis) Restore(ctx context.Context, totals []Total) error {
 // those decisions do not run: each is denied, retryable after the hold,
 // and marked Held, and so is every decision whose instant falls within
 // the hold (its caller may have asked the burst guard before the node
-// knew). f runs on the
-// decision's goroutine, with its ctx: it should take no longer than a
-// round trip to Redis. rlnode has gossip read the epoch there
-// (gossip.Node.CheckEpoch), so that a node finds a lost store at its
-// first decision after the loss, not at its next read, and holds its
+// knew). f runs on the decision's goroutine, with its ctx: it should take
+// no longer than a round trip to Redis. rlnode has gossip read the epoch
+// there (gossip.Node.CheckEpoch), so that a node finds a lost store at
+// its first decision after the loss, not at its next read, and holds its
 // decisions until the other regions have sent the counts back.
 func (r *Redis) OnReload(f func(ctx context.Context) (hold time.Duration)) {
 	if f == nil {
