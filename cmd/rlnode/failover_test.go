@@ -127,7 +127,8 @@ func waitGuardAlive(t *testing.T, base, region string) {
 
 // startEUUS starts node eu-1 of eu on the Redis at euURL, with a store
 // timeout of euTimeout, and node us-1 of us on usURL joined to it, both
-// with gossip and a burst guard suspicion of 10 s.
+// with gossip and a burst guard suspicion of 10 s, stopped when the test
+// ends, and waits until eu's guard takes us for alive.
 func startEUUS(t *testing.T, euURL, usURL, euTimeout string) (eu, us *node) {
 	t.Helper()
 	eu = startNode(t, []string{"--listen=127.0.0.1:0", "--region=eu", "--node-name=eu-1",
@@ -138,6 +139,8 @@ func startEUUS(t *testing.T, euURL, usURL, euTimeout string) (eu, us *node) {
 	}
 	us = startNode(t, []string{"--listen=127.0.0.1:0", "--region=us", "--node-name=us-1",
 		"--redis-url", usURL, "--gossip-addr=127.0.0.1:0", "--join", m[1], "--store-timeout=2s", "--burst-guard-suspicion=10s"}, env(nil))
+	t.Cleanup(func() { stopNodes(eu, us) })
+	waitGuardAlive(t, eu.base, "us")
 	return eu, us
 }
 
@@ -157,8 +160,6 @@ func TestRunTwoRegionsRedisOutage(t *testing.T) {
 	// busy machine's slow call does not.
 	euNode, usNode := startEUUS(t, redisEU.URL(), redisUS.URL(), "500ms")
 	eu, euLogs, us := euNode.base, euNode.logs, usNode.base
-	defer stopNodes(euNode, usNode)
-	waitGuardAlive(t, eu, "us")
 	fbm := regexp.MustCompile(`fallback_region=(\S+)`).FindStringSubmatch(euLogs.String())
 	if fbm == nil {
 		t.Fatalf("eu's logs lack its fallback region:\n%s", euLogs)
@@ -302,8 +303,6 @@ func TestRunRedisRestartKeepsLimit(t *testing.T) {
 	redisEU, redisUS := redistest.Start(t), redistest.Start(t)
 	euNode, usNode := startEUUS(t, redisEU.URL(), redisUS.URL(), "2s")
 	eu, euLogs, us := euNode.base, euNode.logs, usNode.base
-	defer stopNodes(euNode, usNode)
-	waitGuardAlive(t, eu, "us")
 	waitGuardAlive(t, us, "eu")
 
 	body := `{"key":"dora","limit":{"limit":10,"window":"3600s"}}`

@@ -76,6 +76,66 @@ func bucketSum(t *testing.T, st region.Store, key string, w time.Duration, b int
 	return s
 }
 
+// countOf returns region reg's count of key's bucket b in st.
+func countOf(t *testing.T, st region.Store, key string, w time.Duration, b int64, reg string) uint64 {
+	t.Helper()
+	vs, err := st.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: w, Bucket: b}})
+	if err != nil {
+		t.Fatalf("Vectors: %v", err)
+	}
+	for _, tt := range vs[0] {
+		if tt.Region == reg {
+			return tt.Count
+		}
+	}
+	return 0
+}
+
+// redisPair is eu-0 on a real Redis (its epoch read every 100 ms, the
+// server's clock) and us-0 on an in-memory store of its own joined to it,
+// 20 ms apart one way.
+type redisPair struct {
+	srv     *redistest.Server
+	rd      *region.Redis
+	usStore *region.Memory
+	eu, us  *ownNode
+}
+
+// startRedisPair starts a redisPair behind a fault network of seed and
+// waits until both see each other.
+func startRedisPair(t *testing.T, seed uint64) redisPair {
+	t.Helper()
+	fn := NewFaultNetwork(seed)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	p := redisPair{srv: redistest.Start(t)}
+	p.rd = storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: p.srv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	p.usStore = region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
+	p.eu = startOwn(t, fn, "eu-0", "eu", p.rd, false, p.rd.Epoch, "")
+	p.us = startOwn(t, fn, "us-0", "us", p.usStore, true, nil, p.eu.node.Addr())
+	waitMembers(t, []*ownNode{p.eu, p.us}, 2)
+	return p
+}
+
+// hitEach admits i+1 hits on keys[i] at on, and returns each key's count
+// and their bucket.
+func hitEach(t *testing.T, on *ownNode, keys []string, lim window.Limit) (map[string]uint64, int64) {
+	t.Helper()
+	want := map[string]uint64{}
+	var bucket int64
+	for i, k := range keys {
+		for range i + 1 {
+			ok, b := hitOwn(t, on, k, lim)
+			if !ok {
+				t.Fatalf("hit on %s denied", k)
+			}
+			bucket = b
+			want[k]++
+		}
+	}
+	return want, bucket
+}
+
 // waitMembers polls until every node sees want members alive.
 func waitMembers(t *testing.T, nodes []*ownNode, want int) {
 	t.Helper()
@@ -161,43 +221,14 @@ func TestMemoryRegionNodes(t *testing.T) {
 // totals and max-merges them back: every count us holds of eu is counted
 // again in eu's Redis, and a decision in eu counts it.
 func TestRedisRestartRepair(t *testing.T) {
-	fn := NewFaultNetwork(2)
-	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
-	srv := redistest.Start(t)
-	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true},
-		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
-	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
-	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
-	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
-	waitMembers(t, []*ownNode{eu, us}, 2)
+	p := startRedisPair(t, 2)
+	srv, rd, usStore, eu, us := p.srv, p.rd, p.usStore, p.eu, p.us
 
 	lim := window.Limit{Limit: 1000, Window: time.Hour}
 	keys := keyNames("r%d", 20)
-	want := map[string]uint64{} // key -> eu's count
-	var bucket int64
-	for i, k := range keys {
-		for range i + 1 {
-			ok, b := hitOwn(t, eu, k, lim)
-			if !ok {
-				t.Fatalf("hit on %s denied", k)
-			}
-			bucket = b
-			want[k]++
-		}
-	}
+	want, bucket := hitEach(t, eu, keys, lim) // key -> eu's count
 	// A count us holds for eu: only what us merged.
-	held := func(k string) uint64 {
-		vs, err := usStore.Vectors(context.Background(), []region.BucketRef{{Key: k, Window: lim.Window, Bucket: bucket}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tt := range vs[0] {
-			if tt.Region == "eu" {
-				return tt.Count
-			}
-		}
-		return 0
-	}
+	held := func(k string) uint64 { return countOf(t, usStore, k, lim.Window, bucket, "eu") }
 	waitFor(t, 10*time.Second, "us holds eu's counts", func() bool {
 		for _, k := range keys {
 			if held(k) != want[k] {
@@ -472,18 +503,7 @@ func TestRestartKeepsUnsentHits(t *testing.T) {
 		acked = r.Local
 		eu.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Count: r.Local, Limit: lim.Limit, Estimate: r.Estimate + 1})
 	}
-	count := func(st region.Store, from string) uint64 {
-		vs, err := st.Vectors(context.Background(), []region.BucketRef{{Key: key, Window: lim.Window, Bucket: b}})
-		if err != nil {
-			t.Fatalf("Vectors: %v", err)
-		}
-		for _, tt := range vs[0] {
-			if tt.Region == from {
-				return tt.Count
-			}
-		}
-		return 0
-	}
+	count := func(st region.Store, from string) uint64 { return countOf(t, st, key, lim.Window, b, from) }
 	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
 	answered := counterValue(us.node.met.repairs.WithLabelValues("answered"))
 	restarted := time.Now()
@@ -524,42 +544,14 @@ func TestRestartKeepsUnsentHits(t *testing.T) {
 // us's next send (its next admission, or the bucket's reconciliation an
 // hour later), and eu would admit meanwhile as if us had admitted nothing.
 func TestRepairBringsOthersBack(t *testing.T) {
-	fn := NewFaultNetwork(6)
-	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
-	srv := redistest.Start(t)
-	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true},
-		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
-	usName := region.FallbackRegion("us")
-	usStore := region.NewMemory(region.MemoryConfig{Region: usName, Replica: true})
-	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
-	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
-	waitMembers(t, []*ownNode{eu, us}, 2)
+	p := startRedisPair(t, 6)
+	srv, rd, eu, us := p.srv, p.rd, p.eu, p.us
 
 	lim := window.Limit{Limit: 1000, Window: time.Hour}
 	keys := keyNames("o%d", 20)
-	want := map[string]uint64{} // key -> us's count
-	var bucket int64
-	for i, k := range keys {
-		for range i + 1 {
-			ok, b := hitOwn(t, us, k, lim)
-			if !ok {
-				t.Fatalf("hit on %s denied", k)
-			}
-			bucket = b
-			want[k]++
-		}
-	}
-	held := func(k string) uint64 { // eu's Redis's count of us
-		vs, err := rd.Vectors(context.Background(), []region.BucketRef{{Key: k, Window: lim.Window, Bucket: bucket}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tt := range vs[0] {
-			if tt.Region == usName {
-				return tt.Count
-			}
-		}
-		return 0
+	want, bucket := hitEach(t, us, keys, lim) // key -> us's count
+	held := func(k string) uint64 {           // eu's Redis's count of us
+		return countOf(t, rd, k, lim.Window, bucket, p.usStore.Region())
 	}
 	all := func() bool {
 		for _, k := range keys {
@@ -609,16 +601,8 @@ func TestRepairBringsOthersBack(t *testing.T) {
 // again. A node that finds its store without a marker at start (new, or
 // emptied before it ran) does not hold.
 func TestRestartHoldsDecisions(t *testing.T) {
-	fn := NewFaultNetwork(7)
-	const oneWay = 20 * time.Millisecond
-	wan(fn, []string{"eu", "us"}, oneWay)
-	srv := redistest.Start(t)
-	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: srv.URL()},
-		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
-	usStore := region.NewMemory(region.MemoryConfig{Region: region.FallbackRegion("us"), Replica: true})
-	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
-	us := startOwn(t, fn, "us-0", "us", usStore, true, nil, eu.node.Addr())
-	waitMembers(t, []*ownNode{eu, us}, 2)
+	p := startRedisPair(t, 7)
+	srv, eu := p.srv, p.eu
 	if r := eu.node.GuardView(time.Now()).Restoring; r != 0 {
 		t.Fatalf("eu restoring %v after a start on a new Redis, want 0", r)
 	}
