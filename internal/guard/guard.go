@@ -282,20 +282,27 @@ func (g *Guard) shard(key string) *shard {
 // lost its counts, it refuses, retryable after v.Restoring or a horizon,
 // whichever is sooner.
 func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
+	r, storeLimit, retryAfter := g.AdmitReason(now, key, lim, hits, v)
+	return r == Admitted, storeLimit, retryAfter
+}
+
+// AdmitReason is [Guard.Admit] with what it decided: Admitted when the
+// request goes to the store, else why it refused it.
+func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits uint64, v *View) (r Reason, storeLimit uint64, retryAfter time.Duration) {
 	limit := lim.Limit
 	if v.Off() {
-		return true, limit, 0
+		return Admitted, limit, 0
 	}
 	if v.Restoring > 0 {
 		// Retry within a horizon: the answers that end it may come sooner.
-		return false, limit, min(v.Restoring, max(v.Horizon, time.Millisecond))
+		return Restoring, limit, min(v.Restoring, max(v.Horizon, time.Millisecond))
 	}
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := g.entryOf(s, key, now)
 	if e == nil {
-		return true, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
+		return Admitted, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 	}
 	v = e.keyView(v, lim)
 	storeLimit = charge(limit, limit, e.silent, e.unseen, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
@@ -376,7 +383,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	}
 	retry := max(e.start.Add(e.horizon).Sub(now), time.Millisecond)
 	if hits > storeLimit {
-		return false, storeLimit, retry
+		return Charged, storeLimit, retry
 	}
 	if limit < uint64(v.poolNodes()) {
 		// A limit smaller than the pool: no share holds a hit for every
@@ -419,7 +426,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 	// start at once do not each take a share of what others used.
 	if e.used+hits > e.quota || (probe && !e.seen) {
 		if !probe {
-			return false, storeLimit, retry
+			return Share, storeLimit, retry
 		}
 		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weightsFor(v), v, g.cfg.Floor)
 		if !whole {
@@ -451,7 +458,7 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 		}
 	}
 	e.used += hits
-	return true, storeLimit, 0
+	return Admitted, storeLimit, 0
 }
 
 // stagger lets hits go to the store as a staggered ask (see [stagger]):
@@ -461,17 +468,17 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 // they admit by their shares, and what they took in the last horizon is
 // not in this region's store yet; sharing, over den, is their shares of
 // the headroom the ask reads (0 when every region is staggered).
-func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint64, v *View) (ok bool, limit uint64, retryAfter time.Duration) {
+func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint64, v *View) (r Reason, limit uint64, retryAfter time.Duration) {
 	base, may, wait := stagger(now, v)
 	need := staggerNeed(hits, base, held, sharing, den)
 	if !may || need > storeLimit || now.Before(e.staggered) {
-		return false, storeLimit, wait
+		return Stagger, storeLimit, wait
 	}
 	cut := need - hits
 	e.cut, e.cutLimit = cut, storeLimit-cut
 	e.unasked, e.staggered, e.asking = e.staggered, now.Add(wait), true
 	e.used += hits
-	return true, storeLimit - cut, 0
+	return Admitted, storeLimit - cut, 0
 }
 
 // Done records the store's answer to a request that [Guard.Admit] let

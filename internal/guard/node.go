@@ -32,6 +32,7 @@ type Node struct {
 	crossed   prometheus.Gauge
 	horizon   prometheus.Gauge
 	reads     prometheus.Counter
+	denials   [Cut + 1]prometheus.Counter // by Reason
 }
 
 // Ticket carries one request from [Node.Admit] to [Node.Done].
@@ -77,7 +78,14 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 			Help: "Keys whose counts the burst guard read from the store before deciding a request, because this node had no store result for them: each a store round trip more.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon, n.reads} {
+	denials := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlcluster_guard_denials_total",
+		Help: "Requests the burst guard refused, by reason: share (this node's quota of the key's headroom for the horizon is spent), stagger (a share that holds no whole hit, and not this node's turn), charged (the silent regions' charge leaves no room), restoring (the store lost its counts and waits for the other regions) or cut (the store denied a probe decided against this node's share, which the full limit would have admitted).",
+	}, []string{"reason"})
+	for _, r := range Reasons {
+		n.denials[r] = denials.WithLabelValues(r.String())
+	}
+	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon, n.reads, denials} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}
@@ -130,8 +138,11 @@ func (n *Node) current(now time.Time) *View {
 // l.Limit) and calls Done with the result.
 func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
 	v := n.current(now)
-	ok, sl, retry := n.g.Admit(now, key, l, hits, v)
-	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, ok, retry
+	r, sl, retry := n.g.AdmitReason(now, key, l, hits, v)
+	if r != Admitted {
+		n.denials[r].Inc()
+	}
+	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, r == Admitted, retry
 }
 
 // NeedsRead is [Guard.NeedsRead] under the node's current view.
@@ -153,5 +164,9 @@ func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 	if t.v == nil {
 		return 0
 	}
-	return n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
+	guardRetry = n.g.Done(t.now, t.key, t.limit, t.hits, t.v, res)
+	if guardRetry > 0 {
+		n.denials[Cut].Inc()
+	}
+	return guardRetry
 }

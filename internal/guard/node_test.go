@@ -98,3 +98,78 @@ func TestNodeCrossed(t *testing.T) {
 		t.Errorf("rlcluster_guard_crossed = %v, want 1", got)
 	}
 }
+
+// Each refusal is counted under its reason, and Admit and AdmitReason
+// agree on it.
+func TestNodeDenialReasons(t *testing.T) {
+	v := View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c"}, Nodes: 1, Horizon: 80 * time.Millisecond,
+		Ages: map[string]time.Duration{"b": 30 * time.Millisecond, "c": 5 * time.Second}, Unheard: map[string][]string{"b": {"c"}}}
+	n, err := NewNode(New(Config{}), func(time.Time) View { return v }, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	step := func() { now = now.Add(20 * time.Millisecond) } // past the view's 10 ms reuse
+	want := map[Reason]float64{}
+	denied := func(key string, l window.Limit, hits uint64, r Reason) {
+		t.Helper()
+		if got, _, _ := n.g.AdmitReason(now, key, l, hits, n.current(now)); got != r {
+			t.Errorf("%s: AdmitReason = %v, want %v", key, got, r)
+		}
+		if _, ok, _ := n.Admit(now, key, l, hits); ok {
+			t.Errorf("%s: Admit let the request through, want %v", key, r)
+		}
+		want[r]++
+	}
+
+	// c, silent, is charged ceil(90/3) = 30: 61 hits cannot fit.
+	denied("charged", lim90, 61, Charged)
+
+	// A probe decided against a limit 1 below the full one, which the
+	// store denies while the full limit would have admitted it.
+	tk, ok, _ := n.Admit(now, "cut", lim90, 1)
+	if !ok || tk.StoreLimit != 59 {
+		t.Fatalf("probe: ok %v, StoreLimit %d, want a probe against 59", ok, tk.StoreLimit)
+	}
+	if n.Done(&tk, &region.Result{Decision: window.Decision{Limit: 59, Estimate: 59}}) == 0 {
+		t.Error("a probe's denial by its cut: Done returned no guard retry")
+	}
+	want[Cut]++
+
+	// The probe takes the last hit of the headroom: a's quota for the
+	// horizon is spent.
+	step()
+	tk, ok, _ = n.Admit(now, "share", lim90, 1)
+	if !ok {
+		t.Fatal("share: the probe was refused")
+	}
+	n.Done(&tk, &region.Result{Decision: window.Decision{Allowed: true, Limit: tk.StoreLimit, Remaining: 0, Estimate: 60}})
+	denied("share", lim90, 1, Share)
+
+	// A limit of 1 for two regions of one node each, both alive:
+	// staggered, one ask per node and slot.
+	one := window.Limit{Limit: 1, Window: time.Minute}
+	v.Silent, v.Unheard = nil, nil
+	step()
+	for i := 0; ; i++ {
+		if r, _, _ := n.g.AdmitReason(now, "stagger", one, 1, n.current(now)); r == Admitted {
+			break
+		}
+		if i == 10 {
+			t.Fatal("stagger: no slot in 10 s let this node ask")
+		}
+		now = now.Add(time.Second)
+	}
+	denied("stagger", one, 1, Stagger)
+
+	// A store that lost its counts holds every decision.
+	v.Restoring = time.Second
+	step()
+	denied("restoring", lim90, 1, Restoring)
+
+	for _, r := range Reasons {
+		if got := testutil.ToFloat64(n.denials[r]); got != want[r] {
+			t.Errorf("rlcluster_guard_denials_total{reason=%q} = %v, want %v", r, got, want[r])
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -108,15 +109,28 @@ func fmtMin(f float64) string {
 
 // printSearch runs the fault schedules of the n seeds from from that keep
 // accepts, procs at once, and prints one row per class: runs, how many
-// broke the bound, and the worst over the bound; with list, then every
-// schedule over its bound.
+// broke the bound, the worst over the bound and the false denials; then
+// the false denials by cause; with list, then every schedule over its
+// bound.
 func printSearch(w io.Writer, from uint64, n, procs int, list bool, keep func(schedule) bool) {
 	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed | false denials under the limit | calm requests denied (exact log) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	rows, over := searchTable(from, n, procs, keep)
+	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 	for _, r := range rows {
-		pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d | %.2f%% | %.2f%% (%.2f%%) |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed,
 			pct(r.FalseDenied, r.Under), pct(r.CalmDenied, r.Calm), pct(r.CalmLogDenied, r.Calm))
+	}
+	fmt.Fprintf(w, "\nfalse denials under the limit by cause, as shares of the requests under the limit:\n\n| class | all |")
+	for _, n := range causeNames {
+		fmt.Fprintf(w, " %s |", n)
+	}
+	fmt.Fprintf(w, "\n| --- |%s\n", strings.Repeat(" ---: |", 1+len(causeNames)))
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %.2f%% |", r.Class, pct(r.FalseDenied, r.Under))
+		for _, n := range r.FalseBy {
+			fmt.Fprintf(w, " %.2f%% |", pct(n, r.Under))
+		}
+		fmt.Fprintln(w)
 	}
 	if list {
 		fmt.Fprintf(w, "\nover the bound:\n")

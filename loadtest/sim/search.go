@@ -223,9 +223,11 @@ type outcome struct {
 	AtMs     int64   // its end, from the run's start
 	InFault  bool    // whether it overlapped a fault
 	Admitted int
-	// Under is the requests of traffic under the limit, and FalseDenied
-	// those of them denied (see underLimit).
+	// Under is the requests of traffic under the limit, FalseDenied
+	// those of them denied, and FalseBy those by each cause (see
+	// underLimit).
 	Under, FalseDenied int
+	FalseBy            [nCauses]int
 	// Calm is the requests of phases offered at most the limit's rate in
 	// all, with no burst, a window or more after the phase began, and
 	// CalmDenied those of them denied: an exact sliding log denies them
@@ -305,29 +307,31 @@ func runSchedule(s schedule) outcome {
 			out = outcome{Worst: r, Count: i - lo + 1, AtMs: rel, InFault: inFault, Admitted: len(ts)}
 		}
 	}
-	all := requests(ts, w.denied["k"], w.burstDenied["k"])
-	out.Under, out.FalseDenied = underLimit(all, wm, s.Limit)
+	all := requests(ts, w.denied["k"], w.how["k"])
+	out.Under, out.FalseDenied, out.FalseBy = underLimit(all, wm, s.Limit)
 	out.Calm, out.CalmDenied, out.CalmLogDenied = calm(s, start, all)
 	return out
 }
 
 // request is one request of a run, for the false-denial counts: when it
-// arrived, whether it was denied, and whether it was part of a burst.
+// arrived, whether it was denied, whether it was part of a burst, and what
+// denied it.
 type request struct {
 	t             int64
 	denied, burst bool
+	by            cause
 }
 
 // requests merges a key's admissions (ts, in order) and denials (denied,
-// in order; burst[i] when denied[i] was part of a burst) into one list in
+// in order; how[i] says how denied[i] was denied) into one list in
 // arrival order.
-func requests(ts, denied []int64, burst []bool) []request {
+func requests(ts, denied []int64, how []denial) []request {
 	all := make([]request, 0, len(ts)+len(denied))
 	for _, t := range ts {
 		all = append(all, request{t: t})
 	}
 	for i, t := range denied {
-		all = append(all, request{t: t, denied: true, burst: burst[i]})
+		all = append(all, request{t: t, denied: true, burst: how[i].burst, by: how[i].by})
 	}
 	slices.SortStableFunc(all, func(a, b request) int { return cmp.Compare(a.t, b.t) })
 	return all
@@ -335,12 +339,13 @@ func requests(ts, denied []int64, burst []bool) []request {
 
 // underLimit counts the requests of traffic under the limit, those with
 // at most limit requests (admitted or denied) in the trailing window
-// (t-wm, t] of the request, itself included, and how many of them were
-// denied: an exact sliding log admits every one. Denied requests of a
+// (t-wm, t] of the request, itself included, how many of them were
+// denied (an exact sliding log admits every one), and how many by each
+// cause. Denied requests of a
 // burst are left out: the guard lets a burst from idle take only this
 // region's share of the headroom in its first horizon (docs/design.md,
 // "The burst guard").
-func underLimit(all []request, wm int64, limit uint64) (under, falseDenied int) {
+func underLimit(all []request, wm int64, limit uint64) (under, falseDenied int, by [nCauses]int) {
 	lo := 0
 	for i, r := range all {
 		for all[lo].t <= r.t-wm {
@@ -350,10 +355,11 @@ func underLimit(all []request, wm int64, limit uint64) (under, falseDenied int) 
 			under++
 			if r.denied {
 				falseDenied++
+				by[r.by]++
 			}
 		}
 	}
-	return under, falseDenied
+	return under, falseDenied, by
 }
 
 // calm counts the requests of s's calm phases (see outcome.Calm), those
@@ -451,9 +457,10 @@ type classRow struct {
 	Runs, Broken int
 	Worst        float64
 	Seed         uint64
-	// Under, FalseDenied and the Calm counts sum the class's schedules'
-	// (see outcome).
+	// Under, FalseDenied, FalseBy and the Calm counts sum the class's
+	// schedules' (see outcome).
 	Under, FalseDenied              int
+	FalseBy                         [nCauses]int
 	Calm, CalmDenied, CalmLogDenied int
 }
 
@@ -495,6 +502,9 @@ func searchTable(from uint64, n, procs int, keep func(schedule) bool) ([]classRo
 		r.Runs++
 		r.Under += o.Under
 		r.FalseDenied += o.FalseDenied
+		for c, n := range o.FalseBy {
+			r.FalseBy[c] += n
+		}
 		r.Calm += o.Calm
 		r.CalmDenied += o.CalmDenied
 		r.CalmLogDenied += o.CalmLogDenied

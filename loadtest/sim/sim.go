@@ -37,12 +37,12 @@ type world struct {
 	// store, for the false denials: those an exact sliding log of the
 	// cluster's admissions would have admitted.
 	denied map[string][]int64
-	// burstDenied holds, parallel to denied, whether the denied request
-	// was part of a burst (see requestBurst).
-	burstDenied map[string][]bool
-	offered     int
-	guardNo     int // denials by the guard
-	reads       int // the guard's reads of a key's counts (Peeks)
+	// how holds, parallel to denied, whether the denied request was part
+	// of a burst (see requestBurst) and what denied it.
+	how     map[string][]denial
+	offered int
+	guardNo int // denials by the guard
+	reads   int // the guard's reads of a key's counts (Peeks)
 }
 
 // config is one simulated run.
@@ -145,7 +145,7 @@ func (q *events) Pop() any {
 }
 
 func newWorld(cfg config, startMs int64) *world {
-	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, burstDenied: map[string][]bool{}, now: startMs}
+	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, how: map[string][]denial{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{},
@@ -281,10 +281,10 @@ func (w *world) decide(e *event) {
 			_ = n.store.Check(context.Background(), []region.Request{{Key: e.key, Limit: l, Hits: e.hits, Now: now, Peek: true}}, peek)
 			g.Learn(now, e.key, l, v, &peek[0])
 		}
-		ok, lim, _ := g.Admit(now, e.key, l, e.hits, v)
-		if !ok {
+		r, lim, _ := g.AdmitReason(now, e.key, l, e.hits, v)
+		if r != guard.Admitted {
 			w.guardNo++
-			w.deny(e)
+			w.deny(e, causeOf[r])
 			return
 		}
 		sl.Limit = lim
@@ -299,11 +299,15 @@ func (w *world) decide(e *event) {
 	} else {
 		_ = n.store.Check(context.Background(), req, res)
 	}
-	if w.cfg.Guard {
-		g.Done(now, e.key, l, e.hits, v, &res[0])
+	by := byStore
+	if w.cfg.Guard && g.Done(now, e.key, l, e.hits, v, &res[0]) > 0 {
+		by = byCut
+	}
+	if res[0].Held {
+		by = byHeld
 	}
 	if !res[0].Allowed {
-		w.deny(e)
+		w.deny(e, by)
 		return
 	}
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
@@ -327,11 +331,40 @@ func (w *world) decide(e *event) {
 	delete(n.own, region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 }
 
-// deny records that e's request was denied (see world.denied).
-func (w *world) deny(e *event) {
+// deny records that e's request was denied, and by what (see
+// world.denied).
+func (w *world) deny(e *event, by cause) {
 	w.denied[e.key] = append(w.denied[e.key], w.now)
-	w.burstDenied[e.key] = append(w.burstDenied[e.key], e.burst)
+	w.how[e.key] = append(w.how[e.key], denial{burst: e.burst, by: by})
 }
+
+// denial is how a request was denied: whether it was part of a burst,
+// and what denied it.
+type denial struct {
+	burst bool
+	by    cause
+}
+
+// cause is what denied a request, for the false denials' breakdown: the
+// store, or the guard before it, by the guard's reason.
+type cause uint8
+
+const (
+	byStore     cause = iota // the store, against the full limit (or one lowered by a silent region's charge)
+	byShare                  // the guard: this node's quota of the horizon was spent
+	byStagger                // the guard: not this node's turn in the stagger
+	byCharged                // the guard: the silent regions' charge left no room
+	byRestoring              // the guard: the store was restoring lost counts
+	byCut                    // the store, against a limit the guard lowered, which the full limit would have admitted
+	byHeld                   // the store held the decision: it had just lost its counts
+	nCauses
+)
+
+// causeNames are the causes' column names.
+var causeNames = [nCauses]string{"store", "share", "stagger", "charged", "restoring", "cut", "held"}
+
+// causeOf is the cause of a guard's refusal, by its reason.
+var causeOf = [...]cause{guard.Share: byShare, guard.Stagger: byStagger, guard.Charged: byCharged, guard.Restoring: byRestoring, guard.Cut: byCut}
 
 func (w *world) flush(r int) {
 	n := w.regions[r]
