@@ -178,6 +178,15 @@ func (n *Node) repairOpen(now time.Time) bool {
 // Config.OwnStore, at start. It never blocks on the network.
 func (n *Node) RequestRepair(reason string) { n.requestRepair(reason, false) }
 
+// RestoreHold is the longest a node holds its decisions after its store
+// lost its counts (see requestRepair), for a guard horizon h and a flush
+// interval flush: a request's one-way delay and the answer's, h - flush
+// each, plus a flush for the answer to go out, plus the second a member
+// may wait before it answers the same node again.
+func RestoreHold(h, flush time.Duration) time.Duration {
+	return 2*h - flush + answerEvery
+}
+
 // requestRepair is RequestRepair; with hold, the node's guard also refuses
 // every decision (guard.View.Restoring) until a member of every region
 // asked has answered, or, at the most, for as long as an answer takes to
@@ -191,7 +200,7 @@ func (n *Node) requestRepair(reason string, hold bool) {
 	var until time.Time
 	if hold {
 		if v := n.GuardView(now); !v.Off() {
-			until = now.Add(v.Horizon + v.Horizon - n.cfg.FlushInterval + answerEvery)
+			until = now.Add(RestoreHold(v.Horizon, n.cfg.FlushInterval))
 		}
 	}
 	n.rep.mu.Lock()
@@ -445,7 +454,7 @@ func (n *Node) CheckEpoch(ctx context.Context) (hold time.Duration) {
 	defer n.rep.epochMu.Unlock()
 	defer func() {
 		if v := n.GuardView(n.cfg.Now()); v.Restoring > 0 {
-			hold = min(v.Restoring, max(v.Horizon, time.Millisecond)) // as the guard retries
+			hold = v.RestoringRetry()
 		}
 	}()
 	e, fresh, err := n.cfg.Epoch(ctx)

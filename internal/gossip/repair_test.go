@@ -609,25 +609,25 @@ func TestRestartHoldsDecisions(t *testing.T) {
 	waitFor(t, 10*time.Second, "eu hears us", func() bool { v := eu.node.GuardView(time.Now()); return !v.Off() })
 
 	requested := counterValue(eu.node.met.repairs.WithLabelValues("requested"))
-	srv.Restart(t) // empty: no persistence
-	var held, hold time.Duration
+	srv.Restart(t)           // empty: no persistence
+	var restoring guard.View // the view that said so longest
 	waitFor(t, 10*time.Second, "eu asks for a repair after the restart", func() bool {
-		v := eu.node.GuardView(time.Now())
-		held = max(held, v.Restoring)
+		if v := eu.node.GuardView(time.Now()); v.Restoring > restoring.Restoring {
+			restoring = v
+		}
 		return counterValue(eu.node.met.repairs.WithLabelValues("requested")) > requested
 	})
-	v := eu.node.GuardView(time.Now())
-	held = max(held, v.Restoring)
-	hold = 2*v.Horizon - testConfig().FlushInterval + answerEvery
-	if held <= 0 || held > hold {
+	if v := eu.node.GuardView(time.Now()); v.Restoring > restoring.Restoring {
+		restoring = v
+	}
+	hold := RestoreHold(restoring.Horizon, testConfig().FlushInterval)
+	if held := restoring.Restoring; held <= 0 || held > hold {
 		t.Fatalf("eu restoring %v after it asked for a repair, want in (0, %v]", held, hold)
 	}
 	g := guard.New(guard.Config{})
 	lim := window.Limit{Limit: 100, Window: time.Minute}
-	if v.Restoring > 0 {
-		if ok, _, retry := g.Admit(time.Now(), "k", lim, 1, &v); ok || retry <= 0 || retry > v.Horizon {
-			t.Errorf("guard under eu's view while restoring: admitted %v, retry after %v; want refused, retry in (0, %v]", ok, retry, v.Horizon)
-		}
+	if ok, _, retry := g.Admit(time.Now(), "k", lim, 1, &restoring); ok || retry <= 0 || retry > restoring.Horizon {
+		t.Errorf("guard under eu's view while restoring: admitted %v, retry after %v; want refused, retry in (0, %v]", ok, retry, restoring.Horizon)
 	}
 	took := waitFor(t, 5*time.Second, "eu decides again", func() bool { return eu.node.GuardView(time.Now()).Restoring == 0 })
 	checkTiming(t, "the hold after the restart", took, hold)

@@ -294,8 +294,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		return Admitted, limit, 0
 	}
 	if v.Restoring > 0 {
-		// Retry within a horizon: the answers that end it may come sooner.
-		return Restoring, limit, min(v.Restoring, max(v.Horizon, time.Millisecond))
+		return Restoring, limit, v.RestoringRetry()
 	}
 	s := g.shard(key)
 	s.mu.Lock()
@@ -638,9 +637,9 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 }
 
 // Learn records a read of key's counts (res, a store decision with Peek
-// at now; a held one is ignored) that [Guard.NeedsRead] asked for: the weights, the silent
-// regions' counts and the headroom, as a store result of a request
-// would give them.
+// at now; a held one is ignored) that [Guard.NeedsRead] asked for: the
+// weights, the silent regions' counts and the headroom, as a store result
+// of a request would give them.
 func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res *region.Result) {
 	if v.Off() || res.Held {
 		return

@@ -50,6 +50,13 @@ type View struct {
 	Restoring time.Duration
 }
 
+// RestoringRetry is when a request refused while v is Restoring may be
+// retried: the time left, or a horizon (at least 1 ms) when that is
+// sooner, since the answers that end the wait may come before it runs out.
+func (v *View) RestoringRetry() time.Duration {
+	return min(v.Restoring, max(v.Horizon, time.Millisecond))
+}
+
 // nodesOf is the alive nodes of alive region r.
 func (v *View) nodesOf(r string) int {
 	if n := v.RegionNodes[r]; n > 0 {

@@ -439,16 +439,6 @@ func (f *Failover) decideFallback(reqs []Request, res []Result) {
 
 // emptyDecision decides q against an empty counter: allowed, since hits is
 // at most the limit.
-// heldResult is the denial of q while the store waits for its lost counts
-// (see [Redis.OnReload]): Held, retryable after hold.
-func heldResult(q *Request, hold time.Duration) Result {
-	res := Result{Decision: window.Decision{Limit: q.Limit.Limit, RetryAfter: hold, ResetAfter: hold}, Held: true}
-	if q.Limit.Algorithm.Counted() {
-		_, res.Bucket = q.Limit.BucketAt(window.Ms(q.Now))
-	}
-	return res
-}
-
 func emptyDecision(q *Request) window.Decision {
 	nowMs := window.Ms(q.Now)
 	switch q.Limit.Algorithm {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // RedisConfig configures a [Redis] store. Zero fields mean their default.
@@ -386,8 +388,8 @@ func (r *Redis) checkCalls(ctx context.Context, calls []*call) {
 // decisions are left in their replies.
 func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply, error) {
 	out := make([]reply, len(reqs))
-	only := r.unheld(reqs, out)
-	if only != nil && len(only) == 0 {
+	only, held := r.unheld(reqs, out)
+	if held && len(only) == 0 {
 		return out, nil
 	}
 	if err := r.run(ctx, reqs, out, only, t); err != nil {
@@ -427,15 +429,13 @@ func (r *Redis) exec(ctx context.Context, reqs []Request, t *roundTrip) ([]reply
 	return out, nil
 }
 
-// unheld returns the indexes of the requests that are not held (see
-// heldUntil), nil when none is held, and sets the others' replies.
-func (r *Redis) unheld(reqs []Request, out []reply) []int {
+// unheld sets the replies of the requests held (see heldUntil) and
+// returns whether any is, and the indexes of the others when one is.
+func (r *Redis) unheld(reqs []Request, out []reply) (only []int, held bool) {
 	until := r.heldUntil.Load()
 	if until == 0 {
-		return nil
+		return nil, false
 	}
-	var only []int
-	held := false
 	for i := range reqs {
 		if left := until - reqs[i].Now.UnixNano(); left > 0 {
 			out[i] = reply{err: heldError(time.Duration(left))}
@@ -446,12 +446,9 @@ func (r *Redis) unheld(reqs []Request, out []reply) []int {
 	}
 	if !held {
 		r.heldUntil.CompareAndSwap(until, 0) // over: skip this loop
-		return nil
+		return nil, false
 	}
-	if only == nil {
-		only = []int{}
-	}
-	return only
+	return only, true
 }
 
 // heldError is the reply of a decision that OnReload's hook held: the
@@ -461,6 +458,16 @@ type heldError time.Duration
 
 func (h heldError) Error() string {
 	return fmt.Sprintf("decision held for %v: the store lost its counts", time.Duration(h))
+}
+
+// heldResult is the denial of q while the store waits for its lost counts
+// (see [Redis.OnReload]): Held, retryable after hold.
+func heldResult(q *Request, hold time.Duration) Result {
+	res := Result{Decision: window.Decision{Limit: q.Limit.Limit, RetryAfter: hold, ResetAfter: hold}, Held: true}
+	if q.Limit.Algorithm.Counted() {
+		_, res.Bucket = q.Limit.BucketAt(window.Ms(q.Now))
+	}
+	return res
 }
 
 // finish turns the decisions' replies into results.

@@ -79,7 +79,6 @@ const (
 const (
 	repairWindowMs = 30_000
 	retryMarginMs  = 10_000
-	answerEveryMs  = 1_000 // the longest a member defers an answer
 )
 
 // newStore returns an empty store of the region named name.
@@ -180,7 +179,7 @@ func (w *world) requestRepair(r, k int) {
 	n := w.regions[r]
 	n.lost[k] = false
 	if v := w.view(r); !v.Off() {
-		n.hold[k] = w.now + (2*v.Horizon - w.cfg.Flush).Milliseconds() + answerEveryMs
+		n.hold[k] = w.now + gossip.RestoreHold(v.Horizon, w.cfg.Flush).Milliseconds()
 	}
 	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answered: map[int]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
 	var own []region.Total
