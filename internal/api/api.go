@@ -362,7 +362,7 @@ func NewHandler(cfg Config) (*Server, error) {
 	}, func() float64 { return float64(s.budget.Refused()) })); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	opts := codecs(&s.lim)
+	opts := append(codecs(&s.lim), connect.WithCompressMinBytes(compressMinBytes))
 	if len(cfg.HandlerOptions) == 0 {
 		s.errWriter = connect.NewErrorWriter(opts...)
 	}

@@ -32,6 +32,14 @@ type protoCodec struct{ lim *countLimits }
 
 var _ connect.Codec = protoCodec{}
 
+// compressMinBytes is the smallest response the Connect handlers compress
+// for a client that accepts it (connect-go's clients accept gzip by
+// default, and net/http's add Accept-Encoding: gzip). Connect compresses
+// every response otherwise: on a Check's hundred-odd bytes gzip makes the
+// message larger, and resetting a gzip writer costs more CPU than the
+// rest of the call (docs/performance.md, "Compression").
+const compressMinBytes = 4 << 10
+
 // codecs replace Connect's default codecs with ones bound by lim.
 func codecs(lim *countLimits) []connect.HandlerOption {
 	return []connect.HandlerOption{
