@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/deadline"
 	"github.com/rlcluster/rlcluster/internal/api/grpcserve"
+	"github.com/rlcluster/rlcluster/internal/api/h2work"
 	"github.com/rlcluster/rlcluster/internal/gctune"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/guard"
@@ -345,6 +347,11 @@ func newGRPCServer(c config, h *api.Server, tokens *auth.Tokens, tc *tls.Config,
 	return gs, ln, nil
 }
 
+// h2Workers is how many goroutines serve HTTP/2 requests on --listen,
+// reused from request to request (package h2work), as grpc-go's stream
+// workers serve --grpc-listen.
+func h2Workers() int { return max(64, 16*runtime.GOMAXPROCS(0)) }
+
 // newHTTPServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c), which
 // gRPC clients need without TLS.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
@@ -352,7 +359,7 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
-		Handler:           h,
+		Handler:           h2work.New(h, h2Workers(), 0),
 		Protocols:         &p,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
