@@ -60,23 +60,7 @@ func benchHandlerWarm(b *testing.B, cfg Config, body func(i uint64) []byte, warm
 	}
 	var seq atomic.Uint64
 	loop := func(next func() bool) {
-		w := &discardWriter{h: http.Header{}}
-		rd := bytes.NewReader(nil)
-		req, _ := http.NewRequest(http.MethodPost, "/ratelimit.v1.RateLimitService/Check", rd)
-		req.Header.Set("Content-Type", "application/json")
-		for next() {
-			p := body(seq.Add(1))
-			rd.Reset(p)
-			req.Body = readCloser{rd}
-			req.ContentLength = int64(len(p))
-			clear(w.h)
-			w.status = 0
-			h.ServeHTTP(w, req)
-			if w.status != http.StatusOK {
-				b.Errorf("status %d", w.status)
-				return
-			}
-		}
+		serveChecks(b, h, "application/json", next, func(uint64) []byte { return body(seq.Add(1)) })
 	}
 	var wg sync.WaitGroup
 	var left atomic.Int64

@@ -9,18 +9,21 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 )
 
-// The Connect protocol's unary JSON POST is the API's most common call and
-// the simplest: a JSON body in, a JSON body out. serveFast answers the plain
-// ones of Check, CheckBatch and Peek without Connect's per-call machinery
+// The Connect protocol's unary POST is the API's most common call and the
+// simplest: a JSON body in, a JSON body out, or protobuf (connect-go's
+// default codec, and so the Go client's). serveFast answers the plain ones
+// of Check, CheckBatch and Peek without Connect's per-call machinery
 // (connection wrappers, header maps, compression negotiation), through the
-// same Server methods, codec and error writer. Anything else (another
+// same Server methods, codecs and error writer. Anything else (another
 // protocol or codec, compressed bodies, timeouts, interceptors configured,
-// a body over the limit or not in the plain JSON shape) goes to Connect.
+// a body over the limit, not in the plain JSON shape or not protobuf) goes
+// to Connect.
 // Responses are never compressed, which HTTP and the Connect protocol
 // allow whatever the client accepts. BenchmarkJSONServing compares the
 // three ways of serving a Check (docs/performance.md has the figures).
@@ -37,8 +40,9 @@ const (
 	pathPeek       = "/" + ratelimitv1connect.RateLimitServiceName + "/Peek"
 )
 
-// serveFast serves r when it is a plain Connect unary JSON call and reports
-// whether it did; when it did not, r is as it came (its body restored).
+// serveFast serves r when it is a plain Connect unary JSON or protobuf call
+// and reports whether it did; when it did not, r is as it came (its body
+// restored).
 func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost || s.errWriter == nil {
 		return false
@@ -49,7 +53,8 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	}
 	h := r.Header
 	ct := header(h, "Content-Type")
-	if ct != "application/json" && ct != "application/json; charset=utf-8" {
+	binary := ct == ctProto[0]
+	if !binary && ct != "application/json" && ct != "application/json; charset=utf-8" {
 		return false
 	}
 	if header(h, "Content-Encoding") != "" || header(h, "Connect-Timeout-Ms") != "" {
@@ -94,7 +99,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	switch path {
 	case pathCheck:
 		in := &ratelimitv1.CheckRequest{}
-		if !decodeFast(body, in) {
+		if !s.decodeFast(binary, body, in) {
 			break
 		}
 		// The answer is written before serveFast returns, so its
@@ -111,7 +116,14 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		s.dec.Observe("Check", start)
 	case pathCheckBatch:
 		in := &ratelimitv1.CheckBatchRequest{}
-		ok, over := decodeFastMax(body, in, s.cfg.MaxBatch)
+		var ok, over bool
+		if binary {
+			// A batch past the limit keeps one check more, for
+			// CheckBatch to refuse, as on Connect's path.
+			ok = s.lim.unmarshalProto(body, in) == nil
+		} else {
+			ok, over = decodeFastMax(body, in, s.cfg.MaxBatch)
+		}
 		if over {
 			callErr = tooManyChecks(s.cfg.MaxBatch)
 			break
@@ -123,7 +135,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		msg, callErr = respMsg(resp, err)
 	case pathPeek:
 		in := &ratelimitv1.PeekRequest{}
-		if !decodeFast(body, in) {
+		if !s.decodeFast(binary, body, in) {
 			break
 		}
 		resp, err := s.Peek(ctx, connect.NewRequest(in))
@@ -137,16 +149,24 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		_ = s.errWriter.Write(w, r, callErr)
 		return true
 	}
-	out, err := jsonCodec{name: "json"}.MarshalAppend(body[:0], msg)
+	var out []byte
+	if binary {
+		out, err = protoCodec{}.MarshalAppend(body[:0], msg)
+	} else {
+		out, err = jsonCodec{name: "json"}.MarshalAppend(body[:0], msg)
+	}
 	if err != nil {
 		_ = s.errWriter.Write(w, r, connect.NewError(connect.CodeInternal, err))
 		return true
 	}
 	*bp = out[:0]
 	wh := w.Header()
-	if ct == ctJSON[0] {
+	switch ct {
+	case ctJSON[0]:
 		wh["Content-Type"] = ctJSON // shared: net/http copies the header it writes
-	} else {
+	case ctProto[0]:
+		wh["Content-Type"] = ctProto
+	default:
 		wh["Content-Type"] = []string{ct}
 	}
 	if len(out) > directContentLength {
@@ -167,8 +187,22 @@ func header(h http.Header, key string) string {
 	return ""
 }
 
-// ctJSON is the usual Content-Type's header value.
-var ctJSON = []string{"application/json"}
+// ctJSON and ctProto are the usual Content-Types' header values.
+var (
+	ctJSON  = []string{"application/json"}
+	ctProto = []string{"application/proto"}
+)
+
+// decodeFast decodes body into m, a request message: protobuf when binary
+// is set, with the same bounds as Connect's codec, else JSON in the plain
+// shape decodeFast takes. It reports whether it did; a body it did not
+// decode goes to Connect, which tells the caller what is wrong.
+func (s *Server) decodeFast(binary bool, body []byte, m proto.Message) bool {
+	if binary {
+		return s.lim.unmarshalProto(body, m) == nil
+	}
+	return decodeFast(body, m)
+}
 
 // directContentLength is the longest body serveFast leaves net/http to
 // give its Content-Length: a handler that returns having written at most

@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -75,25 +77,63 @@ func BenchmarkJSONServing(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			b.ReportAllocs()
-			w := &discardWriter{h: http.Header{}}
-			rd := bytes.NewReader(nil)
-			req, _ := http.NewRequest(http.MethodPost, pathCheck, rd)
-			req.Header.Set("Content-Type", "application/json")
-			i := 0
-			for b.Loop() {
-				i++
-				body := fmt.Appendf(nil, `{"key":"user%d","limit":{"limit":"1000000000","window":"60s"}}`, i%10000)
-				rd.Reset(body)
-				req.Body = readCloser{rd}
-				req.ContentLength = int64(len(body))
-				clear(w.h)
-				w.status = 0
-				v.h.ServeHTTP(w, req)
-				if w.status != http.StatusOK {
-					b.Fatalf("status %d", w.status)
-				}
-			}
+			serveChecks(b, v.h, "application/json", b.Loop, func(i uint64) []byte {
+				return fmt.Appendf(nil, `{"key":"user%d","limit":{"limit":"1000000000","window":"60s"}}`, i%10000)
+			})
 		})
+	}
+}
+
+// BenchmarkProtoServing measures one Connect protobuf Check (connect-go's
+// default codec, and so the Go client's) served two ways on the same
+// server and store (10k keys, all allowed), in one run: fastpath
+// (serveFast, what the API serves) and connect (Connect's handler with the
+// same codec). docs/performance.md gives its figures.
+func BenchmarkProtoServing(b *testing.B) {
+	s, err := NewHandler(Config{Store: region.NewMemory(region.MemoryConfig{}), Registerer: prometheus.NewRegistry(), Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, connectHandler := ratelimitv1connect.NewRateLimitServiceHandler(s, append([]connect.HandlerOption{connect.WithReadMaxBytes(s.cfg.MaxRequestBytes)}, codecs(&s.lim)...)...)
+	bodies := make([][]byte, 10000)
+	for i := range bodies {
+		bodies[i] = []byte(pb(&ratelimitv1.CheckRequest{Key: fmt.Sprintf("user%d", i), Limit: &ratelimitv1.Limit{Limit: 1e9, Window: durationpb.New(time.Minute)}}))
+	}
+	for _, v := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"fastpath", s},
+		{"connect", connectHandler},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			serveChecks(b, v.h, "application/proto", b.Loop, func(i uint64) []byte { return bodies[i%uint64(len(bodies))] })
+		})
+	}
+}
+
+// serveChecks has h serve a Check of content type ct while next reports
+// true, the body of the i-th (from 1) made by body, and wants each
+// answered 200 (b.Errorf and an early return otherwise: it may run on
+// several goroutines).
+func serveChecks(b *testing.B, h http.Handler, ct string, next func() bool, body func(i uint64) []byte) {
+	w := &discardWriter{h: http.Header{}}
+	rd := bytes.NewReader(nil)
+	req, _ := http.NewRequest(http.MethodPost, pathCheck, rd)
+	req.Header.Set("Content-Type", ct)
+	for i := uint64(1); next(); i++ {
+		p := body(i)
+		rd.Reset(p)
+		req.Body = readCloser{rd}
+		req.ContentLength = int64(len(p))
+		clear(w.h)
+		w.status = 0
+		h.ServeHTTP(w, req)
+		if w.status != http.StatusOK {
+			b.Errorf("status %d", w.status)
+			return
+		}
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
@@ -55,7 +58,15 @@ func TestFastPathMatchesConnect(t *testing.T) {
 		{"malformed", pathCheck, "application/json", `{"key":`, false},
 		{"unknown field", pathCheck, "application/json", `{"key":"u","limit":{"limit":1,"window":"60s"},"x":1}`, false},
 		{"too big", pathCheck, "application/json", `{"key":"` + strings.Repeat("k", DefaultMaxRequestBytes) + `"}`, false},
-		{"proto codec", pathCheck, "application/proto", "", false},
+		{"proto", pathCheck, "application/proto", pb(&ratelimitv1.CheckRequest{Key: "pat", Limit: &ratelimitv1.Limit{Limit: 2, Window: durationpb.New(time.Minute)}}), true},
+		{"proto again", pathCheck, "application/proto", pb(&ratelimitv1.CheckRequest{Key: "pat", Hits: 2, Limit: &ratelimitv1.Limit{Limit: 2, Window: durationpb.New(time.Minute)}}), true},
+		{"proto rule", pathCheck, "application/proto", pb(&ratelimitv1.CheckRequest{Key: "bob", Rule: "login"}), true},
+		{"proto empty", pathCheck, "application/proto", "", true},
+		{"proto peek", pathPeek, "application/proto", pb(&ratelimitv1.PeekRequest{Key: "pat", Limit: &ratelimitv1.Limit{Limit: 2, Window: durationpb.New(time.Minute)}}), true},
+		{"proto batch", pathCheckBatch, "application/proto", pb(&ratelimitv1.CheckBatchRequest{Checks: []*ratelimitv1.CheckRequest{{Key: "a", Limit: &ratelimitv1.Limit{Limit: 1, Window: durationpb.New(time.Second)}}, {Key: "r", Rule: "nope"}}}), true},
+		{"proto batch too long", pathCheckBatch, "application/proto", pb(&ratelimitv1.CheckBatchRequest{Checks: make([]*ratelimitv1.CheckRequest, DefaultMaxBatch+1)}), true},
+		{"proto malformed", pathCheck, "application/proto", "\x0a\x05ab", false},
+		{"proto unknown codec", pathCheck, "application/x-protobuf", pb(&ratelimitv1.CheckRequest{Key: "pat"}), false},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,6 +96,15 @@ func TestFastPathMatchesConnect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pb returns m in protobuf.
+func pb(m proto.Message) string {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // TestFastPathContentLength: answers on the fast path carry a
