@@ -700,8 +700,10 @@ func (g *Guard) room(s *shard, now time.Time) bool {
 	return len(s.keys) < g.cfg.MaxKeys/len(g.shards)
 }
 
-// Sweep forgets the keys whose horizon ended before now. Admit sweeps a
-// shard when it is full; call Sweep periodically to free memory sooner.
+// Sweep forgets the keys whose horizon ended before now, except those
+// read with [Guard.Learn] within the last second that no request has
+// asked about since. Admit sweeps a shard when it is full; call Sweep
+// periodically to free memory sooner.
 func (g *Guard) Sweep(now time.Time) {
 	for i := range g.shards {
 		s := &g.shards[i]
@@ -725,11 +727,21 @@ func (g *Guard) Keys() int {
 
 func sweep(s *shard, now time.Time) {
 	for k, e := range s.keys {
+		if e.start.IsZero() && now.Sub(e.hAt) < learnedTTL {
+			continue // read for a request that has not asked yet
+		}
 		if !now.Before(e.start.Add(e.horizon)) && !now.Before(e.staggered) {
 			delete(s.keys, k)
 		}
 	}
 }
+
+// learnedTTL is how long a sweep keeps a key read with [Guard.Learn] that
+// no request has asked [Guard.Admit] about since: the read comes right
+// before the request that wanted it, and a sweep between the two (a
+// node's runs every second, in the background) would forget it and make
+// that request read again.
+const learnedTTL = time.Second
 
 // satSub returns a - b, or 0 when b > a.
 func satSub(a, b uint64) uint64 {

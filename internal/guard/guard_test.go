@@ -205,6 +205,19 @@ func TestSweep(t *testing.T) {
 	if got := g.Keys(); got != 0 {
 		t.Errorf("Keys() = %d after the horizon, want 0", got)
 	}
+
+	// A key read for a request that has not asked yet survives a sweep
+	// (a node's runs in the background, between the two) for a second.
+	lim := limitOf(10)
+	g.Learn(t0, "r", lim, v, &region.Result{Decision: window.Decision{Limit: 10}})
+	g.Sweep(t0)
+	if g.NeedsRead(t0, "r", lim, v) {
+		t.Error("NeedsRead = true after Learn and a sweep, want false")
+	}
+	g.Sweep(t0.Add(time.Second))
+	if got := g.Keys(); got != 0 {
+		t.Errorf("Keys() = %d a second after a read no request asked about, want 0", got)
+	}
 }
 
 // A region alone at 10x the limit's rate on a short window of the default
