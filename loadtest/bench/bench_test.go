@@ -341,10 +341,10 @@ func TestParseFlags(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	full := Plan(false)
-	if got, want := len(full["redis"]), 16; got != want {
-		t.Errorf("full plan has %d redis rows, want %d (2 modes x (3 workloads x 2 Connect protocols + 2 on Envoy))", got, want)
+	if got, want := len(full["redis"]), 22; got != want {
+		t.Errorf("full plan has %d redis rows, want %d (2 modes x (3 workloads x 3 Connect protocols + 2 on Envoy))", got, want)
 	}
-	if got, want := len(full["ceiling"]), 6; got != want {
+	if got, want := len(full["ceiling"]), 8; got != want {
 		t.Errorf("full plan has %d ceiling rows, want %d", got, want)
 	}
 	short := Plan(true)
@@ -360,7 +360,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("%s: closed row at %d, open row at %d in the full plan", g.Path, closed, open)
 		}
 	}
-	for _, proto := range []string{protoJSON, protoEnvoy} {
+	for _, proto := range []string{protoJSON, protoBinary, protoEnvoy} {
 		if !slices.Contains(full["ceiling"], planRow{"ceiling", modeClose, proto}) {
 			t.Errorf("full plan has no closed-loop %s ceiling", proto)
 		}
@@ -415,7 +415,7 @@ func ceilingJSON(t *testing.T, conns int) Client {
 func TestClientsAgainstCeiling(t *testing.T) {
 	base := ceilingServer(t)
 	ctx := context.Background()
-	clients := map[string]Client{protoJSON: NewJSONClient(base, 4), protoGRPC: NewGRPCClient(base)}
+	clients := map[string]Client{protoJSON: NewJSONClient(base, 4), protoBinary: NewProtoClient(base, 4), protoGRPC: NewGRPCClient(base)}
 	for name, c := range clients {
 		t.Cleanup(c.Close)
 		for _, w := range []*Workload{testUniform(), testBatch()} {

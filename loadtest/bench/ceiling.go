@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"net"
 	"net/http"
@@ -25,7 +26,7 @@ var ceilingBatchBody = []byte(`{"results":[` + strings.Repeat(`{"response":`+str
 
 // CeilingHandler is the ceiling: a trivial net/http handler that reads the
 // request and answers a small fixed JSON body (ten of them in a batch for
-// CheckBatch). gRPC requests (content type
+// CheckBatch), or its protobuf for a request in protobuf. gRPC requests (content type
 // application/grpc) go to a generated Connect handler that answers a fixed
 // CheckResponse (or one per check for CheckBatch), the least a gRPC server
 // can do.
@@ -37,6 +38,15 @@ func CeilingHandler() http.Handler {
 			return
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("Content-Type") == "application/proto" {
+			w.Header().Set("Content-Type", "application/proto")
+			if r.URL.Path == batchPath {
+				_, _ = w.Write(ceilingBatchProto)
+				return
+			}
+			_, _ = w.Write(ceilingProto)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == batchPath {
 			_, _ = w.Write(ceilingBatchBody)
@@ -51,6 +61,18 @@ type ceilingService struct {
 }
 
 var ceilingResp = &ratelimitv1.CheckResponse{Allowed: true, Limit: 1_000_000_000, Remaining: 999_999_999}
+
+// ceilingProto and ceilingBatchProto are ceilingBody and ceilingBatchBody
+// in protobuf (without the reset duration, which the bench does not read).
+var ceilingProto, ceilingBatchProto = func() ([]byte, []byte) {
+	one, _ := proto.Marshal(ceilingResp)
+	batch := &ratelimitv1.CheckBatchResponse{}
+	for range batchSize {
+		batch.Results = append(batch.Results, &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: ceilingResp}})
+	}
+	all, _ := proto.Marshal(batch)
+	return one, all
+}()
 
 func (ceilingService) Check(context.Context, *connect.Request[ratelimitv1.CheckRequest]) (*connect.Response[ratelimitv1.CheckResponse], error) {
 	return connect.NewResponse(ceilingResp), nil

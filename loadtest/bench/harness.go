@@ -20,6 +20,9 @@ import (
 const (
 	protoJSON = "connect-json"
 	protoGRPC = "grpc"
+	// protoBinary is the Connect protocol with protobuf, connect-go's
+	// default and the node's Go client's.
+	protoBinary = "connect-proto"
 	// protoEnvoy is Envoy's RLS v3 ShouldRateLimit called with
 	// go-control-plane's grpc-go client; its ceiling is a grpc-go server.
 	protoEnvoy = "envoy-rls"
@@ -49,12 +52,12 @@ func Plan(short bool) map[string][]planRow {
 				{"hotkey", modeClose, protoEnvoy},
 				{"hotkey", modeOpen, protoEnvoy},
 			},
-			"memory": {{"uniform10k", modeClose, protoGRPC}},
+			"memory": {{"uniform10k", modeClose, protoBinary}},
 		}
 	}
 	p := map[string][]planRow{}
 	for _, mode := range []string{modeClose, modeOpen} {
-		for _, proto := range []string{protoJSON, protoGRPC, protoEnvoy} {
+		for _, proto := range []string{protoJSON, protoBinary, protoGRPC, protoEnvoy} {
 			p["ceiling"] = append(p["ceiling"], planRow{"ceiling", mode, proto})
 			for _, store := range []string{"redis", "memory"} {
 				for _, w := range []string{"uniform10k", "hotkey", "batch10"} {
@@ -334,7 +337,7 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	}
 	gen := genGo
 	switch {
-	case r.Protocol == protoJSON && r.Mode == modeClose && h.cfg.JSONGen == genWrk:
+	case (r.Protocol == protoJSON || r.Protocol == protoBinary) && r.Mode == modeClose && h.cfg.JSONGen == genWrk:
 		gen = genWrk
 	case r.Protocol == protoEnvoy:
 		gen = h.cfg.EnvoyGen
@@ -486,7 +489,7 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 					return Outcome{}, -1, err
 				}
 			}
-			o, err := runWrk(ctx, h.cfg.Wrk, h.pinGen, h.procs.Dir, tg.base, w, l.Conns, l.Duration, l.MaxRequests)
+			o, err := runWrk(ctx, h.cfg.Wrk, h.pinGen, h.procs.Dir, tg.base, w, r.Protocol, l.Conns, l.Duration, l.MaxRequests)
 			if err != nil {
 				return Outcome{}, -1, err
 			}
@@ -504,6 +507,8 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 	switch r.Protocol {
 	case protoGRPC:
 		c = NewGRPCClient(tg.base)
+	case protoBinary:
+		c = NewProtoClient(tg.base, h.cfg.Conns)
 	case protoEnvoy:
 		if gen == genH2 {
 			hc, err := NewH2RLSClient(ctx, tg.envoyBase, envoyConns)

@@ -19,7 +19,7 @@ import (
 // closed-loop single-decision rows over Connect JSON and Envoy's RLS,
 // ceilings included.
 func profiled(store string, r planRow) bool {
-	return r.Mode == modeClose && (r.Protocol == protoJSON || r.Protocol == protoEnvoy) && r.Workload != "batch10"
+	return r.Mode == modeClose && (r.Protocol == protoJSON || r.Protocol == protoBinary || r.Protocol == protoEnvoy) && r.Workload != "batch10"
 }
 
 // startProfile records a CPU profile of the server over the measured run

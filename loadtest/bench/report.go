@@ -332,7 +332,8 @@ type Goal struct {
 const MaxOpenP99OverCeiling = 2.0
 
 // Goals are the summary's rows: Envoy's RLS against the grpc-go ceiling
-// and Connect JSON against the trivial HTTP handler.
+// and the Connect protocol (JSON, and protobuf, which has no goal of its
+// own) against the trivial HTTP handler.
 var Goals = []Goal{
 	{"Envoy RLS, Redis, 10k keys allowed", "uniform10k", protoEnvoy, "redis", 0.6},
 	{"Envoy RLS, Redis, hot key denied", "hotkey", protoEnvoy, "redis", 0.9},
@@ -342,6 +343,8 @@ var Goals = []Goal{
 	{"Connect JSON, Redis, hot key denied", "hotkey", protoJSON, "redis", 0.9},
 	{"Connect JSON, memory, 10k keys allowed", "uniform10k", protoJSON, "memory", 0.75},
 	{"Connect JSON, memory, hot key denied", "hotkey", protoJSON, "memory", 0.9},
+	{"Connect protobuf, Redis, 10k keys allowed", "uniform10k", protoBinary, "redis", 0},
+	{"Connect protobuf, memory, 10k keys allowed", "uniform10k", protoBinary, "memory", 0},
 }
 
 // GoalResult is a Goal as measured.

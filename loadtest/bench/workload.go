@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
@@ -34,6 +35,7 @@ type Workload struct {
 	batch  []*ratelimitv1.CheckBatchRequest
 	envoy  []*rlsv3.RateLimitRequest
 	json   [][]byte // single or batch as Connect JSON
+	proto  [][]byte // and as protobuf
 	// Path, when set, is where the JSON bodies go (a peer's API), not
 	// the Connect method's.
 	Path string
@@ -103,15 +105,26 @@ func NewBatch(prefix string, seed uint64) *Workload {
 }
 
 func (w *Workload) encode() {
-	opt := protojson.MarshalOptions{}
+	add := func(m proto.Message) {
+		j, _ := protojson.Marshal(m) // cannot fail for these messages
+		b, _ := proto.Marshal(m)
+		w.json, w.proto = append(w.json, j), append(w.proto, b)
+	}
 	for _, m := range w.single {
-		b, _ := opt.Marshal(m) // cannot fail for these messages
-		w.json = append(w.json, b)
+		add(m)
 	}
 	for _, m := range w.batch {
-		b, _ := opt.Marshal(m)
-		w.json = append(w.json, b)
+		add(m)
 	}
+}
+
+// bodies returns w's prepared request bodies in protocol's encoding
+// (protoBinary: protobuf, else JSON) and their content type.
+func (w *Workload) bodies(protocol string) ([][]byte, string) {
+	if protocol == protoBinary {
+		return w.proto, "application/proto"
+	}
+	return w.json, "application/json"
 }
 
 var errEnvoyOnly = errors.New("workload has only Envoy requests")
@@ -123,12 +136,22 @@ type Client interface {
 	Close()
 }
 
-// JSONClient speaks the Connect protocol with JSON over HTTP/1.1 keep-alive
-// connections, up to conns of them.
+// JSONClient speaks the Connect protocol with JSON (or, made by
+// NewProtoClient, protobuf) over HTTP/1.1 keep-alive connections, up to
+// conns of them.
 type JSONClient struct {
-	base string
-	hc   *http.Client
-	tr   *http.Transport
+	base   string
+	hc     *http.Client
+	tr     *http.Transport
+	binary bool // protobuf
+}
+
+// NewProtoClient returns a client for the node at base that speaks the
+// Connect protocol with protobuf, connect-go's default codec.
+func NewProtoClient(base string, conns int) *JSONClient {
+	c := NewJSONClient(base, conns)
+	c.binary = true
+	return c
 }
 
 // NewJSONClient returns a client for the node at base (http://host:port).
@@ -155,11 +178,16 @@ func (c *JSONClient) Do(ctx context.Context, w *Workload, i int, buf *bytes.Buff
 	if w.batch != nil {
 		path = batchPath
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(w.json[i]))
+	protocol := protoJSON
+	if c.binary {
+		protocol = protoBinary
+	}
+	bodies, ct := w.bodies(protocol)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(bodies[i]))
 	if err != nil {
 		return 0, 0, fmt.Errorf("new request: %w", err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ct)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, 0, err
@@ -173,11 +201,44 @@ func (c *JSONClient) Do(ctx context.Context, w *Workload, i int, buf *bytes.Buff
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, fmt.Errorf("status %d: %.200s", resp.StatusCode, buf.Bytes())
 	}
+	if c.binary {
+		return countAllowedProto(buf.Bytes(), w.batch != nil)
+	}
 	if w.batch != nil && bytes.Contains(buf.Bytes(), []byte(`"error"`)) {
 		return 0, 0, fmt.Errorf("batch item rejected: %.200s", buf.Bytes())
 	}
 	a := CountAllowed(buf.Bytes())
 	return a, w.PerCall - a, nil
+}
+
+// countAllowedProto counts the allowed and denied decisions of a protobuf
+// CheckResponse, or CheckBatchResponse when batch is set.
+func countAllowedProto(b []byte, batch bool) (allowed, denied int, err error) {
+	if !batch {
+		var r ratelimitv1.CheckResponse
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return 0, 0, fmt.Errorf("decode response: %w", err)
+		}
+		if r.GetAllowed() {
+			return 1, 0, nil
+		}
+		return 0, 1, nil
+	}
+	var r ratelimitv1.CheckBatchResponse
+	if err := proto.Unmarshal(b, &r); err != nil {
+		return 0, 0, fmt.Errorf("decode response: %w", err)
+	}
+	for _, res := range r.GetResults() {
+		if e := res.GetError(); e != nil {
+			return 0, 0, fmt.Errorf("batch item rejected: %s: %s", e.GetCode(), e.GetMessage())
+		}
+		if res.GetResponse().GetAllowed() {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	return allowed, denied, nil
 }
 
 // Close closes idle connections.

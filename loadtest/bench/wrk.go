@@ -29,7 +29,7 @@ const wrkScript = `
 local reqs = {}
 local sent = 0
 wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Content-Type"] = contentType
 init = function(args)
   for i = 1, #bodies do
     reqs[i] = wrk.format("POST", path, nil, bodies[i])
@@ -50,9 +50,9 @@ done = function(s, latency, requests)
 end
 `
 
-// writeWrkScript writes the script for w's requests to dir and returns its
-// path.
-func writeWrkScript(dir string, w *Workload, maxRequests int64) (string, error) {
+// writeWrkScript writes the script for w's requests in protocol's
+// encoding (see Workload.bodies) to dir and returns its path.
+func writeWrkScript(dir string, w *Workload, protocol string, maxRequests int64) (string, error) {
 	var b strings.Builder
 	path := checkPath
 	switch {
@@ -61,15 +61,21 @@ func writeWrkScript(dir string, w *Workload, maxRequests int64) (string, error) 
 	case w.batch != nil:
 		path = batchPath
 	}
-	fmt.Fprintf(&b, "path = %q\nmax = %d\nbodies = {\n", path, maxRequests)
-	for _, j := range w.json {
+	bodies, ct := w.bodies(protocol)
+	fmt.Fprintf(&b, "path = %q\nmax = %d\ncontentType = %q\nbodies = {\n", path, maxRequests, ct)
+	for _, body := range bodies {
+		if protocol == protoBinary {
+			b.WriteString(luaString(body))
+			b.WriteString(",\n")
+			continue
+		}
 		// Lua's long brackets take the JSON verbatim; level 3 cannot
 		// occur in it.
-		fmt.Fprintf(&b, "[===[%s]===],\n", j)
+		fmt.Fprintf(&b, "[===[%s]===],\n", body)
 	}
 	b.WriteString("}\n")
 	b.WriteString(wrkScript)
-	f := filepath.Join(dir, fmt.Sprintf("wrk-%s-%d.lua", w.Name, len(w.json)))
+	f := filepath.Join(dir, fmt.Sprintf("wrk-%s-%s-%d.lua", w.Name, protocol, len(bodies)))
 	if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
 		return "", fmt.Errorf("write wrk script: %w", err)
 	}
@@ -83,10 +89,23 @@ type wrkOutcome struct {
 	CPU time.Duration
 }
 
+// luaString returns b as a Lua string literal, each byte a decimal
+// escape, so that any bytes pass.
+func luaString(b []byte) string {
+	var s strings.Builder
+	s.WriteByte('"')
+	for _, c := range b {
+		fmt.Fprintf(&s, "\\%d", c)
+	}
+	s.WriteByte('"')
+	return s.String()
+}
+
 // runWrk drives w at base with wrk for d over conns connections, one
-// thread, prefixed by pin (taskset) when set.
-func runWrk(ctx context.Context, bin string, pin []string, dir, base string, w *Workload, conns int, d time.Duration, maxRequests int64) (wrkOutcome, error) {
-	script, err := writeWrkScript(dir, w, maxRequests)
+// thread, prefixed by pin (taskset) when set, its bodies in protocol's
+// encoding.
+func runWrk(ctx context.Context, bin string, pin []string, dir, base string, w *Workload, protocol string, conns int, d time.Duration, maxRequests int64) (wrkOutcome, error) {
+	script, err := writeWrkScript(dir, w, protocol, maxRequests)
 	if err != nil {
 		return wrkOutcome{}, err
 	}

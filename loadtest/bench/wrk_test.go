@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/region/redistest"
 )
 
@@ -58,7 +63,7 @@ func TestWrkAgainstCeiling(t *testing.T) {
 	}
 	bin := redistest.Bin(t, "wrk")
 	base := ceilingServer(t)
-	o, err := runWrk(context.Background(), bin, nil, t.TempDir(), base, testUniform(), 4, time.Second, 2000)
+	o, err := runWrk(context.Background(), bin, nil, t.TempDir(), base, testUniform(), protoJSON, 4, time.Second, 2000)
 	if err != nil {
 		t.Fatalf("runWrk() error = %v", err)
 	}
@@ -67,5 +72,44 @@ func TestWrkAgainstCeiling(t *testing.T) {
 	}
 	if o.CPU <= 0 || o.Latencies.P50 <= 0 || o.Latencies.P99 < o.Latencies.P50 {
 		t.Errorf("runWrk() = %+v, want wrk's CPU time and ordered latencies", o)
+	}
+}
+
+// TestWrkProtoBodies drives a recording server with wrk through the
+// script of a protobuf row: every request carries one of the workload's
+// protobuf bodies, byte for byte, as application/proto.
+func TestWrkProtoBodies(t *testing.T) {
+	bin := redistest.Bin(t, "wrk")
+	w := testUniform()
+	want := map[string]bool{}
+	for _, b := range w.proto {
+		want[string(b)] = true
+	}
+	var mu sync.Mutex
+	var n, bad int
+	var firstBad string
+	srv := apitest.Serve(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		mu.Lock()
+		n++
+		if ct := r.Header.Get("Content-Type"); err != nil || ct != "application/proto" || !want[string(body)] {
+			if bad++; bad == 1 {
+				firstBad = fmt.Sprintf("%s %q (%v)", ct, body, err)
+			}
+		}
+		mu.Unlock()
+		_, _ = rw.Write(ceilingProto)
+	}))
+	o, err := runWrk(context.Background(), bin, nil, t.TempDir(), srv.URL, w, protoBinary, 4, time.Second, 500)
+	if err != nil {
+		t.Fatalf("runWrk() error = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if o.Requests == 0 || o.Errors != 0 || n == 0 {
+		t.Fatalf("runWrk() = %+v (%v), server saw %d requests; want some and no errors", o.Outcome, o.FirstErr, n)
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d requests were not a workload body as application/proto; first: %s", bad, n, firstBad)
 	}
 }
