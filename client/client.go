@@ -249,9 +249,10 @@ type RegionCount struct {
 	Age time.Duration
 	// HasAge reports whether the node reported an age for this region.
 	HasAge bool
-	// PreviousMarks is the region's trail of the previous bucket as the
-	// sliding window decided on it (empty for the other algorithms): a
-	// mark's hits count while its last one is in the window.
+	// PreviousMarks are the marks of the region's trail of the previous
+	// bucket that still count, those after ElapsedMs, as the sliding
+	// window decided on them (empty for the other algorithms): a mark's
+	// hits count while its last one is in the window.
 	PreviousMarks []Mark
 }
 

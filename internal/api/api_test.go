@@ -857,3 +857,52 @@ func TestStatsRecomputeEstimate(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviousMarksStillCounting checks that an answer lists the previous
+// bucket's marks that still count (after elapsed_ms), with their hits,
+// and not those that have left the trailing window: they would make every
+// answer of a busy key a bucket's worth of marks long. The estimate's term
+// for the region is the listed marks' hits.
+func TestPreviousMarksStillCounting(t *testing.T) {
+	start := t0.Truncate(time.Minute) // a bucket's start
+	var now atomic.Int64
+	now.Store(start.UnixMilli())
+	srv := newServer(t, api.Config{Region: "eu", Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	c := ratelimitv1connect.NewRateLimitServiceClient(http.DefaultClient, srv.URL, connect.WithProtoJSON())
+	check := func(at time.Duration, hits uint64) *ratelimitv1.CheckResponse {
+		t.Helper()
+		now.Store(start.Add(at).UnixMilli())
+		resp, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: "busy", Hits: hits, Limit: inline(100, time.Minute)}))
+		if err != nil {
+			t.Fatalf("Check at %s: %v", at, err)
+		}
+		return resp.Msg
+	}
+	check(10*time.Second, 1)
+	check(40*time.Second, 2)
+	check(50*time.Second, 3)
+	// At the next bucket's start every mark counts.
+	if n := len(check(60*time.Second, 1).GetStats().GetRegions()[0].GetPreviousMarks()); n != 3 {
+		t.Errorf("%d previous marks at the bucket's start, want 3", n)
+	}
+	// 25 s into the next bucket: the mark at 10 s has left, 40 s and 50 s
+	// still count.
+	got := check(85*time.Second, 1)
+	st := got.GetStats()
+	if st.GetElapsedMs() != 25_000 || st.GetPrevious() != 6 {
+		t.Fatalf("elapsed %d ms, previous %d; want 25000, 6", st.GetElapsedMs(), st.GetPrevious())
+	}
+	marks := st.GetRegions()[0].GetPreviousMarks()
+	want := []struct{ at, n int64 }{{40_000, 2}, {50_000, 3}}
+	if len(marks) != len(want) {
+		t.Fatalf("previous marks %v, want %v", marks, want)
+	}
+	for i, w := range want {
+		if marks[i].GetAtMs() != w.at || int64(marks[i].GetCount()) != w.n {
+			t.Errorf("mark %d = %v, want at %d ms, %d hits", i, marks[i], w.at, w.n)
+		}
+	}
+	if terms := st.GetTerms(); len(terms) != 1 || terms[0].GetCount() != 5 || st.GetEstimate() != 6 {
+		t.Errorf("terms %v, estimate %d; want one term of 5 hits, estimate 6 (with the hit at 60 s)", terms, st.GetEstimate())
+	}
+}

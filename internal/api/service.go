@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"connectrpc.com/connect"
@@ -183,8 +184,12 @@ func (m *responseMsgs) appendTerm(out []*ratelimitv1.EstimateTerm, count, num, d
 // marks converts a trail to the wire, in m's mark buffers while they have
 // room (a pooled response's; see checkOut), else in new ones: one
 // allocation for every mark and one for the pointers.
-func (m *responseMsgs) marks(t window.Trail) []*ratelimitv1.Mark {
-	n := len(t)
+func (m *responseMsgs) marks(t window.Trail, e int64) []*ratelimitv1.Mark {
+	// The marks at or before e left the trailing window: they count
+	// nothing, and a bucket's worth of them made every answer of a busy
+	// key kilobytes long.
+	from := sort.Search(len(t), func(i int) bool { return t[i].At > e })
+	n := len(t) - from
 	if n == 0 {
 		return nil
 	}
@@ -195,8 +200,8 @@ func (m *responseMsgs) marks(t window.Trail) []*ratelimitv1.Mark {
 	k := len(m.markBuf)
 	m.markBuf, m.markPtrs = m.markBuf[:k+n], m.markPtrs[:k+n]
 	ms, out := m.markBuf[k:k+n:k+n], m.markPtrs[k:k+n:k+n]
-	for i, mk := range t {
-		ms[i].AtMs, ms[i].Count = mk.At, t.N(i)
+	for i := range n {
+		ms[i].AtMs, ms[i].Count = t[from+i].At, t.N(from+i)
 		out[i] = &ms[i]
 	}
 	return out
@@ -246,7 +251,7 @@ func (s *Server) response(m *responseMsgs, o decision.Outcome, ages map[string]t
 		}
 		w.Region, w.Current, w.Previous = rc.Region, rc.Current, rc.Previous
 		if trails {
-			w.PreviousMarks = m.marks(rc.PreviousTrail)
+			w.PreviousMarks = m.marks(rc.PreviousTrail, o.ElapsedMs)
 		}
 		if age, ok := ages[rc.Region]; ok && rc.Region != s.cfg.Region {
 			w.Age = durationpb.New(age)

@@ -566,10 +566,12 @@ type RegionCount struct {
 	// age is how old the newest total merged from this region is; unset for
 	// the local region and for regions never heard from.
 	Age *durationpb.Duration `protobuf:"bytes,4,opt,name=age,proto3" json:"age,omitempty"`
-	// previous_marks is the region's trail of the previous bucket, as the
-	// sliding window decided on it (empty for the other algorithms): each
-	// mark is count hits, the last of them at at_ms. Hits the region counted
-	// without marks are in a mark at the bucket's last millisecond.
+	// previous_marks are the marks of the region's trail of the previous
+	// bucket that still count, those with at_ms > elapsed_ms, as the sliding
+	// window decided on them (empty for the other algorithms): each mark is
+	// count hits, the last of them at at_ms. The marks before them have left
+	// the trailing window. Hits the region counted without marks are in a
+	// mark at the bucket's last millisecond.
 	PreviousMarks []*Mark `protobuf:"bytes,7,rep,name=previous_marks,json=previousMarks,proto3" json:"previous_marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
