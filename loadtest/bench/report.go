@@ -345,6 +345,8 @@ var Goals = []Goal{
 	{"Connect JSON, memory, hot key denied", "hotkey", protoJSON, "memory", 0.9},
 	{"Connect protobuf, Redis, 10k keys allowed", "uniform10k", protoBinary, "redis", 0},
 	{"Connect protobuf, memory, 10k keys allowed", "uniform10k", protoBinary, "memory", 0},
+	{"Connect JSON, Redis, 100 keys in steady use", "steady100", protoJSON, "redis", 0},
+	{"Connect JSON, memory, 100 keys in steady use", "steady100", protoJSON, "memory", 0},
 }
 
 // GoalResult is a Goal as measured.
