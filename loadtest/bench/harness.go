@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"io"
 	"math"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/loadtest/internal/procs"
 	"github.com/rlcluster/rlcluster/loadtest/internal/rlbuild"
 )

@@ -136,27 +136,23 @@ type Client interface {
 	Close()
 }
 
-// JSONClient speaks the Connect protocol with JSON (or, made by
-// NewProtoClient, protobuf) over HTTP/1.1 keep-alive connections, up to
-// conns of them.
+// JSONClient speaks the Connect protocol with JSON over HTTP/1.1 keep-alive
+// connections, up to conns of them.
 type JSONClient struct {
-	base   string
-	hc     *http.Client
-	tr     *http.Transport
-	binary bool // protobuf
-}
-
-// NewProtoClient returns a client for the node at base that speaks the
-// Connect protocol with protobuf, connect-go's default codec.
-func NewProtoClient(base string, conns int) *JSONClient {
-	c := NewJSONClient(base, conns)
-	c.binary = true
-	return c
+	base string
+	hc   *http.Client
+	tr   *http.Transport
 }
 
 // NewJSONClient returns a client for the node at base (http://host:port).
 func NewJSONClient(base string, conns int) *JSONClient {
-	tr := &http.Transport{
+	tr := http1Transport(conns)
+	return &JSONClient{base: base, tr: tr, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// http1Transport keeps up to conns HTTP/1.1 connections, no more.
+func http1Transport(conns int) *http.Transport {
+	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
@@ -166,7 +162,6 @@ func NewJSONClient(base string, conns int) *JSONClient {
 		ForceAttemptHTTP2:   false,
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1 only
 	}
-	return &JSONClient{base: base, tr: tr, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 // Do sends request i of w.
@@ -178,16 +173,11 @@ func (c *JSONClient) Do(ctx context.Context, w *Workload, i int, buf *bytes.Buff
 	if w.batch != nil {
 		path = batchPath
 	}
-	protocol := protoJSON
-	if c.binary {
-		protocol = protoBinary
-	}
-	bodies, ct := w.bodies(protocol)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(bodies[i]))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(w.json[i]))
 	if err != nil {
 		return 0, 0, fmt.Errorf("new request: %w", err)
 	}
-	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, 0, err
@@ -201,44 +191,11 @@ func (c *JSONClient) Do(ctx context.Context, w *Workload, i int, buf *bytes.Buff
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, fmt.Errorf("status %d: %.200s", resp.StatusCode, buf.Bytes())
 	}
-	if c.binary {
-		return countAllowedProto(buf.Bytes(), w.batch != nil)
-	}
 	if w.batch != nil && bytes.Contains(buf.Bytes(), []byte(`"error"`)) {
 		return 0, 0, fmt.Errorf("batch item rejected: %.200s", buf.Bytes())
 	}
 	a := CountAllowed(buf.Bytes())
 	return a, w.PerCall - a, nil
-}
-
-// countAllowedProto counts the allowed and denied decisions of a protobuf
-// CheckResponse, or CheckBatchResponse when batch is set.
-func countAllowedProto(b []byte, batch bool) (allowed, denied int, err error) {
-	if !batch {
-		var r ratelimitv1.CheckResponse
-		if err := proto.Unmarshal(b, &r); err != nil {
-			return 0, 0, fmt.Errorf("decode response: %w", err)
-		}
-		if r.GetAllowed() {
-			return 1, 0, nil
-		}
-		return 0, 1, nil
-	}
-	var r ratelimitv1.CheckBatchResponse
-	if err := proto.Unmarshal(b, &r); err != nil {
-		return 0, 0, fmt.Errorf("decode response: %w", err)
-	}
-	for _, res := range r.GetResults() {
-		if e := res.GetError(); e != nil {
-			return 0, 0, fmt.Errorf("batch item rejected: %s: %s", e.GetCode(), e.GetMessage())
-		}
-		if res.GetResponse().GetAllowed() {
-			allowed++
-		} else {
-			denied++
-		}
-	}
-	return allowed, denied, nil
 }
 
 // Close closes idle connections.
@@ -266,10 +223,20 @@ func CountAllowed(b []byte) int {
 }
 
 // GRPCClient speaks gRPC over h2c with the generated Connect client. HTTP/2
-// multiplexes every concurrent call over one connection.
+// multiplexes every concurrent call over one connection. Made by
+// NewProtoClient, it speaks the Connect protocol with protobuf instead.
 type GRPCClient struct {
 	tr *http.Transport
 	c  ratelimitv1connect.RateLimitServiceClient
+}
+
+// NewProtoClient returns a client for the node at base that speaks the
+// Connect protocol with protobuf, connect-go's default and the node's Go
+// client's, over up to conns HTTP/1.1 connections.
+func NewProtoClient(base string, conns int) *GRPCClient {
+	tr := http1Transport(conns)
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	return &GRPCClient{tr: tr, c: ratelimitv1connect.NewRateLimitServiceClient(hc, base)}
 }
 
 // NewGRPCClient returns a gRPC client for the node at base.
