@@ -99,7 +99,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	switch path {
 	case pathCheck:
 		in := &ratelimitv1.CheckRequest{}
-		if !s.decodeFast(binary, body, in) {
+		if !s.decodeBody(binary, body, in) {
 			break
 		}
 		// The answer is written before serveFast returns, so its
@@ -116,11 +116,12 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		s.dec.Observe("Check", start)
 	case pathCheckBatch:
 		in := &ratelimitv1.CheckBatchRequest{}
+		// A protobuf batch past the limit keeps one check more, for
+		// CheckBatch to refuse, as on Connect's path; the JSON decoder
+		// stops at it.
 		var ok, over bool
 		if binary {
-			// A batch past the limit keeps one check more, for
-			// CheckBatch to refuse, as on Connect's path.
-			ok = s.lim.unmarshalProto(body, in) == nil
+			ok = s.decodeBody(true, body, in)
 		} else {
 			ok, over = decodeFastMax(body, in, s.cfg.MaxBatch)
 		}
@@ -135,7 +136,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		msg, callErr = respMsg(resp, err)
 	case pathPeek:
 		in := &ratelimitv1.PeekRequest{}
-		if !s.decodeFast(binary, body, in) {
+		if !s.decodeBody(binary, body, in) {
 			break
 		}
 		resp, err := s.Peek(ctx, connect.NewRequest(in))
@@ -193,11 +194,11 @@ var (
 	ctProto = []string{"application/proto"}
 )
 
-// decodeFast decodes body into m, a request message: protobuf when binary
+// decodeBody decodes body into m, a request message: protobuf when binary
 // is set, with the same bounds as Connect's codec, else JSON in the plain
 // shape decodeFast takes. It reports whether it did; a body it did not
 // decode goes to Connect, which tells the caller what is wrong.
-func (s *Server) decodeFast(binary bool, body []byte, m proto.Message) bool {
+func (s *Server) decodeBody(binary bool, body []byte, m proto.Message) bool {
 	if binary {
 		return s.lim.unmarshalProto(body, m) == nil
 	}

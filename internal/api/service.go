@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"connectrpc.com/connect"
@@ -188,7 +187,7 @@ func (m *responseMsgs) marks(t window.Trail, e int64) []*ratelimitv1.Mark {
 	// The marks at or before e left the trailing window: they count
 	// nothing, and a bucket's worth of them made every answer of a busy
 	// key kilobytes long.
-	from := sort.Search(len(t), func(i int) bool { return t[i].At > e })
+	from := t.FirstAfter(e)
 	n := len(t) - from
 	if n == 0 {
 		return nil

@@ -92,8 +92,10 @@ func (t Trail) Last() int64 {
 	return t[len(t)-1].At
 }
 
-// after returns the index of the first mark with At > e.
-func (t Trail) after(e int64) int {
+// FirstAfter returns the index of the first mark with At > e (len(t) when
+// none is): the marks from it on are those still counted at offset e of
+// the next bucket.
+func (t Trail) FirstAfter(e int64) int {
 	lo, hi := 0, len(t)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -109,7 +111,7 @@ func (t Trail) after(e int64) int {
 // After returns how many of the trail's hits count in the trailing window
 // at offset e of the next bucket: those of the marks with At > e.
 func (t Trail) After(e int64) uint64 {
-	i := t.after(e)
+	i := t.FirstAfter(e)
 	switch {
 	case i == len(t):
 		return 0
@@ -423,7 +425,7 @@ func earliestTrails(e, w int64, prev, cur []Trail, over uint64) int64 {
 		idx = make([]int, 0, len(prev)+len(cur))
 	}
 	for _, t := range prev {
-		idx = append(idx, t.after(e))
+		idx = append(idx, t.FirstAfter(e))
 	}
 	for range cur {
 		idx = append(idx, 0)

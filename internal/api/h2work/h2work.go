@@ -3,9 +3,9 @@
 //
 // net/http's HTTP/2 server starts a new goroutine for every stream, and a
 // new goroutine starts with a small stack: a decision's call path grows
-// it, copying it each time it doubles, on every request (about a seventh
-// of a node's CPU under gRPC calls on its main port; see
-// docs/performance.md, "Reused goroutines for HTTP/2"). HTTP/1.1 serves a
+// it, copying it each time it doubles, on every request
+// (docs/performance.md, "Reused goroutines for HTTP/2", has what that
+// cost). HTTP/1.1 serves a
 // connection's requests on one goroutine, whose stack stays grown, and is
 // left alone. grpc-go's server does the same with its stream workers.
 package h2work
@@ -39,11 +39,10 @@ type Handler struct {
 
 // task is one request handed to a worker.
 type task struct {
-	w        http.ResponseWriter
-	r        *http.Request
-	panic    any           // what the handler panicked with, if it did
-	done     chan struct{} // signalled when the handler returns
-	panicked bool
+	w     http.ResponseWriter
+	r     *http.Request
+	panic any           // what the handler panicked with, if it did (never nil then: see recover)
+	done  chan struct{} // signalled when the handler returns
 }
 
 var tasks = sync.Pool{New: func() any { return &task{done: make(chan struct{}, 1)} }}
@@ -84,10 +83,10 @@ func (p *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		go p.worker(t)
 	}
 	<-t.done
-	v, panicked := t.panic, t.panicked
+	v := t.panic
 	*t = task{done: t.done}
 	tasks.Put(t)
-	if panicked {
+	if v != nil {
 		panic(v)
 	}
 }
@@ -113,7 +112,7 @@ func (p *Handler) worker(t *task) {
 func (p *Handler) serve(t *task) {
 	defer func() {
 		if v := recover(); v != nil {
-			t.panic, t.panicked = v, true
+			t.panic = v
 			if v != http.ErrAbortHandler { // which net/http does not log
 				// net/http logs the stack of the goroutine it recovers
 				// the panic on: keep the handler's.
