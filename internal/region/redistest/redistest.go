@@ -65,7 +65,8 @@ func Start(t testing.TB, extra ...string) *Server {
 	dir := t.TempDir()
 	var lastErr error
 	for try := 0; try < 5; try++ {
-		port := porttest.Free(t)
+		// Below the ephemeral range: Restart needs the port back.
+		port := porttest.Steady(t)
 		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
 		s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)
