@@ -320,6 +320,7 @@ type options struct {
 	backoff     time.Duration
 	mode        FailureMode
 	connectOpts []connect.ClientOption
+	noStats     bool
 }
 
 // WithHTTPClient sets the HTTP client; default http.DefaultClient. gRPC
@@ -344,6 +345,12 @@ func WithRetries(n int, backoff time.Duration) Option {
 // WithFailureMode sets what a call answers when the node cannot decide;
 // default [FailError].
 func WithFailureMode(m FailureMode) Option { return func(o *options) { o.mode = m } }
+
+// WithoutStats asks the node to leave the stats out of every answer, so
+// that [Decision.Stats] is zero: a key in steady use answers with every
+// region's marks that still count, kilobytes a decision that a caller
+// reading only Allowed and the durations has no use for.
+func WithoutStats() Option { return func(o *options) { o.noStats = true } }
 
 // WithGRPC speaks gRPC instead of the Connect protocol.
 func WithGRPC() Option {
@@ -400,7 +407,7 @@ func (c *Client) CheckN(ctx context.Context, key string, hits uint64, p Policy) 
 		return Decision{}, errors.New("client: check: nil Policy")
 	}
 	rule, lim := p.policy()
-	req := &ratelimitv1.CheckRequest{Key: key, Hits: hits, Rule: rule, Limit: lim}
+	req := &ratelimitv1.CheckRequest{Key: key, Hits: hits, Rule: rule, Limit: lim, OmitStats: c.opts.noStats}
 	return c.call(ctx, "check", false, func(ctx context.Context) (*ratelimitv1.CheckResponse, error) {
 		resp, err := c.rpc.Check(ctx, connect.NewRequest(req))
 		if err != nil {
@@ -416,7 +423,7 @@ func (c *Client) Peek(ctx context.Context, key string, p Policy) (Decision, erro
 		return Decision{}, errors.New("client: peek: nil Policy")
 	}
 	rule, lim := p.policy()
-	req := &ratelimitv1.PeekRequest{Key: key, Rule: rule, Limit: lim}
+	req := &ratelimitv1.PeekRequest{Key: key, Rule: rule, Limit: lim, OmitStats: c.opts.noStats}
 	return c.call(ctx, "peek", true, func(ctx context.Context) (*ratelimitv1.CheckResponse, error) {
 		resp, err := c.rpc.Peek(ctx, connect.NewRequest(req))
 		if err != nil {

@@ -80,15 +80,24 @@ func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
 	return c
 }
 
-func TestCheckAndPeek(t *testing.T) {
-	n := startTestNode(t, nil)
-	for _, proto := range []struct {
+// protocols are the client's two protocols, by name, with the options
+// that select each.
+func protocols(t *testing.T) []struct {
+	name string
+	opts []client.Option
+} {
+	return []struct {
 		name string
 		opts []client.Option
 	}{
 		{"connect", nil},
 		{"grpc", []client.Option{client.WithGRPC(), client.WithHTTPClient(apitest.H2CClient(t))}},
-	} {
+	}
+}
+
+func TestCheckAndPeek(t *testing.T) {
+	n := startTestNode(t, nil)
+	for _, proto := range protocols(t) {
 		t.Run(proto.name, func(t *testing.T) {
 			c := newClient(t, n.URL, proto.opts...)
 			ctx := context.Background()
@@ -123,6 +132,36 @@ func TestCheckAndPeek(t *testing.T) {
 			got, err := c.CheckN(ctx, key, 3, client.Limit{Limit: 5, Window: time.Hour, Algorithm: client.FixedWindow})
 			if err != nil || !got.Allowed || got.Remaining != 2 || got.Limit != 5 {
 				t.Errorf("CheckN(3 of 5) = %+v, %v, want allowed with 2 remaining", got, err)
+			}
+		})
+	}
+}
+
+// TestWithoutStats: a client made WithoutStats gets decisions without
+// stats, counted as any other, over both protocols.
+func TestWithoutStats(t *testing.T) {
+	n := startTestNode(t, nil)
+	for _, proto := range protocols(t) {
+		t.Run(proto.name, func(t *testing.T) {
+			ctx := context.Background()
+			key := "brief-" + proto.name
+			lim := client.Limit{Limit: 3, Window: time.Hour}
+			full := newClient(t, n.URL, proto.opts...)
+			brief := newClient(t, n.URL, append(proto.opts, client.WithoutStats())...)
+			if d, err := full.Check(ctx, key, lim); err != nil || d.Stats.Current != 1 {
+				t.Fatalf("Check = %+v, %v; want Stats.Current 1", d, err)
+			}
+			for i, want := range []uint64{1, 0} {
+				d, err := brief.Check(ctx, key, lim)
+				if err != nil || !d.Allowed || d.Remaining != want || !reflect.DeepEqual(d.Stats, client.Stats{}) {
+					t.Errorf("brief Check %d = %+v, %v; want allowed, %d remaining, zero Stats", i+1, d, err, want)
+				}
+			}
+			if d, err := brief.Peek(ctx, key, lim); err != nil || d.Allowed || !reflect.DeepEqual(d.Stats, client.Stats{}) {
+				t.Errorf("brief Peek = %+v, %v; want denied, zero Stats", d, err)
+			}
+			if d, err := full.Peek(ctx, key, lim); err != nil || d.Stats.Current != 3 {
+				t.Errorf("Peek = %+v, %v; want Stats.Current 3", d, err)
 			}
 		})
 	}

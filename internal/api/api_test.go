@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -904,5 +905,62 @@ func TestPreviousMarksStillCounting(t *testing.T) {
 	}
 	if terms := st.GetTerms(); len(terms) != 1 || terms[0].GetCount() != 5 || st.GetEstimate() != 6 {
 		t.Errorf("terms %v, estimate %d; want one term of 5 hits, estimate 6 (with the hit at 60 s)", terms, st.GetEstimate())
+	}
+}
+
+// TestOmitStats: a check that sets omit_stats gets the decision without
+// stats, over JSON (the fast path and Connect's), protobuf, gRPC and in a
+// batch, and is counted as any other; one that does not still gets them.
+func TestOmitStats(t *testing.T) {
+	srv := newServer(t, api.Config{Region: "eu"})
+	lim := inline(3, time.Minute)
+	for _, opts := range []struct {
+		name string
+		opt  []connect.ClientOption
+	}{{"json", []connect.ClientOption{connect.WithProtoJSON()}}, {"proto", nil}, {"grpc", []connect.ClientOption{connect.WithGRPC()}}} {
+		t.Run(opts.name, func(t *testing.T) {
+			c := srv.client(t, true, opts.opt...)
+			key := "omit-" + opts.name
+			var remaining []uint64
+			for i, omit := range []bool{true, false, true, true} {
+				resp, err := c.Check(context.Background(), connect.NewRequest(&ratelimitv1.CheckRequest{Key: key, Limit: lim, OmitStats: omit}))
+				if err != nil {
+					t.Fatalf("check %d: %v", i, err)
+				}
+				if got := resp.Msg.GetStats() != nil; got == omit {
+					t.Errorf("check %d (omit_stats %v): stats set %v", i, omit, got)
+				}
+				remaining = append(remaining, resp.Msg.GetRemaining())
+				if i == 3 && resp.Msg.GetAllowed() {
+					t.Errorf("check 4 of a limit of 3 allowed")
+				}
+			}
+			if !slices.Equal(remaining, []uint64{2, 1, 0, 0}) {
+				t.Errorf("remaining %v, want [2 1 0 0]: every check counted", remaining)
+			}
+			peek, err := c.Peek(context.Background(), connect.NewRequest(&ratelimitv1.PeekRequest{Key: key, Limit: lim, OmitStats: true}))
+			if err != nil || peek.Msg.GetResponse().GetStats() != nil || peek.Msg.GetResponse().GetAllowed() {
+				t.Errorf("peek with omit_stats: %v, %v; want denied, no stats", peek, err)
+			}
+			batch, err := c.CheckBatch(context.Background(), connect.NewRequest(&ratelimitv1.CheckBatchRequest{Checks: []*ratelimitv1.CheckRequest{
+				{Key: key + "-b", Limit: lim, OmitStats: true}, {Key: key + "-b", Limit: lim}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := batch.Msg.GetResults()
+			if len(rs) != 2 || rs[0].GetResponse().GetStats() != nil || rs[1].GetResponse().GetStats() == nil || rs[1].GetResponse().GetRemaining() != 1 {
+				t.Errorf("batch results %v: want the first without stats, the second with, remaining 1", rs)
+			}
+		})
+	}
+	// The body of a plain JSON answer has no stats member at all.
+	resp, err := http.Post(srv.URL+"/ratelimit.v1.RateLimitService/Check", "application/json", strings.NewReader(`{"key":"raw","omitStats":true,"limit":{"limit":5,"window":"60s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), "stats") || !strings.Contains(string(body), `"remaining":"4"`) {
+		t.Errorf("JSON answer %d %s: want 200, remaining 4, no stats", resp.StatusCode, body)
 	}
 }

@@ -65,6 +65,10 @@ func TestFastPathMatchesConnect(t *testing.T) {
 		{"proto peek", pathPeek, "application/proto", pb(&ratelimitv1.PeekRequest{Key: "pat", Limit: &ratelimitv1.Limit{Limit: 2, Window: durationpb.New(time.Minute)}}), true},
 		{"proto batch", pathCheckBatch, "application/proto", pb(&ratelimitv1.CheckBatchRequest{Checks: []*ratelimitv1.CheckRequest{{Key: "a", Limit: &ratelimitv1.Limit{Limit: 1, Window: durationpb.New(time.Second)}}, {Key: "r", Rule: "nope"}}}), true},
 		{"proto batch too long", pathCheckBatch, "application/proto", pb(&ratelimitv1.CheckBatchRequest{Checks: make([]*ratelimitv1.CheckRequest, DefaultMaxBatch+1)}), true},
+		{"omit stats", pathCheck, "application/json", `{"key":"alice","omitStats":true,"limit":{"limit":2,"window":"60s"}}`, true},
+		{"peek omit stats", pathPeek, "application/json", `{"key":"alice","omit_stats":true,"limit":{"limit":2,"window":"60s"}}`, true},
+		{"batch omit stats", pathCheckBatch, "application/json", `{"checks":[{"key":"a","omitStats":true,"limit":{"limit":1,"window":"1s"}},{"key":"a","limit":{"limit":1,"window":"1s"}}]}`, true},
+		{"proto omit stats", pathCheck, "application/proto", pb(&ratelimitv1.CheckRequest{Key: "pat", OmitStats: true, Limit: &ratelimitv1.Limit{Limit: 2, Window: durationpb.New(time.Minute)}}), true},
 		{"proto malformed", pathCheck, "application/proto", "\x0a\x05ab", false},
 		{"proto unknown codec", pathCheck, "application/x-protobuf", pb(&ratelimitv1.CheckRequest{Key: "pat"}), false},
 	}

@@ -36,7 +36,7 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 		if !p.whole(func() bool { return f.parse(&p) }) {
 			return false, false
 		}
-		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
+		m.Key, m.Hits, m.Rule, m.Limit, m.OmitStats = f.key, f.hits, f.rule, f.limit(), f.omitStats
 		return true, false
 	case *ratelimitv1.PeekRequest:
 		var f checkFields
@@ -44,7 +44,7 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 		if !p.whole(func() bool { return f.parse(&p) }) {
 			return false, false
 		}
-		m.Key, m.Hits, m.Rule, m.Limit = f.key, f.hits, f.rule, f.limit()
+		m.Key, m.Hits, m.Rule, m.Limit, m.OmitStats = f.key, f.hits, f.rule, f.limit(), f.omitStats
 		return true, false
 	case *ratelimitv1.CheckBatchRequest:
 		var checks []*ratelimitv1.CheckRequest
@@ -67,7 +67,7 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 				if !p.object(func() bool { return f.parse(&p) }) {
 					return false
 				}
-				checks = append(checks, &ratelimitv1.CheckRequest{Key: f.key, Hits: f.hits, Rule: f.rule, Limit: f.limit()})
+				checks = append(checks, &ratelimitv1.CheckRequest{Key: f.key, Hits: f.hits, Rule: f.rule, Limit: f.limit(), OmitStats: f.omitStats})
 				if p.byte(']') {
 					return true
 				}
@@ -89,6 +89,7 @@ func decodeFastMax(b []byte, m any, maxChecks int) (ok, over bool) {
 type checkFields struct {
 	key, rule       string
 	hits            uint64
+	omitStats       bool
 	seen            uint8 // bit per field, to refuse repeats
 	hasLimit        bool
 	limitN          uint64
@@ -150,6 +151,9 @@ func (f *checkFields) parse(p *parser) bool {
 		bit = 8
 		f.hasLimit = true
 		ok = p.object(func() bool { return f.parseLimit(p) })
+	case "omitStats", "omit_stats":
+		bit = 16
+		f.omitStats, ok = p.boolean()
 	}
 	return ok && once(&f.seen, bit)
 }

@@ -44,6 +44,11 @@ var decodeSeeds = []struct {
 	{"scope number", `{"limit":{"scope":2}}`, false},
 	{"unknown scope", `{"limit":{"scope":"SCOPE_PLANET"}}`, false},
 	{"repeated scope", `{"limit":{"scope":"SCOPE_REGION","scope":"SCOPE_GLOBAL"}}`, false},
+	{"omit stats", `{"key":"k","omitStats":true,"limit":{"limit":1,"window":"1s"}}`, true},
+	{"omit stats, proto name", `{"key":"k","omit_stats":false}`, true},
+	{"omit stats twice", `{"omitStats":true,"omit_stats":true}`, false},
+	{"omit stats quoted", `{"omitStats":"true"}`, false},
+	{"omit stats number", `{"omitStats":1}`, false},
 }
 
 // TestFastJSONDecode checks the seeds: the fast path takes the plain ones

@@ -26,9 +26,9 @@ func checkInput(ctx context.Context, field, key string, hits uint64, rule string
 	return decision.Input{NS: decision.Inline, Field: field, Key: key, Hits: hits, Rule: rule, Limit: lim, Now: now, Peek: peek, Scope: auth.FromContext(ctx)}
 }
 
-// checkOne validates and decides one Check or Peek and returns its answer.
-// The answer goes in m.
-func (s *Server) checkOne(ctx context.Context, m *responseMsgs, key string, hits uint64, rule string, lim *ratelimitv1.Limit, peek bool) (*ratelimitv1.CheckResponse, error) {
+// checkOne validates and decides one Check or Peek and returns its answer,
+// without stats when omit is set. The answer goes in m.
+func (s *Server) checkOne(ctx context.Context, m *responseMsgs, key string, hits uint64, rule string, lim *ratelimitv1.Limit, peek, omit bool) (*ratelimitv1.CheckResponse, error) {
 	req, err := s.dec.Validate(checkInput(ctx, "", key, hits, rule, lim, s.cfg.Now(), peek))
 	if err != nil {
 		return nil, err
@@ -36,6 +36,9 @@ func (s *Server) checkOne(ctx context.Context, m *responseMsgs, key string, hits
 	var out [1]decision.Outcome
 	if err := s.dec.Decide(ctx, []decision.Request{req}, out[:]); err != nil {
 		return nil, err
+	}
+	if omit {
+		return brief(m, out[0]), nil
 	}
 	return s.response(m, out[0], s.ages(out[0])), nil
 }
@@ -60,7 +63,7 @@ type checkOut struct {
 
 // check decides m and sets out (zero, but for its buffers) to its answer.
 func (s *Server) check(ctx context.Context, m *ratelimitv1.CheckRequest, out *checkOut) error {
-	resp, err := s.checkOne(ctx, &out.msgs, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false)
+	resp, err := s.checkOne(ctx, &out.msgs, m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), false, m.GetOmitStats())
 	if err != nil {
 		return err
 	}
@@ -111,9 +114,19 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 		if err := s.dec.Decide(ctx, reqs, outs); err != nil {
 			return nil, err
 		}
-		ages := s.ages(outs...)
+		var ages map[string]time.Duration
+		read := false
 		for j, i := range index {
-			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: s.response(new(responseMsgs), outs[j], ages)}}
+			var resp *ratelimitv1.CheckResponse
+			if in[i].GetOmitStats() {
+				resp = brief(new(responseMsgs), outs[j])
+			} else {
+				if !read {
+					ages, read = s.ages(outs...), true
+				}
+				resp = s.response(new(responseMsgs), outs[j], ages)
+			}
+			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: resp}}
 		}
 	}
 	return connect.NewResponse(&ratelimitv1.CheckBatchResponse{Results: out}), nil
@@ -124,7 +137,7 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 func (s *Server) Peek(ctx context.Context, r *connect.Request[ratelimitv1.PeekRequest]) (*connect.Response[ratelimitv1.PeekResponse], error) {
 	defer s.dec.Observe("Peek", time.Now())
 	m := r.Msg
-	resp, err := s.checkOne(ctx, new(responseMsgs), m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), true)
+	resp, err := s.checkOne(ctx, new(responseMsgs), m.GetKey(), m.GetHits(), m.GetRule(), m.GetLimit(), true, m.GetOmitStats())
 	if err != nil {
 		return nil, err
 	}
@@ -257,11 +270,18 @@ func (s *Server) response(m *responseMsgs, o decision.Outcome, ages map[string]t
 		}
 		st.Regions[i] = w
 	}
+	r := brief(m, o)
+	r.Stats = st
+	return r
+}
+
+// brief converts an outcome to the wire without stats, in m (zero).
+func brief(m *responseMsgs, o decision.Outcome) *ratelimitv1.CheckResponse {
 	setDuration(&m.reset, o.ResetAfter)
 	setDuration(&m.retry, o.RetryAfter)
 	r := &m.resp
 	r.Allowed, r.Limit, r.Remaining = o.Allowed, o.Limit, o.Remaining
-	r.ResetAfter, r.RetryAfter, r.Stats = &m.reset, &m.retry, st
+	r.ResetAfter, r.RetryAfter = &m.reset, &m.retry
 	r.Shadow, r.Scope = o.Shadowed, wireScope(o.Scope)
 	return r
 }

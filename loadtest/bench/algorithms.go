@@ -59,17 +59,19 @@ const (
 )
 
 // newAlgorithmWorkload returns the comparison's workload name ("uniform10k":
-// 10k keys on a 1-minute window, as the uniform10k rows; "steady100")
-// with every limit asking for alg.
+// 10k keys on a 1-minute window, as the uniform10k rows; "steady100";
+// "steady100-brief", steady100 whose checks set omit_stats) with every
+// limit asking for alg.
 func newAlgorithmWorkload(name, prefix string, alg ratelimitv1.Algorithm) *Workload {
 	keys, win := uniformKeys, time.Minute
-	if name == "steady100" {
+	if strings.HasPrefix(name, "steady100") {
 		keys, win = steadyKeys, steadyWindow
 	}
+	brief := name == "steady100-brief"
 	w := &Workload{Name: name, PerCall: 1}
 	for i := range keys {
 		w.single = append(w.single, &ratelimitv1.CheckRequest{
-			Key: fmt.Sprintf("%s-a%d", prefix, i), Hits: 1,
+			Key: fmt.Sprintf("%s-a%d", prefix, i), Hits: 1, OmitStats: brief,
 			Limit: &ratelimitv1.Limit{Limit: highLimit, Window: durationpb.New(win), Algorithm: alg},
 		})
 	}

@@ -341,8 +341,8 @@ func TestParseFlags(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	full := Plan(false)
-	if got, want := len(full["redis"]), 24; got != want {
-		t.Errorf("full plan has %d redis rows, want %d (2 modes x (3 workloads x 3 Connect protocols + 2 on Envoy + steady100 on JSON))", got, want)
+	if got, want := len(full["redis"]), 26; got != want {
+		t.Errorf("full plan has %d redis rows, want %d (2 modes x (3 workloads x 3 Connect protocols + 2 on Envoy + steady100 and steady100-brief on JSON))", got, want)
 	}
 	if got, want := len(full["ceiling"]), 8; got != want {
 		t.Errorf("full plan has %d ceiling rows, want %d", got, want)

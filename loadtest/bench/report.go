@@ -347,6 +347,8 @@ var Goals = []Goal{
 	{"Connect protobuf, memory, 10k keys allowed", "uniform10k", protoBinary, "memory", 0},
 	{"Connect JSON, Redis, 100 keys in steady use", "steady100", protoJSON, "redis", 0},
 	{"Connect JSON, memory, 100 keys in steady use", "steady100", protoJSON, "memory", 0},
+	{"Connect JSON, Redis, 100 keys in steady use, omit_stats", "steady100-brief", protoJSON, "redis", 0},
+	{"Connect JSON, memory, 100 keys in steady use, omit_stats", "steady100-brief", protoJSON, "memory", 0},
 }
 
 // GoalResult is a Goal as measured.

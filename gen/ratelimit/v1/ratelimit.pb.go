@@ -491,7 +491,12 @@ type CheckRequest struct {
 	// rule names a configured rule. Exactly one of rule and limit is set.
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
 	// limit is an inline limit. Exactly one of rule and limit is set.
-	Limit         *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// omit_stats leaves stats out of the answer: the decision alone. A key in
+	// steady use answers with every region's marks that still count, which
+	// can be kilobytes a decision; a caller that reads only the decision
+	// saves their encoding and transfer.
+	OmitStats     bool `protobuf:"varint,5,opt,name=omit_stats,json=omitStats,proto3" json:"omit_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,6 +557,13 @@ func (x *CheckRequest) GetLimit() *Limit {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *CheckRequest) GetOmitStats() bool {
+	if x != nil {
+		return x.OmitStats
+	}
+	return false
 }
 
 // RegionCount is one region's count for a bucket.
@@ -1259,7 +1271,9 @@ type PeekRequest struct {
 	// rule names a configured rule. Exactly one of rule and limit is set.
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
 	// limit is an inline limit. Exactly one of rule and limit is set.
-	Limit         *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// omit_stats leaves stats out of the answer, as CheckRequest's does.
+	OmitStats     bool `protobuf:"varint,5,opt,name=omit_stats,json=omitStats,proto3" json:"omit_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1320,6 +1334,13 @@ func (x *PeekRequest) GetLimit() *Limit {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *PeekRequest) GetOmitStats() bool {
+	if x != nil {
+		return x.OmitStats
+	}
+	return false
 }
 
 // PeekResponse is the decision Check would have made.
@@ -1387,12 +1408,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x14\n" +
 	"\x05burst\x18\a \x01(\x04R\x05burst\x122\n" +
 	"\bcalendar\x18\b \x01(\x0e2\x16.ratelimit.v1.CalendarR\bcalendar\x12\x1b\n" +
-	"\ttime_zone\x18\t \x01(\tR\btimeZone\"s\n" +
+	"\ttime_zone\x18\t \x01(\tR\btimeZone\"\x92\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12)\n" +
-	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"\xee\x01\n" +
+	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x12\x1d\n" +
+	"\n" +
+	"omit_stats\x18\x05 \x01(\bR\tomitStats\"\xee\x01\n" +
 	"\vRegionCount\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\x04R\acurrent\x12\x1a\n" +
@@ -1438,12 +1461,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"I\n" +
 	"\x12CheckBatchResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.ratelimit.v1.CheckResultR\aresults\"r\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.ratelimit.v1.CheckResultR\aresults\"\x91\x01\n" +
 	"\vPeekRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12)\n" +
-	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\"G\n" +
+	"\x05limit\x18\x04 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x12\x1d\n" +
+	"\n" +
+	"omit_stats\x18\x05 \x01(\bR\tomitStats\"G\n" +
 	"\fPeekResponse\x127\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1b.ratelimit.v1.CheckResponseR\bresponse*\xc0\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
