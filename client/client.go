@@ -403,11 +403,16 @@ func (c *Client) Check(ctx context.Context, key string, p Policy) (Decision, err
 // consumes them. A denial is a Decision with Allowed false, not an error.
 // When the node cannot decide, the answer follows the [FailureMode].
 func (c *Client) CheckN(ctx context.Context, key string, hits uint64, p Policy) (Decision, error) {
+	return c.checkN(ctx, key, hits, p, c.opts.noStats)
+}
+
+// checkN is CheckN, asking for no stats when omit is set.
+func (c *Client) checkN(ctx context.Context, key string, hits uint64, p Policy, omit bool) (Decision, error) {
 	if p == nil {
 		return Decision{}, errors.New("client: check: nil Policy")
 	}
 	rule, lim := p.policy()
-	req := &ratelimitv1.CheckRequest{Key: key, Hits: hits, Rule: rule, Limit: lim, OmitStats: c.opts.noStats}
+	req := &ratelimitv1.CheckRequest{Key: key, Hits: hits, Rule: rule, Limit: lim, OmitStats: omit}
 	return c.call(ctx, "check", false, func(ctx context.Context) (*ratelimitv1.CheckResponse, error) {
 		resp, err := c.rpc.Check(ctx, connect.NewRequest(req))
 		if err != nil {

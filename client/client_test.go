@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,14 +9,17 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rlcluster/rlcluster/client"
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
@@ -486,5 +490,47 @@ func TestScope(t *testing.T) {
 		if err != nil || !d.Allowed || d.Scope != tc.want {
 			t.Errorf("Check(%+v) = %+v, %v; want allowed with scope %v", tc.limit, d, err, tc.want)
 		}
+	}
+}
+
+// statsAsked records whether each Check it sends asks for stats (the
+// Connect protocol's protobuf body) and forwards it.
+type statsAsked struct {
+	omitted []bool
+}
+
+func (s *statsAsked) Do(r *http.Request) (*http.Response, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	var m ratelimitv1.CheckRequest
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	s.omitted = append(s.omitted, m.GetOmitStats())
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return http.DefaultClient.Do(r)
+}
+
+// TestMiddlewareAsksNoStats: the middleware reads only the decision, so
+// its checks ask the node to leave the stats out; the client's own
+// Check still asks for them.
+func TestMiddlewareAsksNoStats(t *testing.T) {
+	n := startTestNode(t, nil)
+	rec := &statsAsked{}
+	c := newClient(t, n.URL, client.WithHTTPClient(rec))
+	h := client.Middleware(c, func(*http.Request) string { return "mw" }, client.Rule("fw"))(http.NotFoundHandler())
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	resp, _ := apitest.Get(t, srv.URL, nil)
+	if got := resp.Header.Get("RateLimit"); got != `"fw";r=1;t=30` {
+		t.Errorf("RateLimit = %q, want the decision's", got)
+	}
+	if _, err := c.Check(context.Background(), "mw", client.Rule("fw")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.omitted, []bool{true, false}) {
+		t.Errorf("omit_stats sent %v, want [true false]: the middleware's check without stats, Check's with", rec.omitted)
 	}
 }

@@ -53,7 +53,8 @@ type middleware struct {
 // RateLimit-Policy and RateLimit set on the response; denied ones get 429
 // with RateLimit-Policy, RateLimit and Retry-After, the headers rlnode's
 // /check endpoint sends (RateLimit-Policy omits w for a [Rule], whose window
-// the client does not know).
+// the client does not know). Its checks ask the node for the decision
+// alone, without stats, whatever the client's options.
 //
 // When the node cannot decide, the client's [FailureMode] applies: FailOpen
 // lets the request through without RateLimit headers, FailClosed answers
@@ -78,7 +79,8 @@ func Middleware(c *Client, key KeyFunc, p Policy, opts ...MiddlewareOption) func
 				next.ServeHTTP(w, r)
 				return
 			}
-			d, err := m.c.Check(r.Context(), k, m.p)
+			// The headers need the decision alone: no stats.
+			d, err := m.c.checkN(r.Context(), k, 1, m.p, true)
 			switch {
 			case err != nil:
 				m.onError(w, r, err)
