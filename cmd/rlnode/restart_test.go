@@ -43,8 +43,8 @@ func TestRollingRestart(t *testing.T) {
 		}
 	}
 	nodes := []*euNode{
-		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
-		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Free(t))},
+		{name: "eu-1", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Steady(t))},
+		{name: "eu-2", listen: fmt.Sprintf("127.0.0.1:%d", porttest.Steady(t))},
 	}
 	for _, n := range nodes {
 		startEU(n)

@@ -26,7 +26,7 @@ func (s *TLSServer) TLSURL() string { return "rediss://" + s.TLSAddr }
 // TLS, as Debian's is.
 func StartTLS(t testing.TB, certFile, keyFile, caFile string, extra ...string) *TLSServer {
 	t.Helper()
-	port := porttest.Free(t)
+	port := porttest.Steady(t) // as Start's, for Restart
 	args := []string{"--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile}
 	if caFile != "" {
 		args = append(args, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "yes")
