@@ -930,7 +930,8 @@ type CheckResponse struct {
 	// allowed with no other traffic; zero when allowed, except when shadow is
 	// true.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	// stats shows the numbers behind the decision.
+	// stats shows the numbers behind the decision; unset when the request
+	// set omit_stats.
 	Stats *WindowStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
 	// shadow is true when the request would have been denied but shadow mode
 	// (the rule's shadow_mode or the node's --shadow-mode) answered allowed.
