@@ -63,7 +63,8 @@
 //     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
 //     its region's totals (KindRepair) and max-merges their answers
 //     (KindRepaired) back, with its own unsent totals and the answerers'
-//     own regions' totals; after a loss while it runs, it holds its
+//     own regions' totals (their stores', and their nodes' own latest,
+//     in case their stores lost theirs too); after a loss while it runs, it holds its
 //     decisions until the answers can be back (GuardView's Restoring).
 //     See repair.go and restore.go.
 //   - With Config.OwnStore (the in-memory store), each node counts as a

@@ -327,7 +327,8 @@ func (n *Node) askRepair(m *member, kind Kind) {
 // answerRepair answers a repair request of s (a live member, checked by
 // handle) in the background: the totals of s's region and of this node's
 // (and their replicas) in every bucket this node merged or touched that
-// has not expired. A
+// has not expired, and this node's own latest totals (see [Node.ownTotals]).
+// A
 // member's requests are answered at most once a second: one that comes
 // sooner is answered when the second is over, and more are dropped
 // (repair_busy).
@@ -384,6 +385,12 @@ func (n *Node) answerRepair(s *member) {
 		totals := n.read(refs, func(t region.Total) bool {
 			return replicaOf(t.Region, dest.region) || replicaOf(t.Region, n.cfg.Region)
 		})
+		// And this node's own latest totals, dirty or sent last: its
+		// store may have lost its counts too and not know it yet (two
+		// stores restarting a round trip apart), and then answers with
+		// nothing of this region. Each is a count this region's store
+		// once returned, as a flush carries; the receiver max-merges.
+		totals = append(totals, n.ownTotals(now)...)
 		n.met.repairAnswered()
 		if len(totals) == 0 {
 			// An empty answer still tells the node this region has

@@ -562,23 +562,8 @@ func TestRepairBringsOthersBack(t *testing.T) {
 		return true
 	}
 	waitFor(t, 10*time.Second, "eu's Redis holds us's counts", all)
-	// What us sends of its totals other than to answer a repair.
-	totalsSent := func() float64 {
-		var b float64
-		for _, r := range []string{"urgent", "periodic", "flush", "echo", "reconcile", "rejoin"} {
-			b += counterValue(us.node.met.bytesWhy.WithLabelValues(r))
-		}
-		return b
-	}
-	// us sends its totals once more a while after its flush (an echo,
-	// for a lost packet): wait until it has nothing more to send.
-	sent := totalsSent()
-	for quiet := time.Now(); time.Since(quiet) < time.Second; {
-		<-time.After(50 * time.Millisecond) // poll step
-		if b := totalsSent(); b != sent {
-			sent, quiet = b, time.Now()
-		}
-	}
+	totalsSent := totalsSentBy(us)
+	sent := waitQuiet(totalsSent)
 
 	srv.Restart(t) // empty: no persistence
 	took := waitFor(t, 20*time.Second, "eu's Redis holds every count of us again", all)
@@ -727,4 +712,92 @@ func lossSeenAtDecision(t *testing.T, newKey bool) {
 	}
 	t.Logf("eu asked for the repair %v after its first decision on the emptied store", time.Since(decided).Round(time.Millisecond))
 	checkTiming(t, "the loss seen after the first decision", took, 100*time.Millisecond)
+}
+
+// TestRepairAnswerFromALostStore: us's Redis restarts empty and its node
+// has not found the loss yet (it reads no epoch here; a node finds it
+// within a second, or at its next decision), then eu's Redis restarts
+// too and eu asks us for its repair. us's store holds nothing to answer
+// with, but its node still holds its own latest totals, and the answer
+// carries them: eu's Redis holds us's counts again one round trip after
+// it asked. Without them eu decided as if us had admitted nothing until
+// us next sent (the fault search's seed 39867: two stores restarting
+// 159 ms apart, 1.079 of the bound).
+func TestRepairAnswerFromALostStore(t *testing.T) {
+	fn := NewFaultNetwork(8)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	euSrv, usSrv := redistest.Start(t), redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: euSrv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	usRd := storetest.Open(t, region.Config{Region: "us", Redis: region.RedisConfig{URL: usSrv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
+	us := startOwn(t, fn, "us-0", "us", usRd, false, nil, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+
+	// us's hits go as the API's do: with the limit and the estimate, so
+	// that its node keeps the state of each key's bucket until it closes.
+	lim := window.Limit{Limit: 1000, Window: time.Hour}
+	keys := keyNames("l%d", 10)
+	want := map[string]uint64{}
+	var bucket int64
+	for i, k := range keys {
+		for range i + 1 {
+			res := make([]region.Result, 1)
+			if err := usRd.Check(context.Background(), []region.Request{{Key: k, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil || !res[0].Allowed {
+				t.Fatalf("hit on %s: %+v, %v", k, res[0], err)
+			}
+			r := res[0]
+			us.node.Dirty(region.Total{Key: k, Window: lim.Window, Bucket: r.Bucket, Region: "us", Count: r.Local, Trail: r.LocalTrail,
+				Limit: lim.Limit, Estimate: r.Estimate + 1})
+			want[k], bucket = want[k]+1, r.Bucket
+		}
+	}
+	all := func() bool {
+		for _, k := range keys {
+			if countOf(t, rd, k, lim.Window, bucket, "us") != want[k] {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*time.Second, "eu's Redis holds us's counts", all)
+	totalsSent := totalsSentBy(us)
+	sent := waitQuiet(totalsSent)
+	usSrv.Restart(t)
+	if n := countOf(t, usRd, keys[len(keys)-1], lim.Window, bucket, "us"); n != 0 {
+		t.Fatalf("us's Redis holds %d after its restart, want 0", n)
+	}
+	euSrv.Restart(t)
+	took := waitFor(t, 20*time.Second, "eu's Redis holds every count of us again", all)
+	t.Logf("both stores restarted empty; us's counts were back in eu's %v after eu's restart", took.Round(time.Millisecond))
+	if got := totalsSent(); got != sent {
+		t.Errorf("us sent %v bytes of totals after the restarts, want none (the answer alone brings its counts back)", got-sent)
+	}
+}
+
+// totalsSentBy returns a function that reports the bytes of totals on has
+// sent other than to answer a repair.
+func totalsSentBy(on *ownNode) func() float64 {
+	return func() float64 {
+		var b float64
+		for _, r := range []string{"urgent", "periodic", "flush", "echo", "reconcile", "rejoin"} {
+			b += counterValue(on.node.met.bytesWhy.WithLabelValues(r))
+		}
+		return b
+	}
+}
+
+// waitQuiet waits until sent has not grown for a second (a node sends its
+// totals once more a while after a flush, an echo for a lost packet) and
+// returns its value then.
+func waitQuiet(sent func() float64) float64 {
+	v := sent()
+	for quiet := time.Now(); time.Since(quiet) < time.Second; {
+		<-time.After(50 * time.Millisecond) // poll step
+		if b := sent(); b != v {
+			v, quiet = b, time.Now()
+		}
+	}
+	return v
 }

@@ -41,7 +41,9 @@ import (
 //     as asked.
 //   - Each member asked answers, one one-way delay later, with the
 //     requester's region's totals and its own region's that its region's
-//     store holds, in the key's current and previous buckets; the answer
+//     store holds, in the key's current and previous buckets, and its own
+//     latest totals (as its gossip node holds them dirty or sent last:
+//     its store may have lost its counts too, unknown to it yet); the answer
 //     is lost when the pair is cut at that instant.
 //   - The requester takes each answered total as far as two sources agree
 //     (restore.go: a source is a region when the members asked are of two
@@ -246,6 +248,16 @@ func (w *world) answerRepair(e *event) {
 			}
 		}
 	}
+	// And the answering node's own latest totals (dirty or sent last):
+	// its store may have lost its counts too, and not know it yet.
+	var own []region.Total
+	for _, t := range n.sent[e.node] {
+		if !w.expired(wd, t.Bucket) {
+			own = append(own, t)
+		}
+	}
+	slices.SortFunc(own, func(a, b region.Total) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Bucket, b.Bucket)) })
+	tot = append(tot, own...)
 	if !w.cut(e.to, e.from) { // an empty answer too: it ends the hold
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
 	}
