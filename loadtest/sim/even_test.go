@@ -37,8 +37,14 @@ func TestEvenLoad(t *testing.T) {
 				}
 				t.Logf("%v one-way, %d per 10s: per region %v (spread %.3f); trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f",
 					d, lim, st.PerRegion, st.Spread(), st.Median, st.P999, st.Max, st.SteadyMin)
-				if s := st.Spread(); !(s <= 0.25) {
-					t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 25%%", d, lim, st.PerRegion, 100*s)
+				// Within 10% at 60 ms, the delay the goal names; at 100 ms
+				// a limit of 100 splits less evenly.
+				spread := 0.10
+				if d > 60*time.Millisecond {
+					spread = 0.25
+				}
+				if s := st.Spread(); !(s <= spread) {
+					t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most %.0f%%", d, lim, st.PerRegion, 100*s, 100*spread)
 				}
 				if st.Max > 1.05 || st.P999 > 1.02 {
 					t.Errorf("%v, %d per 10s: max %.3f, p99.9 %.3f; want at most 1.05 and 1.02", d, lim, st.Max, st.P999)
