@@ -456,6 +456,36 @@ func TestStagger(t *testing.T) {
 	}
 }
 
+// TestStaggerUnheardSinceSlot: a region not heard from since the slot
+// began may have admitted in the slot before without it arriving (a
+// split right after its asks), so each of its nodes adds to the base;
+// once heard in the slot it does not.
+func TestStaggerUnheardSinceSlot(t *testing.T) {
+	regions := []string{"a", "b", "c"}
+	nodes := map[string]int{"a": 1, "b": 2, "c": 3}
+	const h = 100 * time.Millisecond
+	for _, into := range []int64{10, 250, 800} {
+		now := time.UnixMilli(1_700_000_000_000 + 5000 + into) // into ms into a slot
+		for _, r := range regions {
+			v := View{Region: r, Alive: regions, Nodes: nodes[r], Horizon: h, RegionNodes: nodes}
+			heard, _, _ := stagger(now, &v)
+			for _, o := range regions {
+				if o == r {
+					continue
+				}
+				v.Ages = map[string]time.Duration{o: time.Duration(into+1) * time.Millisecond}
+				if got, _, _ := stagger(now, &v); got != heard+uint64(nodes[o]) {
+					t.Errorf("%d ms into the slot, %s with %s unheard since before it: base %d, want %d", into, r, o, got, heard+uint64(nodes[o]))
+				}
+				v.Ages[o] = time.Duration(into) * time.Millisecond
+				if got, _, _ := stagger(now, &v); got != heard {
+					t.Errorf("%d ms into the slot, %s with %s heard at its start: base %d, want %d", into, r, o, got, heard)
+				}
+			}
+		}
+	}
+}
+
 // TestQuiet: on a key whose window is known (from a store result), an
 // alive region unheard for more than a quarter of the window (and at
 // least quietMin) is charged as a silent one for that key: its share,

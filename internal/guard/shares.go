@@ -180,7 +180,8 @@ const staggerSlot = time.Second
 // request every R slots) does not always find its region past the
 // headroom. A node asks only in
 // the first S - H of a slot S, so that what it admitted reaches every
-// node before the next slot. Slots are of staggerSlot, or twice the
+// node before the next slot, and a region not heard from since the slot
+// began adds its nodes to the base. Slots are of staggerSlot, or twice the
 // horizon rounded up to whole seconds when that is longer, aligned to the
 // Unix epoch, so that nodes with the same view agree on the bases.
 //
@@ -199,6 +200,19 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 	me := int(rank(v))
 	for i := int(window.Mix64(uint64(slot)) % uint64(r)); i != me; i = (i + 1) % r {
 		base += uint64(v.nodesOf(v.Alive[i]))
+	}
+	// What another region admitted in the slot before reaches this node
+	// by the time this slot begins, and every frame heard after it
+	// carries it; a region not heard from since the slot began may have
+	// admitted there unheard (a split that began right after its asks),
+	// so each of its nodes counts as having taken a hit.
+	since := time.Duration(ms-slot*sm) * time.Millisecond
+	for _, a := range v.Alive {
+		if a != v.Region && v.Ages != nil {
+			if age, ok := v.Ages[a]; ok && age > since {
+				base += uint64(v.nodesOf(a))
+			}
+		}
 	}
 	return base, ok, wait
 }
