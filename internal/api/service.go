@@ -114,16 +114,10 @@ func (s *Server) CheckBatch(ctx context.Context, r *connect.Request[ratelimitv1.
 		if err := s.dec.Decide(ctx, reqs, outs); err != nil {
 			return nil, err
 		}
-		var ages map[string]time.Duration
-		read := false
+		ages := s.ages(outs...)
 		for j, i := range index {
-			var resp *ratelimitv1.CheckResponse
-			if in[i].GetOmitStats() {
-				resp = brief(new(responseMsgs), outs[j])
-			} else {
-				if !read {
-					ages, read = s.ages(outs...), true
-				}
+			resp := brief(new(responseMsgs), outs[j])
+			if !in[i].GetOmitStats() {
 				resp = s.response(new(responseMsgs), outs[j], ages)
 			}
 			out[i] = &ratelimitv1.CheckResult{Result: &ratelimitv1.CheckResult_Response{Response: resp}}

@@ -385,12 +385,7 @@ func (n *Node) answerRepair(s *member) {
 		totals := n.read(refs, func(t region.Total) bool {
 			return replicaOf(t.Region, dest.region) || replicaOf(t.Region, n.cfg.Region)
 		})
-		// And this node's own latest totals, dirty or sent last: its
-		// store may have lost its counts too and not know it yet (two
-		// stores restarting a round trip apart), and then answers with
-		// nothing of this region. Each is a count this region's store
-		// once returned, as a flush carries; the receiver max-merges.
-		totals = append(totals, n.ownTotals(now)...)
+		totals = withOwn(totals, n.ownTotals(now))
 		n.met.repairAnswered()
 		if len(totals) == 0 {
 			// An empty answer still tells the node this region has
@@ -412,6 +407,26 @@ func (n *Node) answerRepair(s *member) {
 			n.log.Debug("repair answer", "to", dest.node.Name, "err", err)
 		}
 	}()
+}
+
+// withOwn adds to totals, read from this node's store, the node's own
+// latest totals (dirty or sent last) that the store lacks or holds less
+// of: the store may have lost its counts too and not know it yet (two
+// stores restarting a round trip apart), and would answer with nothing of
+// this region. Each is a count this region's store once returned, as a
+// flush carries; the receiver max-merges. A store that lost nothing holds
+// as much or more of each, and none is sent twice.
+func withOwn(totals, own []region.Total) []region.Total {
+	held := make(map[dref]uint64, len(totals))
+	for _, t := range totals {
+		held[dref{ref{t.Key, t.Window, t.Bucket}, t.Region}] = t.Count
+	}
+	for _, t := range own {
+		if c, ok := held[dref{ref{t.Key, t.Window, t.Bucket}, t.Region}]; !ok || t.Count > c {
+			totals = append(totals, t)
+		}
+	}
+	return totals
 }
 
 // read returns the totals that keep accepts, with a count, in the buckets

@@ -3,6 +3,8 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -800,4 +802,23 @@ func waitQuiet(sent func() float64) float64 {
 		}
 	}
 	return v
+}
+
+// TestWithOwn: a repair answer adds the node's own totals only where its
+// store lacks them or holds less, so a store that lost nothing sends each
+// total once.
+func TestWithOwn(t *testing.T) {
+	tot := func(key string, b int64, n uint64) region.Total {
+		return region.Total{Key: key, Window: time.Minute, Bucket: b, Region: "us", Count: n}
+	}
+	store := []region.Total{tot("a", 1, 5), tot("b", 1, 6)}
+	own := []region.Total{tot("a", 1, 3), tot("a", 2, 2), tot("b", 1, 7)}
+	got := withOwn(slices.Clone(store), own)
+	want := []region.Total{tot("a", 1, 5), tot("b", 1, 6), tot("a", 2, 2), tot("b", 1, 7)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("withOwn = %v, want %v", got, want)
+	}
+	if got := withOwn(slices.Clone(store), []region.Total{tot("a", 1, 5), tot("b", 1, 1)}); len(got) != 2 {
+		t.Errorf("withOwn with nothing newer = %v, want the store's two", got)
+	}
 }

@@ -208,10 +208,8 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 	// so each of its nodes counts as having taken a hit.
 	since := time.Duration(ms-slot*sm) * time.Millisecond
 	for _, a := range v.Alive {
-		if a != v.Region && v.Ages != nil {
-			if age, ok := v.Ages[a]; ok && age > since {
-				base += uint64(v.nodesOf(a))
-			}
+		if age, known := v.Ages[a]; a != v.Region && known && age > since {
+			base += uint64(v.nodesOf(a))
 		}
 	}
 	return base, ok, wait

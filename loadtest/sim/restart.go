@@ -184,13 +184,10 @@ func (w *world) requestRepair(r, k int) {
 		n.hold[k] = w.now + gossip.RestoreHold(v.Horizon, w.cfg.Flush).Milliseconds()
 	}
 	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answered: map[int]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
-	var own []region.Total
-	for ref, t := range n.sent[k] {
-		if _, end := window.BucketSpan(ref.Window, ref.Bucket); end > w.now {
-			own = append(own, t)
-		}
-	}
-	slices.SortFunc(own, func(a, b region.Total) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Bucket, b.Bucket)) })
+	own := ownLatest(n, k, func(ref region.BucketRef) bool {
+		_, end := window.BucketSpan(ref.Window, ref.Bucket)
+		return end > w.now
+	})
 	if len(own) > 0 {
 		_ = n.store.Restore(context.Background(), own)
 	}
@@ -199,6 +196,19 @@ func (w *world) requestRepair(r, k int) {
 			w.ask(r, k, j)
 		}
 	}
+}
+
+// ownLatest returns node k of n's latest own totals (see node.sent) of
+// the buckets keep accepts, in key and bucket order.
+func ownLatest(n *node, k int, keep func(region.BucketRef) bool) []region.Total {
+	var own []region.Total
+	for ref, t := range n.sent[k] {
+		if keep(ref) {
+			own = append(own, t)
+		}
+	}
+	slices.SortFunc(own, func(a, b region.Total) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Bucket, b.Bucket)) })
+	return own
 }
 
 // ask sends node k of region r's repair request to every member of
@@ -250,14 +260,7 @@ func (w *world) answerRepair(e *event) {
 	}
 	// And the answering node's own latest totals (dirty or sent last):
 	// its store may have lost its counts too, and not know it yet.
-	var own []region.Total
-	for _, t := range n.sent[e.node] {
-		if !w.expired(wd, t.Bucket) {
-			own = append(own, t)
-		}
-	}
-	slices.SortFunc(own, func(a, b region.Total) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Bucket, b.Bucket)) })
-	tot = append(tot, own...)
+	tot = append(tot, ownLatest(n, e.node, func(ref region.BucketRef) bool { return !w.expired(ref.Window, ref.Bucket) })...)
 	if !w.cut(e.to, e.from) { // an empty answer too: it ends the hold
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
 	}
