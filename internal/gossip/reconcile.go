@@ -119,6 +119,16 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 		return
 	}
 	n.keepRecent(totals)
+	// And for a repair while they still count: the store's totals hold
+	// the hits of the region's every node.
+	n.mu.Lock()
+	for _, t := range totals {
+		dk := dref{ref{t.Key, t.Window, t.Bucket}, t.Region}
+		if until := countsUntil(dk, bucketEnd(t.Window, t.Bucket).UnixMilli()); now.UnixMilli() < until {
+			n.urg.closed.keep(dk, tally{t.Count, t.Trail}, until, n.cfg.MaxDirty)
+		}
+	}
+	n.mu.Unlock()
 	v := n.view()
 	var wg sync.WaitGroup
 	for reg, ms := range v.remote {

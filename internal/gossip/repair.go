@@ -263,7 +263,8 @@ func (n *Node) restoreOwn(now time.Time) {
 }
 
 // ownTotals returns, for each of this region's totals (its own and its
-// replicas') that the node holds dirty, sent last or about to echo, in a
+// replicas') that the node holds dirty, sent last, about to echo or kept
+// from a bucket that closed less than a window ago (closedOwn), in a
 // bucket that has not expired, the largest of them.
 func (n *Node) ownTotals(now time.Time) []region.Total {
 	best := map[dref]tally{}
@@ -284,6 +285,9 @@ func (n *Node) ownTotals(now time.Time) []region.Total {
 	}
 	for dk, s := range n.urg.state {
 		add(dk, s.sent)
+	}
+	for dk, c := range n.urg.closed.tot {
+		add(dk, c)
 	}
 	n.mu.Unlock()
 	out := make([]region.Total, 0, len(best))

@@ -728,11 +728,8 @@ func lossSeenAtDecision(t *testing.T, newKey bool) {
 func TestRepairAnswerFromALostStore(t *testing.T) {
 	fn := NewFaultNetwork(8)
 	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
-	euSrv, usSrv := redistest.Start(t), redistest.Start(t)
-	rd := storetest.Open(t, region.Config{Region: "eu", Redis: region.RedisConfig{URL: euSrv.URL(), ServerClock: true},
-		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
-	usRd := storetest.Open(t, region.Config{Region: "us", Redis: region.RedisConfig{URL: usSrv.URL(), ServerClock: true},
-		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	euSrv, rd := redisRegion(t, "eu")
+	usSrv, usRd := redisRegion(t, "us")
 	eu := startOwn(t, fn, "eu-0", "eu", rd, false, rd.Epoch, "")
 	us := startOwn(t, fn, "us-0", "us", usRd, false, nil, eu.node.Addr())
 	waitMembers(t, []*ownNode{eu, us}, 2)
@@ -778,6 +775,16 @@ func TestRepairAnswerFromALostStore(t *testing.T) {
 	}
 }
 
+// redisRegion starts a Redis server for region reg and opens its store
+// on the server's clock.
+func redisRegion(t *testing.T, reg string) (*redistest.Server, *region.Redis) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rd := storetest.Open(t, region.Config{Region: reg, Redis: region.RedisConfig{URL: srv.URL(), ServerClock: true},
+		Failover: region.FailoverConfig{Timeout: testStoreTimeout}}).Redis
+	return srv, rd
+}
+
 // totalsSentBy returns a function that reports the bytes of totals on has
 // sent other than to answer a repair.
 func totalsSentBy(on *ownNode) func() float64 {
@@ -821,4 +828,48 @@ func TestWithOwn(t *testing.T) {
 	if got := withOwn(slices.Clone(store), []region.Total{tot("a", 1, 5), tot("b", 1, 1)}); len(got) != 2 {
 		t.Errorf("withOwn with nothing newer = %v, want the store's two", got)
 	}
+}
+
+// TestRepairRestoresClosedOwn: a region's count of the bucket that closed
+// last still counts in every estimate for a window. When its Redis and the
+// other region's restart empty one after the other, nobody's store holds
+// that count any more, and the node restores it from what it kept.
+func TestRepairRestoresClosedOwn(t *testing.T) {
+	fn := NewFaultNetwork(8)
+	wan(fn, []string{"eu", "us"}, 20*time.Millisecond)
+	euSrv, euRd := redisRegion(t, "eu")
+	usSrv, usRd := redisRegion(t, "us")
+	// eu does not read its epoch: its loss stays unseen, as when the
+	// second restart comes within a round trip of the first.
+	eu := startOwn(t, fn, "eu-0", "eu", euRd, false, nil, "")
+	us := startOwn(t, fn, "us-0", "us", usRd, false, usRd.Epoch, eu.node.Addr())
+	waitMembers(t, []*ownNode{eu, us}, 2)
+
+	// Hits early in a bucket of 3 s, so that it closes and the repair
+	// comes well within the window after it.
+	lim := window.Limit{Limit: 1000, Window: 3 * time.Second}
+	bucket := waitBucketStart(t, lim.Window)
+	end := bucketEndOf(lim.Window, bucket)
+	const key, hits = "closed", 7
+	for range hits {
+		res := make([]region.Result, 1)
+		if err := usRd.Check(context.Background(), []region.Request{{Key: key, Limit: lim, Hits: 1, Now: time.Now()}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("hit: %+v, %v", res[0], err)
+		}
+		r := res[0]
+		if r.Bucket != bucket {
+			t.Fatalf("hit in bucket %d, want %d", r.Bucket, bucket)
+		}
+		us.node.Dirty(region.Total{Key: key, Window: lim.Window, Bucket: r.Bucket, Region: "us", Count: r.Local, Trail: r.LocalTrail,
+			Limit: lim.Limit, Estimate: r.Estimate + 1})
+	}
+	waitFor(t, 5*time.Second, "eu's Redis holds us's hits", func() bool { return countOf(t, euRd, key, lim.Window, bucket, "us") == hits })
+	// The bucket closes; us forgets its state of it at its next flush.
+	<-time.After(time.Until(end) + 100*time.Millisecond)
+
+	euSrv.Restart(t)
+	usSrv.Restart(t)
+	took := waitFor(t, time.Until(end.Add(lim.Window))-200*time.Millisecond,
+		"us's Redis holds its count of the closed bucket again", func() bool { return countOf(t, usRd, key, lim.Window, bucket, "us") == hits })
+	t.Logf("both stores restarted after the bucket closed; us's count of it was back in %v", took.Round(time.Millisecond))
 }

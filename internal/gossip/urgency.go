@@ -68,6 +68,57 @@ type urgency struct {
 	changed map[dref]struct{} // dirtied since the last flush: urgency to judge again
 	stale   []timed           // in order: since + MaxStaleness of each unsent period
 	echoes  []timed           // in order: periodic sends to echo
+	closed  closedOwn         // this region's totals of closed buckets that still count
+}
+
+// closedOwn keeps this region's latest totals of the buckets that closed
+// less than a window ago, which every estimate still reads, for a repair:
+// the store may lose them while the other regions' stores that hold them
+// lose them too (two Redis restarted within a round trip), and the node
+// then restores them itself (ownTotals).
+type closedOwn struct {
+	tot   map[dref]tally
+	until map[int64][]dref // when the bucket stops counting (Unix ms) -> totals
+}
+
+// keep records t as the latest total of dk, a bucket of this region that
+// counts until untilMs. Under n.mu; at most max totals are kept.
+func (c *closedOwn) keep(dk dref, t tally, untilMs int64, max int) {
+	if t.n == 0 {
+		return
+	}
+	if old, ok := c.tot[dk]; ok {
+		old.merge(region.Total{Window: dk.window, Count: t.n, Trail: t.h})
+		c.tot[dk] = old
+		return
+	}
+	if len(c.tot) >= max {
+		return
+	}
+	if c.tot == nil {
+		c.tot, c.until = map[dref]tally{}, map[int64][]dref{}
+	}
+	c.tot[dk] = t
+	c.until[untilMs] = append(c.until[untilMs], dk)
+}
+
+// forget drops the totals of the buckets that no longer count at nowMs.
+func (c *closedOwn) forget(nowMs int64) {
+	for until, dks := range c.until {
+		if until > nowMs {
+			continue
+		}
+		for _, dk := range dks {
+			delete(c.tot, dk)
+		}
+		delete(c.until, until)
+	}
+}
+
+// countsUntil returns when bucket dk, which ends at endMs, stops counting
+// in an estimate: one window after its end.
+func countsUntil(dk dref, endMs int64) int64 {
+	return endMs + max(dk.window, -dk.window).Milliseconds()
 }
 
 // hiddenBudget divides the limit into what the whole pool may hold unsent
@@ -268,7 +319,8 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 // forgetClosed drops the policy's state of the buckets that have closed,
 // and their dirty totals that the reconciliation will send (the buckets
 // this node touched); a dirty total it will not send stays dirty, without
-// state, and goes at the next flush. Under n.mu.
+// state, and goes at the next flush. It keeps this region's latest totals
+// of those buckets in u.closed while they count. Under n.mu.
 func (n *Node) forgetClosed(now time.Time) {
 	u := &n.urg
 	ms := now.UnixMilli()
@@ -277,6 +329,13 @@ func (n *Node) forgetClosed(now time.Time) {
 			continue
 		}
 		for _, dk := range dks {
+			if s := u.state[dk]; s != nil && replicaOf(dk.region, n.cfg.Region) {
+				t := s.sent
+				if d, ok := n.dirty[dk]; ok {
+					t.merge(region.Total{Window: dk.window, Count: d.n, Trail: d.h})
+				}
+				u.closed.keep(dk, t, countsUntil(dk, end), n.cfg.MaxDirty)
+			}
 			delete(u.state, dk)
 			if _, ok := n.touched[end][dk.ref]; ok {
 				delete(n.dirty, dk)
@@ -289,6 +348,7 @@ func (n *Node) forgetClosed(now time.Time) {
 		}
 		delete(u.ends, end)
 	}
+	u.closed.forget(ms)
 }
 
 // heardTotals raises the estimate of the buckets this node holds state of

@@ -204,3 +204,33 @@ func TestUrgencyDue(t *testing.T) {
 		t.Errorf("%v totals dropped, want none", got)
 	}
 }
+
+// TestClosedOwn: a closed bucket's own total is kept, merged to its
+// largest, until it stops counting, and no more than the bound are kept.
+func TestClosedOwn(t *testing.T) {
+	var c closedOwn
+	dk := func(k string) dref { return dref{ref{k, time.Second, 7}, "eu"} }
+	c.keep(dk("a"), tally{n: 3}, 9000, 2)
+	c.keep(dk("a"), tally{n: 5}, 9000, 2)
+	c.keep(dk("a"), tally{n: 4}, 9000, 2)
+	c.keep(dk("b"), tally{n: 1}, 9500, 2)
+	c.keep(dk("c"), tally{n: 1}, 9500, 2) // over the bound
+	c.keep(dk("d"), tally{}, 9500, 2)     // nothing to keep
+	if got := c.tot[dk("a")].n; got != 5 {
+		t.Errorf("a = %d, want the largest, 5", got)
+	}
+	if _, ok := c.tot[dk("c")]; ok || len(c.tot) != 2 {
+		t.Errorf("kept %v, want a and b only", c.tot)
+	}
+	c.forget(8999)
+	if len(c.tot) != 2 {
+		t.Errorf("forgot before the buckets stopped counting: %v", c.tot)
+	}
+	c.forget(9000)
+	if _, ok := c.tot[dk("a")]; ok || len(c.tot) != 1 {
+		t.Errorf("after a stopped counting: %v, want b only", c.tot)
+	}
+	if got := countsUntil(dk("a"), 8000); got != 9000 {
+		t.Errorf("countsUntil = %d, want the end plus a window, 9000", got)
+	}
+}

@@ -31,9 +31,10 @@ import (
 //     interval (a request's one-way delay and the answer's) plus a
 //     second.
 //   - At detection the node max-merges back (region.Memory.Restore) its
-//     own totals of the open buckets, the latest of its own admissions, as
-//     restoreOwn does with what it holds dirty or sent last (gossip forgets
-//     a key's state when its bucket closes). It then asks every member of
+//     own totals of the buckets that still count (open, or closed less
+//     than a window ago), the latest of its own admissions, as restoreOwn
+//     does with what it holds dirty, sent last, or kept from a closed
+//     bucket. It then asks every member of
 //     the other regions that it counts alive (heard within the suspicion
 //     timeout) for this region's totals, and, while the repair is open (30
 //     s), the members of a region heard again after a silence. A request
@@ -42,8 +43,9 @@ import (
 //   - Each member asked answers, one one-way delay later, with the
 //     requester's region's totals and its own region's that its region's
 //     store holds, in the key's current and previous buckets, and its own
-//     latest totals (as its gossip node holds them dirty or sent last:
-//     its store may have lost its counts too, unknown to it yet); the answer
+//     latest totals of the buckets that still count (as its gossip node
+//     holds them: its store may have lost its counts too, unknown to it
+//     yet); the answer
 //     is lost when the pair is cut at that instant.
 //   - The requester takes each answered total as far as two sources agree
 //     (restore.go: a source is a region when the members asked are of two
@@ -174,6 +176,14 @@ func (w *world) expired(wd time.Duration, b int64) bool {
 	return w.now >= end+wd.Milliseconds()+retryMarginMs
 }
 
+// counts reports whether bucket ref still counts in an estimate now: it
+// closed less than a window ago, or is open. A gossip node keeps its own
+// totals of such buckets (Node.ownTotals).
+func (w *world) counts(ref region.BucketRef) bool {
+	_, end := window.BucketSpan(ref.Window, ref.Bucket)
+	return w.now < end+ref.Window.Milliseconds()
+}
+
 // requestRepair is node k of region r seeing its store's new epoch: it
 // merges back its own totals of the open buckets and asks the members of
 // the regions it counts alive.
@@ -184,10 +194,7 @@ func (w *world) requestRepair(r, k int) {
 		n.hold[k] = w.now + gossip.RestoreHold(v.Horizon, w.cfg.Flush).Milliseconds()
 	}
 	n.repairs[k] = &repair{since: w.now, until: w.now + repairWindowMs, asked: map[member]bool{}, answered: map[int]bool{}, answers: map[region.BucketRef]*gossip.RepairAnswer{}}
-	own := ownLatest(n, k, func(ref region.BucketRef) bool {
-		_, end := window.BucketSpan(ref.Window, ref.Bucket)
-		return end > w.now
-	})
+	own := ownLatest(n, k, w.counts)
 	if len(own) > 0 {
 		_ = n.store.Restore(context.Background(), own)
 	}
@@ -260,7 +267,7 @@ func (w *world) answerRepair(e *event) {
 	}
 	// And the answering node's own latest totals (dirty or sent last):
 	// its store may have lost its counts too, and not know it yet.
-	tot = append(tot, ownLatest(n, e.node, func(ref region.BucketRef) bool { return !w.expired(ref.Window, ref.Bucket) })...)
+	tot = append(tot, ownLatest(n, e.node, w.counts)...)
 	if !w.cut(e.to, e.from) { // an empty answer too: it ends the hold
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
 	}
