@@ -608,7 +608,8 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 // about it: it has no store result for the key, so it knows no weights,
 // and its first probe would be decided by an equal share of the headroom
 // while the regions that know the weights give its region only its floor
-// share.
+// share; or its last result is two windows old or more, so its weights
+// are of counts that have left the window.
 //
 // A key the guard has no room for (its shard full even after a sweep)
 // needs none: the store alone decides it.
@@ -630,6 +631,14 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 		// first.
 		if now.Before(e.start.Add(e.horizon)) {
 			return false
+		}
+		// Weights read two windows ago or more are of counts that have
+		// all left the window (a weight counts the current and the
+		// previous bucket): a region idle since then would probe by the
+		// shares of then, while the regions busy now give it its floor
+		// share.
+		if lim.Window > 0 && now.Sub(e.hAt) >= 2*lim.Window {
+			return true
 		}
 		return !e.weighs(e.keyView(v, lim))
 	}

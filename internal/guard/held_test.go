@@ -401,6 +401,53 @@ func TestReadBeforeFirstProbe(t *testing.T) {
 	}
 }
 
+// TestReadStaleWeights: a node reads a key's counts again before a probe
+// when its last result is two windows old: the weights it read then are
+// of counts that have all left the window. Five regions, a limit of 10
+// per 1 s: a read the key when nobody had admitted (equal shares); two
+// windows later b holds half of the limit. By the old weights a's probe
+// takes a fifth of the headroom of 5, a whole hit, while b, which knows
+// the counts, gives a only its floor share and takes the rest.
+func TestReadStaleWeights(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	v := &View{Region: "a", Alive: []string{"a", "b", "c", "d", "e"}, Nodes: 1, Horizon: 80 * time.Millisecond}
+	then := start.Add(-1700 * time.Millisecond)
+	empty := region.NewMemory(region.MemoryConfig{Region: "a"})
+	now := start.Add(300 * time.Millisecond) // two windows after then
+	st := heldStore(t, l, "b", start, 100, 5)
+	for _, tc := range []struct {
+		name     string
+		at       time.Time
+		wantRead bool
+	}{
+		{"two horizons after the read", then.Add(160 * time.Millisecond), false},
+		{"a window after it", then.Add(time.Second), false},
+		{"just under two windows after it", now.Add(-time.Millisecond), false},
+		{"two windows after it", now, true},
+	} {
+		g := New(Config{})
+		learn(t, g, empty, then, l, v)
+		if got := g.NeedsRead(tc.at, "k", l, v); got != tc.wantRead {
+			t.Errorf("%s: NeedsRead = %v, want %v", tc.name, got, tc.wantRead)
+		}
+	}
+	// Without the read, a probes by the shares of then.
+	g := New(Config{})
+	learn(t, g, empty, then, l, v)
+	if ok, lim := decide(t, g, heldStore(t, l, "b", start, 100, 5), now, l, v); !ok {
+		t.Fatalf("by the old weights: a's probe denied against %d, want admitted (the equal share they give)", lim)
+	}
+	g = New(Config{})
+	learn(t, g, empty, then, l, v)
+	if g.NeedsRead(now, "k", l, v) {
+		learn(t, g, st, now, l, v)
+	}
+	if ok, lim := decide(t, g, st, now, l, v); ok {
+		t.Errorf("after the read: a's probe admitted against %d, want denied (its floor share of a headroom of 5)", lim)
+	}
+}
+
 // A limit below the pool's nodes is decided by the stagger, where the
 // region at the head of a slot may take a hit per node: three regions of
 // three nodes, a limit of 3. Until it could tell that c was unheard, c
