@@ -80,6 +80,11 @@ func (c *tally) merge(t region.Total) {
 	c.h.Merge(t.Trail, t.Window.Milliseconds())
 }
 
+// mergeTally merges o, a total of a bucket of window w, into c.
+func (c *tally) mergeTally(w time.Duration, o tally) {
+	c.merge(region.Total{Window: w, Count: o.n, Trail: o.h})
+}
+
 // same reports whether c and o are the same total.
 func (c tally) same(o tally) bool { return c.n == o.n && slices.Equal(c.h, o.h) }
 

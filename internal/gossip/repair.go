@@ -273,7 +273,7 @@ func (n *Node) ownTotals(now time.Time) []region.Total {
 			return
 		}
 		b := best[dk]
-		b.merge(region.Total{Window: dk.window, Count: c.n, Trail: c.h})
+		b.mergeTally(dk.window, c)
 		best[dk] = b
 	}
 	n.mu.Lock()

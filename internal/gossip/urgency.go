@@ -82,17 +82,17 @@ type closedOwn struct {
 }
 
 // keep records t as the latest total of dk, a bucket of this region that
-// counts until untilMs. Under n.mu; at most max totals are kept.
-func (c *closedOwn) keep(dk dref, t tally, untilMs int64, max int) {
+// counts until untilMs. Under n.mu; at most bound totals are kept.
+func (c *closedOwn) keep(dk dref, t tally, untilMs int64, bound int) {
 	if t.n == 0 {
 		return
 	}
 	if old, ok := c.tot[dk]; ok {
-		old.merge(region.Total{Window: dk.window, Count: t.n, Trail: t.h})
+		old.mergeTally(dk.window, t)
 		c.tot[dk] = old
 		return
 	}
-	if len(c.tot) >= max {
+	if len(c.tot) >= bound {
 		return
 	}
 	if c.tot == nil {
@@ -332,7 +332,7 @@ func (n *Node) forgetClosed(now time.Time) {
 			if s := u.state[dk]; s != nil && replicaOf(dk.region, n.cfg.Region) {
 				t := s.sent
 				if d, ok := n.dirty[dk]; ok {
-					t.merge(region.Total{Window: dk.window, Count: d.n, Trail: d.h})
+					t.mergeTally(dk.window, d)
 				}
 				u.closed.keep(dk, t, countsUntil(dk, end), n.cfg.MaxDirty)
 			}
