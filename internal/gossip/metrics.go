@@ -47,7 +47,7 @@ func newMetrics() *metrics {
 		bytesRecv: cv("bytes_received_total", "Replication frame bytes received (payload), by kind.", "kind"),
 		merges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "merges_total",
 			Help: "Remote totals max-merged into the local store."}),
-		dropped: cv("dropped_total", "Totals or frames dropped, by reason (malformed, version, kind, oversized, not_member, misdirected, replay, stale, not_alive, foreign_region, queue_full, dirty_full, touched_full, send_error, send_busy, store_error, retry_expired, ...).", "reason"),
+		dropped: cv("dropped_total", "Totals or frames dropped, by reason (malformed, version, kind, oversized, not_member, misdirected, replay, stale, not_alive, foreign_region, queue_full, dirty_full, closed_full, touched_full, send_error, send_busy, store_error, retry_expired, ...).", "reason"),
 		lagDesc: prometheus.NewDesc("rlcluster_gossip_replication_lag_seconds",
 			"Age of the newest totals merged from each remote region (sender's clock); absent before the first.", []string{"region"}, nil),
 		membersDesc: prometheus.NewDesc("rlcluster_gossip_members",
@@ -86,7 +86,7 @@ func newMetrics() *metrics {
 	for _, r := range reasons {
 		m.bytesWhy.WithLabelValues(r)
 	}
-	for _, r := range []string{"malformed", "version", "oversized", "queue_full", "dirty_full", "send_error", "store_error"} {
+	for _, r := range []string{"malformed", "version", "oversized", "queue_full", "dirty_full", "closed_full", "send_error", "store_error"} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m

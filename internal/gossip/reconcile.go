@@ -125,7 +125,9 @@ func (n *Node) reconcile(now time.Time, refs []region.BucketRef) {
 	for _, t := range totals {
 		dk := dref{ref{t.Key, t.Window, t.Bucket}, t.Region}
 		if until := countsUntil(dk, bucketEnd(t.Window, t.Bucket).UnixMilli()); now.UnixMilli() < until {
-			n.urg.closed.keep(dk, tally{t.Count, t.Trail}, until, n.cfg.MaxDirty)
+			if !n.urg.closed.keep(dk, tally{t.Count, t.Trail}, until, n.cfg.MaxDirty) {
+				n.met.drop("closed_full")
+			}
 		}
 	}
 	n.mu.Unlock()

@@ -82,24 +82,26 @@ type closedOwn struct {
 }
 
 // keep records t as the latest total of dk, a bucket of this region that
-// counts until untilMs. Under n.mu; at most bound totals are kept.
-func (c *closedOwn) keep(dk dref, t tally, untilMs int64, bound int) {
+// counts until untilMs. Under n.mu; at most bound totals are kept, and
+// keep reports false when it dropped t for want of room.
+func (c *closedOwn) keep(dk dref, t tally, untilMs int64, bound int) bool {
 	if t.n == 0 {
-		return
+		return true
 	}
 	if old, ok := c.tot[dk]; ok {
 		old.mergeTally(dk.window, t)
 		c.tot[dk] = old
-		return
+		return true
 	}
 	if len(c.tot) >= bound {
-		return
+		return false
 	}
 	if c.tot == nil {
 		c.tot, c.until = map[dref]tally{}, map[int64][]dref{}
 	}
 	c.tot[dk] = t
 	c.until[untilMs] = append(c.until[untilMs], dk)
+	return true
 }
 
 // forget drops the totals of the buckets that no longer count at nowMs.
@@ -324,6 +326,7 @@ func (n *Node) due(now time.Time, replicas int, final bool) flushOut {
 func (n *Node) forgetClosed(now time.Time) {
 	u := &n.urg
 	ms := now.UnixMilli()
+	u.closed.forget(ms) // first, so that what stopped counting makes room
 	for end, dks := range u.ends {
 		if end > ms {
 			continue
@@ -334,7 +337,9 @@ func (n *Node) forgetClosed(now time.Time) {
 				if d, ok := n.dirty[dk]; ok {
 					t.mergeTally(dk.window, d)
 				}
-				u.closed.keep(dk, t, countsUntil(dk, end), n.cfg.MaxDirty)
+				if !u.closed.keep(dk, t, countsUntil(dk, end), n.cfg.MaxDirty) {
+					n.met.drop("closed_full")
+				}
 			}
 			delete(u.state, dk)
 			if _, ok := n.touched[end][dk.ref]; ok {
@@ -348,7 +353,6 @@ func (n *Node) forgetClosed(now time.Time) {
 		}
 		delete(u.ends, end)
 	}
-	u.closed.forget(ms)
 }
 
 // heardTotals raises the estimate of the buckets this node holds state of

@@ -214,8 +214,15 @@ func TestClosedOwn(t *testing.T) {
 	c.keep(dk("a"), tally{n: 5}, 9000, 2)
 	c.keep(dk("a"), tally{n: 4}, 9000, 2)
 	c.keep(dk("b"), tally{n: 1}, 9500, 2)
-	c.keep(dk("c"), tally{n: 1}, 9500, 2) // over the bound
-	c.keep(dk("d"), tally{}, 9500, 2)     // nothing to keep
+	if c.keep(dk("c"), tally{n: 1}, 9500, 2) { // over the bound
+		t.Error("keep took a total past the bound")
+	}
+	if !c.keep(dk("d"), tally{}, 9500, 2) { // nothing to keep
+		t.Error("keep reported an empty total dropped")
+	}
+	if !c.keep(dk("a"), tally{n: 2}, 9000, 2) { // merged into a kept one
+		t.Error("keep reported a kept total's merge dropped")
+	}
 	if got := c.tot[dk("a")].n; got != 5 {
 		t.Errorf("a = %d, want the largest, 5", got)
 	}
@@ -232,5 +239,36 @@ func TestClosedOwn(t *testing.T) {
 	}
 	if got := countsUntil(dk("a"), 8000); got != 9000 {
 		t.Errorf("countsUntil = %d, want the end plus a window, 9000", got)
+	}
+}
+
+// TestClosedOwnFull: when more closed buckets' own totals wait to be kept
+// for a repair than the bound holds, the ones past it are dropped and
+// counted, as a full dirty set is.
+func TestClosedOwnFull(t *testing.T) {
+	n := receiver(t, "eu", region.NewMemory(region.MemoryConfig{Region: "eu"}))
+	n.cfg.MaxDirty = 2
+	n.dirty, n.notice = map[dref]tally{}, map[ref]uint64{}
+	b := t0.UnixMilli() / time.Minute.Milliseconds()
+	closeBucket := func(w time.Duration, b int64, keys ...string) (kept int, dropped float64) {
+		for _, k := range keys {
+			n.Dirty(region.Total{Key: k, Region: "eu", Window: w, Bucket: b, Count: 1, Limit: 1000, Estimate: 1})
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.forgetClosed(bucketEndOf(w, b).Add(time.Millisecond))
+		return len(n.urg.closed.tot), n.met.dropCount("closed_full")
+	}
+	if kept, dropped := closeBucket(time.Minute, b, "a", "b"); kept != 2 || dropped != 0 {
+		t.Errorf("2 closed totals with room for 2: kept %d, dropped %v; want 2 and none", kept, dropped)
+	}
+	// A bucket of a 30 s window that closes while the first two count.
+	if kept, dropped := closeBucket(30*time.Second, 2*(b+1), "c"); kept != 2 || dropped != 1 {
+		t.Errorf("a third with room for 2: kept %d, dropped %v; want 2 and 1", kept, dropped)
+	}
+	// A minute after the first two closed, they no longer count: their
+	// room is free for the next bucket to close at that instant.
+	if kept, dropped := closeBucket(30*time.Second, 2*(b+1)+1, "d"); kept != 1 || dropped != 1 {
+		t.Errorf("after the first two stopped counting: kept %d, dropped %v; want 1 (d) and still 1", kept, dropped)
 	}
 }
