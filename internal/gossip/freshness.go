@@ -201,7 +201,9 @@ func (n *Node) heartbeat(old bool) {
 // never have sent them, and taken for alive it would be weighed by the
 // counts it had before the silence. Unheard holds what the alive
 // regions' nodes said they do not hear (KindUnheard), for
-// guard.View.Crossed.
+// guard.View.Crossed. Joining holds the node's decisions for
+// guard.JoinHold after its first join of a seed (or its start), when its
+// region has other alive nodes.
 func (n *Node) GuardView(now time.Time) guard.View {
 	v := guard.View{Region: n.cfg.Region, Alive: []string{n.cfg.Region}, Nodes: 1}
 	regions := map[string]bool{}
@@ -262,6 +264,12 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	}
 	v.RegionNodes[v.Region] = v.Nodes
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
+	// Until the other nodes know of this one, its region's others split
+	// its quota among one node fewer (see guard.View.Joining). A node
+	// alone in its region splits with nobody.
+	if left := time.Unix(0, n.joinedAt.Load()).Add(guard.JoinHold(n.cfg.GossipInterval, v.Horizon)).Sub(now); left > 0 && v.Nodes > 1 {
+		v.Joining = left
+	}
 	v.Suspicion = n.cfg.Suspicion
 	n.rep.mu.Lock()
 	if hold := n.rep.hold; now.Before(hold) && !n.rep.quorum.allAnswered(n.cfg.Region) {

@@ -272,3 +272,42 @@ func TestGuardViewPool(t *testing.T) {
 		return true
 	})
 }
+
+// TestGuardViewJoining: a node holds its guarded decisions
+// (guard.View.Joining) for guard.JoinHold from its start and again from
+// its first join of a seed, until memberlist's gossip can have told the
+// others of it, when its region has other nodes to split its quota with;
+// a node alone in its region holds none.
+func TestGuardViewJoining(t *testing.T) {
+	fn := NewFaultNetwork(1)
+	wan(fn, []string{"eu", "us"}, 10*time.Millisecond)
+	h := newHarness(t, fn, []string{"eu", "us"}, 2)
+	seed, joiner := h.nodes[0].node, h.nodes[1].node // eu-0, and eu-1, which joined it
+	hold := func(n *Node, at time.Time) (joining, want time.Duration) {
+		v := n.GuardView(at)
+		return v.Joining, guard.JoinHold(n.cfg.GossipInterval, v.Horizon)
+	}
+	// The seed joined nobody: it holds from its start.
+	if got, want := hold(seed, seed.started); got != want {
+		t.Errorf("the seed at its start: Joining = %v, want JoinHold %v", got, want)
+	}
+	if got, want := hold(seed, seed.started.Add(time.Second)); got != 0 || want >= time.Second {
+		t.Errorf("the seed a second after its start: Joining = %v (hold %v), want 0", got, want)
+	}
+	joined := time.Unix(0, joiner.joinedAt.Load())
+	if !joined.After(joiner.started) {
+		t.Fatalf("joinedAt %v is not after the node's start %v, though it joined a seed", joined, joiner.started)
+	}
+	got, want := hold(joiner, joined)
+	if got != want {
+		t.Errorf("at its join: Joining = %v, want JoinHold %v", got, want)
+	}
+	if got, _ := hold(joiner, joined.Add(want)); got != 0 {
+		t.Errorf("a hold after its join: Joining = %v, want 0", got)
+	}
+
+	alone := newHarness(t, NewFaultNetwork(1), []string{"eu", "us"}, 1).nodes[1].node
+	if got, _ := hold(alone, time.Unix(0, alone.joinedAt.Load())); got != 0 {
+		t.Errorf("a node alone in its region, at its join: Joining = %v, want 0", got)
+	}
+}

@@ -61,6 +61,7 @@ func (n *Node) joinLoop() {
 			switch {
 			case k > 0 && !joined:
 				joined = true
+				n.joinedAt.Store(n.cfg.Now().UnixNano())
 				n.log.Info("joined gossip pool", "contacted", k, "members", n.ml.NumMembers())
 			case k > 0:
 				n.log.Debug("rejoined seeds", "contacted", k, "missing", strings.Join(missing, ","))

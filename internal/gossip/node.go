@@ -76,6 +76,7 @@ type Node struct {
 	fb         Fallbacker               // the store, when it may decide from a fallback (apart.go)
 	onFallback atomic.Bool              // the store decides from its fallback, as announced
 	started    time.Time                // cfg.Now() at New, for Ready
+	joinedAt   atomic.Int64             // Unix ns of the first join of a seed (started until then), for GuardView's Joining
 	seenRemote atomic.Bool              // a member of another region was seen alive
 	acc        atomic.Pointer[Accuracy] // told of every decision (Decided); nil: none
 
@@ -159,6 +160,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		replicas: map[string]map[string]time.Time{},
 	}
 	n.met.node = n
+	n.joinedAt.Store(n.started.UnixNano())
 	if fb, ok := store.(Fallbacker); ok {
 		n.fb = fb
 		n.onFallback.Store(fb.OnFallback()) // announced in the first metadata

@@ -280,7 +280,7 @@ func (g *Guard) shard(key string) *shard {
 // horizon (at least 1 ms). Under a View that is Off it always admits,
 // returns limit and reserves nothing; under one Restoring a store that
 // lost its counts, it refuses, retryable after v.Restoring or a horizon,
-// whichever is sooner.
+// whichever is sooner, and so under one Joining (see [View.Joining]).
 func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, v *View) (ok bool, storeLimit uint64, retryAfter time.Duration) {
 	r, storeLimit, retryAfter := g.AdmitReason(now, key, lim, hits, v)
 	return r == Admitted, storeLimit, retryAfter
@@ -295,6 +295,9 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	}
 	if v.Restoring > 0 {
 		return Restoring, limit, v.RestoringRetry()
+	}
+	if v.Joining > 0 {
+		return Joining, limit, v.JoiningRetry()
 	}
 	s := g.shard(key)
 	s.mu.Lock()
@@ -612,9 +615,11 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 // are of counts that have left the window.
 //
 // A key the guard has no room for (its shard full even after a sweep)
-// needs none: the store alone decides it.
+// needs none: the store alone decides it; nor does a request Admit will
+// refuse while the view holds (Restoring: the store lost its counts, and
+// a read would give its weights as none; Joining).
 func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) bool {
-	if v.Off() || len(v.Alive) <= 1 || lim.Limit < uint64(v.poolNodes()) {
+	if v.Off() || len(v.Alive) <= 1 || lim.Limit < uint64(v.poolNodes()) || v.Restoring > 0 || v.Joining > 0 {
 		return false
 	}
 	s := g.shard(key)

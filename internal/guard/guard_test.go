@@ -54,30 +54,49 @@ func TestAloneIsOff(t *testing.T) {
 	}
 }
 
-// TestRestoringRefuses: while the view says the store is being restored,
-// every request is refused, retryable after the time left, and nothing
-// is reserved; once it is not, the same key is admitted again. Alone, the
-// guard is off and restoring changes nothing.
-func TestRestoringRefuses(t *testing.T) {
-	g := New(Config{})
-	v := view([]string{"a", "b"}, nil)
-	v.Restoring = 80 * time.Millisecond
-	for _, key := range []string{"new", "new", "other"} {
-		if ok, _, retry := g.Admit(t0, key, limitOf(100), 1, v); ok || retry != v.Restoring {
-			t.Errorf("Admit(%s) while restoring = %v, retry after %v; want refused, %v", key, ok, retry, v.Restoring)
-		}
-	}
-	if got := g.Keys(); got != 0 {
-		t.Errorf("Keys() = %d after refusals while restoring, want 0", got)
-	}
-	v.Restoring = 0
-	if ok, _, _ := g.Admit(t0, "new", limitOf(100), 1, v); !ok {
-		t.Error("Admit refused once the view is no longer restoring")
-	}
-	alone := view([]string{"a"}, nil)
-	alone.Restoring = time.Second
-	if ok, _, _ := g.Admit(t0, "alone", limitOf(100), 1, alone); !ok {
-		t.Error("Admit refused alone while restoring: the guard is off")
+// TestHoldRefuses: while the view says the store is being restored, or
+// that this node's join may be unknown to the others, every request is
+// refused for that reason, retryable after the time left or a horizon,
+// whichever is sooner; nothing is reserved and no read is asked for. Once
+// the hold ends the key is admitted. Alone, the guard is off and neither
+// hold changes anything.
+func TestHoldRefuses(t *testing.T) {
+	for _, c := range []struct {
+		reason Reason
+		set    func(v *View, d time.Duration)
+	}{
+		{Restoring, func(v *View, d time.Duration) { v.Restoring = d }},
+		{Joining, func(v *View, d time.Duration) { v.Joining = d }},
+	} {
+		t.Run(c.reason.String(), func(t *testing.T) {
+			g := New(Config{})
+			v := view([]string{"a", "b"}, nil)
+			v.Horizon = 80 * time.Millisecond
+			for _, d := range []time.Duration{30 * time.Millisecond, 500 * time.Millisecond} {
+				c.set(v, d)
+				for _, key := range []string{"new", "new", "other"} {
+					r, _, retry := g.AdmitReason(t0, key, limitOf(100), 1, v)
+					if want := min(d, v.Horizon); r != c.reason || retry != want {
+						t.Errorf("AdmitReason(%s) held for %v = %v, retry after %v; want %v, %v", key, d, r, retry, c.reason, want)
+					}
+					if g.NeedsRead(t0, key, limitOf(100), v) {
+						t.Errorf("NeedsRead(%s) held for %v: want no read for a request that is refused", key, d)
+					}
+				}
+			}
+			if got := g.Keys(); got != 0 {
+				t.Errorf("Keys() = %d after refusals while held, want 0", got)
+			}
+			c.set(v, 0)
+			if ok, _, _ := g.Admit(t0, "new", limitOf(100), 1, v); !ok {
+				t.Error("Admit refused once the hold ended")
+			}
+			alone := view([]string{"a"}, nil)
+			c.set(alone, time.Second)
+			if ok, _, _ := g.Admit(t0, "alone", limitOf(100), 1, alone); !ok {
+				t.Error("Admit refused alone while held: the guard is off")
+			}
+		})
 	}
 }
 

@@ -32,7 +32,7 @@ type Node struct {
 	crossed   prometheus.Gauge
 	horizon   prometheus.Gauge
 	reads     prometheus.Counter
-	denials   [Cut + 1]prometheus.Counter // by Reason
+	denials   [Joining + 1]prometheus.Counter // by Reason
 }
 
 // Ticket carries one request from [Node.Admit] to [Node.Done].
@@ -80,7 +80,7 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 	}
 	denials := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlcluster_guard_denials_total",
-		Help: "Requests the burst guard refused, by reason: share (this node's quota of the key's headroom for the horizon is spent), stagger (a share that holds no whole hit, and not this node's turn), charged (the silent regions' charge leaves no room), restoring (the store lost its counts and waits for the other regions) or cut (the store denied a probe decided against this node's share, which the full limit would have admitted).",
+		Help: "Requests the burst guard refused, by reason: share (this node's quota of the key's headroom for the horizon is spent), stagger (a share that holds no whole hit, and not this node's turn), charged (the silent regions' charge leaves no room), restoring (the store lost its counts and waits for the other regions), joining (this node started or joined the pool too recently for the other nodes to count it) or cut (the store denied a probe decided against this node's share, which the full limit would have admitted).",
 	}, []string{"reason"})
 	for _, r := range Reasons {
 		n.denials[r] = denials.WithLabelValues(r.String())

@@ -26,13 +26,16 @@ const (
 	// decided against a limit lowered to this node's share or base, and
 	// the full limit would have admitted it (see [Guard.Done]).
 	Cut
+	// Joining: this node joined the pool too recently for the other
+	// nodes to know it (see [View.Joining]).
+	Joining
 )
 
 // Reasons lists the reasons of a refusal, in the order of their values.
-var Reasons = []Reason{Share, Stagger, Charged, Restoring, Cut}
+var Reasons = []Reason{Share, Stagger, Charged, Restoring, Cut, Joining}
 
 // String returns the reason's metric label: "admitted", "share",
-// "stagger", "charged", "restoring" or "cut".
+// "stagger", "charged", "restoring", "cut" or "joining".
 func (r Reason) String() string {
 	switch r {
 	case Admitted:
@@ -47,6 +50,8 @@ func (r Reason) String() string {
 		return "restoring"
 	case Cut:
 		return "cut"
+	case Joining:
+		return "joining"
 	}
 	return "unknown"
 }

@@ -48,6 +48,29 @@ type View struct {
 	// admitted: the guard refuses every request meanwhile, retryable after
 	// Restoring or a horizon, whichever is sooner.
 	Restoring time.Duration
+	// Joining is how much longer, at the most, this node's join may be
+	// unknown to the other nodes (0: known). Until they know it, this
+	// region's other nodes split its quota of a horizon among one node
+	// fewer, each taking a whole part of it, and the other regions' bases
+	// in the stagger lack it: the guard refuses every request meanwhile,
+	// retryable after Joining or a horizon, whichever is sooner.
+	Joining time.Duration
+}
+
+// JoiningRetry is when a request refused while v is Joining may be
+// retried: the time left, or a horizon (at least 1 ms) when that is
+// sooner.
+func (v *View) JoiningRetry() time.Duration {
+	return min(v.Joining, max(v.Horizon, time.Millisecond))
+}
+
+// JoinHold is how long a node that joined the pool holds its decisions
+// ([View.Joining]): until memberlist's gossip (an alive message sent to a
+// few members every gossip interval, relayed on) has reached every node
+// of its region and, across the one-way delay, of the others, three gossip
+// intervals and a horizon.
+func JoinHold(gossipInterval, horizon time.Duration) time.Duration {
+	return 3*gossipInterval + horizon
 }
 
 // RestoringRetry is when a request refused while v is Restoring may be

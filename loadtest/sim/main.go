@@ -42,11 +42,11 @@ func main() {
 	procs := flag.Int("procs", runtime.GOMAXPROCS(0), "schedules of -search run at once")
 	list := flag.Bool("list", false, "with -search, also list every schedule that went over its bound")
 	restarts := flag.Bool("restarts", false, "with -search, run only the schedules (of the -search seeds) that have store restarts")
+	members := flag.Bool("members", false, "with -search, run only the schedules (of the -search seeds) that have nodes joining or leaving")
 	flag.Parse()
 	if *n > 0 {
-		keep := func(schedule) bool { return true }
-		if *restarts {
-			keep = func(s schedule) bool { return len(s.Restarts) > 0 }
+		keep := func(s schedule) bool {
+			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0)
 		}
 		printSearch(os.Stdout, *from, *n, *procs, *list, keep)
 		return

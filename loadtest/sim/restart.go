@@ -149,10 +149,11 @@ func (w *world) restartEvent(e *event) {
 	case evLoss:
 		n.store = newStore(n.name)
 		for k := range n.lost {
-			n.lost[k] = true
+			// A node that joins later reads the new epoch as its first.
+			n.lost[k] = n.life[k].from <= w.now
 		}
 	case evDetect:
-		if n.lost[e.node] {
+		if n.lost[e.node] && w.alive(e.to, e.node) {
 			w.requestRepair(e.to, e.node)
 		}
 	case evAsk:
@@ -223,6 +224,9 @@ func ownLatest(n *node, k int, keep func(region.BucketRef) bool) []region.Total 
 func (w *world) ask(r, k, j int) {
 	rp := w.regions[r].repairs[k]
 	for m := range w.regions[j].guards {
+		if !w.alive(j, m) {
+			continue
+		}
 		rp.asked[member{j, m}] = true
 		if !w.cut(r, j) {
 			w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAsk, to: j, node: m, from: r, fromNode: k})

@@ -30,6 +30,8 @@ type schedule struct {
 	Faults  []fault
 	// Restarts are store restarts (restart.go), in time order.
 	Restarts []restart
+	// Members are nodes joining and leaving (members.go), in time order.
+	Members []memberChange
 }
 
 // restart empties region Region's store AtMs from the run's start; node k
@@ -170,6 +172,7 @@ func gen(seed uint64) schedule {
 		}
 		slices.SortStableFunc(s.Restarts, func(a, b restart) int { return cmp.Compare(a.AtMs, b.AtMs) })
 	}
+	genMembers(&s)
 	return s
 }
 
@@ -197,6 +200,9 @@ func (s schedule) String() string {
 	}
 	for _, r := range s.Restarts {
 		fmt.Fprintf(&b, "; %v", r)
+	}
+	for _, m := range s.Members {
+		fmt.Fprintf(&b, "; %v", m)
 	}
 	return b.String()
 }
@@ -242,6 +248,7 @@ func runSchedule(s schedule) outcome {
 		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}, Reconcile: len(s.Restarts) > 0}
 	start := epoch + s.Window.Milliseconds()/7
 	w := newWorld(cfg, epoch)
+	w.members(s.Members, start)
 	for _, r := range s.Restarts {
 		w.restart(r.Region, start+r.AtMs, r.Detect)
 	}
@@ -432,6 +439,9 @@ func class(s schedule) string {
 		if fk == "no fault" || k == "cut links" || (k == "other split" && fk == "one region alone") {
 			fk = k
 		}
+	}
+	if len(s.Members) > 0 {
+		fk = "membership"
 	}
 	if len(s.Restarts) > 0 {
 		fk = "restart"

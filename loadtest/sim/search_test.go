@@ -75,8 +75,10 @@ func regressionSeeds(t *testing.T) []uint64 {
 
 // TestFaultSearch runs random fault schedules (gen: 3 to 10 regions of 1
 // to 3 nodes, 30 to 100 ms apart, limits of 1 to 300 per 1 s or 10 s,
-// load phases with bursts, splits of any shape, cut links and store
-// restarts; a schedule with restarts is also run without them) and every
+// load phases with bursts, splits of any shape, cut links, store
+// restarts and nodes joining, leaving or crashing; a schedule with
+// membership changes is also run without them, and one with restarts
+// without those too) and every
 // seed kept in testdata/seeds.txt, and checks each against its bound:
 // at most max(1.05 L, L + 1) in a trailing window that overlaps no fault,
 // max((1 + 1/R) L, that) in one that does, or, for the classes of
@@ -102,9 +104,15 @@ func TestFaultSearch(t *testing.T) {
 		}
 	}
 	checkAll := func(seed uint64) {
-		check(gen(seed))
-		// The schedule of a seed kept before restarts were drawn.
-		if s := gen(seed); len(s.Restarts) > 0 {
+		s := gen(seed)
+		check(s)
+		// The schedules of a seed kept before membership changes, and
+		// before restarts, were drawn.
+		if len(s.Members) > 0 {
+			s = s.withoutMembers()
+			check(s)
+		}
+		if len(s.Restarts) > 0 {
 			check(s.withoutRestarts())
 		}
 	}
@@ -131,25 +139,36 @@ func TestFaultSearch(t *testing.T) {
 	t.Logf("%d kept seeds and %d random schedules from seed %d within their ceilings", len(seeds), *searchN, *searchFrom)
 }
 
-// TestGenKeepsSchedules checks that drawing store restarts left the rest
-// of every schedule as it was: the schedules of seeds 1 to 30,000 (every
-// seed kept before restarts were drawn among them), without their
-// restarts, are those gen gave before (their digest then), and a
-// schedule's restarts only add to its description.
+// TestGenKeepsSchedules checks that drawing store restarts and membership
+// changes left the rest of every schedule as it was: the schedules of
+// seeds 1 to 30,000 (every seed kept before restarts were drawn among
+// them), without their restarts and membership changes, are those gen
+// gave before (their digest then); a schedule's restarts only add to its
+// description, and its membership changes to that; and about one
+// schedule in four has each.
 func TestGenKeepsSchedules(t *testing.T) {
 	const n = 30000
 	h := sha256.New()
-	with := 0
+	with, withMembers := 0, 0
 	for seed := uint64(1); seed <= n; seed++ {
 		s := gen(seed)
-		old := s.withoutRestarts().String()
+		old := s.withoutRestarts().withoutMembers().String()
 		fmt.Fprintln(h, old)
 		if len(s.Restarts) > 0 {
 			with++
-			if !strings.HasPrefix(s.String(), old+"; restart ") {
-				t.Errorf("seed %d: %q does not extend %q", seed, s, old)
+			if r := s.withoutMembers().String(); !strings.HasPrefix(r, old+"; restart ") {
+				t.Errorf("seed %d: %q does not extend %q", seed, r, old)
 			}
 		}
+		if len(s.Members) > 0 {
+			withMembers++
+			if old := s.withoutMembers().String(); !strings.HasPrefix(s.String(), old+"; ") || strings.Contains(strings.TrimPrefix(s.String(), old), "restart") {
+				t.Errorf("seed %d: %q does not extend %q with membership changes", seed, s, old)
+			}
+		}
+	}
+	if withMembers < n/5 || withMembers > n*3/10 {
+		t.Errorf("%d of %d schedules have membership changes, want about one in four", withMembers, n)
 	}
 	if got, want := fmt.Sprintf("%x", h.Sum(nil)), "e006c8cb45b91578b95d35862cca4d66fb8513f7b3eea1f3383586ca89db6ae9"; got != want {
 		t.Errorf("schedules without their restarts: digest %s, want %s (gen changed the schedules kept seeds reproduce)", got, want)

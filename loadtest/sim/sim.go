@@ -99,6 +99,12 @@ type node struct {
 	// decisions after it found a loss (restart.go).
 	lost []bool
 	hold []int64
+	// life is, per node, when it is a member (members.go); dynamic is
+	// whether the region's members change during the run, and turn the
+	// count of requests its alive nodes took in turn.
+	life    []life
+	dynamic bool
+	turn    int
 }
 
 type event struct {
@@ -152,11 +158,7 @@ func newWorld(cfg config, startMs int64) *world {
 			touched: map[region.BucketRef]bool{}}
 		n.store = newStore(n.name)
 		for range max(cfg.Nodes, 1) {
-			n.guards = append(n.guards, guard.New(guard.Config{}))
-			n.sent = append(n.sent, map[region.BucketRef]region.Total{})
-			n.repairs = append(n.repairs, nil)
-			n.lost = append(n.lost, false)
-			n.hold = append(n.hold, 0)
+			w.addNode(n)
 		}
 		for j := range n.heard {
 			n.heard[j] = startMs // all alive at the start (joined earlier)
@@ -218,10 +220,14 @@ func (w *world) run(untilMs int64) {
 	}
 }
 
-// view is what region r's gossip node would report at now.
-func (w *world) view(r int) *guard.View {
+// view is what region r's gossip node would report at now, as its node 0
+// counts the regions' nodes.
+func (w *world) view(r int) *guard.View { return w.viewOf(r, 0) }
+
+// viewOf is what node k of region r's gossip node would report at now.
+func (w *world) viewOf(r, k int) *guard.View {
 	n := w.regions[r]
-	v := &guard.View{Region: n.name, Nodes: len(n.guards)}
+	v := &guard.View{Region: n.name, Nodes: w.knownNodes(r, k, r)}
 	maxDelay := time.Duration(0)
 	for j, o := range w.regions {
 		switch {
@@ -236,9 +242,16 @@ func (w *world) view(r int) *guard.View {
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
+	if from := n.life[k].from; from != math.MinInt64 && v.Nodes > 1 {
+		if left := from + guard.JoinHold(memberLagMs*time.Millisecond, v.Horizon).Milliseconds() - w.now; left > 0 {
+			v.Joining = time.Duration(left) * time.Millisecond
+		}
+	}
 	v.RegionNodes = make(map[string]int, len(v.Alive))
-	for _, a := range v.Alive {
-		v.RegionNodes[a] = len(n.guards) // every region has as many nodes
+	for j, o := range w.regions {
+		if slices.Contains(v.Alive, o.name) {
+			v.RegionNodes[o.name] = w.knownNodes(r, k, j)
+		}
 	}
 	v.Ages = make(map[string]time.Duration, len(w.regions))
 	for j, o := range w.regions {
@@ -268,9 +281,9 @@ func (w *world) decide(e *event) {
 	var v *guard.View
 	var g *guard.Guard
 	sl := l
-	nk := e.node % len(n.guards)
+	nk := w.pick(e.to, e.node%len(n.guards))
 	if w.cfg.Guard {
-		v = w.view(e.to)
+		v = w.viewOf(e.to, nk)
 		if rp := n.repairs[nk]; n.hold[nk] > w.now && rp != nil && rp.holding() {
 			v.Restoring = time.Duration(n.hold[nk]-w.now) * time.Millisecond
 		}
@@ -321,8 +334,8 @@ func (w *world) decide(e *event) {
 		n.dirty[k] = t
 	}
 	n.own[k] = t
-	n.sent[e.node%len(n.sent)][k] = t
-	delete(n.sent[e.node%len(n.sent)], region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
+	n.sent[nk][k] = t
+	delete(n.sent[nk], region.BucketRef{Key: e.key, Window: l.Window, Bucket: k.Bucket - 2})
 	if w.cfg.Reconcile && !n.touched[k] {
 		n.touched[k] = true
 		_, end := window.BucketSpan(k.Window, k.Bucket)
@@ -357,14 +370,15 @@ const (
 	byRestoring              // the guard: the store was restoring lost counts
 	byCut                    // the store, against a limit the guard lowered, which the full limit would have admitted
 	byHeld                   // the store held the decision: it had just lost its counts
+	byJoining                // the guard: this node joined too recently for the others to know it
 	nCauses
 )
 
 // causeNames are the causes' column names.
-var causeNames = [nCauses]string{"store", "share", "stagger", "charged", "restoring", "cut", "held"}
+var causeNames = [nCauses]string{"store", "share", "stagger", "charged", "restoring", "cut", "held", "joining"}
 
 // causeOf is the cause of a guard's refusal, by its reason.
-var causeOf = [...]cause{guard.Share: byShare, guard.Stagger: byStagger, guard.Charged: byCharged, guard.Restoring: byRestoring, guard.Cut: byCut}
+var causeOf = [...]cause{guard.Share: byShare, guard.Stagger: byStagger, guard.Charged: byCharged, guard.Restoring: byRestoring, guard.Cut: byCut, guard.Joining: byJoining}
 
 func (w *world) flush(r int) {
 	n := w.regions[r]
