@@ -28,7 +28,8 @@
 //     a probe that no share can hold, and every hit of a limit smaller
 //     than the pool's nodes, is staggered: decided against the limit
 //     less its region's rotating base, once per node and slot, so that
-//     the pool takes at most the headroom.
+//     the pool takes at most the headroom (and, of a limit smaller than
+//     the pool, one hit more, which its bound of L + 1 allows).
 //   - A region not heard from for the suspicion timeout (or, for a key,
 //     for a quarter of its window) is silent and charged its share of the
 //     limit, ceil(limit/R), by every side of a split, less what the

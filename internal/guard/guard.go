@@ -390,8 +390,10 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	if limit < uint64(v.poolNodes()) {
 		// A limit smaller than the pool: no share holds a hit for every
 		// node, and shares and staggered probes would take the same
-		// headroom twice, so the stagger decides every hit.
-		return e.stagger(now, hits, storeLimit, 0, 0, 0, v)
+		// headroom twice, so the stagger decides every hit, with the one
+		// hit past the limit that such a limit's bound allows
+		// (max(1.10 L, L + 1)).
+		return e.stagger(now, hits, storeLimit, 0, 0, 0, v, smallSlack)
 	}
 	// The first request of a horizon whose quota is not yet known from a
 	// store result goes to the store as a probe even when the stale quota
@@ -452,7 +454,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 				sh = sharing(nil, limit, w, v, g.cfg.Floor)
 			}
 			_, den, _ := share(limit, w, v, g.cfg.Floor)
-			return e.stagger(now, hits, storeLimit, held, sh, den, v)
+			return e.stagger(now, hits, storeLimit, held, sh, den, v, 0)
 		}
 		if c > 0 {
 			storeLimit -= c
@@ -469,9 +471,14 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 // pending shares when the ask is a probe whose share holds no whole hit:
 // they admit by their shares, and what they took in the last horizon is
 // not in this region's store yet; sharing, over den, is their shares of
-// the headroom the ask reads (0 when every region is staggered).
-func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint64, v *View) (r Reason, limit uint64, retryAfter time.Duration) {
+// the headroom the ask reads (0 when every region is staggered). slack is
+// how many hits past the headroom the pool may take: each base but the
+// head's is lowered by it, so that the region at base b takes at most
+// min(its nodes, h - b + slack) and the pool at most h + slack, and a
+// region behind the head admits one hit sooner.
+func (e *entry) stagger(now time.Time, hits, storeLimit, held, sharing, den uint64, v *View, slack uint64) (r Reason, limit uint64, retryAfter time.Duration) {
 	base, may, wait := stagger(now, v)
+	base = satSub(base, slack)
 	need := staggerNeed(hits, base, held, sharing, den)
 	if !may || need > storeLimit || now.Before(e.staggered) {
 		return Stagger, storeLimit, wait

@@ -162,6 +162,11 @@ func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor ui
 	return min(pend+need, storeLimit) - hits, true
 }
 
+// smallSlack is the hits past the headroom that the pool may take of a
+// limit smaller than the pool (see [entry.stagger]): the bound of such a
+// limit is max(1.10 L, L + 1), L + 1 below 10.
+const smallSlack = 1
+
 // staggerSlot is the least length of a slot of the stagger (see
 // [stagger]).
 const staggerSlot = time.Second
