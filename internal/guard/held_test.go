@@ -560,3 +560,30 @@ func heardAfterSilence(t *testing.T, after time.Duration, n int) int {
 	}
 	return admittedOf(t, g, st, start.Add(after), n, l, view([]string{"a", "b"}, nil))
 }
+
+// TestFreshOwnReplicas: what a region admitted since a cut counts its
+// replicas' hits too (a node of it deciding from its fallback, region~id),
+// which reach its nodes at once and the other regions a one-way delay
+// later, as the region's own do; another region's are not its own.
+func TestFreshOwnReplicas(t *testing.T) {
+	tr := func(marks ...window.Mark) window.Trail { return window.Trail(marks) }
+	res := &region.Result{Regions: []region.RegionCount{
+		{Region: "a", Current: 3, CurrentTrail: tr(window.Mark{At: 100, Cum: 1}, window.Mark{At: 600, Cum: 3})},
+		{Region: "a~x", Current: 4, CurrentTrail: tr(window.Mark{At: 700, Cum: 4}), Previous: 2, PreviousTrail: tr(window.Mark{At: 900, Cum: 2})},
+		{Region: "b", Current: 9, CurrentTrail: tr(window.Mark{At: 800, Cum: 9})},
+	}}
+	res.Bucket, res.SubMs = 5, 1000 // the bucket of 5000-5999 ms
+	for _, c := range []struct {
+		cut  int64
+		want uint64
+	}{
+		{5500, 2 + 4},     // a's 2 at 600 and its replica's 4 at 700
+		{4950, 3 + 4},     // and nothing of the previous bucket after 950
+		{4800, 3 + 4 + 2}, // the replica's 2 at 900 of the previous bucket
+		{5800, 0},         // nothing since
+	} {
+		if got, ok := freshOwn(res, "a", c.cut); !ok || got != c.want {
+			t.Errorf("freshOwn(a, cut %d) = %d, %v; want %d, true", c.cut, got, ok, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"strings"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -85,8 +86,11 @@ func newTrails(now time.Time, lim window.Limit, hits uint64, res *region.Result)
 	return sp
 }
 
-// freshOwn returns the hits region admitted at or after the Unix ms cut,
-// as the own trails of res (the default sliding window's) hold them: a
+// freshOwn returns the hits region name admitted at or after the Unix ms
+// cut, as the trails of res (the default sliding window's) hold them: its
+// own and its replicas' (name~id, a node of the region deciding from its
+// fallback, whose totals its region's nodes exchange at once, and the
+// other regions get a one-way delay later, as they get the region's). A
 // coarse mark counts whole when its last hit is at or after cut. ok is
 // false when res carries no trails (another counter).
 func freshOwn(res *region.Result, name string, cut int64) (n uint64, ok bool) {
@@ -96,17 +100,16 @@ func freshOwn(res *region.Result, name string, cut int64) (n uint64, ok bool) {
 	}
 	start := res.Bucket * w // the current bucket's start
 	for _, rc := range res.Regions {
-		if rc.Region != name {
+		if r, _, _ := strings.Cut(rc.Region, "~"); r != name {
 			continue
 		}
 		if rc.CurrentTrail.Count() != rc.Current || rc.PreviousTrail.Count() != rc.Previous {
 			return 0, false // not a trail counter's result
 		}
-		n := rc.CurrentTrail.After(max(cut-start, 0) - 1)
+		n += rc.CurrentTrail.After(max(cut-start, 0) - 1)
 		if c := cut - (start - w); c < w {
 			n += rc.PreviousTrail.After(max(c, 0) - 1)
 		}
-		return n, true
 	}
-	return 0, true // no hits of its own in either bucket
+	return n, true // 0: no hits of its own in either bucket
 }

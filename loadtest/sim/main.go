@@ -43,10 +43,11 @@ func main() {
 	list := flag.Bool("list", false, "with -search, also list every schedule that went over its bound")
 	restarts := flag.Bool("restarts", false, "with -search, run only the schedules (of the -search seeds) that have store restarts")
 	members := flag.Bool("members", false, "with -search, run only the schedules (of the -search seeds) that have nodes joining or leaving")
+	fallbacks := flag.Bool("fallbacks", false, "with -search, run only the schedules (of the -search seeds) that have nodes on their fallbacks")
 	flag.Parse()
 	if *n > 0 {
 		keep := func(s schedule) bool {
-			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0)
+			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0) && (!*fallbacks || len(s.Fallbacks) > 0)
 		}
 		printSearch(os.Stdout, *from, *n, *procs, *list, keep)
 		return

@@ -147,6 +147,8 @@ func (w *world) addNode(n *node) {
 	n.lost = append(n.lost, false)
 	n.hold = append(n.hold, 0)
 	n.life = append(n.life, life{from: math.MinInt64, to: math.MaxInt64})
+	n.fb = append(n.fb, nil)
+	n.fbDirty = append(n.fbDirty, map[region.BucketRef]region.Total{})
 }
 
 // alive reports whether node k of region r is a member now.

@@ -76,6 +76,8 @@ const (
 	evAnswer               // member (from, fromNode)'s answer reaches (to, node)
 	evReconcile            // region to reconciles bucket of key
 	evMerge                // a reconciliation's totals reach region to
+	evFallback             // node (to, node) starts deciding from its fallback (fallback.go)
+	evRecover              // node (to, node)'s store answers again
 )
 
 // Gossip's defaults: how long a node accepts repair answers after it
@@ -164,6 +166,10 @@ func (w *world) restartEvent(e *event) {
 		w.reconcile(e)
 	case evMerge:
 		_ = n.store.Merge(context.Background(), e.tot)
+	case evFallback:
+		w.fallBack(e.to, e.node)
+	case evRecover:
+		w.recover(e.to, e.node)
 	}
 }
 
@@ -249,22 +255,11 @@ func (w *world) askAgain(r, j int) {
 func (w *world) answerRepair(e *event) {
 	n, name := w.regions[e.to], w.regions[e.from].name
 	wd := w.cfg.Limit.Window
-	_, cur := w.cfg.Limit.BucketAt(w.now)
-	var refs []region.BucketRef
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range w.admitted {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		refs = append(refs, region.BucketRef{Key: key, Window: wd, Bucket: cur - 1}, region.BucketRef{Key: key, Window: wd, Bucket: cur})
-	}
-	vecs, _ := n.store.Vectors(context.Background(), refs)
+	vecs, _ := n.store.Vectors(context.Background(), w.openRefs())
 	var tot []region.Total
 	for _, v := range vecs {
 		for _, t := range v {
-			if (t.Region == name || t.Region == n.name) && t.Count > 0 && !w.expired(wd, t.Bucket) {
+			if (replicaOf(t.Region, name) || replicaOf(t.Region, n.name)) && t.Count > 0 && !w.expired(wd, t.Bucket) {
 				tot = append(tot, t)
 			}
 		}

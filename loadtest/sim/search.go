@@ -32,6 +32,9 @@ type schedule struct {
 	Restarts []restart
 	// Members are nodes joining and leaving (members.go), in time order.
 	Members []memberChange
+	// Fallbacks are nodes deciding from their in-memory fallbacks
+	// (fallback.go), in time order.
+	Fallbacks []fallback
 }
 
 // restart empties region Region's store AtMs from the run's start; node k
@@ -173,6 +176,7 @@ func gen(seed uint64) schedule {
 		slices.SortStableFunc(s.Restarts, func(a, b restart) int { return cmp.Compare(a.AtMs, b.AtMs) })
 	}
 	genMembers(&s)
+	genFallbacks(&s)
 	return s
 }
 
@@ -203,6 +207,9 @@ func (s schedule) String() string {
 	}
 	for _, m := range s.Members {
 		fmt.Fprintf(&b, "; %v", m)
+	}
+	for _, f := range s.Fallbacks {
+		fmt.Fprintf(&b, "; %v", f)
 	}
 	return b.String()
 }
@@ -249,6 +256,7 @@ func runSchedule(s schedule) outcome {
 	start := epoch + s.Window.Milliseconds()/7
 	w := newWorld(cfg, epoch)
 	w.members(s.Members, start)
+	w.fallbacks(s.Fallbacks, start)
 	for _, r := range s.Restarts {
 		w.restart(r.Region, start+r.AtMs, r.Detect)
 	}
@@ -442,6 +450,9 @@ func class(s schedule) string {
 	}
 	if len(s.Members) > 0 {
 		fk = "membership"
+	}
+	if len(s.Fallbacks) > 0 {
+		fk = "fallback"
 	}
 	if len(s.Restarts) > 0 {
 		fk = "restart"

@@ -76,9 +76,10 @@ func regressionSeeds(t *testing.T) []uint64 {
 // TestFaultSearch runs random fault schedules (gen: 3 to 10 regions of 1
 // to 3 nodes, 30 to 100 ms apart, limits of 1 to 300 per 1 s or 10 s,
 // load phases with bursts, splits of any shape, cut links, store
-// restarts and nodes joining, leaving or crashing; a schedule with
-// membership changes is also run without them, and one with restarts
-// without those too) and every
+// restarts, nodes joining, leaving or crashing and nodes on their
+// fallbacks; a schedule with fallbacks is also run without them, one with
+// membership changes without those, and one with restarts without those
+// too) and every
 // seed kept in testdata/seeds.txt, and checks each against its bound:
 // at most max(1.05 L, L + 1) in a trailing window that overlaps no fault,
 // max((1 + 1/R) L, that) in one that does, or, for the classes of
@@ -106,8 +107,12 @@ func TestFaultSearch(t *testing.T) {
 	checkAll := func(seed uint64) {
 		s := gen(seed)
 		check(s)
-		// The schedules of a seed kept before membership changes, and
-		// before restarts, were drawn.
+		// The schedules of a seed kept before fallbacks, membership
+		// changes and restarts were drawn.
+		if len(s.Fallbacks) > 0 {
+			s = s.withoutFallbacks()
+			check(s)
+		}
 		if len(s.Members) > 0 {
 			s = s.withoutMembers()
 			check(s)
@@ -149,23 +154,32 @@ func TestFaultSearch(t *testing.T) {
 func TestGenKeepsSchedules(t *testing.T) {
 	const n = 30000
 	h := sha256.New()
-	with, withMembers := 0, 0
+	with, withMembers, withFallbacks := 0, 0, 0
 	for seed := uint64(1); seed <= n; seed++ {
 		s := gen(seed)
-		old := s.withoutRestarts().withoutMembers().String()
+		old := s.withoutRestarts().withoutMembers().withoutFallbacks().String()
 		fmt.Fprintln(h, old)
 		if len(s.Restarts) > 0 {
 			with++
-			if r := s.withoutMembers().String(); !strings.HasPrefix(r, old+"; restart ") {
+			if r := s.withoutMembers().withoutFallbacks().String(); !strings.HasPrefix(r, old+"; restart ") {
 				t.Errorf("seed %d: %q does not extend %q", seed, r, old)
 			}
 		}
 		if len(s.Members) > 0 {
 			withMembers++
-			if old := s.withoutMembers().String(); !strings.HasPrefix(s.String(), old+"; ") || strings.Contains(strings.TrimPrefix(s.String(), old), "restart") {
-				t.Errorf("seed %d: %q does not extend %q with membership changes", seed, s, old)
+			if old, m := s.withoutMembers().withoutFallbacks().String(), s.withoutFallbacks().String(); !strings.HasPrefix(m, old+"; ") || strings.Contains(strings.TrimPrefix(m, old), "restart") {
+				t.Errorf("seed %d: %q does not extend %q with membership changes", seed, m, old)
 			}
 		}
+		if len(s.Fallbacks) > 0 {
+			withFallbacks++
+			if old := s.withoutFallbacks().String(); !strings.HasPrefix(s.String(), old+"; fallback ") {
+				t.Errorf("seed %d: %q does not extend %q with fallbacks", seed, s, old)
+			}
+		}
+	}
+	if withFallbacks < n/5 || withFallbacks > n*3/10 {
+		t.Errorf("%d of %d schedules have fallbacks, want about one in four", withFallbacks, n)
 	}
 	if withMembers < n/5 || withMembers > n*3/10 {
 		t.Errorf("%d of %d schedules have membership changes, want about one in four", withMembers, n)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -105,6 +106,18 @@ type node struct {
 	life    []life
 	dynamic bool
 	turn    int
+	// fb is, per node, its fallback store while it decides from one
+	// (fallback.go), else nil; fbDirty its replica's totals not sent yet,
+	// and ownRep every replica's latest, re-sent with own.
+	fb      []*region.Memory
+	fbDirty []map[region.BucketRef]region.Total
+	ownRep  map[repRef]region.Total
+}
+
+// repRef names a replica's total of a bucket.
+type repRef struct {
+	region.BucketRef
+	replica string
 }
 
 type event struct {
@@ -213,6 +226,7 @@ func (w *world) run(untilMs int64) {
 			n.unheard[e.from], n.unheardAt[e.from] = e.unheard, e.at
 			if len(e.tot) > 0 {
 				_ = n.store.Merge(context.Background(), e.tot)
+				w.mergeApart(e.to, e.tot)
 			}
 		default:
 			w.restartEvent(e)
@@ -304,7 +318,9 @@ func (w *world) decide(e *event) {
 	}
 	req := []region.Request{{Key: e.key, Limit: sl, Hits: e.hits, Now: now}}
 	res := make([]region.Result, 1)
-	if n.lost[nk] {
+	if fb := n.fb[nk]; fb != nil {
+		_ = fb.Check(context.Background(), req, res)
+	} else if n.lost[nk] {
 		// The store's scripts are gone with its counts: the node reads
 		// the epoch before the decision runs again, and holds it.
 		w.requestRepair(e.to, nk)
@@ -326,6 +342,12 @@ func (w *world) decide(e *event) {
 	w.admitted[e.key] = append(w.admitted[e.key], w.now)
 	w.by[e.key] = append(w.by[e.key], e.to)
 	k := region.BucketRef{Key: e.key, Window: l.Window, Bucket: res[0].Bucket}
+	if n.fb[nk] != nil {
+		// Counted under the node's replica, sent at the next flush.
+		t := region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: replica(n, nk), Count: res[0].Local, Trail: res[0].LocalTrail}
+		n.fbDirty[nk][k] = t
+		return
+	}
 	t := region.Total{Key: e.key, Window: l.Window, Bucket: k.Bucket, Region: n.name, Count: res[0].Local, Trail: res[0].LocalTrail}
 	// Gossip max-merges a node's dirty totals until they are sent: a
 	// count lower than the one waiting (its store lost its counts since)
@@ -388,6 +410,31 @@ func (w *world) flush(r int) {
 	}
 	clear(n.dirty)
 	sort.Slice(tot, func(i, j int) bool { return tot[i].Key < tot[j].Key })
+	if len(tot) > 0 {
+		w.mergeApart(r, tot) // the region's nodes on fallbacks learn its others' admissions
+	}
+	// The replicas' totals of its nodes on fallbacks: to its store, to its
+	// other fallbacks, and on to every region.
+	var rep []region.Total
+	for k, d := range n.fbDirty {
+		for ref, t := range d {
+			rep = append(rep, t)
+			if n.ownRep == nil {
+				n.ownRep = map[repRef]region.Total{}
+			}
+			n.ownRep[repRef{ref, t.Region}] = t
+			delete(n.ownRep, repRef{region.BucketRef{Key: ref.Key, Window: ref.Window, Bucket: ref.Bucket - 2}, t.Region})
+		}
+		clear(n.fbDirty[k])
+	}
+	if len(rep) > 0 {
+		slices.SortFunc(rep, func(a, b region.Total) int {
+			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Bucket, b.Bucket))
+		})
+		_ = n.store.Merge(context.Background(), rep)
+		w.mergeApart(r, rep)
+		tot = append(tot, rep...)
+	}
 	var unheard []string
 	if w.cfg.Guard {
 		unheard = w.view(r).Silent
@@ -401,6 +448,9 @@ func (w *world) flush(r int) {
 			delete(n.resend, j)
 			send = append([]region.Total(nil), tot...)
 			for _, t := range n.own {
+				send = append(send, t)
+			}
+			for _, t := range n.ownRep {
 				send = append(send, t)
 			}
 		}
