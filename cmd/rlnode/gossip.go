@@ -67,9 +67,15 @@ func gossipStartErr(err error) error {
 
 // gossipReady is the /readyz check of a node started with --join: not
 // ready once --gossip-join-timeout has passed without reaching another
-// region.
-func gossipReady(n *gossip.Node) api.ReadyCheck {
+// region, nor, with the burst guard on (guarded), while the guard holds
+// its decisions after its start or join until its region's other nodes
+// count it (guard.View.Joining), so that a load balancer sends it
+// nothing the guard would refuse as joining.
+func gossipReady(n *gossip.Node, guarded bool, now func() time.Time) api.ReadyCheck {
 	return api.ReadyCheck{Name: "gossip", Check: func(context.Context) error {
+		if v := n.GuardView(now()); guarded && v.Joining > 0 && !v.Off() {
+			return fmt.Errorf("joining: this region's other nodes may not count this node for %v more", v.Joining.Round(time.Millisecond))
+		}
 		if err := n.Ready(); err != nil {
 			// The check's name already says "gossip: ": no second one.
 			return fmt.Errorf("%s: check --join and --gossip-key", strings.TrimPrefix(err.Error(), "gossip: "))

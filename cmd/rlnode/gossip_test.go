@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -509,4 +510,45 @@ func TestRunMemoryRegion(t *testing.T) {
 		t.Errorf("eu-2 /metrics lacks its start-up repair request")
 	}
 	stopNodes(aNode, bNode)
+}
+
+// TestReadyWhileJoining: a node that joins a region that has another node
+// is not ready (/readyz 503, naming the hold) while the burst guard holds
+// its decisions until that node can count it, and is once the hold has
+// passed. The nodes' clock stands still until the test moves it, so the
+// hold cannot pass unseen on a slow machine.
+func TestReadyWhileJoining(t *testing.T) {
+	base := time.Now()
+	var offset atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	args := func(name, region string, join ...string) []string {
+		a := []string{"--listen=127.0.0.1:0", "--region=" + region, "--node-name=" + name, "--gossip-addr=127.0.0.1:0", "--gossip-insecure"}
+		for _, j := range join {
+			a = append(a, "--join", j)
+		}
+		return a
+	}
+	eu1 := startNodeWithClock(t, args("eu-1", "eu"), env(nil), now)
+	m := gossipRE.FindStringSubmatch(eu1.logs.String())
+	if m == nil {
+		t.Fatalf("eu-1's logs lack its gossip address:\n%s", eu1.logs)
+	}
+	startNodeWithClock(t, args("us-1", "us", m[1]), env(nil), now)
+	eu2 := startNodeWithClock(t, args("eu-2", "eu", m[1]), env(nil), now)
+	// Once eu-2 knows eu-1 and us-1 alive, it holds.
+	var code int
+	var body string
+	polltest.Until(t, 20*time.Second, "eu-2's /readyz to name the joining hold", func() bool {
+		code, body = get(t, eu2.base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "joining")
+	})
+	offset.Store(int64(2 * time.Second)) // past the hold of about 0.7 s
+	polltest.Until(t, 20*time.Second, "eu-2 ready once the hold has passed", func() bool {
+		code, body = get(t, eu2.base+"/readyz")
+		return code == http.StatusOK
+	})
+	// eu-1, alone in eu when it started, is ready now too.
+	if code, body := get(t, eu1.base+"/readyz"); code != http.StatusOK {
+		t.Errorf("eu-1 /readyz = %d %s, want 200", code, body)
+	}
 }

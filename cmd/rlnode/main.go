@@ -169,7 +169,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		acfg.Pool = node // the decision path's one seam to the other regions
 		acfg.Cluster = cluster{node}
 		acfg.Watcher = watcher{acc}
-		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node))
+		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node, c.BurstGuard, now))
 		if c.BurstGuard {
 			acfg.Guard = guard.New(guard.Config{Floor: c.BurstGuardFloor})
 		}
