@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// evenScenario is three regions offered 10x a limit per 10 s evenly, for 12
-// windows.
-func evenScenario(delay time.Duration, limit uint64) scenario {
-	return scenario{Name: "even", Regions: 3, Delay: delay, Window: 10 * time.Second, Limit: limit, run: steady(10, 12, 0, 1, 2)}
-}
-
 // evenLoad is evenScenario at 60 ms one-way and 1000 per 10 s, with the
 // guard and without, run once for TestEvenLoad and TestRemoteGranules.
 var evenLoad = sync.OnceValue(func() result { return runScenario(evenScenario(60*time.Millisecond, 1000)) })

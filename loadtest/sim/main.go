@@ -30,12 +30,14 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
 
 func main() {
 	keys := flag.Int("keys", 10000, "keys of the zipf scenario")
+	even := flag.String("even", "", "run only three regions 60 ms apart offered 10x this limit evenly for 12 windows (LIMIT/WINDOW, e.g. 10/1s), and print per-region admissions and the trailing window at admissions")
 	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
 	n := flag.Int("search", 0, "run this many random fault schedules instead of the scenarios, and print the worst per class")
 	from := flag.Uint64("seed", 1, "the first seed of -search")
@@ -45,6 +47,13 @@ func main() {
 	members := flag.Bool("members", false, "with -search, run only the schedules (of the -search seeds) that have nodes joining or leaving")
 	fallbacks := flag.Bool("fallbacks", false, "with -search, run only the schedules (of the -search seeds) that have nodes on their fallbacks")
 	flag.Parse()
+	if *even != "" {
+		if err := printEven(os.Stdout, *even); err != nil {
+			fmt.Fprintln(os.Stderr, "sim:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	if *n > 0 {
 		keep := func(s schedule) bool {
 			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0) && (!*fallbacks || len(s.Fallbacks) > 0)
@@ -53,6 +62,28 @@ func main() {
 		return
 	}
 	table(os.Stdout, scenarios(*keys, *reqs))
+}
+
+// printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW) and
+// prints what it admitted per region and the trailing window at its
+// admissions from the third window on.
+func printEven(w io.Writer, spec string) error {
+	ls, ws, ok := strings.Cut(spec, "/")
+	lim, err := strconv.ParseUint(ls, 10, 64)
+	if !ok || err != nil || lim == 0 {
+		return fmt.Errorf("-even %q: want LIMIT/WINDOW, such as 10/1s", spec)
+	}
+	win, err := time.ParseDuration(ws)
+	if err != nil || win < time.Millisecond {
+		return fmt.Errorf("-even %q: bad window: want a duration of 1ms or more, such as 1s", spec)
+	}
+	sc := evenScenario(60*time.Millisecond, lim)
+	sc.Window = win
+	st := runGuard(sc, true)
+	fmt.Fprintf(w, "three regions 60 ms apart offered 10x a limit of %d per %v in all, a third each, evenly; from the third window on:\n", lim, win)
+	fmt.Fprintf(w, "admitted per region %v (largest over smallest less 1: %.2f)\n", st.PerRegion, st.Spread())
+	fmt.Fprintf(w, "trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f of the limit\n", st.Median, st.P999, st.Max, st.SteadyMin)
+	return nil
 }
 
 // scenarios returns the table's rows: each scenario for 3 and 10 regions

@@ -574,6 +574,12 @@ func steady(rate float64, n int, from ...int) func(w *world) int64 {
 	}
 }
 
+// evenScenario is three regions offered 10x a limit per 10 s evenly, for 12
+// windows.
+func evenScenario(delay time.Duration, limit uint64) scenario {
+	return scenario{Name: "even", Regions: 3, Delay: delay, Window: 10 * time.Second, Limit: limit, run: steady(10, 12, 0, 1, 2)}
+}
+
 // partition offers 10x from every region for 6 windows and cuts region 0
 // from the others from window 2 to window 4.
 func partition(w *world) int64 {
