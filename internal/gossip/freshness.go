@@ -219,6 +219,10 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		case m.region == n.cfg.Region:
 			if !m.isLocal && m.state == "alive" {
 				v.Nodes++
+				v.Apart = v.Apart || m.ownStore
+				if m.node.Name < n.cfg.Name {
+					v.NodeRank++
+				}
 			}
 		case m.state != "left":
 			regions[m.region] = true
@@ -263,6 +267,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		v.RegionNodes[r] = max(nodes[r], 1) // a region heard from has a node
 	}
 	v.RegionNodes[v.Region] = v.Nodes
+	v.Apart = v.Apart || n.apart()
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	// Until the other nodes know of this one, its region's others split
 	// its quota among one node fewer (see guard.View.Joining). A node

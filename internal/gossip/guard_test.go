@@ -254,7 +254,9 @@ func TestGuardPartition(t *testing.T) {
 
 // TestGuardViewPool: every node of three regions of two nodes each
 // counts two alive nodes in every region (guard.View.RegionNodes), which
-// the guard's stagger takes its bases from.
+// the guard's stagger takes its bases from, and its place among its
+// region's nodes (NodeRank: 0 and 1 in each region); none counts apart,
+// as they share their region's store.
 func TestGuardViewPool(t *testing.T) {
 	fn := NewFaultNetwork(1)
 	wan(fn, threeRegions, 10*time.Millisecond)
@@ -271,6 +273,19 @@ func TestGuardViewPool(t *testing.T) {
 		}
 		return true
 	})
+	ranks := map[string][]int{}
+	for _, tn := range h.nodes {
+		v := tn.node.GuardView(tn.now())
+		ranks[tn.region] = append(ranks[tn.region], v.NodeRank)
+		if v.Apart {
+			t.Errorf("%s counts its region apart, though its nodes share a store", tn.name)
+		}
+	}
+	for r, got := range ranks {
+		if slices.Sort(got); !slices.Equal(got, []int{0, 1}) {
+			t.Errorf("region %s: node ranks %v, want 0 and 1", r, got)
+		}
+	}
 }
 
 // TestGuardViewJoining: a node holds its guarded decisions

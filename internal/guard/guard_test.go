@@ -679,6 +679,31 @@ func TestStaleQuota(t *testing.T) {
 	}
 }
 
+// TestStaggerApart: when a region's nodes do not share a store (a node of
+// it on its fallback), each node takes its own place after the regions
+// ahead. Two regions of three nodes, a limit of 1, an empty window, every
+// node asking at once on a store of its own: sharing the place of their
+// region, the head region's three nodes each took a hit (3, against the
+// bound of L + 1 = 2); in turn, its first node asks at base 0, its second
+// at 1 (0 with the one hit of slack) and its third at 2 (1), and the pool
+// takes 2.
+func TestStaggerApart(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000 + 200)
+	total := 0
+	for rank := range 3 {
+		for _, r := range []string{"a", "b"} {
+			v := &View{Region: r, Alive: []string{"a", "b"}, Nodes: 3, Horizon: 100 * time.Millisecond, Apart: true, NodeRank: rank}
+			g := New(Config{})
+			if adm, lim, _ := g.Admit(now, "k", limitOf(1), 1, v); adm && lim >= 1 { // its store holds nothing
+				total++
+			}
+		}
+	}
+	if total != 2 {
+		t.Errorf("six nodes apart at once admitted %d of a limit of 1, want 2 (the limit and the one more the bound allows)", total)
+	}
+}
+
 // TestStaggeredSmallLimit: every hit of a limit smaller than the pool
 // (5 for three regions of two nodes) is decided against the limit less
 // the region's base (less the one hit past the limit that the bound

@@ -180,7 +180,10 @@ const staggerSlot = time.Second
 // h = L - e, each region's store sees its own admissions at once, so a
 // region at base b takes at most min(its nodes, h - b): the pool takes at
 // most the headroom, whichever nodes ask, and which regions may take it
-// rotates. The head is drawn from the slot's number ([window.Mix64])
+// rotates. When the region's nodes do not share a store ([View.Apart]),
+// each node's base is that of its region plus the region's nodes named
+// before it, so that they take turns as the regions do. The head is drawn
+// from the slot's number ([window.Mix64])
 // rather than taken in turn, so that traffic as periodic as a rotation (a
 // request every R slots) does not always find its region past the
 // headroom. A node asks only in
@@ -205,6 +208,12 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 	me := int(rank(v))
 	for i := int(window.Mix64(uint64(slot)) % uint64(r)); i != me; i = (i + 1) % r {
 		base += uint64(v.nodesOf(v.Alive[i]))
+	}
+	if v.Apart {
+		// The region's nodes do not share a store: each admits on what
+		// its own store holds, so they take turns as regions do, the
+		// node's place in its region after the regions ahead.
+		base += uint64(min(v.NodeRank, max(v.Nodes, 1)-1))
 	}
 	// What another region admitted in the slot before reaches this node
 	// by the time this slot begins, and every frame heard after it

@@ -55,6 +55,15 @@ type View struct {
 	// in the stagger lack it: the guard refuses every request meanwhile,
 	// retryable after Joining or a horizon, whichever is sooner.
 	Joining time.Duration
+	// Apart reports that a node of this region counts apart: it decides
+	// on a store of its own (its in-memory fallback while Redis is
+	// unavailable, or the in-memory store), so the region's nodes do not
+	// see each other's admissions at once. The stagger then places each of
+	// the region's nodes in its rotation, not the region (see [stagger]).
+	Apart bool
+	// NodeRank is this node's place among its region's alive nodes, in
+	// name order (0: first), for [View.Apart].
+	NodeRank int
 }
 
 // JoiningRetry is when a request refused while v is Joining may be

@@ -256,6 +256,16 @@ func (w *world) viewOf(r, k int) *guard.View {
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
+	// A node on its fallback counts apart (fallback.go): the region's
+	// nodes take turns in the stagger.
+	for m := range n.life {
+		if n.life[m].aliveAt(w.now) {
+			v.Apart = v.Apart || n.fb[m] != nil
+			if m < k {
+				v.NodeRank++
+			}
+		}
+	}
 	if from := n.life[k].from; from != math.MinInt64 && v.Nodes > 1 {
 		if left := from + guard.JoinHold(memberLagMs*time.Millisecond, v.Horizon).Milliseconds() - w.now; left > 0 {
 			v.Joining = time.Duration(left) * time.Millisecond
