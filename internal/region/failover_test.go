@@ -344,6 +344,31 @@ func TestFailoverLocalCounts(t *testing.T) {
 	})
 }
 
+// TestFallbackCountsOnFromItsWriteBack: the primary holds what an earlier
+// outage's fallback admitted and wrote back (3, under the fallback's
+// region), and the fallback no longer holds the key (evicted meanwhile).
+// A decision on the primary mirrors that count into the fallback, so that
+// in the next outage the fallback counts on from it: its first admission
+// is its 4th, not its 1st, whose total 1 would stay below the 3 every
+// other store holds and hide the hit.
+func TestFallbackCountsOnFromItsWriteBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.UnixMilli(1_760_000_010_000)
+		p := newFlaky("here")
+		f := newFailover(t, p, region.FailoverConfig{Threshold: 1, ProbeMin: probeMin, Now: func() time.Time { return now }})
+		b := window.Bucket(window.Ms(now), lim.Window)
+		if err := p.Merge(context.Background(), []region.Total{{Key: "k", Window: lim.Window, Bucket: b, Region: f.FallbackRegion(), Count: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		storetest.Check(t, f, req("k", now)) // on the primary: mirrored
+		p.set("fail")
+		r := storetest.Check(t, f, req("k", now))
+		if !r.Allowed || r.LocalRegion != f.FallbackRegion() || r.Local != 4 {
+			t.Errorf("first fallback decision: allowed %v, %s's count %d; want allowed, 4 (3 written back before, and this one)", r.Allowed, r.LocalRegion, r.Local)
+		}
+	})
+}
+
 // TestWriteBackRetriesWithoutTraffic: a write-back the primary refuses
 // on recovery (a restarted Redis resets the pool's connections) is tried
 // again with the probes' backoff, not left for a next call that a node

@@ -174,7 +174,11 @@ func (f *Failover) writeBack() bool {
 // mirror max-merges the per-region counts of the primary's counter
 // decisions into the fallback, with their trails (the default sliding
 // window), so that the fallback counts a burst until its hits leave the
-// window as the primary does.
+// window as the primary does. Its own region's count too (Restore): what
+// an earlier outage's fallback admitted and wrote back, which the
+// fallback must count on from in the next one, though it may have evicted
+// the key meanwhile; counted from 0 again, its totals would stay below
+// the one the primary and the other regions hold, and hide its hits.
 func (f *Failover) mirror(reqs []Request, res []Result) {
 	var buf [8]Total // a decision of one or two regions needs no more
 	totals := buf[:0]
@@ -193,6 +197,6 @@ func (f *Failover) mirror(reqs []Request, res []Result) {
 		}
 	}
 	if len(totals) > 0 {
-		_ = f.fallback.Merge(context.Background(), totals)
+		_ = f.fallback.Restore(context.Background(), totals)
 	}
 }

@@ -88,7 +88,11 @@ func (w *world) fallBack(r, k int) {
 		return
 	}
 	fb := newStore(replica(n, k))
-	_ = fb.Merge(context.Background(), w.storeTotals(n.store))
+	// Restore, not Merge: the store holds what an earlier fallback of
+	// this node wrote back under its replica, which the fallback counts on
+	// from (rlnode's fallback store outlives the outage, and its mirror
+	// restores the replica's count too).
+	_ = fb.Restore(context.Background(), w.storeTotals(n.store))
 	n.fb[k] = fb
 }
 
