@@ -17,10 +17,12 @@ import (
 // (region.Failover, internal/gossip's apart.go):
 //
 //   - From the instant its breaker opens the node decides against a
-//     region.Memory of its own, which starts from the counts its store
-//     held then (the failover mirrors every count the node read, so it
-//     holds those of the keys it decided), and counts its admissions under
-//     a replica of its own, region~node.
+//     region.Memory of its own, which outlives its outages and into which
+//     every store decision of the node is mirrored (the counts the result
+//     read, its replica's written-back count among them), and counts its
+//     admissions under a replica of its own, region~node. As it starts
+//     counting apart, the others send it their open totals (here: what
+//     the region's store holds then, merged).
 //   - It counts apart: every flush interval its replica's totals go to
 //     every region, its own region's store included (its region's other
 //     nodes merge them), and it takes in what its region's other nodes
@@ -87,13 +89,28 @@ func (w *world) fallBack(r, k int) {
 	if n.fb[k] != nil {
 		return
 	}
-	fb := newStore(replica(n, k))
-	// Restore, not Merge: the store holds what an earlier fallback of
-	// this node wrote back under its replica, which the fallback counts on
-	// from (rlnode's fallback store outlives the outage, and its mirror
-	// restores the replica's count too).
-	_ = fb.Restore(context.Background(), w.storeTotals(n.store))
+	fb := n.mirrors[k]
+	_ = fb.Merge(context.Background(), w.storeTotals(n.store))
 	n.fb[k] = fb
+}
+
+// mirror copies a store decision of node k of region r into the node's
+// fallback store, as region.Failover's mirror does: every region's count
+// the result read, in its bucket and the one before, its own replica's
+// included (Restore).
+func (w *world) mirror(r, k int, q region.Request, res region.Result) {
+	var tot []region.Total
+	for _, rc := range res.Regions {
+		if rc.Current > 0 {
+			tot = append(tot, region.Total{Key: q.Key, Window: q.Limit.Window, Bucket: res.Bucket, Region: rc.Region, Count: rc.Current, Trail: rc.CurrentTrail})
+		}
+		if rc.Previous > 0 {
+			tot = append(tot, region.Total{Key: q.Key, Window: q.Limit.Window, Bucket: res.Bucket - 1, Region: rc.Region, Count: rc.Previous, Trail: rc.PreviousTrail})
+		}
+	}
+	if len(tot) > 0 {
+		_ = w.regions[r].mirrors[k].Restore(context.Background(), tot)
+	}
 }
 
 // recover writes node k of region r's fallback totals back into the

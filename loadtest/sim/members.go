@@ -148,6 +148,7 @@ func (w *world) addNode(n *node) {
 	n.hold = append(n.hold, 0)
 	n.life = append(n.life, life{from: math.MinInt64, to: math.MaxInt64})
 	n.fb = append(n.fb, nil)
+	n.mirrors = append(n.mirrors, newStore(replica(n, len(n.fb)-1)))
 	n.fbDirty = append(n.fbDirty, map[region.BucketRef]region.Total{})
 }
 

@@ -107,9 +107,12 @@ type node struct {
 	dynamic bool
 	turn    int
 	// fb is, per node, its fallback store while it decides from one
-	// (fallback.go), else nil; fbDirty its replica's totals not sent yet,
-	// and ownRep every replica's latest, re-sent with own.
+	// (fallback.go), else nil, and mirror that store, which outlives its
+	// outages and mirrors the node's store decisions; fbDirty its
+	// replica's totals not sent yet, and ownRep every replica's latest,
+	// re-sent with own.
 	fb      []*region.Memory
+	mirrors []*region.Memory
 	fbDirty []map[region.BucketRef]region.Total
 	ownRep  map[repRef]region.Total
 }
@@ -337,6 +340,7 @@ func (w *world) decide(e *event) {
 		res[0] = region.Result{Decision: window.Decision{Limit: l.Limit, RetryAfter: time.Millisecond}, Held: true}
 	} else {
 		_ = n.store.Check(context.Background(), req, res)
+		w.mirror(e.to, nk, req[0], res[0])
 	}
 	by := byStore
 	if w.cfg.Guard && g.Done(now, e.key, l, e.hits, v, &res[0]) > 0 {
