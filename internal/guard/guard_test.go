@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -688,20 +689,34 @@ func TestStaleQuota(t *testing.T) {
 // at 1 (0 with the one hit of slack) and its third at 2 (1), and the pool
 // takes 2.
 func TestStaggerApart(t *testing.T) {
-	now := time.UnixMilli(1_700_000_000_000 + 200)
-	total := 0
+	var views []*View
 	for rank := range 3 {
 		for _, r := range []string{"a", "b"} {
-			v := &View{Region: r, Alive: []string{"a", "b"}, Nodes: 3, Horizon: 100 * time.Millisecond, Apart: true, NodeRank: rank}
-			g := New(Config{})
-			if adm, lim, _ := g.Admit(now, "k", limitOf(1), 1, v); adm && lim >= 1 { // its store holds nothing
-				total++
-			}
+			views = append(views, &View{Region: r, Alive: []string{"a", "b"}, Nodes: 3, Horizon: 100 * time.Millisecond, Apart: true, NodeRank: rank})
 		}
 	}
-	if total != 2 {
+	if total := askAtOnce(1, 0, views, func(v *View) string { return fmt.Sprint(v.Region, v.NodeRank) }); total != 2 {
 		t.Errorf("six nodes apart at once admitted %d of a limit of 1, want 2 (the limit and the one more the bound allows)", total)
 	}
+}
+
+// askAtOnce has a node of each view ask for one hit of limit at once, 200
+// ms into a stagger slot, each with a guard of its own, and returns the
+// hits admitted: a node's store (storeOf names it; nodes of a region that
+// share one give the same name) holds held and the admissions made on
+// it in the round.
+func askAtOnce(limit, held uint64, views []*View, storeOf func(*View) string) int {
+	now := time.UnixMilli(1_700_000_000_000 + 200)
+	total := 0
+	mine := map[string]uint64{}
+	for _, v := range views {
+		adm, lim, _ := New(Config{}).Admit(now, "k", limitOf(limit), 1, v)
+		if st := storeOf(v); adm && held+mine[st]+1 <= lim {
+			mine[st]++
+			total++
+		}
+	}
+	return total
 }
 
 // TestStaggeredSmallLimit: every hit of a limit smaller than the pool
@@ -745,22 +760,11 @@ func TestStaggeredSmallLimit(t *testing.T) {
 	if total != 6 {
 		t.Errorf("six nodes at once admitted %d of a limit of 5 (per region %v), want 6 (the limit and the one more the bound allows)", total, est)
 	}
-	total = 0
-	mine := map[string]uint64{} // each region's admissions of this round
+	var views []*View
 	for i := range 6 {
-		r := regions[i/2]
-		g := New(Config{})
-		v := &View{Region: r, Alive: regions, Nodes: 2, Horizon: 100 * time.Millisecond}
-		adm, lim, _ := g.Admit(now, "k", limitOf(5), 1, v)
-		if !adm {
-			continue
-		}
-		if 4+mine[r]+1 <= lim { // the window holds 4, and the region's own admissions
-			mine[r]++
-			total++
-		}
+		views = append(views, &View{Region: regions[i/2], Alive: regions, Nodes: 2, Horizon: 100 * time.Millisecond})
 	}
-	if total > 2 {
+	if total := askAtOnce(5, 4, views, func(v *View) string { return v.Region }); total > 2 {
 		t.Errorf("six nodes at once on a window holding 4 of 5 admitted %d, want at most 2 (the headroom and one more)", total)
 	}
 }
