@@ -23,6 +23,12 @@
 //   - What the others may have admitted in the previous horizon, unheard
 //     yet, is taken off the headroom (pending), and this region's own
 //     fresh admissions are left out of its weight.
+//   - On the default sliding window, a node admits first in the place of
+//     its region's hits that leave the window (its part of them, within
+//     reuseAge of their leaving), since the count does not grow by it;
+//     every region holds what left of the others' hits within a horizon
+//     and reuseAge out of the headroom it shares, since they may have
+//     admitted in its place unheard.
 //   - The first request of a horizon is a probe, decided against a limit
 //     lowered so that the store admits it only within this node's share;
 //     a probe that no share can hold, and every hit of a limit smaller

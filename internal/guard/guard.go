@@ -3,6 +3,7 @@ package guard
 import (
 	"cmp"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -96,6 +97,146 @@ type entry struct {
 	// unasked the value before it, restored when the store denies it).
 	staggered, unasked time.Time
 	asking             bool
+	// Reuse (see refill): what of this region's admissions left the
+	// window since tokAt and was credited to its nodes (tokenized, in
+	// this horizon), by slot of reuseSlot (tok[1] the slot tokSlot, tok[0]
+	// the one before), as the region's hits, a node's part being 1/N of
+	// them; the quota added by reuse in this horizon (reuseQ), and the
+	// hits of it whose store answer is awaited (reusing).
+	tokAt           time.Time
+	tok             [2]uint64
+	tokSlot         int64
+	tokenized       uint64
+	reuseQ, reusing uint64
+	r0              uint64 // the reserve at t0 (see trails.reserve)
+	// rho is the part of what leaves that the region does not reuse, in
+	// 1/unit (unit less [reuseShare]).
+	rho uint64
+}
+
+// unit is the scale of reuse credits: a hit is unit of them.
+const unit = 1024
+
+// reuseShare is the part, in 1/unit, of what leaves of a region's
+// admissions that its nodes reuse: all of it while its part of the
+// alive regions' count in the window (own of own+others) is at most its
+// share of the headroom (num/den), and the square root of that share over
+// its part beyond: what it does not reuse goes to the shares, so that
+// regions whose counts drifted apart under equal demand come together,
+// as the shares' concave weights draw them. (Share over part itself, not
+// its square root, held the median of even load at 0.987 of the limit
+// instead of 0.992.)
+func reuseShare(own, others, num, den uint64) uint64 {
+	if own == 0 || den == 0 {
+		return unit
+	}
+	r := float64(num) * float64(own+others) / (float64(den) * float64(own))
+	if r >= 1 {
+		return unit
+	}
+	return uint64(math.Sqrt(r) * unit)
+}
+
+// refill credits this node with its part of what its region's admissions
+// left the window since the last refill of this horizon, at most a slot
+// ago: a node may admit in the place of its region's hits that leave,
+// at once, without waiting for a share of the headroom, since the count
+// does not grow by it. The other alive regions hold what leaves of this
+// region's for a horizon and reuseAge (see [trails.reserve]), and what
+// is credited does not go to the shares of the headroom (tokenized).
+// Credits last two slots at most. What left before now and is not
+// credited here is never credited: the headroom read from now on holds it
+// (see Done), and the shares take it.
+func (e *entry) refill(now time.Time, v *View) {
+	tr := cmp.Or(e.trails, e.last)
+	if !e.reuses(v) {
+		e.tokAt = now
+		return
+	}
+	e.age(now)
+	// Credits go to the slot of the instant the hits left at, so that
+	// none lasts longer than reuseAge.
+	slotMs := reuseSlot.Milliseconds()
+	cur := time.UnixMilli(e.tokSlot * slotMs) // the current slot's start
+	from := cur.Add(-reuseSlot)
+	for _, t := range []time.Time{e.tokAt, e.t0} {
+		if t.After(from) {
+			from = t
+		}
+	}
+	credit := func(a, b time.Time, i int) {
+		if b.After(a) {
+			d := tr.reusable(a, b, e.horizon) * (unit - e.rho)
+			e.tok[i] += d
+			e.tokenized += d
+		}
+	}
+	if from.Before(cur) {
+		credit(from, cur, 0)
+		from = cur
+	}
+	credit(from, now, 1)
+	e.tokAt = now
+}
+
+// reuses reports whether this node reuses what leaves of its region's
+// admissions under v (see refill): on the default sliding window, at a
+// limit whose rate and window allow it ([reuses]), of at least twice the
+// pool's nodes, in a region whose nodes share a store. Apart, a node of
+// the region hears its others one flush later: they would reuse what left
+// unheard by it. A limit less than twice the pool is near where the
+// stagger decides every hit (a limit smaller than the pool), which holds
+// nothing back for reuse: a region whose view counts fewer nodes than
+// another's (one joined there) would reuse beside that one's stagger.
+func (e *entry) reuses(v *View) bool {
+	tr := cmp.Or(e.trails, e.last)
+	return tr != nil && reuses(tr.l, e.horizon) && !v.Apart && tr.l.Limit >= 2*uint64(v.poolNodes())
+}
+
+// age drops the credits of refill older than the slot before now's.
+func (e *entry) age(now time.Time) {
+	slot := now.UnixMilli() / reuseSlot.Milliseconds()
+	switch d := slot - e.tokSlot; {
+	case d == 1:
+		e.tok = [2]uint64{e.tok[1], 0}
+	case d != 0:
+		e.tok = [2]uint64{}
+	}
+	e.tokSlot = slot
+}
+
+// reuse takes hits from the credits of refill, oldest first, and adds
+// them to the horizon's quota; it reports false, taking nothing, when
+// the credits do not hold them.
+func (e *entry) reuse(now time.Time, hits uint64, v *View) bool {
+	e.age(now)
+	if !e.reuses(v) {
+		e.tok = [2]uint64{}
+		return false
+	}
+	need := hits * uint64(max(v.Nodes, 1)) * unit
+	if e.tok[0]+e.tok[1] < need {
+		return false
+	}
+	t := min(e.tok[0], need)
+	e.tok[0] -= t
+	e.tok[1] -= need - t
+	e.reuseQ += hits
+	e.reusing += hits
+	return true
+}
+
+// reserved returns what of the other alive regions' admissions left the
+// window in the reuse reach before t (see [trails.reserve]; v's ages, as
+// of now, are at least theirs at t), by the trails of this horizon's
+// first result, or else an earlier one's; ok is false when neither holds
+// t's bucket.
+func (e *entry) reserved(t time.Time, v *View) (uint64, bool) {
+	tr := cmp.Or(e.trails, e.last)
+	if tr == nil {
+		return 0, false
+	}
+	return tr.reserve(t, e.horizon, v.Ages)
 }
 
 // keyView is v as this node decides key under it: the regions quiet for
@@ -358,6 +499,16 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 				h = 0
 			}
 		}
+		if r, ok := e.reserved(e.hAt, v); ok {
+			// The others may have admitted in the place of what of theirs
+			// had left the window by then, unheard; and what of this
+			// region's left and is still credited to this node (see refill)
+			// is its own to reuse.
+			e.age(now)
+			h = satSub(h, window.SatAdd(r, window.MulDivCeil(e.tok[0]+e.tok[1], 1, unit)))
+		} else if e.trails != nil || e.last != nil {
+			h = 0
+		}
 		if e.seen && now.Sub(e.hAt) >= 2*max(v.Horizon, time.Millisecond) {
 			// The last store result is two horizons old or more (this
 			// node's requests since were all refused before the store,
@@ -367,6 +518,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			h = 0
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+			tok: e.tok, tokSlot: e.tokSlot, tokAt: e.tokAt, rho: e.rho,
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent)}
 		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
 	}
@@ -395,20 +547,31 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		// (max(1.10 L, L + 1)).
 		return e.stagger(now, hits, storeLimit, 0, 0, 0, v, smallSlack)
 	}
+	// What this region's admissions left the window: its nodes admit in
+	// their place first (see refill).
+	e.refill(now, v)
+	e.reuse(now, hits, v)
 	// The first request of a horizon whose quota is not yet known from a
 	// store result goes to the store as a probe even when the stale quota
 	// is exhausted: the store still decides on the fresh estimate, and Done
 	// sets the quota from it. Without the probe a key whose last known
 	// headroom was 0 would never learn that it grew back.
-	probe := e.used == 0 && !e.known
+	probe := e.used == 0 && !e.known && e.reuseQ == 0
 	// What the silent regions' charge grew by since the horizon's first
 	// result: the window's slide frees their held hits too, and the
 	// charge takes the place of those (see charge).
 	grown := satSub(e.charged, storeLimit)
-	if e.used+hits > e.quota && e.known && e.trails != nil {
+	if e.used+hits > e.quota+e.reuseQ && e.known && e.trails != nil {
 		// The default sliding window: what left the estimate since the
-		// horizon's first result, recomputed from its trails.
-		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown), limit, e.weight, v, g.cfg.Floor)
+		// horizon's first result, recomputed from its trails, less what
+		// of it this region's nodes reuse and what the others may have.
+		//
+		// h0 lacks what the others admitted since t0, their shares of it
+		// and in the place of what of theirs left the window: that is
+		// held as it was at t0 (r0), and what of theirs left since is
+		// not freed for this one.
+		r := e.r0 + e.trails.leavingOf(aliveRegion, e.t0, now)
+		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
@@ -428,11 +591,15 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	// of the headroom, which only the store knows: its first request is
 	// a probe too, decided as one past the quota, so that regions that
 	// start at once do not each take a share of what others used.
-	if e.used+hits > e.quota || (probe && !e.seen) {
+	if e.used+hits > e.quota+e.reuseQ || (probe && !e.seen) {
 		if !probe {
 			return Share, storeLimit, retry
 		}
-		c, whole := probeCut(storeLimit, limit, hits, e.pending(now), e.weightsFor(v), v, g.cfg.Floor)
+		held := e.pending(now)
+		if r, ok := e.reserved(now, v); ok {
+			held = window.SatAdd(held, r)
+		}
+		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsFor(v), v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger). The regions
@@ -441,7 +608,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			// have begun up to a horizon ago and run a horizon on: this
 			// region's share of it holds no hit, so it leaves them all of
 			// it.
-			held := e.pending(now)
+			held := held // pending and the others' reserve (see reserved)
 			if tr := cmp.Or(e.trails, e.last); tr != nil {
 				held = window.SatAdd(held, tr.leaving(now.Add(-e.horizon), now.Add(e.horizon)))
 			}
@@ -514,6 +681,15 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
 	}
+	if e.reusing > 0 {
+		// The answer may be another request's: taking the reuse back on
+		// any denial errs on the side of the limit.
+		t := min(e.reusing, hits)
+		e.reusing -= t
+		if !res.Allowed {
+			e.reuseQ -= min(e.reuseQ, t)
+		}
+	}
 	if res.Held {
 		return 0 // the store did not decide: nothing to learn
 	}
@@ -581,6 +757,9 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		charged += e.cut
 	}
 	over := satSub(res.Estimate, charged)
+	// What left until now is either credited or in the headroom read now,
+	// not both.
+	e.refill(now, v)
 	e.headroom, e.seen, e.hAt = rem, true, now
 	if res.Allowed {
 		e.admitted += hits
@@ -591,9 +770,20 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if !e.known {
 		e.known = true
 		e.quota, e.others = 0, 0
-		e.setQuota(now, before, limit, e.weight, v, g.cfg.Floor)
-		e.h0, e.over, e.charged, e.t0 = before, over, charged, now
-		if e.trails = newTrails(now, lim, hits, res); e.trails != nil {
+		e.h0, e.over, e.charged, e.t0, e.tokAt = before, over, charged, now, now
+		// The credits left at t0 are this node's still: the headroom
+		// read now holds what they stand for.
+		e.age(now)
+		e.tokenized = e.tok[0] + e.tok[1]
+		e.trails = newTrails(now, lim, hits, res, v)
+		if e.trails != nil {
+			num, den, _ := share(limit, e.weight, v, g.cfg.Floor)
+			e.rho = unit - reuseShare(e.trails.estimateOf(now, ownRegion), e.trails.estimateOf(now, aliveRegion), num, den)
+		}
+		r, _ := e.reserved(now, v)
+		e.r0 = r
+		e.setQuota(now, satSub(before, window.SatAdd(r, window.MulDivCeil(e.tokenized, 1, unit))), limit, e.weight, v, g.cfg.Floor)
+		if e.trails != nil {
 			return guardRetry
 		}
 		if res.SubMs > 0 && res.SubWeightDen > 0 {
@@ -609,7 +799,8 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// is the horizon's headroom plus what slid out minus what arrived:
 	// when it grew, the share of the growth is this node's too, so that a
 	// region alone keeps up with the window instead of waiting a horizon.
-	e.setQuota(now, satSub(rem+e.admitted, over), limit, e.weight, v, g.cfg.Floor)
+	r, _ := e.reserved(now, v)
+	e.setQuota(now, satSub(rem+e.admitted, over+window.MulDivCeil(e.tokenized, 1, unit)+r), limit, e.weight, v, g.cfg.Floor)
 	return guardRetry
 }
 
@@ -683,6 +874,7 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 		fresh = c.own
 	}
 	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
+	e.refill(now, v)
 	e.headroom, e.seen, e.hAt = satSub(res.Limit, res.Estimate), true, now
 }
 

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,53 @@ type trails struct {
 	bucket    int64
 	prev, cur []window.Trail
 	est0      uint64
+	// whose is, per trail, whose admissions it holds: this node's
+	// region's (its own or a replica's), another alive region's, or a
+	// silent one's.
+	whose []party
+	// name is, per trail, its region's name (a replica's cut at "~").
+	name []string
+}
+
+// party is whose admissions a trail holds (see trails.whose).
+type party uint8
+
+const (
+	ownRegion party = iota
+	aliveRegion
+	silentRegion
+)
+
+// estimateOf is what the trails of party p give the estimate at t.
+func (sp *trails) estimateOf(t time.Time, p party) uint64 {
+	var est uint64
+	for i, who := range sp.whose {
+		if who == p {
+			est = window.SatAdd(est, sp.estimateTrail(t, i))
+		}
+	}
+	return est
+}
+
+// estimateTrail is what trail i gives the estimate at t.
+func (sp *trails) estimateTrail(t time.Time, i int) uint64 {
+	ms := t.UnixMilli()
+	w := sp.l.WindowMs()
+	b := ms / w
+	e := ms - b*w
+	switch b {
+	case sp.bucket:
+		return window.SatAdd(sp.cur[i].Count(), sp.prev[i].After(e))
+	case sp.bucket + 1:
+		return sp.cur[i].After(e)
+	}
+	return 0
+}
+
+// leavingOf returns what of party p's trails leaves the window from a to
+// b.
+func (sp *trails) leavingOf(p party, a, b time.Time) uint64 {
+	return satSub(sp.estimateOf(a, p), sp.estimateOf(b, p))
 }
 
 // estimate is the estimate at t from the trails alone (nothing admitted
@@ -57,7 +105,7 @@ func (sp *trails) leaving(a, b time.Time) uint64 {
 // newTrails returns the trail counter's state of res, decided at now with
 // hits, or nil when res is not a trail counter's result or its trails do
 // not give back its estimate (the window is res.SubMs).
-func newTrails(now time.Time, lim window.Limit, hits uint64, res *region.Result) *trails {
+func newTrails(now time.Time, lim window.Limit, hits uint64, res *region.Result, v *View) *trails {
 	if a := lim.Algorithm; a != 0 && a != window.SlidingWindow {
 		return nil
 	}
@@ -67,9 +115,20 @@ func newTrails(now time.Time, lim window.Limit, hits uint64, res *region.Result)
 	}
 	sp := &trails{bucket: res.Bucket, prev: make([]window.Trail, 0, len(res.Regions)), cur: make([]window.Trail, 0, len(res.Regions))}
 	has := false
+	sp.whose = make([]party, 0, len(res.Regions))
 	for _, rc := range res.Regions {
 		sp.prev = append(sp.prev, rc.PreviousTrail)
 		sp.cur = append(sp.cur, rc.CurrentTrail)
+		who := silentRegion
+		name, _, _ := strings.Cut(rc.Region, "~")
+		switch {
+		case name == v.Region:
+			who = ownRegion
+		case slices.Contains(v.Alive, name):
+			who = aliveRegion
+		}
+		sp.whose = append(sp.whose, who)
+		sp.name = append(sp.name, name)
 		has = has || rc.PreviousTrail.Count() > 0 || rc.CurrentTrail.Count() > 0
 	}
 	if !has {
@@ -112,4 +171,79 @@ func freshOwn(res *region.Result, name string, cut int64) (n uint64, ok bool) {
 		}
 	}
 	return n, true // 0: no hits of its own in either bucket
+}
+
+// reuseAge is how long after one of its region's admissions leaves the
+// window a node may admit in its place (see [entry.refill]): the others
+// hold what leaves of theirs for a horizon and as long again (see
+// [trails.reserve]).
+const reuseAge = 100 * time.Millisecond
+
+// reuseSlot is the length of the slots that age a node's reuse.
+const reuseSlot = reuseAge / 2
+
+// blackout is how long before a bucket ends what leaves the window is not
+// reused, for a horizon h: another node's reserve reads only the current
+// bucket's trails, so what leaves before the bucket began must have been
+// heard wherever it was reused. It holds while no region's horizon is more
+// than twice another's.
+func blackout(h time.Duration) time.Duration { return 2*h + reuseAge }
+
+// reuses reports whether what leaves a window of limit l is reused, under
+// horizon h: when its bucket holds a blackout and two horizons more, and
+// the limit's rate is at least a hit per reuseAge, so that a region's
+// admissions leave often enough for its requests to find them within
+// reuseAge.
+func reuses(l window.Limit, h time.Duration) bool {
+	w := l.Window
+	return w > blackout(h)+2*h && l.Limit >= uint64(w/reuseAge)
+}
+
+// reusable returns what of this region's trails leaves the window from a
+// to b (at most a bucket less the blackout apart), less what leaves in a
+// bucket's last blackout(h).
+func (sp *trails) reusable(a, b time.Time, h time.Duration) uint64 {
+	w := sp.l.WindowMs()
+	am, bm := a.UnixMilli(), b.UnixMilli()
+	if am >= bm {
+		return 0
+	}
+	next := (am/w + 1) * w // the first bucket boundary after a
+	var n uint64
+	if x := min(bm, next-blackout(h).Milliseconds()); x > am {
+		n += sp.leavingOf(ownRegion, a, time.UnixMilli(x))
+	}
+	if bm > next {
+		n += sp.leavingOf(ownRegion, time.UnixMilli(max(am, next)), b)
+	}
+	return n
+}
+
+// reserve returns what of the other alive regions' trails left the window
+// in the reuse reach before t, from the start of t's bucket on: their
+// nodes may have admitted in its place, unheard yet. The reach of a
+// region is a horizon and reuseAge, and as long again as it has not been
+// heard from (ages): what it admitted since it was last heard has not
+// arrived. ok is false when the trails do not hold t's bucket.
+func (sp *trails) reserve(t time.Time, h time.Duration, ages map[string]time.Duration) (n uint64, ok bool) {
+	w := sp.l.WindowMs()
+	tm := t.UnixMilli()
+	if b := tm / w; b != sp.bucket && b != sp.bucket+1 {
+		return 0, false
+	}
+	if !reuses(sp.l, h) {
+		return 0, true
+	}
+	// Held whole, as if each region reused all of what left of its own:
+	// a region reuses less only while its part of the count is beyond its
+	// share (see reuseShare), by weights this node cannot read as it does.
+	for i, who := range sp.whose {
+		if who != aliveRegion {
+			continue
+		}
+		reach := h + reuseAge + max(ages[sp.name[i]], 0)
+		from := time.UnixMilli(max(tm-reach.Milliseconds(), tm/w*w))
+		n = window.SatAdd(n, satSub(sp.estimateTrail(from, i), sp.estimateTrail(t, i)))
+	}
+	return n, true
 }

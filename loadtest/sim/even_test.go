@@ -12,11 +12,17 @@ import (
 var evenLoad = sync.OnceValue(func() result { return runScenario(evenScenario(60*time.Millisecond, 1000)) })
 
 // TestEvenLoad: three regions offered 10x a limit evenly, for 12 windows,
-// are admitted evenly, and none is starved. With weights linear in the
-// regions' counts, the rounding of every horizon's quotas gave the spare
-// hit to the region named last; any split was a fixed point, so the
-// split walked until one region took nearly all: 7, 119 and 874 of a
-// limit of 100 per 10 s, and 489, 1388 and 8123 of 1000.
+// are admitted evenly and as the window frees, and none is starved. With
+// weights linear in the regions' counts, the rounding of every horizon's
+// quotas gave the spare hit to the region named last; any split was a
+// fixed point, so the split walked until one region took nearly all: 7,
+// 119 and 874 of a limit of 100 per 10 s, and 489, 1388 and 8123 of 1000.
+// Before a region reused what of its own admissions left the window, the
+// others' shares of each horizon were held pending a horizon more while
+// most had arrived, and at 10x the window's admissions come in the bunch
+// the first window's did, so every hit of lag showed: at 60 ms and 1000
+// per 10 s the trailing window at admissions had a median of 0.950 and a
+// steady minimum of 0.886 of the limit.
 func TestEvenLoad(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{60 * time.Millisecond, 100 * time.Millisecond} {
@@ -31,20 +37,22 @@ func TestEvenLoad(t *testing.T) {
 				}
 				t.Logf("%v one-way, %d per 10s: per region %v (spread %.3f); trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f",
 					d, lim, st.PerRegion, st.Spread(), st.Median, st.P999, st.Max, st.SteadyMin)
-				// Within 10% at 60 ms, the delay the goal names; at 100 ms
-				// a limit of 100 splits less evenly.
-				spread := 0.10
-				if d > 60*time.Millisecond {
-					spread = 0.25
-				}
-				if s := st.Spread(); !(s <= spread) {
-					t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most %.0f%%", d, lim, st.PerRegion, 100*s, 100*spread)
+				if s := st.Spread(); !(s <= 0.10) {
+					t.Errorf("%v, %d per 10s: per-region admissions %v differ by %.0f%%, want at most 10%%", d, lim, st.PerRegion, 100*s)
 				}
 				if st.Max > 1.05 || st.P999 > 1.02 {
 					t.Errorf("%v, %d per 10s: max %.3f, p99.9 %.3f; want at most 1.05 and 1.02", d, lim, st.Max, st.P999)
 				}
-				if st.Median < 0.94 {
-					t.Errorf("%v, %d per 10s: median trailing window at admissions %.3f, want at least 0.94", d, lim, st.Median)
+				// The goal: a median of 0.97 and a steady minimum of 0.95. A
+				// hit of a limit of 100 is a hundredth of it, and the
+				// counter alone, without the guard, has a steady minimum
+				// of 0.97 there.
+				median, low := 0.97, 0.95
+				if lim < 1000 {
+					median, low = 0.94, 0.88
+				}
+				if st.Median < median || st.SteadyMin < low {
+					t.Errorf("%v, %d per 10s: trailing window at admissions: median %.3f, steady min %.3f; want at least %.2f and %.2f", d, lim, st.Median, st.SteadyMin, median, low)
 				}
 			})
 		}
