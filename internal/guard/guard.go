@@ -570,7 +570,10 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		// and in the place of what of theirs left the window: that is
 		// held as it was at t0 (r0), and what of theirs left since is
 		// not freed for this one.
-		r := e.r0 + e.trails.leavingOf(aliveRegion, e.t0, now)
+		r := e.r0
+		if reuses(lim, e.horizon) {
+			r += e.trails.leavingOf(aliveRegion, e.t0, now)
+		}
 		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's

@@ -226,13 +226,13 @@ func (sp *trails) reusable(a, b time.Time, h time.Duration) uint64 {
 // heard from (ages): what it admitted since it was last heard has not
 // arrived. ok is false when the trails do not hold t's bucket.
 func (sp *trails) reserve(t time.Time, h time.Duration, ages map[string]time.Duration) (n uint64, ok bool) {
+	if !reuses(sp.l, h) {
+		return 0, true // no region reuses what leaves: nothing to hold
+	}
 	w := sp.l.WindowMs()
 	tm := t.UnixMilli()
 	if b := tm / w; b != sp.bucket && b != sp.bucket+1 {
 		return 0, false
-	}
-	if !reuses(sp.l, h) {
-		return 0, true
 	}
 	// Held whole, as if each region reused all of what left of its own:
 	// a region reuses less only while its part of the count is beyond its
