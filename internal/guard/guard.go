@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -39,6 +40,7 @@ type Guard struct {
 	cfg    Config
 	seed   maphash.Seed
 	shards [64]shard
+	reused atomic.Uint64 // hits the store admitted in the place of this region's that left (see refill)
 }
 
 type shard struct {
@@ -691,6 +693,8 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.reusing -= t
 		if !res.Allowed {
 			e.reuseQ -= min(e.reuseQ, t)
+		} else {
+			g.reused.Add(t)
 		}
 	}
 	if res.Held {
@@ -928,6 +932,11 @@ func (g *Guard) Sweep(now time.Time) {
 		s.mu.Unlock()
 	}
 }
+
+// Reused returns the hits the store admitted in the place of this
+// region's own hits that left the window (see the package doc), since g
+// was created.
+func (g *Guard) Reused() uint64 { return g.reused.Load() }
 
 // Keys returns the number of keys tracked.
 func (g *Guard) Keys() int {

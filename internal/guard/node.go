@@ -85,7 +85,11 @@ func NewNode(g *Guard, view func(now time.Time) View, reg prometheus.Registerer)
 	for _, r := range Reasons {
 		n.denials[r] = denials.WithLabelValues(r.String())
 	}
-	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon, n.reads, denials} {
+	reused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "rlcluster_guard_reused_total",
+		Help: "Hits admitted in the place of this region's own hits as they left the window (the burst guard's reuse, before any share of the headroom): under saturation, most of what a region admits.",
+	}, func() float64 { return float64(g.Reused()) })
+	for _, c := range []prometheus.Collector{n.staleness, n.silent, n.crossed, n.horizon, n.reads, denials, reused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}

@@ -73,6 +73,10 @@ func TestNode(t *testing.T) {
 	if got := testutil.CollectAndCount(n.staleness); got != 2 {
 		t.Errorf("staleness series = %d, want 2 (b and c)", got)
 	}
+	// Nothing reused: the answers carry no trails.
+	if got, err := testutil.GatherAndCount(reg, "rlcluster_guard_reused_total"); err != nil || got != 1 {
+		t.Errorf("rlcluster_guard_reused_total series = %d (%v), want 1", got, err)
+	}
 	if _, err := NewNode(New(Config{}), func(time.Time) View { return v }, reg); err == nil {
 		t.Error("a second NewNode on the same registry: nil error, want the duplicate registration")
 	}

@@ -60,8 +60,14 @@ func ownLeaving(t *testing.T) (a *region.Memory, l window.Limit, start time.Time
 func TestReuseInPlace(t *testing.T) {
 	a, l, start := ownLeaving(t)
 	// A request comes in each millisecond as a's hits leave.
-	if n := admittedOf(t, New(Config{}), a, start.Add(11*time.Second), 50, l, reuseView()); n < 48 {
+	g := New(Config{})
+	n := admittedOf(t, g, a, start.Add(11*time.Second), 50, l, reuseView())
+	if n < 48 {
 		t.Errorf("admitted %d of 50 as a's own hits left, want at least 48", n)
+	}
+	// All but the probe that began the horizon, which read the weights.
+	if r := g.Reused(); r+2 < uint64(n) || r > uint64(n) {
+		t.Errorf("Reused() = %d of %d admitted, want all but at most 2", r, n)
 	}
 }
 
