@@ -125,9 +125,8 @@ const unit = 1024
 // share of the headroom (num/den), and the square root of that share over
 // its part beyond: what it does not reuse goes to the shares, so that
 // regions whose counts drifted apart under equal demand come together,
-// as the shares' concave weights draw them. (Share over part itself, not
-// its square root, held the median of even load at 0.987 of the limit
-// instead of 0.992.)
+// as the shares' concave weights draw them (docs/design.md, "Reuse", has
+// what the square root gains over the share itself).
 func reuseShare(own, others, num, den uint64) uint64 {
 	if own == 0 || den == 0 {
 		return unit
@@ -150,27 +149,27 @@ func reuseShare(own, others, num, den uint64) uint64 {
 // credited here is never credited: the headroom read from now on holds it
 // (see Done), and the shares take it.
 func (e *entry) refill(now time.Time, v *View) {
-	tr := cmp.Or(e.trails, e.last)
 	if !e.reuses(v) {
-		e.tokAt = now
+		e.tok, e.tokAt = [2]uint64{}, now
 		return
 	}
+	tr := cmp.Or(e.trails, e.last)
 	e.age(now)
 	// Credits go to the slot of the instant the hits left at, so that
 	// none lasts longer than reuseAge.
-	slotMs := reuseSlot.Milliseconds()
-	cur := time.UnixMilli(e.tokSlot * slotMs) // the current slot's start
+	cur := time.UnixMilli(e.tokSlot * reuseSlot.Milliseconds()) // the current slot's start
 	from := cur.Add(-reuseSlot)
-	for _, t := range []time.Time{e.tokAt, e.t0} {
-		if t.After(from) {
-			from = t
-		}
+	if e.tokAt.After(from) {
+		from = e.tokAt
+	}
+	if e.t0.After(from) {
+		from = e.t0
 	}
 	credit := func(a, b time.Time, i int) {
 		if b.After(a) {
-			d := tr.reusable(a, b, e.horizon) * (unit - e.rho)
-			e.tok[i] += d
-			e.tokenized += d
+			d := window.MulDivCeil(tr.reusable(a, b, e.horizon), unit-e.rho, 1) // saturating
+			e.tok[i] = window.SatAdd(e.tok[i], d)
+			e.tokenized = window.SatAdd(e.tokenized, d)
 		}
 	}
 	if from.Before(cur) {
@@ -207,25 +206,20 @@ func (e *entry) age(now time.Time) {
 	e.tokSlot = slot
 }
 
-// reuse takes hits from the credits of refill, oldest first, and adds
-// them to the horizon's quota; it reports false, taking nothing, when
-// the credits do not hold them.
-func (e *entry) reuse(now time.Time, hits uint64, v *View) bool {
+// reuse takes hits from the credits of refill (which runs first, and
+// drops them where the region does not reuse), oldest first, and adds
+// them to the horizon's quota, unless the credits do not hold them.
+func (e *entry) reuse(now time.Time, hits uint64, v *View) {
 	e.age(now)
-	if !e.reuses(v) {
-		e.tok = [2]uint64{}
-		return false
-	}
-	need := hits * uint64(max(v.Nodes, 1)) * unit
-	if e.tok[0]+e.tok[1] < need {
-		return false
+	need := window.MulDivCeil(hits, uint64(max(v.Nodes, 1))*unit, 1) // saturating
+	if window.SatAdd(e.tok[0], e.tok[1]) < need {
+		return
 	}
 	t := min(e.tok[0], need)
 	e.tok[0] -= t
 	e.tok[1] -= need - t
 	e.reuseQ += hits
 	e.reusing += hits
-	return true
 }
 
 // reserved returns what of the other alive regions' admissions left the

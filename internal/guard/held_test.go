@@ -141,8 +141,8 @@ func TestOverLimitPaysFirst(t *testing.T) {
 	// By 289 ms 90 hits have left, 10 of them paying the excess: the
 	// headroom is 80. They are a's own, so a reuses them as they leave
 	// (see refill), the store refusing while the estimate is still past
-	// the limit; as a share of the headroom a would take at most 76 (b
-	// keeps its floor).
+	// the limit; as a share of the headroom a would take less (b keeps
+	// its floor).
 	if admitted > 80 {
 		t.Errorf("admitted %d in the horizon, want at most the 80 freed past the excess", admitted)
 	}

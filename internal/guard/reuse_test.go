@@ -55,8 +55,9 @@ func ownLeaving(t *testing.T) (a *region.Memory, l window.Limit, start time.Time
 
 // As a region's own admissions leave the window, its node admits in
 // their place at once, whatever its share of the headroom: the count
-// does not grow by it. Without reuse, the node took its share of what
-// left, 24 of 50, and refused the rest while the window was not full.
+// does not grow by it. Without reuse, the node took only its share of
+// what left, and refused the rest while the window was not full
+// (docs/design.md, "Reuse").
 func TestReuseInPlace(t *testing.T) {
 	a, l, start := ownLeaving(t)
 	// A request comes in each millisecond as a's hits leave.
@@ -86,8 +87,8 @@ func TestNoReuseApart(t *testing.T) {
 // What another alive region's admissions leave of the window may be
 // reused there, unheard yet: it is held from the shares for a horizon and
 // the reuse's reach, then shared. Without the hold, the node took its
-// share of what left, 9 of 50, while b could have admitted all 50 in
-// their place.
+// share of what left, while b could have admitted all of it in their
+// place (docs/design.md, "Reuse").
 func TestReuseReserved(t *testing.T) {
 	l := window.Limit{Limit: 100, Window: 10 * time.Second}
 	start := time.UnixMilli(t0.UnixMilli() / 10_000 * 10_000)
@@ -172,5 +173,16 @@ func TestReuseShare(t *testing.T) {
 		if got := reuseShare(c.own, c.others, c.num, c.den); got != c.want {
 			t.Errorf("reuseShare(%d, %d, %d/%d) = %d, want %d", c.own, c.others, c.num, c.den, got, c.want)
 		}
+	}
+}
+
+// A request of more hits than credits can count (hits x nodes x unit past
+// 64 bits, on a limit near the largest allowed) takes nothing: the need
+// saturates rather than wrapping to nothing.
+func TestReuseHugeRequest(t *testing.T) {
+	e := &entry{}
+	e.reuse(t0, 1<<53, &View{Nodes: 4})
+	if e.reuseQ != 0 {
+		t.Errorf("reused %d hits with no credits, want 0", e.reuseQ)
 	}
 }

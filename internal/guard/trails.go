@@ -71,17 +71,14 @@ func (sp *trails) leavingOf(p party, a, b time.Time) uint64 {
 }
 
 // estimate is the estimate at t from the trails alone (nothing admitted
-// since t0).
+// since t0): every trail's, as window.Limit.DecideTrails sums them
+// (newTrails checks that it gives back the store's).
 func (sp *trails) estimate(t time.Time) uint64 {
-	ms := t.UnixMilli()
-	switch b := ms / sp.l.WindowMs(); b {
-	case sp.bucket:
-		return sp.l.DecideTrails(ms, sp.prev, sp.cur, -1, 0).Estimate
-	case sp.bucket + 1:
-		return sp.l.DecideTrails(ms, sp.cur, nil, -1, 0).Estimate
-	default:
-		return 0
+	var est uint64
+	for i := range sp.cur {
+		est = window.SatAdd(est, sp.estimateTrail(t, i))
 	}
+	return est
 }
 
 // freed returns what the slide freed from t0 to t.

@@ -17,12 +17,11 @@ var evenLoad = sync.OnceValue(func() result { return runScenario(evenScenario(60
 // quotas gave the spare hit to the region named last; any split was a
 // fixed point, so the split walked until one region took nearly all: 7,
 // 119 and 874 of a limit of 100 per 10 s, and 489, 1388 and 8123 of 1000.
-// Before a region reused what of its own admissions left the window, the
-// others' shares of each horizon were held pending a horizon more while
-// most had arrived, and at 10x the window's admissions come in the bunch
-// the first window's did, so every hit of lag showed: at 60 ms and 1000
-// per 10 s the trailing window at admissions had a median of 0.950 and a
-// steady minimum of 0.886 of the limit.
+// Before a region reused what of its own admissions left the window,
+// the others' shares of each horizon were held pending a horizon more
+// while most had arrived, and at 10x the window's admissions come in the
+// bunch the first window's did, so every hit of lag showed
+// (docs/design.md, "Reuse", has the figures before and after).
 func TestEvenLoad(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{60 * time.Millisecond, 100 * time.Millisecond} {
@@ -62,9 +61,8 @@ func TestEvenLoad(t *testing.T) {
 // TestEvenLoadNodes: TestEvenLoad's load at 60 ms and 1000 per 10 s on
 // regions of two and three nodes sharing their region's store. A node
 // reuses its part of each of its region's hits that leave, so the steady
-// minimum is a little lower than with one node per region; before reuse
-// the medians were 0.943 and 0.936 and the steady minimums 0.882 and
-// 0.870.
+// minimum is a little lower than with one node per region
+// (docs/design.md, "Even load", has the figures before reuse).
 func TestEvenLoadNodes(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{2, 3} {
