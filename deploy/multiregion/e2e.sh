@@ -32,7 +32,9 @@
 #
 # Env: SKIP_BUILD, E2E_TIMEOUT (1200), OVER_PCT (10), P99_MS (250: ten
 #      containers share CI's two cores), KEEP_UP=1 (no teardown),
-#      K6=0 (skip steps 3-5), PARTITION=1 (run step 6), WAN_DELAYS.
+#      K6=0 (skip steps 3-5), PARTITION=1 (run step 6), WAN_DELAYS,
+#      PARTITION_MIN_PRE (20s: the load before the cut, at least; longer
+#      gives the steady figures more than the third window).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -248,7 +250,7 @@ if [ "$PARTITION" = 1 ]; then
 	(cd ../.. && go build -o "$results/partition" ./loadtest/partition)
 	rc=0
 	"$results/partition" -key "$pkey" -limit 1000 -window 10s -factor 10 \
-		-cut ap -min-pre 20s -cut-for 15s -after 14s -flush 50ms -grace 50ms -one-way 60ms \
+		-cut ap -min-pre "${PARTITION_MIN_PRE:-20s}" -cut-for 15s -after 14s -flush 50ms -grace 50ms -one-way 60ms \
 		-arm 2s -cut-cmd "PROJECT=$PROJECT $here/wancut.sh cut ap --armed" \
 		-heal-cmd "PROJECT=$PROJECT $here/wancut.sh heal ap --armed" \
 		-out "$results/cut" >"$results/cut.log" 2>&1 || rc=$?

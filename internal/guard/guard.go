@@ -315,8 +315,8 @@ func (e *entry) pending(now time.Time) uint64 {
 // lacks only admissions), not of this region's net of what it takes as
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
-	ph := phase(e.start)
-	_, o := quota(h, limit, w, v, floor, ph)
+	l := layoutOf(e.start, e.horizon)
+	_, o := quota(h, limit, w, v, floor, l)
 	e.others = max(e.others, o)
 	if e.frozen {
 		// More regions are alive than when the quota was set: this
@@ -325,7 +325,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		// equal shares (their weights lacked the regions heard again, as
 		// this node's did), whatever the weights read since say. The next
 		// horizon holds the larger as pending.
-		_, oe := quota(h, limit, weights{}, v, floor, ph)
+		_, oe := quota(h, limit, weights{}, v, floor, l)
 		e.others = max(e.others, oe)
 		return
 	}
@@ -334,7 +334,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	} else {
 		h = 0
 	}
-	q, _ := quota(h, limit, w, v, floor, ph)
+	q, _ := quota(h, limit, w, v, floor, l)
 	e.quota = max(e.quota, q)
 }
 
@@ -598,7 +598,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		if r, ok := e.reserved(now, v); ok {
 			held = window.SatAdd(held, r)
 		}
-		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsFor(v), v, g.cfg.Floor)
+		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsFor(v), v, g.cfg.Floor, layoutOf(e.start, e.horizon))
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger). The regions
@@ -617,7 +617,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			w := e.weightsFor(v)
 			sh := e.sharing
 			if w.sum == 0 {
-				sh = sharing(nil, limit, w, v, g.cfg.Floor)
+				sh = sharing(nil, limit, w, v, g.cfg.Floor, layoutOf(e.start, e.horizon))
 			}
 			_, den, _ := share(limit, w, v, g.cfg.Floor)
 			return e.stagger(now, hits, storeLimit, held, sh, den, v, 0)
@@ -887,8 +887,8 @@ func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0
-	if num, den, _ := share(limit, e.weight, v, floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
-		e.sharing = sharing(res, limit, e.weight, v, floor)
+	if l := layoutOf(e.start, e.horizon); !holdsWhole(res.Limit, e.weight, v, floor, l) {
+		e.sharing = sharing(res, limit, e.weight, v, floor, l)
 	}
 	keepOlder(silent, e.silent)
 	e.silent = silent
