@@ -280,6 +280,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	if hold := n.rep.hold; now.Before(hold) && !n.rep.quorum.allAnswered(n.cfg.Region) {
 		v.Restoring = hold.Sub(now)
 	}
+	v.Losses = n.rep.losses
 	n.rep.mu.Unlock()
 	return v
 }

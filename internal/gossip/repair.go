@@ -72,6 +72,7 @@ type repairState struct {
 	deferred map[string]bool      // member -> an answer is scheduled
 	until    time.Time            // repair answers accepted until then
 	hold     time.Time            // the guard refuses decisions until then (GuardView)
+	losses   uint64               // the store's losses found (GuardView's Losses)
 	quorum   repairQuorum         // the answers to the open repair (restore.go)
 	epoch    string               // the store's epoch seen last
 	again    bool                 // a restore failed: ask again
@@ -206,6 +207,7 @@ func (n *Node) requestRepair(reason string, hold bool) {
 	n.rep.mu.Lock()
 	if hold {
 		n.rep.hold = until
+		n.rep.losses++
 	}
 	n.rep.until = now.Add(repairWindow)
 	n.rep.again = false

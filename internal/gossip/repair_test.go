@@ -586,12 +586,14 @@ func TestRepairBringsOthersBack(t *testing.T) {
 // horizons less a flush interval plus the second us may wait before it
 // answers eu again), so the guard refuses meanwhile; then it decides
 // again. A node that finds its store without a marker at start (new, or
-// emptied before it ran) does not hold.
+// emptied before it ran) does not hold. The view counts the loss
+// (Losses), so that the guard reads a key's counts again before it
+// decides on what a result of before the loss held.
 func TestRestartHoldsDecisions(t *testing.T) {
 	p := startRedisPair(t, 7)
 	srv, eu := p.srv, p.eu
-	if r := eu.node.GuardView(time.Now()).Restoring; r != 0 {
-		t.Fatalf("eu restoring %v after a start on a new Redis, want 0", r)
+	if v := eu.node.GuardView(time.Now()); v.Restoring != 0 || v.Losses != 0 {
+		t.Fatalf("eu restoring %v, %d losses after a start on a new Redis, want 0 and 0", v.Restoring, v.Losses)
 	}
 	waitFor(t, 10*time.Second, "eu hears us", func() bool { v := eu.node.GuardView(time.Now()); return !v.Off() })
 
@@ -610,6 +612,9 @@ func TestRestartHoldsDecisions(t *testing.T) {
 	hold := RestoreHold(restoring.Horizon, testConfig().FlushInterval)
 	if held := restoring.Restoring; held <= 0 || held > hold {
 		t.Fatalf("eu restoring %v after it asked for a repair, want in (0, %v]", held, hold)
+	}
+	if restoring.Losses != 1 {
+		t.Errorf("eu's view counts %d losses after its Redis restarted once, want 1", restoring.Losses)
 	}
 	g := guard.New(guard.Config{})
 	lim := window.Limit{Limit: 100, Window: time.Minute}

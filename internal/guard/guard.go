@@ -114,6 +114,8 @@ type entry struct {
 	// rho is the part of what leaves that the region does not reuse, in
 	// 1/unit (unit less [reuseShare]).
 	rho uint64
+	// losses is View.Losses when the last store result was read.
+	losses uint64
 }
 
 // unit is the scale of reuse credits: a hit is unit of them.
@@ -377,6 +379,24 @@ func (e *entry) weightsFor(v *View) weights {
 	return e.weight
 }
 
+// weightsAt is weightsFor at now: when the last result is a window old or
+// more, this region weighs nothing in them. Its count then is partly out
+// of the window now (a weight counts the current and the previous
+// bucket), while the regions that read the counts since weigh it by what
+// is left: by its count of then, a region idle for 1.8 s of a 1 s window
+// took most of a headroom that the busy region, weighing it at nothing,
+// took too (33 against a bound of 31.5, seed 10235 of the fault search).
+// Reading the key again at a window (it is read at two, see NeedsRead)
+// changed the stagger of other schedules.
+func (e *entry) weightsAt(now time.Time, v *View, lim window.Limit) weights {
+	w := e.weightsFor(v)
+	if lim.Window > 0 && now.Sub(e.hAt) >= lim.Window {
+		w.sum -= w.own
+		w.own = 0
+	}
+	return w
+}
+
 // weighs reports whether the last result's weights weigh every region
 // alive in v.
 func (e *entry) weighs(v *View) bool {
@@ -442,6 +462,12 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	e := g.entryOf(s, key, now)
 	if e == nil {
 		return Admitted, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
+	}
+	if e.seen && e.losses != v.Losses {
+		// The store lost its counts since the last result (and no read
+		// since told what it holds now): what that result held of the
+		// silent regions is gone, and its headroom with it.
+		e.silent, e.seen, e.losses = nil, false, v.Losses
 	}
 	v = e.keyView(v, lim)
 	storeLimit = charge(limit, limit, e.silent, e.unseen, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
@@ -516,7 +542,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			tok: e.tok, tokSlot: e.tokSlot, tokAt: e.tokAt, rho: e.rho,
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent)}
-		e.setQuota(now, h, limit, e.weightsFor(v), v, g.cfg.Floor)
+		e.setQuota(now, h, limit, e.weightsAt(now, v, lim), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
 		// More regions share the headroom than when this horizon's quota
@@ -598,7 +624,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		if r, ok := e.reserved(now, v); ok {
 			held = window.SatAdd(held, r)
 		}
-		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsFor(v), v, g.cfg.Floor, layoutOf(e.start, e.horizon))
+		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsAt(now, v, lim), v, g.cfg.Floor, layoutOf(e.start, e.horizon))
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger). The regions
@@ -614,7 +640,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			// And the regions that admit by their shares take theirs of
 			// the headroom this probe reads: the staggered regions'
 			// bases and held are laid out over the rest.
-			w := e.weightsFor(v)
+			w := e.weightsAt(now, v, lim)
 			sh := e.sharing
 			if w.sum == 0 {
 				sh = sharing(nil, limit, w, v, g.cfg.Floor, layoutOf(e.start, e.horizon))
@@ -761,7 +787,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// What left until now is either credited or in the headroom read now,
 	// not both.
 	e.refill(now, v)
-	e.headroom, e.seen, e.hAt = rem, true, now
+	e.headroom, e.seen, e.hAt, e.losses = rem, true, now, v.Losses
 	if res.Allowed {
 		e.admitted += hits
 	}
@@ -811,7 +837,8 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 // and its first probe would be decided by an equal share of the headroom
 // while the regions that know the weights give its region only its floor
 // share; or its last result is two windows old or more, so its weights
-// are of counts that have left the window.
+// are of counts that have left the window; or its store lost its counts
+// since that result (View.Losses).
 //
 // A key the guard has no room for (its shard full even after a sweep)
 // needs none: the store alone decides it; nor does a request Admit will
@@ -825,7 +852,7 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.keys[key]; e != nil {
-		if !e.seen {
+		if !e.seen || e.losses != v.Losses {
 			return true
 		}
 		// A new horizon's probe is decided by this region's share, and
@@ -876,7 +903,7 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	}
 	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
 	e.refill(now, v)
-	e.headroom, e.seen, e.hAt = satSub(res.Limit, res.Estimate), true, now
+	e.headroom, e.seen, e.hAt, e.losses = satSub(res.Limit, res.Estimate), true, now, v.Losses
 }
 
 // read records what a store result res gives the shares: the weights of

@@ -124,11 +124,10 @@ func slots(h, num, den, b uint64, ph float64) uint64 {
 		return 0
 	}
 	if h > slotsMax {
-		// Past slotsMax the hits are laid out in parts as before, which
-		// holds within one hit of the share, each region's part
-		// following on from the phase: a rounding that no longer shows.
-		rest, sb := h-slotsMax, b+uint64(float64(den)*ph)
-		return slots(slotsMax, num, den, b, ph) + window.MulDiv(rest, sb+num, den) - window.MulDiv(rest, sb, den)
+		// Past slotsMax each region takes its share of the rest rounded
+		// down: still only growing with h, the regions together at most
+		// h, and less by under a hit each, which no longer shows.
+		return slots(slotsMax, num, den, b, ph) + window.MulDiv(h-slotsMax, num, den)
 	}
 	lo := window.MulDiv(b, slotRes, den)
 	ln := window.MulDiv(b+num, slotRes, den) - lo

@@ -48,6 +48,12 @@ type View struct {
 	// admitted: the guard refuses every request meanwhile, retryable after
 	// Restoring or a horizon, whichever is sooner.
 	Restoring time.Duration
+	// Losses is how many times this node found that its store had lost
+	// its counts. A key's counts read before the last loss describe a
+	// store that no longer holds them (the silent regions' above all,
+	// which no repair brings back while they are silent): the guard
+	// reads the key again before it decides on them.
+	Losses uint64
 	// Joining is how much longer, at the most, this node's join may be
 	// unknown to the other nodes (0: known). Until they know it, this
 	// region's other nodes split its quota of a horizon among one node

@@ -145,6 +145,7 @@ func (w *world) addNode(n *node) {
 	n.sent = append(n.sent, map[region.BucketRef]region.Total{})
 	n.repairs = append(n.repairs, nil)
 	n.lost = append(n.lost, false)
+	n.losses = append(n.losses, 0)
 	n.hold = append(n.hold, 0)
 	n.life = append(n.life, life{from: math.MinInt64, to: math.MaxInt64})
 	n.fb = append(n.fb, nil)

@@ -197,6 +197,7 @@ func (w *world) counts(ref region.BucketRef) bool {
 func (w *world) requestRepair(r, k int) {
 	n := w.regions[r]
 	n.lost[k] = false
+	n.losses[k]++
 	if v := w.view(r); !v.Off() {
 		n.hold[k] = w.now + gossip.RestoreHold(v.Horizon, w.cfg.Flush).Milliseconds()
 	}

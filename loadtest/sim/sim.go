@@ -99,7 +99,10 @@ type node struct {
 	// node last read its epoch; hold, until when (ms) the node holds its
 	// decisions after it found a loss (restart.go).
 	lost []bool
-	hold []int64
+	// losses is, per node, how many times it found that the store had
+	// lost its counts (guard.View.Losses).
+	losses []uint64
+	hold   []int64
 	// life is, per node, when it is a member (members.go); dynamic is
 	// whether the region's members change during the run, and turn the
 	// count of requests its alive nodes took in turn.
@@ -259,6 +262,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
+	v.Losses = n.losses[k]
 	// A node on its fallback counts apart (fallback.go): the region's
 	// nodes take turns in the stagger.
 	for m := range n.life {
