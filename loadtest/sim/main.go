@@ -38,6 +38,7 @@ import (
 func main() {
 	keys := flag.Int("keys", 10000, "keys of the zipf scenario")
 	even := flag.String("even", "", "run only three regions 60 ms apart offered 10x this limit evenly for 12 windows (LIMIT/WINDOW, e.g. 10/1s), and print per-region admissions and the trailing window at admissions")
+	lead := flag.Duration("lead", 0, "with -even, start the load of the second and third regions this much after the first's")
 	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
 	n := flag.Int("search", 0, "run this many random fault schedules instead of the scenarios, and print the worst per class")
 	from := flag.Uint64("seed", 1, "the first seed of -search")
@@ -48,7 +49,7 @@ func main() {
 	fallbacks := flag.Bool("fallbacks", false, "with -search, run only the schedules (of the -search seeds) that have nodes on their fallbacks")
 	flag.Parse()
 	if *even != "" {
-		if err := printEven(os.Stdout, *even); err != nil {
+		if err := printEven(os.Stdout, *even, *lead); err != nil {
 			fmt.Fprintln(os.Stderr, "sim:", err)
 			os.Exit(2)
 		}
@@ -64,10 +65,11 @@ func main() {
 	table(os.Stdout, scenarios(*keys, *reqs))
 }
 
-// printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW) and
-// prints what it admitted per region and the trailing window at its
-// admissions from the third window on.
-func printEven(w io.Writer, spec string) error {
+// printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW), the
+// second and third regions starting lead after the first, and prints what
+// it admitted per region, from the third window on and window by window,
+// and the trailing window at its admissions from the third window on.
+func printEven(w io.Writer, spec string, lead time.Duration) error {
 	ls, ws, ok := strings.Cut(spec, "/")
 	lim, err := strconv.ParseUint(ls, 10, 64)
 	if !ok || err != nil || lim == 0 {
@@ -77,11 +79,20 @@ func printEven(w io.Writer, spec string) error {
 	if err != nil || win < time.Millisecond {
 		return fmt.Errorf("-even %q: bad window: want a duration of 1ms or more, such as 1s", spec)
 	}
+	if lead < 0 {
+		return fmt.Errorf("-lead %v: want 0 or more", lead)
+	}
 	sc := evenScenario(60*time.Millisecond, lim)
 	sc.Window = win
-	st := runGuard(sc, true)
-	fmt.Fprintf(w, "three regions 60 ms apart offered 10x a limit of %d per %v in all, a third each, evenly; from the third window on:\n", lim, win)
+	sc.run = steadyLead(10, 12, lead, 0, 1, 2)
+	wd, st := runWorld(sc, true)
+	fmt.Fprintf(w, "three regions 60 ms apart offered 10x a limit of %d per %v in all, a third each, evenly", lim, win)
+	if lead > 0 {
+		fmt.Fprintf(w, ", the second and third from %v after the first", lead)
+	}
+	fmt.Fprintf(w, "; from the third window on:\n")
 	fmt.Fprintf(w, "admitted per region %v (largest over smallest less 1: %.2f)\n", st.PerRegion, st.Spread())
+	fmt.Fprintf(w, "per window %v\n", wd.perWindow("k", 12))
 	fmt.Fprintf(w, "trailing window at admissions: median %.3f, p99.9 %.3f, max %.3f, steady min %.3f of the limit\n", st.Median, st.P999, st.Max, st.SteadyMin)
 	return nil
 }

@@ -576,13 +576,22 @@ func burst(w *world) int64 {
 // steady offers rate x the limit's rate from the regions in from, evenly
 // spaced, for n windows; the steady state starts after 2 windows.
 func steady(rate float64, n int, from ...int) func(w *world) int64 {
+	return steadyLead(rate, n, 0, from...)
+}
+
+// steadyLead is steady with every region but the first of from starting
+// lead later, as clients in different regions seldom start at once.
+func steadyLead(rate float64, n int, lead time.Duration, from ...int) func(w *world) int64 {
 	return func(w *world) int64 {
 		wm := w.cfg.Limit.WindowMs()
 		gap := float64(wm) / (rate * float64(w.cfg.Limit.Limit))
 		start := epoch + wm/7
 		end := start + int64(n)*wm
-		for _, r := range from {
+		for i, r := range from {
 			off := float64(r) * gap / float64(len(from))
+			if i > 0 {
+				off += float64(lead.Milliseconds())
+			}
 			for t := float64(start) + off; int64(t) < end; t += gap * float64(len(from)) {
 				w.request(r, int64(t), "k")
 			}
@@ -596,6 +605,23 @@ func steady(rate float64, n int, from ...int) func(w *world) int64 {
 // windows.
 func evenScenario(delay time.Duration, limit uint64) scenario {
 	return scenario{Name: "even", Regions: 3, Delay: delay, Window: 10 * time.Second, Limit: limit, run: steady(10, 12, 0, 1, 2)}
+}
+
+// perWindow returns, for each of the first n windows from the load's
+// start (steady's), what each region admitted of key k in it.
+func (w *world) perWindow(k string, n int) [][]int {
+	wm := w.cfg.Limit.WindowMs()
+	start := epoch + wm/7
+	out := make([][]int, n)
+	for i := range out {
+		out[i] = make([]int, w.cfg.Regions)
+	}
+	for i, t := range w.admitted[k] {
+		if j := (t - start) / wm; j >= 0 && j < int64(n) {
+			out[j][w.by[k][i]]++
+		}
+	}
+	return out
 }
 
 // partition offers 10x from every region for 6 windows and cuts region 0
@@ -644,9 +670,15 @@ func runScenario(sc scenario) result {
 
 // runGuard runs sc once, with the guard or without it.
 func runGuard(sc scenario, guard bool) stats {
+	_, st := runWorld(sc, guard)
+	return st
+}
+
+// runWorld is runGuard, with the world it ran.
+func runWorld(sc scenario, guard bool) (*world, stats) {
 	cfg := config{Regions: sc.Regions, Nodes: sc.Nodes, Delay: sc.Delay, Flush: 20 * time.Millisecond,
 		Suspicion: 500 * time.Millisecond, Guard: guard, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm}}
 	w := newWorld(cfg, epoch)
 	from := sc.run(w)
-	return w.stats(from)
+	return w, w.stats(from)
 }
