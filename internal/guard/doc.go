@@ -7,17 +7,16 @@
 //
 //	headroom = limit - estimate               (the store's global estimate)
 //	share    = (w_self + f) / D,   D = sum_alive w_r + R*f,   f = weight(limit) / (R * Floor)
-//	q_region = the hits k <= headroom whose slot, phase + k * 0.618 (mod 1), is in [B, B + w_self + f) / D
+//	q_region = floor(headroom * (B + w_self + f) / D) - floor(headroom * B / D)
 //	quota    = q_region / N (rounded down)    per horizon H, per node
 //
 // where w_r is the [weight] of region r's count in the current and
 // previous buckets (the square root, so that regions of equal demand are
 // drawn to equal shares), R the alive regions, N this region's alive
-// nodes, B the weights of the alive regions named before this one, and
-// [phase] moves every second. Every region computes the same shares from
-// the same replicated counts, so the regions' quotas sum to the headroom
-// exactly; and since a hit's slot does not depend on the headroom (see
-// [slots]), regions that read different headrooms take disjoint hits.
+// nodes, and B the layout's [phase] times D plus the weights of the alive
+// regions named before this one. Every region computes the same shares
+// from the same replicated counts, so the regions' quotas sum to the
+// headroom exactly.
 //
 // What keeps the pool near the limit:
 //

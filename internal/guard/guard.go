@@ -317,8 +317,8 @@ func (e *entry) pending(now time.Time) uint64 {
 // lacks only admissions), not of this region's net of what it takes as
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
-	l := layoutOf(e.start, e.horizon)
-	_, o := quota(h, limit, w, v, floor, l)
+	ph := phase(e.start)
+	_, o := quota(h, limit, w, v, floor, ph)
 	e.others = max(e.others, o)
 	if e.frozen {
 		// More regions are alive than when the quota was set: this
@@ -327,7 +327,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		// equal shares (their weights lacked the regions heard again, as
 		// this node's did), whatever the weights read since say. The next
 		// horizon holds the larger as pending.
-		_, oe := quota(h, limit, weights{}, v, floor, l)
+		_, oe := quota(h, limit, weights{}, v, floor, ph)
 		e.others = max(e.others, oe)
 		return
 	}
@@ -336,7 +336,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	} else {
 		h = 0
 	}
-	q, _ := quota(h, limit, w, v, floor, l)
+	q, _ := quota(h, limit, w, v, floor, ph)
 	e.quota = max(e.quota, q)
 }
 
@@ -624,7 +624,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		if r, ok := e.reserved(now, v); ok {
 			held = window.SatAdd(held, r)
 		}
-		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsAt(now, v, lim), v, g.cfg.Floor, layoutOf(e.start, e.horizon))
+		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsAt(now, v, lim), v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any
 			// estimate: the probe is staggered (see stagger). The regions
@@ -643,7 +643,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			w := e.weightsAt(now, v, lim)
 			sh := e.sharing
 			if w.sum == 0 {
-				sh = sharing(nil, limit, w, v, g.cfg.Floor, layoutOf(e.start, e.horizon))
+				sh = sharing(nil, limit, w, v, g.cfg.Floor)
 			}
 			_, den, _ := share(limit, w, v, g.cfg.Floor)
 			return e.stagger(now, hits, storeLimit, held, sh, den, v, 0)
@@ -914,8 +914,8 @@ func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0
-	if l := layoutOf(e.start, e.horizon); !holdsWhole(res.Limit, e.weight, v, floor, l) {
-		e.sharing = sharing(res, limit, e.weight, v, floor, l)
+	if num, den, _ := share(limit, e.weight, v, floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
+		e.sharing = sharing(res, limit, e.weight, v, floor)
 	}
 	keepOlder(silent, e.silent)
 	e.silent = silent

@@ -134,9 +134,8 @@ func TestBurstShare(t *testing.T) {
 	g := New(Config{})
 	v := view([]string{"a", "b", "c"}, nil)
 	var est uint64
-	// Equal shares of 100: a's part of the layout holds 32 of its slots.
-	if got, want := admitN(g, t0, "k", 100, 100, v, &est, 0), 32; got != want {
-		t.Errorf("first horizon: admitted %d, want %d (a's slots of 100 at equal shares)", got, want)
+	if got, want := admitN(g, t0, "k", 100, 100, v, &est, 0), 33; got != want {
+		t.Errorf("first horizon: admitted %d, want %d = floor(100/3) (a is first in name order)", got, want)
 	}
 	ok, _, retry := g.Admit(t0.Add(40*time.Millisecond), "k", limitOf(100), 1, v)
 	if ok || retry != 60*time.Millisecond {
@@ -282,20 +281,19 @@ func TestAloneOnTrailCounter(t *testing.T) {
 func TestQuotaLoneRegion(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
 	// f = weight(100)/(3*8) = 10240/24 = 426, equal weights: a, first in
-	// name order, has [0, 1/3) of the layout, where 4 of the first 10
-	// slots lie at phase 0 (k * 0.618 mod 1: 0.236, 0.090, 0.326, 0.180).
-	if got, others := quota(10, 100, weights{}, v, DefaultFloor, layout{n: 1}); got != 4 || others != 6 {
-		t.Errorf("quota from idle = %d (others %d), want 4 (others 6)", got, others)
+	// name order at phase 0, takes floor(10 * 426/1278) = 3.
+	if got, others := quota(10, 100, weights{}, v, DefaultFloor, 0); got != 3 || others != 7 {
+		t.Errorf("quota from idle = %d (others %d), want 3 (others 7)", got, others)
 	}
-	// weight(150) = 12541: a's part is 12967 / 13819 = 0.938 of the
-	// layout, 94 of 100 slots; the others' floor shares hold 6.
+	// weight(150) = 12541: floor(100 * 12967 / 13819) = 93, the others'
+	// floor shares 7.
 	own := weight(150)
-	if got, others := quota(100, 100, weights{own: own, sum: own}, v, DefaultFloor, layout{n: 1}); got != 94 || others != 6 {
-		t.Errorf("quota alone = %d (others %d), want 94 (others 6)", got, others)
+	if got, others := quota(100, 100, weights{own: own, sum: own}, v, DefaultFloor, 0); got != 93 || others != 7 {
+		t.Errorf("quota alone = %d (others %d), want 93 (others 7)", got, others)
 	}
-	// Another region's 10 weighs weight(10) = 3238: a's part is 12967 /
-	// 17057 = 0.760, 76 slots, the others 24.
-	if got, others := quota(100, 100, weights{own: own, sum: own + weight(10)}, v, DefaultFloor, layout{n: 1}); got != 76 || others != 24 {
+	// Another region's 10 weighs weight(10) = 3238: floor(100 *
+	// 12967 / 17057) = 76, the others 24.
+	if got, others := quota(100, 100, weights{own: own, sum: own + weight(10)}, v, DefaultFloor, 0); got != 76 || others != 24 {
 		t.Errorf("quota with another region's 10 = %d (others %d), want 76 (others 24)", got, others)
 	}
 }
@@ -318,7 +316,7 @@ func TestQuotasSumToHeadroom(t *testing.T) {
 					for j := range i {
 						w.before += weight(c[j])
 					}
-					q, others := quota(h, 60, w, v, DefaultFloor, layout{ph: [2]float64{ph}, n: 1})
+					q, others := quota(h, 60, w, v, DefaultFloor, ph)
 					if q+others != h {
 						t.Errorf("phase %.3f, counts %v, h %d, %s: quota %d + others %d != h", ph, c, h, r, q, others)
 					}
@@ -345,7 +343,7 @@ func TestPhaseRotatesSpareHit(t *testing.T) {
 			v := view(names, nil)
 			v.Region = r
 			w := weights{own: weight(50), sum: 3 * weight(50), before: uint64(i) * weight(50)}
-			if q, _ := quota(1, 60, w, v, DefaultFloor, layout{ph: [2]float64{ph}, n: 1}); q == 1 {
+			if q, _ := quota(1, 60, w, v, DefaultFloor, ph); q == 1 {
 				got[r]++
 			}
 		}
@@ -376,13 +374,13 @@ func TestProbeWithinShare(t *testing.T) {
 	// a's weight leaves out its own hit not yet sent: 1024 sqrt(29) =
 	// 5514 against b's 1024 sqrt(30) = 5608, so with f = 1024 sqrt(60)/16
 	// = 495 its share of a headroom x is at least floor(x * 6009/12112),
-	// and at the phase of that second its part of the layout holds the
-	// second slot: its share holds one hit once x >= 2, and the store gets
-	// a limit of 60 - 1.
+	// which holds one hit once x >= 3: the store gets a limit of 60 - 2.
+	// (Two seconds on, the quotas' layout starts at phase 0.11: see the
+	// spare hit below.)
 	now := t0.Add(2*time.Second + 200*time.Millisecond)
 	ok, lim, _ := g.Admit(now, "k", limitOf(60), 1, v)
-	if !ok || lim != 59 {
-		t.Fatalf("probe: Admit = %v, limit %d; want true, 59", ok, lim)
+	if !ok || lim != 58 {
+		t.Fatalf("probe: Admit = %v, limit %d; want true, 58", ok, lim)
 	}
 	// The store holds 59: one free hit, which the probe may not take.
 	// The denial is the guard's (the full limit would have admitted it):
@@ -406,8 +404,10 @@ func TestProbeWithinShare(t *testing.T) {
 	if got := g2.Done(now, "k", limitOf(60), 1, v, &full); got != 0 {
 		t.Errorf("Done after a denial the full limit makes too = %v, want 0 (the store's)", got)
 	}
-	// Read against the full limit, the answer left 1 free hit: the first
-	// slot, b's (a's is the second).
+	// Read against the full limit, the answer left 1 free hit. The layout
+	// starts at 0.11 of it; a, first in name order, holds the part up to
+	// 0.11 + 6009/12112 (its weight 1024 sqrt(29) plus f = 495, over all
+	// weights), which holds no whole hit: b takes it.
 	if ok, _, _ := g.Admit(now, "k", limitOf(60), 1, v); ok {
 		t.Error("a second request in the horizon admitted: a's quota of 1 free hit is 0")
 	}
@@ -415,14 +415,13 @@ func TestProbeWithinShare(t *testing.T) {
 	vb.Region = "b"
 	gb := New(Config{})
 	// b has no answer for the key yet: its first request is a probe, which
-	// the store admits only when b's share of the headroom holds it: at
-	// this phase, b's part of the layout holds the first slot, so 1 free
-	// hit does.
+	// the store admits only when b's share of the headroom holds it
+	// (equal shares of two: 2 free hits).
 	ok, lim, _ = gb.Admit(now, "k", limitOf(60), 1, vb)
-	if !ok || lim != 60 {
-		t.Fatalf("b's first request: Admit = %v, limit %d; want true, 60", ok, lim)
+	if !ok || lim != 59 {
+		t.Fatalf("b's first request: Admit = %v, limit %d; want true, 59", ok, lim)
 	}
-	res = region.Result{Decision: window.Decision{Allowed: true, Limit: lim, Estimate: 59, Remaining: 0},
+	res = region.Result{Decision: window.Decision{Allowed: true, Limit: lim, Estimate: 58, Remaining: 0},
 		Regions: []region.RegionCount{{Region: "a", Current: 30}, {Region: "b", Current: 30}}}
 	gb.Done(now, "k", limitOf(60), 1, vb, &res)
 	if got := gb.shard("k").keys["k"].quota; got != 1 {

@@ -678,11 +678,10 @@ func TestStaleOwnWeight(t *testing.T) {
 		_, storeLimit, _ = g.Admit(then.Add(after), "k", l, 1, v)
 		return storeLimit, read
 	}
-	// The probe's cut as a's part of the layout gives it: the store limit
-	// at which a's first slot is in the headroom.
-	cut := func(at time.Time, w weights) uint64 {
-		num, den, b := share(60, w, v, DefaultFloor)
-		return 60 - (firstSlots(1, 60, num, den, b, layoutOf(at, v.Horizon)) - 1)
+	// The probe's store limit as a's share by weights w gives it.
+	cut := func(_ time.Time, w weights) uint64 {
+		c, _ := probeCut(60, 60, 1, 0, w, v, DefaultFloor)
+		return 60 - c
 	}
 	shows := false
 	for ms := 100; ms < 1900; ms += 100 {
