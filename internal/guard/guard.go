@@ -383,11 +383,11 @@ func (e *entry) weightsFor(v *View) weights {
 // more, this region weighs nothing in them. Its count then is partly out
 // of the window now (a weight counts the current and the previous
 // bucket), while the regions that read the counts since weigh it by what
-// is left: by its count of then, a region idle for 1.8 s of a 1 s window
+// is left: by its count of then, a region idle for most of two windows
 // took most of a headroom that the busy region, weighing it at nothing,
-// took too (33 against a bound of 31.5, seed 10235 of the fault search).
-// Reading the key again at a window (it is read at two, see NeedsRead)
-// changed the stagger of other schedules.
+// took too (seed 10235 of the fault search; docs/design.md has the
+// figures). Reading the key again at a window (it is read at two, see
+// NeedsRead) changed the stagger of other schedules.
 func (e *entry) weightsAt(now time.Time, v *View, lim window.Limit) weights {
 	w := e.weightsFor(v)
 	if lim.Window > 0 && now.Sub(e.hAt) >= lim.Window {

@@ -597,8 +597,8 @@ func TestFreshOwnReplicas(t *testing.T) {
 // key again before it decides, and without that read it charges the
 // silent regions as if the store held nothing of them. Charged by the
 // result of before the loss, a region alone after its store restarted
-// took a hit of what a silent region had admitted (three regions at a
-// limit of 3 per 10 s, 5 in a window against a bound of 4, seed 13571).
+// took a hit of what a silent region had admitted (seed 13571 of the
+// fault search; docs/design.md has the figures).
 func TestLossForgetsWhatTheStoreHeld(t *testing.T) {
 	l := window.Limit{Limit: 90, Window: time.Second}
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
@@ -652,9 +652,9 @@ func TestLossForgetsWhatTheStoreHeld(t *testing.T) {
 // A node whose last result is a window old or more probes as if its region
 // weighed nothing: what it counted then has left the window, at least in
 // part, while the regions that read the counts since weigh it by what is
-// left (seed 10235 of the fault search: a region idle for 1.8 s of a 1 s
-// window probed by its count of then beside a busy region that weighed it
-// at nothing, 33 against a bound of 31.5).
+// left (seed 10235 of the fault search: a region idle for most of two
+// windows probed by its count of then beside a busy region that weighed
+// it at nothing; docs/design.md has the figures).
 func TestStaleOwnWeight(t *testing.T) {
 	l := window.Limit{Limit: 60, Window: time.Second}
 	names := []string{"a", "b", "c", "d", "e"}

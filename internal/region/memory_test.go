@@ -247,8 +247,8 @@ func TestMemoryNoResets(t *testing.T) {
 			// Other keys evict it: each evicts from its own shard, or the
 			// first other shard with a key, so the reset key goes only when
 			// a new key lands in its shard or no earlier shard holds one.
-			// With it in the last of 64 shards, 100 keys left it in place
-			// one time in five; 10,000 never do.
+			// With it in the last shard, a hundred keys often left it in
+			// place; ten thousand leave it no real chance.
 			for i := 0; !m.NoResets(); i++ {
 				if i == 10000 {
 					t.Fatal("NoResets() = false after 10,000 other keys, want true")
