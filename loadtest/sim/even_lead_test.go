@@ -10,7 +10,7 @@ import (
 // first region's head start shows in the first window's admissions.
 func TestPrintEvenLead(t *testing.T) {
 	var b strings.Builder
-	if err := printEven(&b, "100/1s", 300*time.Millisecond); err != nil {
+	if err := printEven(&b, "100/1s", evenOpts{Lead: 300 * time.Millisecond, Nodes: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if out := b.String(); !strings.Contains(out, "the second and third from 300ms after the first") || !strings.Contains(out, "per window [[") {
@@ -24,7 +24,36 @@ func TestPrintEvenLead(t *testing.T) {
 	if first[0] <= first[1] || first[0] <= first[2] {
 		t.Errorf("first window's admissions %v: the region that started 300 ms earlier took no more", first)
 	}
-	if err := printEven(&b, "100/1s", -time.Second); err == nil {
+	if err := printEven(&b, "100/1s", evenOpts{Lead: -time.Second, Nodes: 1}); err == nil {
 		t.Error("a negative lead accepted")
+	}
+}
+
+// -even -others offers the first region 10x alone and the others less:
+// the busy region admits most, and each light one about what it asked
+// for, no more.
+func TestPrintEvenOthers(t *testing.T) {
+	var b strings.Builder
+	if err := printEven(&b, "1000/10s", evenOpts{Nodes: 1, Others: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "the second and third 0.1x each") {
+		t.Errorf("printEven output lacks the light regions' rate:\n%s", out)
+	}
+	sc := evenScenario(60*time.Millisecond, 1000)
+	sc.run = busyBeside(0.1, 0)
+	_, st := runWorld(sc, true)
+	// From the third window on (ten windows), a light region asks for 0.1
+	// x 1000 a window: 1,000 in all.
+	if st.PerRegion[0] < 8*st.PerRegion[1] || st.PerRegion[1] > 1000 || st.PerRegion[2] > 1000 {
+		t.Errorf("admitted per region %v: want the busy region far ahead, each light one at most the 1000 it asked for", st.PerRegion)
+	}
+	for _, o := range []evenOpts{{Nodes: 0}, {Nodes: 11}, {Nodes: 1, Others: -1}, {Nodes: 1, Others: 11}} {
+		if err := printEven(&b, "100/1s", o); err == nil {
+			t.Errorf("printEven(%+v) accepted", o)
+		}
+	}
+	if err := printEven(&b, "100/1s", evenOpts{Nodes: 3}); err != nil {
+		t.Errorf("printEven with 3 nodes per region: %v", err)
 	}
 }

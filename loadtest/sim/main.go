@@ -39,6 +39,8 @@ func main() {
 	keys := flag.Int("keys", 10000, "keys of the zipf scenario")
 	even := flag.String("even", "", "run only three regions 60 ms apart offered 10x this limit evenly for 12 windows (LIMIT/WINDOW, e.g. 10/1s), and print per-region admissions and the trailing window at admissions")
 	lead := flag.Duration("lead", 0, "with -even, start the load of the second and third regions this much after the first's")
+	nodes := flag.Int("nodes", 1, "with -even, nodes per region (1 to 10)")
+	others := flag.Float64("others", 0, "with -even, offer the first region 10x the limit alone and the second and third this many times the limit's rate each (0: a third of 10x each)")
 	reqs := flag.Int("requests", 200000, "requests of the zipf scenario")
 	n := flag.Int("search", 0, "run this many random fault schedules instead of the scenarios, and print the worst per class")
 	from := flag.Uint64("seed", 1, "the first seed of -search")
@@ -49,7 +51,7 @@ func main() {
 	fallbacks := flag.Bool("fallbacks", false, "with -search, run only the schedules (of the -search seeds) that have nodes on their fallbacks")
 	flag.Parse()
 	if *even != "" {
-		if err := printEven(os.Stdout, *even, *lead); err != nil {
+		if err := printEven(os.Stdout, *even, evenOpts{Lead: *lead, Nodes: *nodes, Others: *others}); err != nil {
 			fmt.Fprintln(os.Stderr, "sim:", err)
 			os.Exit(2)
 		}
@@ -65,11 +67,24 @@ func main() {
 	table(os.Stdout, scenarios(*keys, *reqs))
 }
 
-// printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW), the
-// second and third regions starting lead after the first, and prints what
-// it admitted per region, from the third window on and window by window,
-// and the trailing window at its admissions from the third window on.
-func printEven(w io.Writer, spec string, lead time.Duration) error {
+// evenOpts are printEven's options (the -even flags).
+type evenOpts struct {
+	// Lead starts the second and third regions' load this much after the
+	// first's.
+	Lead time.Duration
+	// Nodes is the nodes per region (1 to 10).
+	Nodes int
+	// Others, when positive, offers the first region 10x the limit alone
+	// and the second and third Others times the limit's rate each: one
+	// busy region beside two lighter ones, rather than even load.
+	Others float64
+}
+
+// printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW) with
+// o, and prints what it admitted per region, from the third window on and
+// window by window, and the trailing window at its admissions from the
+// third window on.
+func printEven(w io.Writer, spec string, o evenOpts) error {
 	ls, ws, ok := strings.Cut(spec, "/")
 	lim, err := strconv.ParseUint(ls, 10, 64)
 	if !ok || err != nil || lim == 0 {
@@ -79,16 +94,34 @@ func printEven(w io.Writer, spec string, lead time.Duration) error {
 	if err != nil || win < time.Millisecond {
 		return fmt.Errorf("-even %q: bad window: want a duration of 1ms or more, such as 1s", spec)
 	}
-	if lead < 0 {
-		return fmt.Errorf("-lead %v: want 0 or more", lead)
+	if o.Lead < 0 {
+		return fmt.Errorf("-lead %v: want 0 or more", o.Lead)
+	}
+	if o.Nodes < 1 || o.Nodes > 10 {
+		return fmt.Errorf("-nodes %d: want 1 to 10", o.Nodes)
+	}
+	if o.Others < 0 || o.Others > 10 {
+		return fmt.Errorf("-others %v: want 0 to 10", o.Others)
 	}
 	sc := evenScenario(60*time.Millisecond, lim)
 	sc.Window = win
-	sc.run = steadyLead(10, 12, lead, 0, 1, 2)
+	sc.Nodes = o.Nodes
+	sc.run = steadyLead(10, 12, o.Lead, 0, 1, 2)
+	if o.Others > 0 {
+		sc.run = busyBeside(o.Others, o.Lead)
+	}
 	wd, st := runWorld(sc, true)
-	fmt.Fprintf(w, "three regions 60 ms apart offered 10x a limit of %d per %v in all, a third each, evenly", lim, win)
-	if lead > 0 {
-		fmt.Fprintf(w, ", the second and third from %v after the first", lead)
+	fmt.Fprintf(w, "three regions 60 ms apart")
+	if o.Nodes > 1 {
+		fmt.Fprintf(w, " of %d nodes each", o.Nodes)
+	}
+	if o.Others > 0 {
+		fmt.Fprintf(w, ", the first offered 10x a limit of %d per %v and the second and third %gx each, evenly", lim, win, o.Others)
+	} else {
+		fmt.Fprintf(w, " offered 10x a limit of %d per %v in all, a third each, evenly", lim, win)
+	}
+	if o.Lead > 0 {
+		fmt.Fprintf(w, ", the second and third from %v after the first", o.Lead)
 	}
 	fmt.Fprintf(w, "; from the third window on:\n")
 	fmt.Fprintf(w, "admitted per region %v (largest over smallest less 1: %.2f)\n", st.PerRegion, st.Spread())

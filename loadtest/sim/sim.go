@@ -601,6 +601,25 @@ func steadyLead(rate float64, n int, lead time.Duration, from ...int) func(w *wo
 	}
 }
 
+// busyBeside is steadyLead's load for 12 windows with the first region
+// offered 10x the limit alone and the second and third rate times the
+// limit each, evenly, from lead after the first.
+func busyBeside(rate float64, lead time.Duration) func(w *world) int64 {
+	busy := steadyLead(10, 12, 0, 0)
+	return func(w *world) int64 {
+		wm := w.cfg.Limit.WindowMs()
+		gap := float64(wm) / (rate * float64(w.cfg.Limit.Limit))
+		start := epoch + wm/7 + lead.Milliseconds()
+		end := epoch + wm/7 + 12*wm
+		for _, r := range []int{1, 2} {
+			for t := float64(start) + float64(r)*gap/2; int64(t) < end; t += gap {
+				w.request(r, int64(t), "k")
+			}
+		}
+		return busy(w)
+	}
+}
+
 // evenScenario is three regions offered 10x a limit per 10 s evenly, for 12
 // windows.
 func evenScenario(delay time.Duration, limit uint64) scenario {
