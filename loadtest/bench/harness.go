@@ -345,6 +345,8 @@ func (h *harness) row(ctx context.Context, tg target, store string, r planRow, r
 	switch {
 	case (r.Protocol == protoJSON || r.Protocol == protoBinary) && r.Mode == modeClose && h.cfg.JSONGen == genWrk:
 		gen = genWrk
+	case (r.Protocol == protoJSON || r.Protocol == protoBinary) && r.Mode == modeOpen:
+		gen = h.cfg.OpenGen
 	case r.Protocol == protoEnvoy:
 		gen = h.cfg.EnvoyGen
 	}
@@ -529,8 +531,15 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 			return nil, nil, err
 		}
 		c = ec
-	default:
+	case protoJSON:
 		c = NewJSONClient(tg.base, h.cfg.Conns)
+	}
+	if gen == genH1 {
+		hc, err := NewH1Client(tg.base, r.Protocol, h.cfg.Conns)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = hc
 	}
 	return func(l Load) (Outcome, time.Duration, error) {
 		gen0, genErr := procCPU(os.Getpid())

@@ -78,6 +78,9 @@ type Config struct {
 	// wrk's binary.
 	JSONGen string
 	Wrk     string
+	// OpenGen drives the open-loop Connect rows, JSON and protobuf: h1
+	// or go.
+	OpenGen string
 	// EnvoyGen drives the Envoy RLS rows: h2 or grpc.
 	EnvoyGen string
 	// Peers measures envoyproxy/ratelimit and gubernator too, built into
@@ -125,6 +128,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.EnvoyPort, "envoy-port", envoyPortGRPC, "where the Envoy RLS rows call the node: grpc (its --grpc-listen port, grpc-go's transport) or main (its --listen port, Connect over net/http's HTTP/2)")
 	fs.StringVar(&c.JSONGen, "json-generator", genWrk, "what drives the closed-loop Connect JSON rows: wrk (C, one thread on the generator's core) or go (this binary's net/http client, which saturates its core before the trivial handler does)")
 	fs.StringVar(&c.Wrk, "wrk", "wrk", "wrk binary (Debian's package wrk)")
+	fs.StringVar(&c.OpenGen, "open-generator", genH1, "what drives the open-loop Connect rows, JSON and protobuf: h1 (HTTP/1.1 written and read by hand, a fraction of net/http's client's CPU per request) or go (this binary's net/http and connect-go clients)")
 	fs.StringVar(&c.EnvoyGen, "envoy-generator", genH2, "what drives the Envoy RLS rows: h2 (gRPC framed by hand on HTTP/2, a fraction of grpc-go's client's CPU per call) or grpc (go-control-plane's grpc-go client, as Envoy's Go peers call it)")
 	fs.Float64Var(&c.MaxGenBusy, "max-generator-busy", 0.7, "a ceiling row whose generator was busier than this share of its core, while its server's core was less busy than -min-server-busy, measured the generator: ratios against it are refused and the run fails")
 	fs.Float64Var(&c.MinServerBusy, "min-server-busy", 0.9, "share of its core at which a server (with its Redis) is saturated: a ceiling row at least this busy measured the server however busy its generator was, and a closed-loop pair with a row under it is printed as UNSTEADY")
@@ -169,6 +173,8 @@ func parseFlags(args []string) (Config, error) {
 		return c, fmt.Errorf("-json-generator %q: want wrk or go", c.JSONGen)
 	case c.EnvoyGen != genH2 && c.EnvoyGen != genGRPC:
 		return c, fmt.Errorf("-envoy-generator %q: want h2 or grpc", c.EnvoyGen)
+	case c.OpenGen != genH1 && c.OpenGen != genGo:
+		return c, fmt.Errorf("-open-generator %q: want h1 or go", c.OpenGen)
 	case c.MaxGenBusy <= 0 || c.MaxGenBusy > 1:
 		return c, fmt.Errorf("-max-generator-busy %v: want (0, 1]", c.MaxGenBusy)
 	case c.MinServerBusy <= 0 || c.MinServerBusy > 1:
