@@ -125,18 +125,21 @@ func (c *H1Client) do(ctx context.Context, hcp **h1Conn, w *Workload, i int, buf
 	if status != 200 {
 		return 0, 0, keep, fmt.Errorf("status %d: %.200s", status, resp)
 	}
-	a, n, err := countAnswer(resp, c.binary, w.batch != nil)
+	a, n, err := countAnswer(resp, c.binary, w.batch != nil, w.PerCall)
 	if err != nil {
 		return 0, 0, keep, err
-	}
-	if !c.binary {
-		n = w.PerCall
 	}
 	return a, n - a, keep, nil
 }
 
 // errH1 is a malformed HTTP/1.1 response.
 var errH1 = errors.New("malformed HTTP/1.1 response")
+
+// maxH1Body bounds an answer's body: the largest the bench asks for (a
+// CheckBatch of ten with their marks) is a few kilobytes, and a server
+// that sends more, or a length it does not send, fails the call rather
+// than grow the client's buffer without end.
+const maxH1Body = 4 << 20
 
 // readH1Response reads one response from br: its status, its body (in
 // buf, reset first; the body a Content-Length or chunked encoding
@@ -172,7 +175,7 @@ func readH1Response(br *bufio.Reader, buf *bytes.Buffer) (status int, body []byt
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
-			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 || length > maxH1Body {
 				return 0, nil, false, fmt.Errorf("%w: Content-Length %q", errH1, value)
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
@@ -193,8 +196,11 @@ func readH1Response(br *bufio.Reader, buf *bytes.Buffer) (status int, body []byt
 		}
 	default:
 		// No length: the body runs to the connection's end.
-		if _, err := buf.ReadFrom(br); err != nil {
+		if _, err := buf.ReadFrom(io.LimitReader(br, maxH1Body+1)); err != nil {
 			return 0, nil, false, fmt.Errorf("read body: %w", err)
+		}
+		if buf.Len() > maxH1Body {
+			return 0, nil, false, fmt.Errorf("%w: body past %d bytes", errH1, maxH1Body)
 		}
 		keep = false
 	}
@@ -212,6 +218,9 @@ func readChunks(br *bufio.Reader, buf *bytes.Buffer) error {
 		n, err := strconv.ParseInt(string(size), 16, 64)
 		if err != nil || n < 0 {
 			return fmt.Errorf("%w: chunk size %q", errH1, line)
+		}
+		if n > maxH1Body-int64(buf.Len()) {
+			return fmt.Errorf("%w: chunked body past %d bytes", errH1, maxH1Body)
 		}
 		if n == 0 {
 			for { // trailer, up to its blank line
@@ -233,15 +242,15 @@ func readChunks(br *bufio.Reader, buf *bytes.Buffer) error {
 	}
 }
 
-// countAnswer returns how many decisions answer b allowed, of how many
-// (one for a JSON answer, whose count the workload knows; one per result
-// of a protobuf CheckBatch); a CheckBatch's failed items are an error.
-func countAnswer(b []byte, binary, batch bool) (allowed, n int, err error) {
+// countAnswer returns how many decisions answer b allowed, of how many:
+// perCall for a JSON answer (as JSONClient counts them), one per result of
+// a protobuf CheckBatch; a CheckBatch's failed items are an error.
+func countAnswer(b []byte, binary, batch bool, perCall int) (allowed, n int, err error) {
 	if !binary {
 		if batch && bytes.Contains(b, []byte(`"error"`)) {
 			return 0, 0, fmt.Errorf("batch item rejected: %.200s", b)
 		}
-		return CountAllowed(b), 1, nil
+		return CountAllowed(b), perCall, nil
 	}
 	if !batch {
 		var r ratelimitv1.CheckResponse

@@ -195,6 +195,17 @@ func TestReadH1Response(t *testing.T) {
 			}
 		})
 	}
+	// Bodies past maxH1Body are refused as such, before any is read.
+	for name, in := range map[string]string{
+		"length too large": "HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n",
+		"chunk too large":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffff\r\n",
+		"endless body":     "HTTP/1.1 200 OK\r\n\r\n" + strings.Repeat("x", maxH1Body+1),
+	} {
+		var buf bytes.Buffer
+		if _, _, _, err := readH1Response(bufio.NewReader(strings.NewReader(in)), &buf); !errors.Is(err, errH1) {
+			t.Errorf("%s: error = %v, want %v", name, err, errH1)
+		}
+	}
 	if _, err := NewH1Client("https://x:1", protoJSON, 1); err == nil {
 		t.Error("NewH1Client accepted https")
 	}

@@ -512,34 +512,31 @@ func (h *harness) driver(ctx context.Context, tg target, store string, r planRow
 		}, func() {}, nil
 	}
 	var c Client
-	switch r.Protocol {
-	case protoGRPC:
-		c = NewGRPCClient(tg.base)
-	case protoBinary:
-		c = NewProtoClient(tg.base, h.cfg.Conns)
-	case protoEnvoy:
-		if gen == genH2 {
-			hc, err := NewH2RLSClient(ctx, tg.envoyBase, envoyConns)
-			if err != nil {
-				return nil, nil, err
-			}
-			c = hc
-			break
-		}
-		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
-		if err != nil {
-			return nil, nil, err
-		}
-		c = ec
-	case protoJSON:
-		c = NewJSONClient(tg.base, h.cfg.Conns)
-	}
-	if gen == genH1 {
+	switch {
+	case gen == genH1:
 		hc, err := NewH1Client(tg.base, r.Protocol, h.cfg.Conns)
 		if err != nil {
 			return nil, nil, err
 		}
 		c = hc
+	case r.Protocol == protoGRPC:
+		c = NewGRPCClient(tg.base)
+	case r.Protocol == protoBinary:
+		c = NewProtoClient(tg.base, h.cfg.Conns)
+	case r.Protocol == protoEnvoy && gen == genH2:
+		hc, err := NewH2RLSClient(ctx, tg.envoyBase, envoyConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = hc
+	case r.Protocol == protoEnvoy:
+		ec, err := NewEnvoyClient(tg.envoyBase, envoyConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = ec
+	default:
+		c = NewJSONClient(tg.base, h.cfg.Conns)
 	}
 	return func(l Load) (Outcome, time.Duration, error) {
 		gen0, genErr := procCPU(os.Getpid())

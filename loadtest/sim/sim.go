@@ -592,9 +592,7 @@ func steadyLead(rate float64, n int, lead time.Duration, from ...int) func(w *wo
 			if i > 0 {
 				off += float64(lead.Milliseconds())
 			}
-			for t := float64(start) + off; int64(t) < end; t += gap * float64(len(from)) {
-				w.request(r, int64(t), "k")
-			}
+			w.offer(r, float64(start)+off, gap*float64(len(from)), end)
 		}
 		w.run(end + w.cfg.Limit.WindowMs())
 		return start + 2*wm
@@ -605,18 +603,25 @@ func steadyLead(rate float64, n int, lead time.Duration, from ...int) func(w *wo
 // offered 10x the limit alone and the second and third rate times the
 // limit each, evenly, from lead after the first.
 func busyBeside(rate float64, lead time.Duration) func(w *world) int64 {
-	busy := steadyLead(10, 12, 0, 0)
 	return func(w *world) int64 {
 		wm := w.cfg.Limit.WindowMs()
+		start := epoch + wm/7
+		end := start + 12*wm
+		w.offer(0, float64(start), float64(wm)/(10*float64(w.cfg.Limit.Limit)), end)
 		gap := float64(wm) / (rate * float64(w.cfg.Limit.Limit))
-		start := epoch + wm/7 + lead.Milliseconds()
-		end := epoch + wm/7 + 12*wm
 		for _, r := range []int{1, 2} {
-			for t := float64(start) + float64(r)*gap/2; int64(t) < end; t += gap {
-				w.request(r, int64(t), "k")
-			}
+			w.offer(r, float64(start+lead.Milliseconds())+float64(r)*gap/2, gap, end)
 		}
-		return busy(w)
+		w.run(end + wm)
+		return start + 2*wm
+	}
+}
+
+// offer queues a request for key "k" in region r at first (ms) and every
+// every ms after it, until end.
+func (w *world) offer(r int, first, every float64, end int64) {
+	for t := first; int64(t) < end; t += every {
+		w.request(r, int64(t), "k")
 	}
 }
 
