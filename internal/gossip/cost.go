@@ -41,9 +41,12 @@ const (
 	// reasonRejoin: rejoin requests and open totals re-sent to a region
 	// whose members came (back) alive.
 	reasonRejoin = "rejoin"
+	// reasonRelay: other regions' totals relayed to a region whose
+	// members came (back) alive.
+	reasonRelay = "relay"
 )
 
-var reasons = []string{reasonFlush, reasonUrgent, reasonPeriodic, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin}
+var reasons = []string{reasonFlush, reasonUrgent, reasonPeriodic, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin, reasonRelay}
 
 // costOf is the reason a frame of kind is sent for unless the sender says
 // otherwise.
@@ -61,6 +64,8 @@ func costOf(k Kind) cost {
 		return cost{reason: reasonRepair}
 	case KindRejoin:
 		return cost{reason: reasonRejoin}
+	case KindRelay:
+		return cost{reason: reasonRelay}
 	}
 	return cost{reason: k.String()}
 }

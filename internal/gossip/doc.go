@@ -14,7 +14,8 @@
 // Each region reports only its own totals: its region's entry and those of
 // its replicas (region~id, a node's failover fallback or a node on its own
 // in-memory store), in flushes and in reconciliation alike, and a receiver
-// accepts nothing else from it, except in a repair answer (KindRepaired):
+// accepts nothing else from it, except in a relay (KindRelay, below) and
+// in a repair answer (KindRepaired):
 // the receiver's own region's totals, echoed back, accepted only from a
 // member the receiver asked while its repair is open, for buckets that
 // began before it asked, and only as far as two sources (regions) agree
@@ -25,9 +26,13 @@
 // buddy it told, if it died) reconciles the bucket, sending its final
 // totals to every other region it reaches and retrying until the bucket
 // expires. Every region thus ends holding each region's final totals,
-// heard from that region itself. No region relays another's counts: two
-// regions that cannot reach each other directly do not agree through a
-// third.
+// heard from that region itself. Two regions that cannot reach each other
+// directly do not agree through a third; but a region heard again after a
+// silence is sent what the sender holds of the other regions (KindRelay),
+// and merges it for the regions it does not hear itself: when one split
+// follows another, it would otherwise charge a region it has not heard
+// since the first only that region's share, not what the region admitted
+// meanwhile while others heard it (repair.go's relayed).
 //
 // # Flow
 //
@@ -58,8 +63,9 @@
 //     from within Suspicion and the measured one-way delay
 //     (freshness.go).
 //   - A member that comes alive (new, or back after a partition) is sent
-//     its region's share of this region's open totals at once, and told
-//     (KindRejoin) to do the same; a node whose store lost its counts
+//     its region's share of this region's open totals at once, with the
+//     other regions' totals this node merged in buckets that have not
+//     expired (KindRelay), and told (KindRejoin) to do the same; a node whose store lost its counts
 //     (Config.Epoch) or starts empty (Config.OwnStore) asks its peers for
 //     its region's totals (KindRepair) and max-merges their answers
 //     (KindRepaired) back, with its own unsent totals and the answerers'
@@ -85,18 +91,20 @@
 // sequence number: one sent elsewhere, seen before or older than the
 // receiver's window is dropped, and so is one from a member memberlist
 // holds failed unless it is newer than every frame heard from it and sent
-// after it failed (replay.go). Then every field is
-// checked: each total names the sender's region or one of its replicas,
-// exactly <region>~<6 hex digits> (region.IsReplica: no prefix of the
-// region, no name cut to fit; so a region name is at most 57 bytes)
-// (at most MaxReplicas replica names per region with live buckets, so a
-// bucket holds a bounded number of regions); names are valid UTF-8 within
-// region.MaxRegionName; a bucket starts no later than now plus one window,
-// a calendar bucket's being its own length (older than its expiry it is
-// skipped); a count is at most MaxCount
-// (2^53). A frame that fails is dropped whole and counted in
-// rlcluster_gossip_dropped_total by reason (not_member, misdirected,
-// replay, stale, not_alive, foreign_region, old_bucket, future_bucket,
+// after it failed (replay.go). Then every field is checked: each total
+// names the sender's region or one of its replicas, exactly
+// <region>~<6 hex digits> (region.IsReplica: no prefix of the region, no
+// name cut to fit; so a region name is at most 57 bytes), or in a relay a
+// member region other than the sender's and the receiver's or one of its
+// replicas, merged only where the receiver does not hear that region
+// itself (at most MaxReplicas replica names per region with live buckets,
+// so a bucket holds a bounded number of regions); names are valid UTF-8
+// within region.MaxRegionName; a bucket starts no later than now plus one
+// window, a calendar bucket's being its own length (older than its expiry
+// it is skipped); a count is at most MaxCount (2^53). A frame that fails
+// is dropped whole and counted in rlcluster_gossip_dropped_total by
+// reason (not_member, misdirected, replay, stale, not_alive,
+// foreign_region, unknown_region, old_bucket, future_bucket,
 // foreign_kind, replicas_full, repair_busy, malformed). The member,
 // clock-offset and freshness maps forget a member that left after
 // GossipToTheDeadTime, one that failed after an hour.
@@ -104,7 +112,8 @@
 // The token keeps out processes that never joined; membership itself is
 // authenticated only by the gossip key. Without a key anyone who reaches
 // the port can join, read every replicated key and report counts for a
-// region of its own, so New refuses a keyless node on an address other
+// region of its own (and relay counts of the regions a receiver does not
+// hear), so New refuses a keyless node on an address other
 // than loopback unless Config.Insecure is set. The token is not a
 // signature: it travels in member metadata, which every member sees, and a
 // node announces its own region when it joins. So every holder of the key

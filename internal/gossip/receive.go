@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -102,13 +103,21 @@ func (n *Node) handle(b []byte) {
 func (n *Node) mergeRemote(now time.Time, m Message, totals []region.Total) {
 	remote := totals[:0:0]
 	expired, full, zero := 0, 0, 0
+	var heard map[string]bool
+	if m.Kind == KindRelay {
+		heard = n.heardWithin(now, n.cfg.Suspicion)
+	}
 	for _, t := range totals {
 		switch {
 		case t.Count == 0:
 			zero++ // nothing to merge: it takes no region slot
+		case heard[baseRegion(t.Region)]:
+			// Relayed, of a region this node hears itself: what it
+			// admitted comes from it, and a relay's word is needed only
+			// where its own cannot come.
 		case !now.Before(n.expiry(t.Window, t.Bucket)):
 			expired++ // late: the bucket is gone from every estimate
-		case !n.admitReplica(now, m.From, t):
+		case !n.admitReplica(now, relayedFrom(m, t), t):
 			full++
 		default:
 			remote = append(remote, t)
@@ -150,6 +159,28 @@ func (n *Node) mergeRemote(now time.Time, m Message, totals []region.Total) {
 	n.ageMu.Unlock()
 }
 
+// heardWithin returns the regions heard from within d of now.
+func (n *Node) heardWithin(now time.Time, d time.Duration) map[string]bool {
+	out := map[string]bool{}
+	n.freshMu.Lock()
+	defer n.freshMu.Unlock()
+	for r, at := range n.fresh.heard {
+		if now.Sub(at) <= d {
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// relayedFrom is the region whose replica names t counts against: the
+// sender's, or in a relay the region t names.
+func relayedFrom(m Message, t region.Total) string {
+	if m.Kind == KindRelay {
+		return baseRegion(t.Region)
+	}
+	return m.From
+}
+
 // check returns why a decoded frame from a live member must be dropped, or
 // "" when it may be merged:
 //
@@ -165,7 +196,11 @@ func (n *Node) mergeRemote(now time.Time, m Message, totals []region.Total) {
 //     merge; see apart.go); a repair answer ([KindRepaired]) that this node
 //     did not ask for; a repair or rejoin request that carries totals.
 //   - foreign_region: as above; and a repair answer whose totals are not
-//     of this node's region, the sender's, or their replicas.
+//     of this node's region, the sender's, or their replicas; and a relay
+//     ([KindRelay]) with a total of either.
+//   - unknown_region: a relay with a total of a region no member of the
+//     pool belongs to (see checkRelay).
+//   - foreign_kind: also a relay from this node's own region.
 //
 // Decode has checked the rest: names are UTF-8 within MaxRegionLen, keys
 // within MaxKeyLen, windows within window.MaxWindow, counts at most
@@ -183,6 +218,14 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 		return "foreign_kind"
 	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:
 		return "foreign_kind" // requests carry no totals
+	case m.Kind == KindRelay:
+		if own {
+			return "foreign_kind" // a region's own nodes share its view
+		}
+		if reason := n.checkRelay(m); reason != "" {
+			return reason
+		}
+		reports = "" // checked by checkRelay
 	case m.Kind == KindRepaired:
 		if !n.repairOpen(now) {
 			return "foreign_kind"
@@ -195,7 +238,7 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 	nowMs := now.UnixMilli()
 	for _, t := range m.Totals {
 		// A repair answer carries the answerer's own region's totals too.
-		if !replicaOf(t.Region, reports) && (m.Kind != KindRepaired || !replicaOf(t.Region, m.From)) {
+		if m.Kind != KindRelay && !replicaOf(t.Region, reports) && (m.Kind != KindRepaired || !replicaOf(t.Region, m.From)) {
 			return "foreign_region"
 		}
 		wm := t.Window.Milliseconds()
@@ -218,6 +261,40 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 		}
 	}
 	return ""
+}
+
+// checkRelay returns why a relay frame m must be dropped, or "": each of
+// its totals names a member region of the pool (alive or failed, not one
+// that left or was never heard of), or one of its replicas, other than
+// the receiver's region and the sender's, whose totals come only from
+// themselves (a repair for the first, a flush or reconciliation for the
+// second).
+func (n *Node) checkRelay(m Message) string {
+	known := map[string]bool{}
+	n.memMu.RLock()
+	for _, mb := range n.members {
+		if mb.state != "left" {
+			known[mb.region] = true
+		}
+	}
+	n.memMu.RUnlock()
+	for _, t := range m.Totals {
+		reg := baseRegion(t.Region)
+		switch {
+		case reg == n.cfg.Region || reg == m.From:
+			return "foreign_region"
+		case !known[reg] || !replicaOf(t.Region, reg):
+			return "unknown_region"
+		}
+	}
+	return ""
+}
+
+// baseRegion is the region a total's region name counts for: the name
+// itself, or reg for a replica's reg~id.
+func baseRegion(name string) string {
+	reg, _, _ := strings.Cut(name, "~")
+	return reg
 }
 
 // floorDiv returns floor(a/b) for b > 0.

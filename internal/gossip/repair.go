@@ -615,6 +615,31 @@ func (n *Node) rejoinLoop() {
 	}
 }
 
+// relayed returns the totals of other regions that this node's store
+// holds in the buckets it merged totals of from peers and that have not
+// expired (see hear), for a region heard again: when one split of the
+// regions follows another, a region may have admitted, while this one
+// heard it, hits that the region heard again never heard of, and it
+// cannot hear that region yet.
+func (n *Node) relayed() []region.Total {
+	now := n.cfg.Now().UnixMilli()
+	var refs []region.BucketRef
+	n.rep.mu.Lock()
+	for exp, set := range n.rep.heard {
+		if exp <= now {
+			continue
+		}
+		for k := range set {
+			refs = append(refs, region.BucketRef{Key: k.key, Window: k.window, Bucket: k.bucket})
+		}
+	}
+	n.rep.mu.Unlock()
+	if len(refs) == 0 {
+		return nil
+	}
+	return n.read(refs, func(t region.Total) bool { return !replicaOf(t.Region, n.cfg.Region) })
+}
+
 // resendOpen sends this region's totals of every touched, unreconciled
 // bucket, and of the reconciliations waiting for a retry, to the owners in
 // each of regions: at once over UDP when they fit in a few packets (one
@@ -643,6 +668,7 @@ func (n *Node) resendOpen(regions map[string]bool) {
 	if len(refs) > 0 {
 		open = n.read(refs, func(t region.Total) bool { return replicaOf(t.Region, n.cfg.Region) })
 	}
+	relayed := n.relayed()
 	// Closed buckets whose reconciliation is still trying (a dial to a
 	// region cut off takes a round trip to fail) are in neither list.
 	recent := n.recentTotals(probeBuckets)
@@ -652,6 +678,17 @@ func (n *Node) resendOpen(regions map[string]bool) {
 		if fast := append(append(append([]region.Total(nil), open...), waiting[reg]...), recent...); len(fast) > 0 {
 			for dest, group := range route(fast, v.remote[reg]) {
 				n.sendAsyncFor(KindReconcile, cost{reason: reasonRejoin}, dest, group)
+			}
+		}
+		var rel []region.Total
+		for _, t := range relayed {
+			if !replicaOf(t.Region, reg) {
+				rel = append(rel, t)
+			}
+		}
+		if len(rel) > 0 {
+			for dest, group := range route(rel, v.remote[reg]) {
+				n.sendAsyncFor(KindRelay, cost{reason: reasonRelay}, dest, group)
 			}
 		}
 	}

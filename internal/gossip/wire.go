@@ -155,6 +155,13 @@ const (
 	// entries: the regions are the frame's region table after the
 	// sender's.
 	KindUnheard Kind = 8
+	// KindRelay carries the totals the sender holds of regions other
+	// than its own and the receiver's, sent with its own open totals to
+	// a region it hears again after a silence: that region may have been
+	// cut off from a region the sender heard meanwhile (one split
+	// following another), and until it hears that region again it would
+	// charge it, silent, only its share, not what it admitted.
+	KindRelay Kind = 9
 )
 
 // String returns the kind's metric label.
@@ -176,6 +183,8 @@ func (k Kind) String() string {
 		return "rejoin"
 	case KindUnheard:
 		return "unheard"
+	case KindRelay:
+		return "relay"
 	}
 	return "unknown"
 }
@@ -247,7 +256,7 @@ func Decode(b []byte) (Message, error) {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
 	m.Kind = Kind(b[1])
-	if m.Kind < KindFlush || m.Kind > KindUnheard {
+	if m.Kind < KindFlush || m.Kind > KindRelay {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/guard"
@@ -82,6 +83,10 @@ type node struct {
 	// whole to a region heard from again after it was silent.
 	own    map[region.BucketRef]region.Total
 	resend map[int]bool
+	// heardRefs is the buckets of the totals merged from other regions,
+	// whose totals of the regions other than the receiver's are relayed
+	// with own to a region heard from again (see relay).
+	heardRefs map[region.BucketRef]bool
 	// unheard is, per region, the silent regions its last frame named
 	// and when it arrived (ms).
 	unheard   map[int][]string
@@ -147,6 +152,9 @@ type event struct {
 	// bucket is the bucket of key that a reconciliation closes.
 	bucket int64
 	tot    []region.Total
+	// relay is the totals of other regions that the sender relays (see
+	// world.relay).
+	relay []region.Total
 	// unheard is the sender's silent regions when it sent the frame.
 	unheard []string
 }
@@ -173,7 +181,7 @@ func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, how: map[string][]denial{}, now: startMs}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
-			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{},
+			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, heardRefs: map[region.BucketRef]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{},
 			touched: map[region.BucketRef]bool{}}
 		n.store = newStore(n.name)
 		for range max(cfg.Nodes, 1) {
@@ -233,6 +241,20 @@ func (w *world) run(untilMs int64) {
 			if len(e.tot) > 0 {
 				_ = n.store.Merge(context.Background(), e.tot)
 				w.mergeApart(e.to, e.tot)
+				w.heardOf(e.to, e.tot)
+			}
+			if len(e.relay) > 0 {
+				// Only of the regions this one does not hear (gossip's
+				// mergeRemote).
+				rel := make([]region.Total, 0, len(e.relay))
+				for _, t := range e.relay {
+					if k := w.regionIndex(t.Region); k >= 0 && w.now-n.heard[k] > w.cfg.Suspicion.Milliseconds() {
+						rel = append(rel, t)
+					}
+				}
+				_ = n.store.Merge(context.Background(), rel)
+				w.mergeApart(e.to, rel)
+				w.heardOf(e.to, rel)
 			}
 		default:
 			w.restartEvent(e)
@@ -461,7 +483,7 @@ func (w *world) flush(r int) {
 		if j == r || (w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now)) {
 			continue
 		}
-		send := tot
+		send, relay := tot, []region.Total(nil)
 		if n.resend[j] {
 			delete(n.resend, j)
 			send = append([]region.Total(nil), tot...)
@@ -471,9 +493,54 @@ func (w *world) flush(r int) {
 			for _, t := range n.ownRep {
 				send = append(send, t)
 			}
+			relay = w.relay(r, j)
 		}
-		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, unheard: unheard})
+		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, relay: relay, unheard: unheard})
 	}
+}
+
+// heardOf records the buckets of tot, merged by region r, for relay.
+func (w *world) heardOf(r int, tot []region.Total) {
+	for _, t := range tot {
+		w.regions[r].heardRefs[region.BucketRef{Key: t.Key, Window: t.Window, Bucket: t.Bucket}] = true
+	}
+}
+
+// regionIndex is the index of the region a total's region name (a region
+// or its replica) counts for, or -1.
+func (w *world) regionIndex(name string) int {
+	base, _, _ := strings.Cut(name, "~")
+	return slices.IndexFunc(w.regions, func(n *node) bool { return n.name == base })
+}
+
+// relay is what region r's store holds of the regions other than r and
+// j in the buckets it heard of that an estimate still reads, sent with
+// r's own totals to j, heard from again after a silence: j may have been
+// cut from a region that r heard, and would charge it as silent only its
+// share, not what it admitted meanwhile.
+func (w *world) relay(r, j int) []region.Total {
+	n := w.regions[r]
+	var refs []region.BucketRef
+	for ref := range n.heardRefs {
+		if _, end := window.BucketSpan(ref.Window, ref.Bucket); end+ref.Window.Milliseconds() <= w.now {
+			delete(n.heardRefs, ref)
+			continue
+		}
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(a, b region.BucketRef) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Window, b.Window), cmp.Compare(a.Bucket, b.Bucket))
+	})
+	vs, _ := n.store.Vectors(context.Background(), refs)
+	var out []region.Total
+	for _, v := range vs {
+		for _, t := range v {
+			if base, _, _ := strings.Cut(t.Region, "~"); t.Count > 0 && base != n.name && base != w.regions[j].name {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // stats are a run's accuracy figures: the exact count admitted in the
