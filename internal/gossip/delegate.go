@@ -25,7 +25,10 @@ var (
 // region's other nodes: Config.OwnStore, or its fallback, see apart.go;
 // bit 2: the node reads trails of up to window.Granules marks, see
 // wire.go), token (8: the random value the node's frames
-// carry, see wire.go). A node ignores flags it does not know.
+// carry, see wire.go), and count-from (8, Unix ms: the instant from
+// which the members count the node among its region's nodes, see
+// Node.countFrom; absent in earlier releases' metadata, which count it at
+// once). A node ignores flags it does not know.
 const (
 	metaVersion    = 2
 	flagLeaving    = 1
@@ -33,7 +36,7 @@ const (
 	flagFineTrails = 4
 )
 
-func encodeMeta(regionName, api string, flags byte, token uint64) []byte {
+func encodeMeta(regionName, api string, flags byte, token uint64, countFrom int64) []byte {
 	if len(api) > 255 {
 		api = api[:255]
 	}
@@ -42,7 +45,8 @@ func encodeMeta(regionName, api string, flags byte, token uint64) []byte {
 	b = append(b, byte(len(api)))
 	b = append(b, api...)
 	b = append(b, flags)
-	return binary.BigEndian.AppendUint64(b, token)
+	b = binary.BigEndian.AppendUint64(b, token)
+	return binary.BigEndian.AppendUint64(b, uint64(countFrom))
 }
 
 // nodeMeta is a member's decoded metadata.
@@ -51,6 +55,8 @@ type nodeMeta struct {
 	api    string
 	flags  byte
 	token  uint64
+	// countFrom is when the members count the node (Unix ms; 0: at once).
+	countFrom int64
 }
 
 // decodeMeta decodes a member's metadata; ok is false unless it is
@@ -68,13 +74,16 @@ func decodeMeta(b []byte) (m nodeMeta, ok bool) {
 	m.region = string(b[2:p])
 	al := int(b[p])
 	p++
-	if p+al+1+8 != len(b) {
+	if end := p + al + 1 + 8; end != len(b) && end+8 != len(b) {
 		return m, false
 	}
 	m.api = string(b[p : p+al])
 	p += al
 	m.flags = b[p]
 	m.token = binary.BigEndian.Uint64(b[p+1:])
+	if p+1+8 < len(b) {
+		m.countFrom = int64(binary.BigEndian.Uint64(b[p+1+8:]))
+	}
 	if !validRegion(m.region) || !utf8.ValidString(m.api) {
 		return m, false
 	}
@@ -90,9 +99,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	if d.n.apart() {
 		flags |= flagOwnStore
 	}
-	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags, d.n.token)
+	from := d.n.countFrom.Load()
+	b := encodeMeta(d.n.cfg.Region, d.n.cfg.APIAddr, flags, d.n.token, from)
 	if len(b) > limit {
-		return encodeMeta(d.n.cfg.Region, "", flags, d.n.token)
+		return encodeMeta(d.n.cfg.Region, "", flags, d.n.token, from)
 	}
 	return b
 }

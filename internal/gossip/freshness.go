@@ -209,15 +209,23 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	regions := map[string]bool{}
 	// The alive nodes of each region (guard.View.RegionNodes).
 	nodes := map[string]int{}
+	peers := 0 // this region's other alive nodes, counted yet or not
+	nowMs := now.UnixMilli()
 	n.memMu.RLock()
 	for _, m := range n.members {
-		if m.state == "alive" && m.region != "" && !m.isLocal {
+		// A member that joined counts from the instant it announced,
+		// the same in every view (see Node.countFrom).
+		counted := m.state == "alive" && !m.isLocal && m.countFrom <= nowMs
+		if counted && m.region != "" {
 			nodes[m.region]++
 		}
 		switch {
 		case m.region == "":
 		case m.region == n.cfg.Region:
-			if !m.isLocal && m.state == "alive" {
+			if m.state == "alive" && !m.isLocal {
+				peers++
+			}
+			if counted {
 				v.Nodes++
 				v.Apart = v.Apart || m.ownStore
 				if m.node.Name < n.cfg.Name {
@@ -270,9 +278,12 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	v.Apart = v.Apart || n.apart()
 	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
 	// Until the other nodes know of this one, its region's others split
-	// its quota among one node fewer (see guard.View.Joining). A node
-	// alone in its region splits with nobody.
-	if left := time.Unix(0, n.joinedAt.Load()).Add(guard.JoinHold(n.cfg.GossipInterval, v.Horizon)).Sub(now); left > 0 && v.Nodes > 1 {
+	// its quota among one node fewer (see guard.View.Joining), and none
+	// counts it before the instant it announced. A node alone in its
+	// region splits with nobody.
+	left := max(time.Unix(0, n.joinedAt.Load()).Add(guard.JoinHold(n.cfg.GossipInterval, v.Horizon)).Sub(now),
+		time.UnixMilli(n.countFrom.Load()).Sub(now))
+	if left > 0 && peers > 0 {
 		v.Joining = left
 	}
 	v.Suspicion = n.cfg.Suspicion

@@ -289,10 +289,11 @@ func TestGuardViewPool(t *testing.T) {
 }
 
 // TestGuardViewJoining: a node holds its guarded decisions
-// (guard.View.Joining) for guard.JoinHold from its start and again from
-// its first join of a seed, until memberlist's gossip can have told the
-// others of it, when its region has other nodes to split its quota with;
-// a node alone in its region holds none.
+// (guard.View.Joining) until the instant it announced that the members
+// count it from (Node.countFrom: Config.joinCountHold from its start, or
+// from its first attempt to join a seed) and for guard.JoinHold from that
+// join, whichever ends later, when its region has other nodes to split
+// its quota with; a node alone in its region holds none.
 func TestGuardViewJoining(t *testing.T) {
 	fn := NewFaultNetwork(1)
 	wan(fn, []string{"eu", "us"}, 10*time.Millisecond)
@@ -300,13 +301,14 @@ func TestGuardViewJoining(t *testing.T) {
 	seed, joiner := h.nodes[0].node, h.nodes[1].node // eu-0, and eu-1, which joined it
 	hold := func(n *Node, at time.Time) (joining, want time.Duration) {
 		v := n.GuardView(at)
-		return v.Joining, guard.JoinHold(n.cfg.GossipInterval, v.Horizon)
+		joined := time.Unix(0, n.joinedAt.Load())
+		return v.Joining, max(joined.Add(guard.JoinHold(n.cfg.GossipInterval, v.Horizon)).Sub(at), time.UnixMilli(n.countFrom.Load()).Sub(at))
 	}
 	// The seed joined nobody: it holds from its start.
-	if got, want := hold(seed, seed.started); got != want {
-		t.Errorf("the seed at its start: Joining = %v, want JoinHold %v", got, want)
+	if got, want := hold(seed, seed.started); got != want || want < seed.cfg.joinCountHold()-time.Millisecond {
+		t.Errorf("the seed at its start: Joining = %v, want %v, at least the announced hold %v", got, want, seed.cfg.joinCountHold())
 	}
-	if got, want := hold(seed, seed.started.Add(time.Second)); got != 0 || want >= time.Second {
+	if got, want := hold(seed, seed.started.Add(time.Second)); got != 0 || want > 0 {
 		t.Errorf("the seed a second after its start: Joining = %v (hold %v), want 0", got, want)
 	}
 	joined := time.Unix(0, joiner.joinedAt.Load())
@@ -314,8 +316,8 @@ func TestGuardViewJoining(t *testing.T) {
 		t.Fatalf("joinedAt %v is not after the node's start %v, though it joined a seed", joined, joiner.started)
 	}
 	got, want := hold(joiner, joined)
-	if got != want {
-		t.Errorf("at its join: Joining = %v, want JoinHold %v", got, want)
+	if got != want || got < guard.JoinHold(joiner.cfg.GossipInterval, joiner.GuardView(joined).Horizon) {
+		t.Errorf("at its join: Joining = %v, want %v, at least JoinHold", got, want)
 	}
 	if got, _ := hold(joiner, joined.Add(want)); got != 0 {
 		t.Errorf("a hold after its join: Joining = %v, want 0", got)

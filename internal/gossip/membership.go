@@ -28,6 +28,9 @@ type member struct {
 	deadAt  time.Time
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
+	// countFrom is when this node counts the member among its region's
+	// nodes (Unix ms, from its metadata; 0: at once).
+	countFrom int64
 	// ownStore: the member decides from a store of its own now (see
 	// apart.go), so it needs every total, not only its keys'.
 	ownStore bool
@@ -44,6 +47,20 @@ type member struct {
 	heardOnly bool
 }
 
+// announceCountFrom sets the instant from which the members count this
+// node, about to join, among its region's nodes (see Node.countFrom) to a
+// join hold from now, and refreshes its metadata (memberlist sends it on
+// the join). A node whose first attempts failed announces it again before
+// each, so that a late join is not counted at once; one that others have
+// joined meanwhile (a seed) keeps the instant they know.
+func (n *Node) announceCountFrom() {
+	if n.ml.NumMembers() > 1 {
+		return
+	}
+	n.countFrom.Store(n.cfg.Now().Add(n.cfg.joinCountHold()).UnixMilli())
+	_ = n.ml.UpdateNode(0) // alone: no broadcast to wait for
+}
+
 // maxBackoff caps the join and reconnect loops' retry delays.
 const maxBackoff = 30 * time.Second
 
@@ -57,6 +74,9 @@ func (n *Node) joinLoop() {
 	joined, warned := false, false
 	for {
 		if missing := n.missingSeeds(); len(missing) > 0 {
+			if !joined {
+				n.announceCountFrom()
+			}
 			k, err := n.ml.Join(missing)
 			switch {
 			case k > 0 && !joined:
@@ -322,6 +342,7 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	}
 	n.members[cp.Name] = m
 	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
+	m.countFrom = meta.countFrom
 	m.ownStore = meta.flags&flagOwnStore != 0
 	m.fineTrails = meta.flags&flagFineTrails != 0
 	m.isLocal = cp.Name == n.cfg.Name

@@ -236,5 +236,5 @@ func TestHandleDropsBadFrames(t *testing.T) {
 // memberNode returns a memberlist node named name announcing region r and
 // token.
 func memberNode(name, r string, token uint64) *memberlist.Node {
-	return &memberlist.Node{Name: name, Meta: encodeMeta(r, "", 0, token)}
+	return &memberlist.Node{Name: name, Meta: encodeMeta(r, "", 0, token, 0)}
 }

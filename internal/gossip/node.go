@@ -72,11 +72,16 @@ type Node struct {
 	met    *metrics
 	keys   *memberlist.Keyring // nil without encryption
 
-	token      uint64                   // random, announced in the metadata, carried by every frame
-	fb         Fallbacker               // the store, when it may decide from a fallback (apart.go)
-	onFallback atomic.Bool              // the store decides from its fallback, as announced
-	started    time.Time                // cfg.Now() at New, for Ready
-	joinedAt   atomic.Int64             // Unix ns of the first join of a seed (started until then), for GuardView's Joining
+	token      uint64       // random, announced in the metadata, carried by every frame
+	fb         Fallbacker   // the store, when it may decide from a fallback (apart.go)
+	onFallback atomic.Bool  // the store decides from its fallback, as announced
+	started    time.Time    // cfg.Now() at New, for Ready
+	joinedAt   atomic.Int64 // Unix ns of the first join of a seed (started until then), for GuardView's Joining
+	// countFrom is when the members count this node among its region's
+	// nodes (Unix ms), announced in its metadata: its first join's start
+	// plus Config.joinCountHold, the same instant in every node's view
+	// (see GuardView).
+	countFrom  atomic.Int64
 	seenRemote atomic.Bool              // a member of another region was seen alive
 	acc        atomic.Pointer[Accuracy] // told of every decision (Decided); nil: none
 
@@ -161,6 +166,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	}
 	n.met.node = n
 	n.joinedAt.Store(n.started.UnixNano())
+	n.countFrom.Store(n.started.Add(n.cfg.joinCountHold()).UnixMilli())
 	if fb, ok := store.(Fallbacker); ok {
 		n.fb = fb
 		n.onFallback.Store(fb.OnFallback()) // announced in the first metadata

@@ -423,7 +423,7 @@ func TestFineTrailsOnlyToThoseWhoReadThem(t *testing.T) {
 		{"older node", 0, window.MergeGranules},
 		{"fine node", flagFineTrails, window.Granules},
 	} {
-		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", c.flags, 9)}, "alive")
+		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", c.flags, 9, 0)}, "alive")
 		n.memMu.RLock()
 		dest := n.members["peer"]
 		n.memMu.RUnlock()
@@ -452,7 +452,7 @@ func TestFineTrailsOnlyToThoseWhoReadThem(t *testing.T) {
 		if c.old {
 			flags = 0
 		}
-		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flags, 9)}, "alive")
+		n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flags, 9, 0)}, "alive")
 		if got := marks(n.localState(c.join)); got != c.want {
 			t.Errorf("%s: the state frame carries %d marks, want %d", c.name, got, c.want)
 		}

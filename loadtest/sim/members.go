@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -22,7 +23,8 @@ import (
 //     interval (memberLagMs) later in its region, and that plus the
 //     one-way delay in the others; of a crash, a suspicion timeout later
 //     still. Until then they count the region's nodes as before, and
-//     split its quota so.
+//     split its quota so. A joined node they count only from the instant
+//     it announced (joinHoldMs after its join), all at once.
 //   - A node that leaves or crashes takes no more requests. Its hits are
 //     in its region's store; the sim's gossip is per region, so nothing
 //     it admitted is lost unsent (a crashed node's unsent totals are, in
@@ -192,7 +194,7 @@ func (w *world) knownNodes(r, k, j int) int {
 			c++ // itself
 			continue
 		}
-		joined := l.from <= self.from || w.now >= l.from+lag
+		joined := l.from <= self.from || w.now >= l.from+max(lag, w.joinHoldMs())
 		gone := l.to != math.MaxInt64 && (l.to <= self.from || w.now >= l.to+lag+w.lagOfLeave(l))
 		if joined && !gone {
 			c++
@@ -208,4 +210,15 @@ func (w *world) lagOfLeave(l life) int64 {
 		return w.cfg.Suspicion.Milliseconds()
 	}
 	return 0
+}
+
+// joinOneWay is the one-way delay a joining node's announced hold allows
+// for (gossip's joinOneWay).
+const joinOneWay = 300 * time.Millisecond
+
+// joinHoldMs is how long after a node joins its members start counting
+// it, all at the same instant, as it announces in its metadata (gossip's
+// Config.joinCountHold); it holds its decisions until then.
+func (w *world) joinHoldMs() int64 {
+	return guard.JoinHold(memberLagMs*time.Millisecond, w.cfg.Flush+joinOneWay).Milliseconds()
 }

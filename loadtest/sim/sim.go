@@ -296,7 +296,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 		}
 	}
 	if from := n.life[k].from; from != math.MinInt64 && v.Nodes > 1 {
-		if left := from + guard.JoinHold(memberLagMs*time.Millisecond, v.Horizon).Milliseconds() - w.now; left > 0 {
+		if left := from + max(guard.JoinHold(memberLagMs*time.Millisecond, v.Horizon).Milliseconds(), w.joinHoldMs()) - w.now; left > 0 {
 			v.Joining = time.Duration(left) * time.Millisecond
 		}
 	}
