@@ -287,6 +287,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		v.Joining = left
 	}
 	v.Suspicion = n.cfg.Suspicion
+	v.Heartbeat = n.cfg.HeartbeatInterval
 	n.rep.mu.Lock()
 	if hold := n.rep.hold; now.Before(hold) && !n.rep.quorum.allAnswered(n.cfg.Region) {
 		v.Restoring = hold.Sub(now)

@@ -23,6 +23,11 @@
 //   - What the others may have admitted in the previous horizon, unheard
 //     yet, is taken off the headroom (pending), and this region's own
 //     fresh admissions are left out of its weight.
+//   - An alive region unheard for longer than a heartbeat and a horizon
+//     (late: a split nobody has detected yet, say) may take its shares of
+//     every horizon's headroom meanwhile: its share of the largest
+//     headroom read since it turned late is held out of the quotas and
+//     probes until it is heard again.
 //   - On the default sliding window, a node admits first in the place of
 //     its region's hits that leave the window (its part of them, within
 //     reuseAge of their leaving), since the count does not grow by it;

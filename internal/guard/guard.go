@@ -116,6 +116,12 @@ type entry struct {
 	rho uint64
 	// losses is View.Losses when the last store result was read.
 	losses uint64
+	// late is the late regions' shares of the largest headroom this node
+	// read since they turned late (see [View.lateAfter]), held out of
+	// its quotas until they are heard again: what they admit meanwhile
+	// is in no estimate here, and a split not yet detected lets each side
+	// take its shares of the headroom again every horizon.
+	late uint64
 }
 
 // unit is the scale of reuse credits: a hit is unit of them.
@@ -336,8 +342,25 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	} else {
 		h = 0
 	}
+	h = satSub(h, e.holdLate(now, h, limit, v, floor))
 	q, _ := quota(h, limit, w, v, floor, ph)
 	e.quota = max(e.quota, q)
+}
+
+// holdLate returns what of headroom h this node holds for the alive
+// regions that are late at now (see [View.lateAfter]): their shares of
+// the largest headroom read since they turned late, kept until every
+// region is heard again. Each side of a split that nobody has detected
+// yet then takes at most its shares of the headroom it had, not its
+// shares of what is left of it again every horizon.
+func (e *entry) holdLate(now time.Time, h, limit uint64, v *View, floor uint64) uint64 {
+	num, den := e.unheardShare(now, limit, v, floor, v.lateAfter(e.horizon))
+	if num == 0 {
+		e.late = 0
+		return 0
+	}
+	e.late = max(e.late, window.MulDivCeil(h, num, den))
+	return e.late
 }
 
 // unheardShare is the shares, num/den by the weights of the last result
@@ -541,7 +564,8 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		}
 		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
 			tok: e.tok, tokSlot: e.tokSlot, tokAt: e.tokAt, rho: e.rho,
-			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent)}
+			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent),
+			late: e.late}
 		e.setQuota(now, h, limit, e.weightsAt(now, v, lim), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
@@ -624,6 +648,9 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		if r, ok := e.reserved(now, v); ok {
 			held = window.SatAdd(held, r)
 		}
+		// And what is held for the late regions (see holdLate), as
+		// from the quotas.
+		held = window.SatAdd(held, e.holdLate(now, e.headroom, limit, v, g.cfg.Floor))
 		c, whole := probeCut(storeLimit, limit, hits, held, e.weightsAt(now, v, lim), v, g.cfg.Floor)
 		if !whole {
 			// This node's share of the limit holds no whole request at any

@@ -768,3 +768,42 @@ func TestStaggeredSmallLimit(t *testing.T) {
 		t.Errorf("six nodes at once on a window holding 4 of 5 admitted %d, want at most 2 (the headroom and one more)", total)
 	}
 }
+
+// TestLateRegionsHeld: region b, alive, has not been heard from for longer
+// than a heartbeat and a horizon (a split nobody has detected yet, say).
+// What it admits meanwhile reaches no estimate here, and by shares
+// re-read every horizon a would take, horizon after horizon, nearly the
+// whole headroom it sees, as b may on its side. Its share of the headroom
+// a first read since b turned late stays held until b is heard again:
+// over thirty horizons a admits at most the headroom less b's share
+// (100 less 34), and once b is heard again, the rest.
+func TestLateRegionsHeld(t *testing.T) {
+	run := func(bAge time.Duration) int {
+		g := New(Config{})
+		v := view([]string{"a", "b", "c"}, nil)
+		v.Heartbeat = 100 * time.Millisecond
+		v.Ages = map[string]time.Duration{"b": bAge, "c": 0}
+		var est uint64
+		total := 0
+		for k := range 30 {
+			total += admitN(g, t0.Add(time.Duration(k)*100*time.Millisecond), "k", 100, 100, v, &est, 0)
+		}
+		return total
+	}
+	heard := run(0)
+	if heard <= 66 {
+		t.Fatalf("b heard: a admitted %d in thirty horizons, want more than 66 (the case must take more without the hold)", heard)
+	}
+	late := run(500 * time.Millisecond)
+	t.Logf("a admitted %d in thirty horizons with b late, %d with b heard", late, heard)
+	if late > 66 {
+		t.Errorf("b late: a admitted %d in thirty horizons, want at most 66 (100 less b's share, 34)", late)
+	}
+	if late < 50 {
+		t.Errorf("b late: a admitted %d in thirty horizons, want its side's part of the headroom (66, or near it)", late)
+	}
+	// Not late: unheard for a heartbeat and less than a horizon more.
+	if got := run(190 * time.Millisecond); got <= 66 {
+		t.Errorf("b unheard for 190 ms (a heartbeat of 100 ms and less than a horizon of 100 ms): a admitted %d, want more than 66 (not held)", got)
+	}
+}

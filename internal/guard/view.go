@@ -41,6 +41,10 @@ type View struct {
 	// Suspicion is how long a region goes unheard before it is silent
 	// (see [unseenShares]); 0: unknown.
 	Suspicion time.Duration
+	// Heartbeat is how often every other region's nodes send this one a
+	// frame at the least, when idle (0: unknown). A region unheard for
+	// longer than a heartbeat and a horizon is late (see [View.lateAfter]).
+	Heartbeat time.Duration
 	// Restoring is how much longer, at the most, this node waits for the
 	// other regions' answers to the repair of its store (0: none). The
 	// store lost its counts, the other regions' with its own, and until
@@ -128,6 +132,14 @@ func (v *View) heardAt(now time.Time) time.Time {
 // been heard from for longer than d, for v taken at now.
 func (v *View) unheardFor(now time.Time, d time.Duration) bool {
 	return now.Sub(v.heardAt(now)) > d
+}
+
+// lateAfter is how long an alive region may go unheard before its silence
+// is more than its heartbeats' spacing and their delay explain, for a
+// horizon h: a heartbeat interval and a horizon, and at least two
+// horizons.
+func (v *View) lateAfter(h time.Duration) time.Duration {
+	return max(2*h, v.Heartbeat+h)
 }
 
 // earlier returns the earlier of a and b.

@@ -21,7 +21,9 @@ import (
 // ms): each region is one node with a real region.Memory store and a real
 // guard.Guard; replication is the flush of dirty totals every flush
 // interval to every other region, delivered after the pair's one-way delay
-// unless the pair is partitioned, with a heartbeat on every flush tick. A
+// unless the pair is partitioned, with a heartbeat on every flush tick; a
+// region heard again after a silence is re-sent the open buckets' totals
+// and relayed the other regions' (gossip's KindRelay, see relay). A
 // region's store may restart empty, and its nodes then repair it as gossip
 // does (restart.go: what is modelled and what is simplified).
 type world struct {
@@ -284,6 +286,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
+	v.Heartbeat = w.cfg.Flush // a frame on every flush tick
 	v.Losses = n.losses[k]
 	// A node on its fallback counts apart (fallback.go): the region's
 	// nodes take turns in the stagger.
