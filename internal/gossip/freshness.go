@@ -209,7 +209,8 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	regions := map[string]bool{}
 	// The alive nodes of each region (guard.View.RegionNodes).
 	nodes := map[string]int{}
-	peers := 0 // this region's other alive nodes, counted yet or not
+	peers := 0      // this region's other alive nodes, counted yet or not
+	var grown int64 // the latest instant a member is counted from, Unix ms
 	nowMs := now.UnixMilli()
 	n.memMu.RLock()
 	for _, m := range n.members {
@@ -218,6 +219,9 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		counted := m.state == "alive" && !m.isLocal && m.countFrom <= nowMs
 		if counted && m.region != "" {
 			nodes[m.region]++
+		}
+		if counted && m.countFrom > grown {
+			grown = m.countFrom
 		}
 		switch {
 		case m.region == "":
@@ -288,6 +292,12 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	}
 	v.Suspicion = n.cfg.Suspicion
 	v.Heartbeat = n.cfg.HeartbeatInterval
+	if own := n.countFrom.Load(); own <= nowMs && own > grown {
+		grown = own // this node, counted from then by the others
+	}
+	if grown > 0 {
+		v.Grown = time.UnixMilli(grown)
+	}
 	n.rep.mu.Lock()
 	if hold := n.rep.hold; now.Before(hold) && !n.rep.quorum.allAnswered(n.cfg.Region) {
 		v.Restoring = hold.Sub(now)

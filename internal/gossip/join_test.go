@@ -10,7 +10,8 @@ import (
 // regions are 60 ms apart is counted among a's nodes by every member
 // from the same instant, the one it announced (Node.countFrom), though
 // they hear of the join up to a gossip interval and the one-way delay
-// apart, and it holds its own decisions until then. Counted as each
+// apart, and it holds its own decisions until then, and every view says
+// the pool grew at that instant (guard.View.Grown). Counted as each
 // hears of it, a limit the join lifts past the pool's nodes is decided
 // by shares in some views and by the stagger in others, and the pool
 // admitted 7 against a bound of 6 (the simulator's seed 94982).
@@ -42,6 +43,12 @@ func TestSimJoinCountedAtOnce(t *testing.T) {
 			}
 		}
 		from := time.UnixMilli(joiner.countFrom.Load())
+		// The pool grew then, in every view (guard.View.Grown).
+		for name, n := range s.nodes {
+			if g := n.GuardView(s.now()).Grown; !g.Equal(from) {
+				t.Errorf("%s: the pool grew at %v in its view, want %v (a-1's instant)", name, g, from)
+			}
+		}
 		t.Logf("a-1 announced %v; counted from %v; held until %v", from.Sub(from.Truncate(time.Second)), first, heldUntil.Sub(from))
 		for _, name := range []string{"a-0", "b-0", "c-0"} {
 			at, ok := first[name]

@@ -591,6 +591,13 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		// headroom twice, so the stagger decides every hit, with the one
 		// hit past the limit that such a limit's bound allows
 		// (max(1.10 L, L + 1)).
+		if end := v.Grown.Add(e.horizon); now.Before(end) {
+			// The pool grew past the limit a horizon ago or less: the
+			// shares the others decided by until then may have taken the
+			// headroom, unheard yet, and the stagger's bases do not hold
+			// it (see View.Grown).
+			return Stagger, storeLimit, end.Sub(now)
+		}
 		return e.stagger(now, hits, storeLimit, 0, 0, 0, v, smallSlack)
 	}
 	// What this region's admissions left the window: its nodes admit in

@@ -807,3 +807,26 @@ func TestLateRegionsHeld(t *testing.T) {
 		t.Errorf("b unheard for 190 ms (a heartbeat of 100 ms and less than a horizon of 100 ms): a admitted %d, want more than 66 (not held)", got)
 	}
 }
+
+// TestStaggerWaitsAfterGrowth: a node joined, and the pool of six nodes
+// grew past a limit of 5 at View.Grown: the others decided by their
+// shares until then, and what they took in the last horizon may not have
+// arrived. For a horizon after it a staggered ask is refused, retryable
+// when the horizon ends; then the stagger decides as before.
+func TestStaggerWaitsAfterGrowth(t *testing.T) {
+	regions := []string{"a", "b", "c"}
+	now := time.UnixMilli(1_700_000_000_000 + 200) // 200 ms into a slot
+	v := &View{Region: "a", Alive: regions, Nodes: 2, Horizon: 100 * time.Millisecond, Grown: now.Add(-40 * time.Millisecond)}
+	g := New(Config{})
+	if adm, _, wait := g.Admit(now, "k", limitOf(5), 1, v); adm || wait != 60*time.Millisecond {
+		t.Errorf("40 ms after the pool grew: Admit = %v, wait %v; want refused for 60ms (the horizon's rest)", adm, wait)
+	}
+	later := now.Add(60 * time.Millisecond)
+	if adm, _, _ := New(Config{}).Admit(later, "k", limitOf(5), 1, v); !adm {
+		t.Errorf("a horizon after the pool grew: refused, want the stagger's ask (a is first in its rotation)")
+	}
+	v.Grown = time.Time{}
+	if adm, _, _ := New(Config{}).Admit(now, "k", limitOf(5), 1, v); !adm {
+		t.Errorf("a pool that never grew: refused, want the stagger's ask")
+	}
+}

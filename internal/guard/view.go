@@ -41,6 +41,13 @@ type View struct {
 	// Suspicion is how long a region goes unheard before it is silent
 	// (see [unseenShares]); 0: unknown.
 	Suspicion time.Duration
+	// Grown is when the pool last grew by a node that joined, counted by
+	// every member from that instant on (zero: never, or not known). A
+	// limit the join takes past the pool's nodes is decided by the stagger
+	// from then on, and what the others admitted by their shares just
+	// before may not have arrived: the stagger asks nothing for a horizon
+	// after it.
+	Grown time.Time
 	// Heartbeat is how often every other region's nodes send this one a
 	// frame at the least, when idle (0: unknown). A region unheard for
 	// longer than a heartbeat and a horizon is late (see [View.lateAfter]).

@@ -212,6 +212,25 @@ func (w *world) lagOfLeave(l life) int64 {
 	return 0
 }
 
+// grown is when the pool last grew by a joined node, counted by every
+// member from its join plus joinHoldMs (guard.View.Grown; zero: never).
+func (w *world) grown() time.Time {
+	var at int64
+	for _, n := range w.regions {
+		for _, l := range n.life {
+			if l.from != math.MinInt64 && l.aliveAt(w.now) {
+				if c := l.from + w.joinHoldMs(); c <= w.now && c > at {
+					at = c
+				}
+			}
+		}
+	}
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(at)
+}
+
 // joinOneWay is the one-way delay a joining node's announced hold allows
 // for (gossip's joinOneWay).
 const joinOneWay = 300 * time.Millisecond

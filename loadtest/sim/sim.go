@@ -287,6 +287,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
 	v.Heartbeat = w.cfg.Flush // a frame on every flush tick
+	v.Grown = w.grown()
 	v.Losses = n.losses[k]
 	// A node on its fallback counts apart (fallback.go): the region's
 	// nodes take turns in the stagger.
