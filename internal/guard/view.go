@@ -136,9 +136,18 @@ func (v *View) heardAt(now time.Time) time.Time {
 }
 
 // unheardFor reports whether an alive region other than this one has not
-// been heard from for longer than d, for v taken at now.
-func (v *View) unheardFor(now time.Time, d time.Duration) bool {
-	return now.Sub(v.heardAt(now)) > d
+// been heard from for longer than d, for v taken at now (its ages are as
+// of now).
+func (v *View) unheardFor(_ time.Time, d time.Duration) bool {
+	if len(v.Ages) == 0 {
+		return false
+	}
+	for _, r := range v.Alive {
+		if r != v.Region && v.Ages[r] > d {
+			return true
+		}
+	}
+	return false
 }
 
 // lateAfter is how long an alive region may go unheard before its silence
