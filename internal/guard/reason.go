@@ -14,7 +14,9 @@ const (
 	Share
 	// Stagger: a limit whose share holds no whole hit for this node, and
 	// it is not this node's turn in the stagger's slot, or the headroom
-	// past its region's base holds no hit (see [stagger]).
+	// past its region's base holds no hit (see [stagger]), or the pool
+	// grew past a limit smaller than it a horizon ago or less
+	// ([View.Grown]).
 	Stagger
 	// Charged: what the silent regions are charged leaves no room for the
 	// request's hits.
