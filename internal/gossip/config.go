@@ -371,21 +371,10 @@ func splitHostPort(s string) (string, int, error) {
 	return h, port, nil
 }
 
-// joinOneWay is the one-way delay between regions that a joining node's
-// announced hold allows for (see joinCountHold): the measured one is not
-// known before the join.
-const joinOneWay = 300 * time.Millisecond
-
 // joinCountHold is how long after a node begins to join its members start
-// counting it (Node.countFrom): guard.JoinHold for a horizon of a flush
-// interval, the guard's margin and joinOneWay, by when memberlist's
-// gossip has told every member of the join. Every member counts it from
-// the same instant, so none decides by a count of the pool that another
-// does not share yet (a limit the joined node lifts past the pool's
-// nodes is decided by shares on one side of that instant and by the
-// stagger on the other).
+// counting it (Node.countFrom): guard.CountFromHold.
 func (c Config) joinCountHold() time.Duration {
-	return guard.JoinHold(c.GossipInterval, c.FlushInterval+max(c.GuardMargin, 0)+joinOneWay)
+	return guard.CountFromHold(c.GossipInterval, c.FlushInterval+max(c.GuardMargin, 0))
 }
 
 // memberlistConfig builds memberlist's config from c (with defaults).

@@ -16,7 +16,7 @@ import (
 // 10 s while c and e hear it. Then, before that heals, the split moves:
 // a, c, d, e | b. Now a and d hear c and e again but not b, and a and d
 // burst. Without a relay they charge b, silent, only its share (what
-// they last knew of it), and the pool admits 1.3 x the limit or more;
+// they last knew of it), and the pool goes past the bound of a fault;
 // c and e relay what they hold of b as they hear a and d again
 // (KindRelay), and the pool stays within the bound of a fault,
 // (1 + 1/R) x the limit.

@@ -99,6 +99,22 @@ func JoinHold(gossipInterval, horizon time.Duration) time.Duration {
 	return 3*gossipInterval + horizon
 }
 
+// JoinOneWay is the one-way delay between regions that [CountFromHold]
+// allows for: a joining node cannot have measured it yet.
+const JoinOneWay = 300 * time.Millisecond
+
+// CountFromHold is how long after a node begins to join the pool's
+// members start counting it, all from the same instant, which the node
+// announces: JoinHold for a horizon of flush (the flush interval and the
+// guard's margin) and JoinOneWay. Every member counts it from that one
+// instant, so none decides by a count of the pool that another does not
+// share yet (a limit the joined node takes past the pool's nodes is
+// decided by shares on one side of that instant and by the stagger on the
+// other); see [View.Grown].
+func CountFromHold(gossipInterval, flush time.Duration) time.Duration {
+	return JoinHold(gossipInterval, flush+JoinOneWay)
+}
+
 // RestoringRetry is when a request refused while v is Restoring may be
 // retried: the time left, or a horizon (at least 1 ms) when that is
 // sooner, since the answers that end the wait may come before it runs out.

@@ -194,7 +194,7 @@ func (w *world) knownNodes(r, k, j int) int {
 			c++ // itself
 			continue
 		}
-		joined := l.from <= self.from || w.now >= l.from+max(lag, w.joinHoldMs())
+		joined := l.from <= self.from || w.now >= l.from+w.joinHoldMs() // longer than lag
 		gone := l.to != math.MaxInt64 && (l.to <= self.from || w.now >= l.to+lag+w.lagOfLeave(l))
 		if joined && !gone {
 			c++
@@ -231,13 +231,9 @@ func (w *world) grown() time.Time {
 	return time.UnixMilli(at)
 }
 
-// joinOneWay is the one-way delay a joining node's announced hold allows
-// for (gossip's joinOneWay).
-const joinOneWay = 300 * time.Millisecond
-
 // joinHoldMs is how long after a node joins its members start counting
-// it, all at the same instant, as it announces in its metadata (gossip's
-// Config.joinCountHold); it holds its decisions until then.
+// it, all at the same instant, as it announces in its metadata
+// (guard.CountFromHold); it holds its decisions until then.
 func (w *world) joinHoldMs() int64 {
-	return guard.JoinHold(memberLagMs*time.Millisecond, w.cfg.Flush+joinOneWay).Milliseconds()
+	return guard.CountFromHold(memberLagMs*time.Millisecond, w.cfg.Flush).Milliseconds()
 }

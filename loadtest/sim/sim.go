@@ -300,7 +300,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 		}
 	}
 	if from := n.life[k].from; from != math.MinInt64 && v.Nodes > 1 {
-		if left := from + max(guard.JoinHold(memberLagMs*time.Millisecond, v.Horizon).Milliseconds(), w.joinHoldMs()) - w.now; left > 0 {
+		if left := from + w.joinHoldMs() - w.now; left > 0 { // the announced instant: past JoinHold, the delays here being under JoinOneWay
 			v.Joining = time.Duration(left) * time.Millisecond
 		}
 	}
