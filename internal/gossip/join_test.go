@@ -4,6 +4,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/rlcluster/rlcluster/internal/region"
 )
 
 // TestSimJoinCountedAtOnce: a node joining region a of a pool whose
@@ -13,8 +16,8 @@ import (
 // apart, and it holds its own decisions until then, and every view says
 // the pool grew at that instant (guard.View.Grown). Counted as each
 // hears of it, a limit the join lifts past the pool's nodes is decided
-// by shares in some views and by the stagger in others, and the pool
-// admitted 7 against a bound of 6 (the simulator's seed 94982).
+// by shares in some views and by the stagger in others (the simulator's
+// seed 94982 went past its bound so).
 func TestSimJoinCountedAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -84,5 +87,35 @@ func TestMetaCountFrom(t *testing.T) {
 		if m, ok := decodeMeta(bad); ok {
 			t.Errorf("decodeMeta(%d bytes) = %+v, ok; want refused", len(bad), m)
 		}
+	}
+}
+
+// TestCountFromBounded: a member's announced instant is taken as the
+// first metadata of its incarnation announced it, and at most a join hold
+// after it was seen: a member cannot keep itself uncounted by announcing
+// a far instant, nor make every view see the pool grow again (guard.View
+// Grown, which holds small limits' staggered asks for a horizon) by
+// announcing a new one; a new incarnation (a restart) announces its own.
+func TestCountFromBounded(t *testing.T) {
+	n := receiver(t, "b", region.NewMemory(region.MemoryConfig{Region: "b"}))
+	at := func() int64 {
+		n.memMu.RLock()
+		defer n.memMu.RUnlock()
+		return n.members["peer"].countFrom
+	}
+	hold := n.cfg.joinCountHold().Milliseconds()
+	now := n.cfg.Now().UnixMilli()
+	n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flagFineTrails, 9, now+3_600_000)}, "alive")
+	if got := at(); got < now+hold-1000 || got > n.cfg.Now().UnixMilli()+hold {
+		t.Errorf("an instant an hour ahead: counted from %d ms from now, want at most the hold, %d ms", got-now, hold)
+	}
+	first := at()
+	n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flagFineTrails, 9, now+500)}, "alive")
+	if got := at(); got != first {
+		t.Errorf("the same incarnation announcing another instant: counted from %d, want %d (the first)", got, first)
+	}
+	n.setMember(&memberlist.Node{Name: "peer", Meta: encodeMeta("a", "", flagFineTrails, 10, now+500)}, "alive")
+	if got := at(); got != now+500 {
+		t.Errorf("a new incarnation: counted from %d, want %d (its own)", got, now+500)
 	}
 }

@@ -29,7 +29,8 @@ type member struct {
 	isLocal bool
 	token   uint64 // from its metadata; its frames must carry it
 	// countFrom is when this node counts the member among its region's
-	// nodes (Unix ms, from its metadata; 0: at once).
+	// nodes (Unix ms, from its metadata; 0: at once), as it first saw the
+	// member's incarnation announce it, and at most a join hold after that.
 	countFrom int64
 	// ownStore: the member decides from a store of its own now (see
 	// apart.go), so it needs every total, not only its keys'.
@@ -343,6 +344,16 @@ func (n *Node) setMember(node *memberlist.Node, state string) {
 	n.members[cp.Name] = m
 	m.node, m.region, m.api, m.token, m.state = cp, meta.region, meta.api, meta.token, state
 	m.countFrom = meta.countFrom
+	switch bound := n.cfg.Now().Add(n.cfg.joinCountHold()).UnixMilli(); {
+	case old != nil && old.token == m.token:
+		// One incarnation announces one instant (announceCountFrom runs
+		// only before its first join): a later update that moves it
+		// would make every view see the pool grow again.
+		m.countFrom = old.countFrom
+	case m.countFrom > bound:
+		// No join holds longer: a member cannot keep itself uncounted.
+		m.countFrom = bound
+	}
 	m.ownStore = meta.flags&flagOwnStore != 0
 	m.fineTrails = meta.flags&flagFineTrails != 0
 	m.isLocal = cp.Name == n.cfg.Name
