@@ -3,7 +3,8 @@
 // partitions), each region one node with the real in-memory store
 // (internal/region: the window math of internal/window and the max-merge of
 // replicated totals) and the real burst guard (internal/guard), replicating
-// every flush interval (20 ms) with a heartbeat on each flush.
+// every flush interval (20 ms) that has totals to send, with a heartbeat
+// every 100 ms (rlnode's default) in between.
 //
 // For each scenario it prints, without and with the guard, the largest
 // exact count admitted in any trailing window over the limit (max) and,

@@ -21,7 +21,8 @@ import (
 // ms): each region is one node with a real region.Memory store and a real
 // guard.Guard; replication is the flush of dirty totals every flush
 // interval to every other region, delivered after the pair's one-way delay
-// unless the pair is partitioned, with a heartbeat on every flush tick; a
+// unless the pair is partitioned; a region with nothing to send sends a
+// heartbeat every config.Heartbeat, with the regions it does not hear; a
 // region heard again after a silence is re-sent the open buckets' totals
 // and relayed the other regions' (gossip's KindRelay, see relay). A
 // region's store may restart empty, and its nodes then repair it as gossip
@@ -64,6 +65,11 @@ type config struct {
 	// Cut, when set, is called with (from, to, now ms) and reports whether
 	// the pair is partitioned at that instant.
 	Cut func(from, to int, nowMs int64) bool
+	// Heartbeat is how often a region sends a frame to every other when it
+	// has no totals to send, and with it the regions it does not hear
+	// (gossip's heartbeat and KindUnheard): 0 means rlnode's default,
+	// 100 ms. Frames with totals go on the flush ticks that have them.
+	Heartbeat time.Duration
 	// Reconcile sends, a flush interval after each bucket closes, every
 	// region's own total of each bucket it admitted in to the others, as
 	// gossip's reconciliation does (see restart.go: only runs with a store
@@ -93,6 +99,8 @@ type node struct {
 	// and when it arrived (ms).
 	unheard   map[int][]string
 	unheardAt map[int]int64
+	// beatAt is when the region's next heartbeat is due (ms).
+	beatAt int64
 	// sent is, per node of the region, the latest own total of each
 	// bucket from that node's admissions: what its gossip node holds
 	// dirty or sent last, which it merges back after a loss (restart.go).
@@ -193,8 +201,11 @@ func newWorld(cfg config, startMs int64) *world {
 			n.heard[j] = startMs // all alive at the start (joined earlier)
 		}
 		w.regions = append(w.regions, n)
-		// Flush ticks at a deterministic phase per region.
-		w.push(&event{at: startMs + int64(i*7)%cfg.Flush.Milliseconds(), kind: 1, to: i})
+		// Flush ticks at a deterministic phase per region, and
+		// heartbeats on the first tick after a phase of their own.
+		first := startMs + int64(i*7)%cfg.Flush.Milliseconds()
+		n.beatAt = first + int64(i*37)%w.heartbeat().Milliseconds()
+		w.push(&event{at: first, kind: 1, to: i})
 	}
 	return w
 }
@@ -239,7 +250,10 @@ func (w *world) run(untilMs int64) {
 				w.askAgain(e.to, e.from)
 			}
 			n.heard[e.from] = e.at
-			n.unheard[e.from], n.unheardAt[e.from] = e.unheard, e.at
+			if len(e.unheard) > 0 {
+				// A KindUnheard frame: the note holds for unheardTTL.
+				n.unheard[e.from], n.unheardAt[e.from] = e.unheard, e.at
+			}
 			if len(e.tot) > 0 {
 				_ = n.store.Merge(context.Background(), e.tot)
 				w.mergeApart(e.to, e.tot)
@@ -286,7 +300,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 	}
 	v.Horizon = w.cfg.Flush + maxDelay
 	v.Suspicion = w.cfg.Suspicion
-	v.Heartbeat = w.cfg.Flush // a frame on every flush tick
+	v.Heartbeat = w.heartbeat()
 	v.Grown = w.grown()
 	v.Losses = n.losses[k]
 	// A node on its fallback counts apart (fallback.go): the region's
@@ -479,13 +493,20 @@ func (w *world) flush(r int) {
 		w.mergeApart(r, rep)
 		tot = append(tot, rep...)
 	}
+	beat := w.now >= n.beatAt
+	for n.beatAt <= w.now {
+		n.beatAt += w.heartbeat().Milliseconds()
+	}
 	var unheard []string
-	if w.cfg.Guard {
+	if w.cfg.Guard && beat {
 		unheard = w.view(r).Silent
 	}
 	for j := range w.regions {
 		if j == r || (w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now)) {
 			continue
+		}
+		if len(tot) == 0 && !n.resend[j] && !beat {
+			continue // nothing to send, and no heartbeat due
 		}
 		send, relay := tot, []region.Total(nil)
 		if n.resend[j] {
@@ -502,6 +523,9 @@ func (w *world) flush(r int) {
 		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, relay: relay, unheard: unheard})
 	}
 }
+
+// heartbeat is the interval of the regions' heartbeats (config.Heartbeat).
+func (w *world) heartbeat() time.Duration { return cmp.Or(w.cfg.Heartbeat, 100*time.Millisecond) }
 
 // heardOf records the buckets of tot, merged by region r, for relay.
 func (w *world) heardOf(r int, tot []region.Total) {

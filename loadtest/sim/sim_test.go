@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // The goals on a small configuration: three regions 60 ms apart, limit
@@ -76,5 +78,31 @@ func TestTable(t *testing.T) {
 	rows := table(&b, scenarios(200, 2000)[:1])
 	if len(rows) != 1 || !strings.Contains(b.String(), "| burst | 3 | 60ms | 100/10s | 3.000 |") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// An idle region is heard as rlnode hears one: every heartbeat (100 ms by
+// default), not every flush tick; a busy one every flush tick. The guard's
+// views (ages, late regions, quiet keys) depend on it.
+func TestHeartbeats(t *testing.T) {
+	t.Parallel()
+	cfg := config{Regions: 3, Delay: 60 * time.Millisecond, Flush: 20 * time.Millisecond, Suspicion: 500 * time.Millisecond, Guard: true,
+		Limit: window.Limit{Limit: 100000, Window: 10 * time.Second}}
+	start := int64(1_700_000_000_000)
+	w := newWorld(cfg, start)
+	for ms := int64(0); ms < 3000; ms += 5 {
+		w.request(0, start+ms, "k") // region 0 admits every 5 ms, 1 and 2 idle
+	}
+	var busy, idle time.Duration
+	for ms := int64(500); ms < 3000; ms++ {
+		w.run(start + ms)
+		ages := w.viewOf(1, 0).Ages
+		busy, idle = max(busy, ages["r00"]), max(idle, ages["r02"])
+	}
+	if busy > cfg.Flush {
+		t.Errorf("a busy region went unheard for %v, want at most a flush interval (%v)", busy, cfg.Flush)
+	}
+	if hb := w.heartbeat(); idle < hb-cfg.Flush || idle > hb {
+		t.Errorf("an idle region went unheard for up to %v, want about a heartbeat (%v)", idle, hb)
 	}
 }
