@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"net"
 	"slices"
 	"sort"
 	"time"
@@ -30,6 +31,7 @@ type freshness struct {
 	rtt     map[string]*rtts       // region -> its recent ping round trips
 	node    map[string]time.Time   // member -> receipt of its last valid frame
 	unheard map[string]unheardNote // member -> the regions it last said it does not hear
+	pinging map[string]bool        // region -> a ping to one of its members is in flight (see pingUnmeasured)
 }
 
 // unheardNote is a member's last KindUnheard frame: its region, the
@@ -43,7 +45,7 @@ type unheardNote struct {
 func (f *freshness) init() {
 	if f.heard == nil {
 		f.heard, f.back, f.rtt, f.node = map[string]time.Time{}, map[string]time.Time{}, map[string]*rtts{}, map[string]time.Time{}
-		f.unheard = map[string]unheardNote{}
+		f.unheard, f.pinging = map[string]unheardNote{}, map[string]bool{}
 	}
 }
 
@@ -86,6 +88,26 @@ type rtts struct {
 func (r *rtts) add(d time.Duration) {
 	r.d[r.next%rttSamples] = d
 	r.next++
+}
+
+// measured reports whether any round trip is recorded.
+func (r *rtts) measured() bool { return r != nil && r.next > 0 }
+
+// oneWay is the one-way delay the horizon allows for a region with
+// round trips rs: half the largest recent one, or, before the first is
+// measured, the longest one-way delay rlnode allows for
+// (guard.JoinOneWay). memberlist probes one random member per probe
+// interval (2 s by default), so a node that has just started may go
+// seconds without a round trip to some region; a horizon without that
+// region's delay would drop what the guard holds for the others' unheard
+// admissions before they can have arrived (TestGuardBurstBeforePing).
+// pingUnmeasured measures it within a round trip of the region's first
+// frame.
+func oneWay(rs *rtts) time.Duration {
+	if !rs.measured() {
+		return guard.JoinOneWay
+	}
+	return rs.high() / 2
 }
 
 // high is the largest of the recent round trips (0 for none): a horizon
@@ -162,6 +184,7 @@ func (n *Node) heartbeat(old bool) {
 	for _, ms := range n.view().remote {
 		alive = append(alive, ms...)
 	}
+	n.pingUnmeasured(alive)
 	to := append(alive, n.failedMembers(time.Now(), old)...)
 	for _, m := range to {
 		if err := n.sendPacket(m, frame); err != nil {
@@ -189,11 +212,42 @@ func (n *Node) heartbeat(old bool) {
 	}
 }
 
+// pingUnmeasured pings, for each region of the alive members ms with no
+// round trip measured yet, one of its members, unless a ping to that
+// region is in flight, and records the round trip (see oneWay).
+func (n *Node) pingUnmeasured(ms []*member) {
+	var todo []*member
+	n.freshMu.Lock()
+	n.fresh.init()
+	for _, m := range ms {
+		if m.region == "" || n.fresh.pinging[m.region] || n.fresh.rtt[m.region].measured() {
+			continue
+		}
+		n.fresh.pinging[m.region] = true
+		todo = append(todo, m)
+	}
+	n.freshMu.Unlock()
+	for _, m := range todo {
+		n.goLoop(func() {
+			// Bounded by the probe timeout; the ack is authenticated as a
+			// probe's is.
+			rtt, err := n.ml.Ping(m.node.Name, &net.UDPAddr{IP: m.node.Addr, Port: int(m.node.Port)})
+			if err == nil {
+				n.noteRTT(m.region, rtt)
+			}
+			n.freshMu.Lock()
+			delete(n.fresh.pinging, m.region)
+			n.freshMu.Unlock()
+		})
+	}
+}
+
 // GuardView returns the pool as the burst guard sees it at now: the
 // regions heard from within Suspicion (this one included) as alive, the
 // other member regions as silent, the alive nodes of this region, and the
 // horizon: FlushInterval plus the largest one-way delay (half the largest
-// of the last 16 ping round trips) to an alive region. Regions are
+// of the last 16 ping round trips; guard.JoinOneWay before the first) to
+// an alive region, plus GuardMargin. Regions are
 // sorted. A region heard again after a silence stays silent until it has
 // been heard from guard.RejoinHold after that, when the totals it resends
 // on hearing this node (KindRejoin) can have arrived: a region heard only
@@ -241,7 +295,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 		}
 	}
 	n.memMu.RUnlock()
-	var oneWay time.Duration
+	var longest time.Duration // the largest one-way delay to an alive region
 	n.freshMu.Lock()
 	v.Ages = make(map[string]time.Duration, len(regions))
 	for r := range regions {
@@ -250,10 +304,10 @@ func (n *Node) GuardView(now time.Time) guard.View {
 			v.Ages[r] = max(now.Sub(h), 0)
 		}
 		back := n.fresh.back[r]
-		ow := n.fresh.rtt[r].high() / 2
+		ow := oneWay(n.fresh.rtt[r])
 		if ok && now.Sub(h) <= n.cfg.Suspicion && h.Sub(back) >= guard.RejoinHold(n.cfg.FlushInterval, ow) {
 			v.Alive = append(v.Alive, r)
-			oneWay = max(oneWay, ow)
+			longest = max(longest, ow)
 		} else {
 			v.Silent = append(v.Silent, r)
 		}
@@ -280,7 +334,7 @@ func (n *Node) GuardView(now time.Time) guard.View {
 	}
 	v.RegionNodes[v.Region] = v.Nodes
 	v.Apart = v.Apart || n.apart()
-	v.Horizon = n.cfg.FlushInterval + oneWay + max(n.cfg.GuardMargin, 0)
+	v.Horizon = n.cfg.FlushInterval + longest + max(n.cfg.GuardMargin, 0)
 	// Until the other nodes know of this one, its region's others split
 	// its quota among one node fewer (see guard.View.Joining), and none
 	// counts it before the instant it announced. A node alone in its

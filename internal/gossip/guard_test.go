@@ -49,7 +49,7 @@ func TestGuardBurst(t *testing.T) {
 	waitFor(t, 10*time.Second, "every region alive in every guard view with a measured delay", func() bool {
 		for _, tn := range h.nodes {
 			v := tn.node.GuardView(tn.now())
-			if len(v.Alive) != 3 || v.Horizon < 80*time.Millisecond {
+			if len(v.Alive) != 3 || v.Horizon < 80*time.Millisecond || v.Horizon >= guard.JoinOneWay {
 				return false
 			}
 		}
@@ -326,5 +326,70 @@ func TestGuardViewJoining(t *testing.T) {
 	alone := newHarness(t, NewFaultNetwork(1), []string{"eu", "us"}, 1).nodes[1].node
 	if got, _ := hold(alone, time.Unix(0, alone.joinedAt.Load())); got != 0 {
 		t.Errorf("a node alone in its region, at its join: Joining = %v, want 0", got)
+	}
+}
+
+// Before a node has pinged a region, its horizon must still cover that
+// region's delay. memberlist probes one random member per probe interval
+// (2 s by default), so after a node starts, for seconds, the round trips
+// it has measured lack some regions. Three regions 100 ms apart, probes
+// too rare to have measured any: a burst of 100 at once in each region
+// for a limit of 100 per 10 s admits at most 110, as it does once the
+// delays are measured (TestGuardBurst).
+func TestGuardBurstBeforePing(t *testing.T) {
+	fn := NewFaultNetwork(1)
+	wan(fn, threeRegions, 100*time.Millisecond)
+	h := newHarnessWith(t, fn, threeRegions, 1, newTestStore, func(c *Config) {
+		c.ProbeInterval = time.Hour // no probe, and so no round trip, within the test
+	})
+	waitFor(t, 10*time.Second, "every region alive in every guard view", func() bool {
+		for _, tn := range h.nodes {
+			if v := tn.node.GuardView(tn.now()); len(v.Alive) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// Until measured, a region's delay counts as the longest allowed for;
+	// a node pings each region it has no round trip to within a heartbeat
+	// of hearing it, so the horizon soon comes down to the delay measured.
+	waitFor(t, 5*time.Second, "every region's round trip measured by a ping", func() bool {
+		for _, tn := range h.nodes {
+			if v := tn.node.GuardView(tn.now()); v.Horizon >= guard.JoinOneWay {
+				return false
+			}
+		}
+		return true
+	})
+	lim := window.Limit{Limit: 100, Window: 10 * time.Second}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, tn := range h.nodes {
+		g := guard.New(guard.Config{})
+		wg.Go(func() {
+			<-start
+			for range 100 {
+				if guardHit(tn, g, "k", lim, tn.now()) {
+					admitted.Add(1)
+				}
+			}
+			// Keep asking for a second, as TestGuardBurst does.
+			for t0 := time.Now(); time.Since(t0) < time.Second; {
+				if guardHit(tn, g, "k", lim, tn.now()) {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := admitted.Load(); got > 110 || got < 90 {
+		t.Errorf("burst of 3 x 100 against 100 before any ping: %d admitted, want 90 to 110", got)
+	}
+	for _, tn := range h.nodes {
+		if v := tn.node.GuardView(tn.now()); v.Horizon < 100*time.Millisecond {
+			t.Errorf("%s: horizon %v with no round trip measured, want at least the one-way delay (100ms)", tn.name, v.Horizon)
+		}
 	}
 }

@@ -82,6 +82,13 @@ func newHarness(t *testing.T, fn *FaultNetwork, regions []string, perRegion int)
 // newHarnessStores is newHarness with each region's store made by mk.
 func newHarnessStores(t *testing.T, fn *FaultNetwork, regions []string, perRegion int, mk func(*testing.T, string) region.Store) *harness {
 	t.Helper()
+	return newHarnessWith(t, fn, regions, perRegion, mk, nil)
+}
+
+// newHarnessWith is newHarnessStores with each node's configuration
+// changed by tweak, when set.
+func newHarnessWith(t *testing.T, fn *FaultNetwork, regions []string, perRegion int, mk func(*testing.T, string) region.Store, tweak func(*Config)) *harness {
+	t.Helper()
 	h := &harness{t: t, fn: fn, regions: regions, stores: map[string]region.Store{}, truth: map[truthKey]uint64{}}
 	for _, r := range regions {
 		h.stores[r] = mk(t, r)
@@ -99,6 +106,9 @@ func newHarnessStores(t *testing.T, fn *FaultNetwork, regions []string, perRegio
 			}
 			tn := &tnode{name: cfg.Name, region: r, store: h.stores[r]}
 			cfg.Now = tn.now
+			if tweak != nil {
+				tweak(&cfg)
+			}
 			n := startTestNode(t, cfg, h.stores[r])
 			if seed == "" {
 				seed = n.Addr()

@@ -3,6 +3,8 @@ package gossip
 import (
 	"testing"
 	"time"
+
+	"github.com/rlcluster/rlcluster/internal/guard"
 )
 
 // TestRTTHigh: the horizon's one-way delay comes from the largest of a
@@ -14,11 +16,20 @@ func TestRTTHigh(t *testing.T) {
 	if got := r.high(); got != 0 {
 		t.Errorf("no samples: high = %v, want 0", got)
 	}
+	if got := oneWay(r); got != guard.JoinOneWay {
+		t.Errorf("no samples: one-way %v, want the longest allowed for, %v", got, guard.JoinOneWay)
+	}
+	if got := oneWay(&rtts{}); got != guard.JoinOneWay {
+		t.Errorf("no samples: one-way %v, want the longest allowed for, %v", got, guard.JoinOneWay)
+	}
 	r = &rtts{}
 	r.add(120 * time.Millisecond)
 	r.add(40 * time.Millisecond) // a fast ping
 	if got := r.high(); got != 120*time.Millisecond {
 		t.Errorf("after 120 ms and 40 ms: high = %v, want 120ms", got)
+	}
+	if got := oneWay(r); got != 60*time.Millisecond {
+		t.Errorf("after 120 ms and 40 ms: one-way %v, want 60ms", got)
 	}
 	for range rttSamples - 1 {
 		r.add(60 * time.Millisecond)

@@ -100,7 +100,8 @@ func JoinHold(gossipInterval, horizon time.Duration) time.Duration {
 }
 
 // JoinOneWay is the one-way delay between regions that [CountFromHold]
-// allows for: a joining node cannot have measured it yet.
+// allows for, a joining node not having measured it yet, and that a
+// node's horizon allows for a region it has not measured a round trip to.
 const JoinOneWay = 300 * time.Millisecond
 
 // CountFromHold is how long after a node begins to join the pool's
