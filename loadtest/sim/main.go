@@ -50,19 +50,26 @@ func main() {
 	restarts := flag.Bool("restarts", false, "with -search, run only the schedules (of the -search seeds) that have store restarts")
 	members := flag.Bool("members", false, "with -search, run only the schedules (of the -search seeds) that have nodes joining or leaving")
 	fallbacks := flag.Bool("fallbacks", false, "with -search, run only the schedules (of the -search seeds) that have nodes on their fallbacks")
+	jitter := flag.Bool("jitter", false, "with -search, run only the schedules (of the -search seeds) that have message jitter")
+	margin := flag.Duration("margin", 0, "with -search or -even, the burst guard's margin, added to every horizon as rlnode's --burst-guard-margin is (20ms by default there; 0, the least an operator may set and the hardest case for the bounds)")
 	flag.Parse()
+	if *margin < 0 {
+		fmt.Fprintln(os.Stderr, "sim: -margin: want 0 or more")
+		os.Exit(2)
+	}
 	if *even != "" {
-		if err := printEven(os.Stdout, *even, evenOpts{Lead: *lead, Nodes: *nodes, Others: *others}); err != nil {
+		if err := printEven(os.Stdout, *even, evenOpts{Lead: *lead, Nodes: *nodes, Others: *others, Margin: *margin}); err != nil {
 			fmt.Fprintln(os.Stderr, "sim:", err)
 			os.Exit(2)
 		}
 		return
 	}
 	if *n > 0 {
-		keep := func(s schedule) bool {
-			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0) && (!*fallbacks || len(s.Fallbacks) > 0)
+		prep := func(s *schedule) bool {
+			s.Margin = *margin
+			return (!*restarts || len(s.Restarts) > 0) && (!*members || len(s.Members) > 0) && (!*fallbacks || len(s.Fallbacks) > 0) && (!*jitter || s.Jitter > 0)
 		}
-		printSearch(os.Stdout, *from, *n, *procs, *list, keep)
+		printSearch(os.Stdout, *from, *n, *procs, *list, prep)
 		return
 	}
 	table(os.Stdout, scenarios(*keys, *reqs))
@@ -79,6 +86,8 @@ type evenOpts struct {
 	// and the second and third Others times the limit's rate each: one
 	// busy region beside two lighter ones, rather than even load.
 	Others float64
+	// Margin is the guard's margin (config.Margin).
+	Margin time.Duration
 }
 
 // printEven runs evenScenario at the limit spec gives (LIMIT/WINDOW) with
@@ -107,6 +116,7 @@ func printEven(w io.Writer, spec string, o evenOpts) error {
 	sc := evenScenario(60*time.Millisecond, lim)
 	sc.Window = win
 	sc.Nodes = o.Nodes
+	sc.Margin = o.Margin
 	sc.run = steadyLead(10, 12, o.Lead, 0, 1, 2)
 	if o.Others > 0 {
 		sc.run = busyBeside(o.Others, o.Lead)
@@ -189,9 +199,9 @@ func fmtMin(f float64) string {
 // broke the bound, the worst over the bound and the false denials; then
 // the false denials by cause; with list, then every schedule over its
 // bound.
-func printSearch(w io.Writer, from uint64, n, procs int, list bool, keep func(schedule) bool) {
+func printSearch(w io.Writer, from uint64, n, procs int, list bool, prep func(*schedule) bool) {
 	fmt.Fprintf(w, "| class | schedules | over the bound | worst / bound | worst seed | false denials under the limit | calm requests denied (exact log) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	rows, over := searchTable(from, n, procs, keep)
+	rows, over := searchTable(from, n, procs, prep)
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %d | %.2f%% | %.2f%% (%.2f%%) |\n", r.Class, r.Runs, r.Broken, r.Worst, r.Seed,

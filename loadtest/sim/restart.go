@@ -236,7 +236,7 @@ func (w *world) ask(r, k, j int) {
 		}
 		rp.asked[member{j, m}] = true
 		if !w.cut(r, j) {
-			w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAsk, to: j, node: m, from: r, fromNode: k})
+			w.push(&event{at: w.now + w.delayMs(), kind: evAsk, to: j, node: m, from: r, fromNode: k})
 		}
 	}
 }
@@ -269,7 +269,7 @@ func (w *world) answerRepair(e *event) {
 	// its store may have lost its counts too, and not know it yet.
 	tot = append(tot, ownLatest(n, e.node, w.counts)...)
 	if !w.cut(e.to, e.from) { // an empty answer too: it ends the hold
-		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
+		w.push(&event{at: w.now + w.delayMs(), kind: evAnswer, to: e.from, node: e.fromNode, from: e.to, fromNode: e.node, tot: tot})
 	}
 }
 
@@ -333,7 +333,7 @@ func (w *world) reconcile(e *event) {
 	}
 	for j := range w.regions {
 		if j != e.to && !w.cut(e.to, j) {
-			w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: evMerge, to: j, tot: tot})
+			w.push(&event{at: w.now + w.delayMs(), kind: evMerge, to: j, tot: tot})
 		}
 	}
 }

@@ -35,6 +35,12 @@ type schedule struct {
 	// Fallbacks are nodes deciding from their in-memory fallbacks
 	// (fallback.go), in time order.
 	Fallbacks []fallback
+	// Jitter is each message's delay past Delay: Jitter x an exponential
+	// draw, at most 5 x Jitter (config.Jitter); 0: none.
+	Jitter time.Duration
+	// Margin is the guard's margin (config.Margin): not drawn, the
+	// search's -margin.
+	Margin time.Duration
 }
 
 // restart empties region Region's store AtMs from the run's start; node k
@@ -177,6 +183,17 @@ func gen(seed uint64) schedule {
 	}
 	genMembers(&s)
 	genFallbacks(&s)
+	// One schedule in four has jitter, from a stream of its own.
+	if rj := rand.New(rand.NewPCG(seed, 0x717732)); rj.IntN(4) == 0 {
+		s.Jitter = time.Duration([]int{5, 15, 40}[rj.IntN(3)]) * time.Millisecond
+	}
+	return s
+}
+
+// withoutJitter returns s without its jitter: the schedule its seed gave
+// before jitter was drawn.
+func (s schedule) withoutJitter() schedule {
+	s.Jitter = 0
 	return s
 }
 
@@ -210,6 +227,9 @@ func (s schedule) String() string {
 	}
 	for _, f := range s.Fallbacks {
 		fmt.Fprintf(&b, "; %v", f)
+	}
+	if s.Jitter > 0 {
+		fmt.Fprintf(&b, "; jitter %v", s.Jitter)
 	}
 	return b.String()
 }
@@ -252,7 +272,8 @@ type outcome struct {
 // runSchedule plays s with the guard on.
 func runSchedule(s schedule) outcome {
 	cfg := config{Regions: s.Regions, Nodes: s.Nodes, Delay: s.Delay, Flush: 20 * time.Millisecond, Suspicion: 500 * time.Millisecond,
-		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}, Reconcile: len(s.Restarts) > 0}
+		Guard: true, Limit: window.Limit{Limit: s.Limit, Window: s.Window, Strict: s.Strict}, Reconcile: len(s.Restarts) > 0,
+		Jitter: s.Jitter, JitterSeed: s.Seed, Margin: s.Margin}
 	start := epoch + s.Window.Milliseconds()/7
 	w := newWorld(cfg, epoch)
 	w.members(s.Members, start)
@@ -448,6 +469,9 @@ func class(s schedule) string {
 			fk = k
 		}
 	}
+	if s.Jitter > 0 && fk == "no fault" {
+		fk = "jitter"
+	}
 	if len(s.Members) > 0 {
 		fk = "membership"
 	}
@@ -485,11 +509,11 @@ type classRow struct {
 	Calm, CalmDenied, CalmLogDenied int
 }
 
-// searchTable runs the schedules of seeds from..from+n-1 that keep
-// accepts on procs goroutines and returns one row per class, in name
+// searchTable runs the schedules of seeds from..from+n-1 that prep
+// accepts (after it changed them as it would) on procs goroutines and returns one row per class, in name
 // order, and the schedules that went over their bound, in seed order,
 // with how far.
-func searchTable(from uint64, n, procs int, keep func(schedule) bool) ([]classRow, []overBound) {
+func searchTable(from uint64, n, procs int, prep func(*schedule) bool) ([]classRow, []overBound) {
 	outs := make([]outcome, n)
 	kept := make([]bool, n)
 	var next atomic.Int64
@@ -499,7 +523,7 @@ func searchTable(from uint64, n, procs int, keep func(schedule) bool) ([]classRo
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				if s := gen(from + uint64(i)); keep(s) {
+				if s := gen(from + uint64(i)); prep(&s) {
 					kept[i] = true
 					outs[i] = runSchedule(s)
 				}

@@ -77,7 +77,8 @@ func regressionSeeds(t *testing.T) []uint64 {
 // to 3 nodes, 30 to 100 ms apart, limits of 1 to 300 per 1 s or 10 s,
 // load phases with bursts, splits of any shape, cut links, store
 // restarts, nodes joining, leaving or crashing and nodes on their
-// fallbacks; a schedule with fallbacks is also run without them, one with
+// fallbacks, and message jitter; a schedule with jitter is also run
+// without it, one with fallbacks without them, one with
 // membership changes without those, and one with restarts without those
 // too) and every
 // seed kept in testdata/seeds.txt, and checks each against its bound:
@@ -107,8 +108,12 @@ func TestFaultSearch(t *testing.T) {
 	checkAll := func(seed uint64) {
 		s := gen(seed)
 		check(s)
-		// The schedules of a seed kept before fallbacks, membership
-		// changes and restarts were drawn.
+		// The schedules of a seed kept before jitter, fallbacks,
+		// membership changes and restarts were drawn.
+		if s.Jitter > 0 {
+			s = s.withoutJitter()
+			check(s)
+		}
 		if len(s.Fallbacks) > 0 {
 			s = s.withoutFallbacks()
 			check(s)
@@ -154,9 +159,16 @@ func TestFaultSearch(t *testing.T) {
 func TestGenKeepsSchedules(t *testing.T) {
 	const n = 30000
 	h := sha256.New()
-	with, withMembers, withFallbacks := 0, 0, 0
+	with, withMembers, withFallbacks, withJitter := 0, 0, 0, 0
 	for seed := uint64(1); seed <= n; seed++ {
 		s := gen(seed)
+		if s.Jitter > 0 {
+			withJitter++
+			if old := s.withoutJitter().String(); s.String() != old+"; jitter "+s.Jitter.String() {
+				t.Errorf("seed %d: %q does not extend %q with its jitter alone", seed, s, old)
+			}
+			s = s.withoutJitter()
+		}
 		old := s.withoutRestarts().withoutMembers().withoutFallbacks().String()
 		fmt.Fprintln(h, old)
 		if len(s.Restarts) > 0 {
@@ -177,6 +189,9 @@ func TestGenKeepsSchedules(t *testing.T) {
 				t.Errorf("seed %d: %q does not extend %q with fallbacks", seed, s, old)
 			}
 		}
+	}
+	if withJitter < n/5 || withJitter > n*3/10 {
+		t.Errorf("%d of %d schedules have jitter, want about one in four", withJitter, n)
 	}
 	if withFallbacks < n/5 || withFallbacks > n*3/10 {
 		t.Errorf("%d of %d schedules have fallbacks, want about one in four", withFallbacks, n)

@@ -30,9 +30,14 @@ import (
 type world struct {
 	cfg     config
 	regions []*node
-	q       events
-	seq     int64
-	now     int64
+	// jrng draws the messages' jitter, prng the pings' (config.Jitter).
+	jrng, prng *rand.Rand
+	// pings is, per pair (r, j), region r's recent round trips to j and
+	// when it next measures one (config.Jitter).
+	pings [][]pingRing
+	q     events
+	seq   int64
+	now   int64
 	// admitted holds every admission's instant per key, for the exact
 	// trailing-window counts.
 	admitted map[string][]int64
@@ -52,8 +57,19 @@ type world struct {
 
 // config is one simulated run.
 type config struct {
-	Regions   int
-	Delay     time.Duration // one-way, every pair
+	Regions int
+	Delay   time.Duration // one-way, every pair (the least, with Jitter)
+	// Jitter, when set, delays each message by Jitter x an exponential
+	// draw more (at most 5 x Jitter), so that messages between a pair may
+	// arrive out of order, and the horizon comes from measured round
+	// trips, as rlnode's does (see oneWayOf).
+	Jitter time.Duration
+	// JitterSeed seeds the draws of Jitter.
+	JitterSeed uint64
+	// Margin is added to the horizon, as rlnode's --burst-guard-margin
+	// is (20 ms by default there; 0 here, the least an operator may set
+	// and the hardest case for the bounds).
+	Margin    time.Duration
 	Flush     time.Duration
 	Suspicion time.Duration
 	Guard     bool
@@ -189,6 +205,19 @@ func (q *events) Pop() any {
 
 func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, how: map[string][]denial{}, now: startMs}
+	w.jrng, w.prng = rand.New(rand.NewPCG(cfg.JitterSeed, 0x7177e4)), rand.New(rand.NewPCG(cfg.JitterSeed, 0x9146))
+	w.pings = make([][]pingRing, cfg.Regions)
+	for r := range w.pings {
+		w.pings[r] = make([]pingRing, cfg.Regions)
+		for j := range w.pings[r] {
+			p := &w.pings[r][j]
+			for range rttSamples { // measured before the start
+				p.rtt[p.n%rttSamples] = 2*cfg.Delay.Milliseconds() + jitterMs(w.prng, cfg.Jitter) + jitterMs(w.prng, cfg.Jitter)
+				p.n++
+			}
+			p.next = startMs + int64(r*131+j*37)%2000
+		}
+	}
 	for i := range cfg.Regions {
 		n := &node{name: fmt.Sprintf("r%02d", i), idx: i, dirty: map[region.BucketRef]region.Total{}, heard: make([]int64, cfg.Regions), back: make([]int64, cfg.Regions),
 			own: map[region.BucketRef]region.Total{}, resend: map[int]bool{}, heardRefs: map[region.BucketRef]bool{}, unheard: map[int][]string{}, unheardAt: map[int]int64{},
@@ -288,17 +317,19 @@ func (w *world) viewOf(r, k int) *guard.View {
 	v := &guard.View{Region: n.name, Nodes: w.knownNodes(r, k, r)}
 	maxDelay := time.Duration(0)
 	for j, o := range w.regions {
-		switch {
-		case j == r:
+		if j == r {
 			v.Alive = append(v.Alive, o.name)
-		case w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && n.heard[j]-n.back[j] >= guard.RejoinHold(w.cfg.Flush, w.cfg.Delay).Milliseconds():
+			continue
+		}
+		ow := w.oneWayOf(r, j)
+		if w.now-n.heard[j] <= w.cfg.Suspicion.Milliseconds() && n.heard[j]-n.back[j] >= guard.RejoinHold(w.cfg.Flush, ow).Milliseconds() {
 			v.Alive = append(v.Alive, o.name)
-			maxDelay = max(maxDelay, w.cfg.Delay)
-		default:
+			maxDelay = max(maxDelay, ow)
+		} else {
 			v.Silent = append(v.Silent, o.name)
 		}
 	}
-	v.Horizon = w.cfg.Flush + maxDelay
+	v.Horizon = w.cfg.Flush + maxDelay + w.margin()
 	v.Suspicion = w.cfg.Suspicion
 	v.Heartbeat = w.heartbeat()
 	v.Grown = w.grown()
@@ -520,8 +551,58 @@ func (w *world) flush(r int) {
 			}
 			relay = w.relay(r, j)
 		}
-		w.push(&event{at: w.now + w.cfg.Delay.Milliseconds(), kind: 2, to: j, from: r, tot: send, relay: relay, unheard: unheard})
+		w.push(&event{at: w.now + w.delayMs(), kind: 2, to: j, from: r, tot: send, relay: relay, unheard: unheard})
 	}
+}
+
+// delayMs is a message's one-way delay: config.Delay, and its jitter.
+func (w *world) delayMs() int64 { return w.cfg.Delay.Milliseconds() + jitterMs(w.jrng, w.cfg.Jitter) }
+
+// jitterMs draws a message's jitter of j: j times an exponential draw, at
+// most 5 j; 0 when j is.
+func jitterMs(rng *rand.Rand, j time.Duration) int64 {
+	if j <= 0 {
+		return 0
+	}
+	return int64(min(rng.ExpFloat64(), 5) * float64(j.Milliseconds()))
+}
+
+// margin is what the horizon adds for jitter (config.Margin).
+func (w *world) margin() time.Duration { return max(w.cfg.Margin, 0) }
+
+// pingRing is a region's last rttSamples round trips to another, as
+// gossip keeps them, and when it measures the next (ms).
+type pingRing struct {
+	rtt  [rttSamples]int64
+	n    int
+	next int64
+}
+
+// rttSamples is how many round trips the horizon is taken from, as in
+// gossip.
+const rttSamples = 16
+
+// oneWayOf is the one-way delay region r's horizon allows for region j:
+// config.Delay without jitter; with it, half the largest of r's last
+// rttSamples round trips to j, which memberlist's probes measure, one
+// random member every probe interval (2 s): for one region's, every
+// 2 s x (members - 1) / (its nodes) on average. A probe across a cut
+// measures nothing. The world starts with every region measured.
+func (w *world) oneWayOf(r, j int) time.Duration {
+	if w.cfg.Jitter <= 0 {
+		return w.cfg.Delay
+	}
+	nodes := max(w.cfg.Nodes, 1)
+	every := 2000 * int64(w.cfg.Regions*nodes-1) / int64(nodes)
+	p := &w.pings[r][j]
+	for p.next <= w.now {
+		if !w.cut(r, j) {
+			p.rtt[p.n%rttSamples] = 2*w.cfg.Delay.Milliseconds() + jitterMs(w.prng, w.cfg.Jitter) + jitterMs(w.prng, w.cfg.Jitter)
+			p.n++
+		}
+		p.next += every
+	}
+	return time.Duration(slices.Max(p.rtt[:])/2) * time.Millisecond
 }
 
 // heartbeat is the interval of the regions' heartbeats (config.Heartbeat).
@@ -649,6 +730,8 @@ type scenario struct {
 	Limit   uint64
 	Strict  bool // the strict counter instead of the default
 	Nodes   int  // nodes per region (0: 1)
+	// Margin is the guard's margin (config.Margin).
+	Margin time.Duration
 	// Algorithm is the counter (0: the default sliding window).
 	Algorithm window.Algorithm
 	run       func(w *world) (steadyFromMs int64)
@@ -796,7 +879,8 @@ func runGuard(sc scenario, guard bool) stats {
 // runWorld is runGuard, with the world it ran.
 func runWorld(sc scenario, guard bool) (*world, stats) {
 	cfg := config{Regions: sc.Regions, Nodes: sc.Nodes, Delay: sc.Delay, Flush: 20 * time.Millisecond,
-		Suspicion: 500 * time.Millisecond, Guard: guard, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm}}
+		Suspicion: 500 * time.Millisecond, Guard: guard, Limit: window.Limit{Limit: sc.Limit, Window: sc.Window, Strict: sc.Strict, Algorithm: sc.Algorithm},
+		Margin: sc.Margin}
 	w := newWorld(cfg, epoch)
 	from := sc.run(w)
 	return w, w.stats(from)

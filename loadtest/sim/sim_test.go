@@ -106,3 +106,29 @@ func TestHeartbeats(t *testing.T) {
 		t.Errorf("an idle region went unheard for up to %v, want about a heartbeat (%v)", idle, hb)
 	}
 }
+
+// With jitter, messages take the one-way delay and up to five times the
+// jitter more, and the horizon allows for half the largest of the last
+// round trips measured, as rlnode's does: more than the least delay,
+// within the most.
+func TestJitterHorizon(t *testing.T) {
+	t.Parallel()
+	for _, j := range []time.Duration{0, 15 * time.Millisecond} {
+		cfg := config{Regions: 3, Delay: 60 * time.Millisecond, Flush: 20 * time.Millisecond, Suspicion: 500 * time.Millisecond, Guard: true,
+			Limit: window.Limit{Limit: 100, Window: 10 * time.Second}, Jitter: j, JitterSeed: 7}
+		start := int64(1_700_000_000_000)
+		w := newWorld(cfg, start)
+		lo, hi := time.Hour, time.Duration(0)
+		for ms := int64(0); ms < 60_000; ms += 100 {
+			w.run(start + ms)
+			ow := w.viewOf(0, 0).Horizon - cfg.Flush
+			lo, hi = min(lo, ow), max(hi, ow)
+		}
+		switch {
+		case j == 0 && (lo != cfg.Delay || hi != cfg.Delay):
+			t.Errorf("no jitter: one-way %v to %v, want %v", lo, hi, cfg.Delay)
+		case j > 0 && (lo <= cfg.Delay || hi > cfg.Delay+5*j):
+			t.Errorf("jitter %v: one-way %v to %v, want above %v and at most %v", j, lo, hi, cfg.Delay, cfg.Delay+5*j)
+		}
+	}
+}
