@@ -44,7 +44,10 @@
 //   - A region not heard from for the suspicion timeout (or, for a key,
 //     for a quarter of its window) is silent and charged its share of the
 //     limit, ceil(limit/R), by every side of a split, less what the
-//     estimate still holds of it at the decision.
+//     estimate still holds of it at the decision; and, after the store
+//     lost its counts, what the results before the loss held of it, on
+//     top, until it is heard again: no repair brings a silent region's
+//     counts back.
 //   - A crossed view (a cut link: [View.Crossed]) charges every other
 //     region so, and each region keeps to its own share. A region quiet
 //     for a key counts as silent in that key's view, so a quiet region

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,13 @@ type entry struct {
 	wAlive   []string      // the alive regions of the view weight was read under
 	sharing  uint64        // the alive regions that admit by their shares, in the last result (see sharing)
 	silent   []heldCount   // silent regions' counts in the last result
+	// lost is the other regions' counts that the results before the
+	// store lost its counts held (see loseCounts): still in the window,
+	// no longer in the store, and not restored while their regions are
+	// silent (a repair's answers hold the asker's region's counts and the
+	// answerers' own); charged while they are (see lostHeld).
+	lost     []heldCount
+	lostAt   time.Time     // when the node found the loss
 	lastSeen []regionCount // the other regions' counts as last read while each was heard (see remember)
 	unseen   []regionCount // the silent regions' largest shares unheard, in the last result (see unseenShares)
 	trails   *trails       // the trail counter's state in that result, when it has one
@@ -347,6 +355,47 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 	e.quota = max(e.quota, q)
 }
 
+// noteLoss reports whether the store lost its counts since e's last
+// result (View.Losses grew), and then records what it lost of the other
+// regions (see loseCounts).
+func (e *entry) noteLoss(now time.Time, v *View) bool {
+	if !e.seen || e.losses == v.Losses {
+		return false
+	}
+	e.loseCounts()
+	e.lostAt = now
+	return true
+}
+
+// loseCounts records, as the store loses its counts, the other regions'
+// counts that the last results held (see entry.lost): the silent regions'
+// as last read, and every other region's trails of the horizon's first
+// result, since a region alive now may turn silent before the repair has
+// its counts back.
+func (e *entry) loseCounts() {
+	add := func(h heldCount) {
+		i := slices.IndexFunc(e.lost, func(l heldCount) bool { return l.id == h.id && l.bucket == h.bucket })
+		switch {
+		case i < 0:
+			e.lost = append(e.lost, h)
+		case h.cur+h.prev > e.lost[i].cur+e.lost[i].prev:
+			e.lost[i] = h
+		}
+	}
+	for _, h := range e.silent {
+		add(h)
+	}
+	if tr := cmp.Or(e.trails, e.last); tr != nil {
+		for i, who := range tr.whose {
+			if who == ownRegion {
+				continue
+			}
+			add(heldCount{region: tr.name[i], id: tr.name[i] + "#" + strconv.Itoa(i), bucket: tr.bucket,
+				cur: tr.cur[i].Count(), prev: tr.prev[i].Count(), curTrail: lowTrail(tr.cur[i]), prevTrail: lowTrail(tr.prev[i])})
+		}
+	}
+}
+
 // holdLate returns what of headroom h this node holds for the alive
 // regions that are late at now (see [View.lateAfter]): their shares of
 // the largest headroom read since they turned late, kept until every
@@ -486,14 +535,23 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	if e == nil {
 		return Admitted, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
 	}
-	if e.seen && e.losses != v.Losses {
+	if e.noteLoss(now, v) {
 		// The store lost its counts since the last result (and no read
 		// since told what it holds now): what that result held of the
 		// silent regions is gone, and its headroom with it.
 		e.silent, e.seen, e.losses = nil, false, v.Losses
 	}
 	v = e.keyView(v, lim)
+	if len(e.lost) > 0 {
+		// A region heard a horizon after the loss has its counts back in
+		// the store (its repair answer or its resend).
+		e.lost = slices.DeleteFunc(e.lost, func(h heldCount) bool {
+			a, ok := v.Ages[h.region]
+			return ok && !slices.Contains(v.Silent, h.region) && !now.Add(-a).Before(e.lostAt.Add(v.Horizon))
+		})
+	}
 	storeLimit = charge(limit, limit, e.silent, e.unseen, now.UnixMilli(), lim, v, e.quietAfter(lim)+v.Horizon)
+	storeLimit = satSub(storeLimit, lostHeld(e.lost, v.Silent, now.UnixMilli(), lim))
 	if e.start.IsZero() || !now.Before(e.start.Add(e.horizon)) {
 		h := storeLimit
 		if e.seen {
@@ -562,7 +620,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			// request is a probe.
 			h = 0
 		}
-		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, last: cmp.Or(e.trails, e.last),
+		*e = entry{start: now, horizon: max(v.Horizon, time.Millisecond), headroom: e.headroom, seen: e.seen, hAt: e.hAt, weight: e.weight, wAlive: e.wAlive, lastSeen: e.lastSeen, unseen: e.unseen, sharing: e.sharing, silent: e.silent, lost: e.lost, lostAt: e.lostAt, last: cmp.Or(e.trails, e.last),
 			tok: e.tok, tokSlot: e.tokSlot, tokAt: e.tokAt, rho: e.rho,
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent),
 			late: e.late}
@@ -737,6 +795,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	if e == nil {
 		return 0
 	}
+	e.noteLoss(now, v)
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
 	}
@@ -925,6 +984,7 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	if e == nil {
 		return
 	}
+	e.noteLoss(now, v)
 	if res.SubMs > 0 {
 		e.wMs = res.SubMs
 	}

@@ -383,6 +383,20 @@ func lowTrail(t window.Trail) window.Trail {
 	return out
 }
 
+// lostHeld is what the silent regions' counts in lost (see entry.lost)
+// still hold in the window of lim at nowMs: hits the store no longer
+// counts, charged on top of the silent regions' shares, since those
+// shares are charged less what the store holds of them.
+func lostHeld(lost []heldCount, silent []string, nowMs int64, lim window.Limit) uint64 {
+	var n uint64
+	for i := range lost {
+		if slices.Contains(silent, lost[i].region) {
+			n = window.SatAdd(n, lost[i].at(nowMs, lim))
+		}
+	}
+	return n
+}
+
 // at is what h adds to the estimate of lim at nowMs, as the store would
 // count it: by its trails for the default sliding window, else by
 // [window.Limit.Estimate] (the current bucket's count for a calendar one).
