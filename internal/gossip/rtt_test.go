@@ -38,3 +38,33 @@ func TestRTTHigh(t *testing.T) {
 		t.Errorf("after %d newer samples of 60 ms: high = %v, want 60ms", rttSamples-1, got)
 	}
 }
+
+// TestGuardViewUnmeasured: a region alive in the guard's view with no
+// round trip measured to it yet counts in the horizon as the longest
+// one-way delay allowed for, not as none; once a round trip is measured,
+// as half of it.
+func TestGuardViewUnmeasured(t *testing.T) {
+	n := receiver(t, "b", nil)
+	for _, r := range []string{"a", "c", "ap", "eu", "us"} {
+		m := n.members[testSender(r).Node]
+		// Heard for longer than the rejoin hold, within the suspicion
+		// timeout each time.
+		for _, ago := range []time.Duration{900, 450, 0} {
+			n.heardFrom(m, t0.Add(-ago*time.Millisecond))
+		}
+	}
+	base := n.cfg.FlushInterval + max(n.cfg.GuardMargin, 0)
+	v := n.GuardView(t0)
+	if len(v.Alive) != 6 {
+		t.Fatalf("alive %v, want every region", v.Alive)
+	}
+	if want := base + guard.JoinOneWay; v.Horizon != want {
+		t.Errorf("no round trip measured: horizon %v, want %v", v.Horizon, want)
+	}
+	for _, r := range []string{"a", "c", "ap", "eu", "us"} {
+		n.noteRTT(r, 120*time.Millisecond)
+	}
+	if v, want := n.GuardView(t0), base+60*time.Millisecond; v.Horizon != want {
+		t.Errorf("every region measured at 120 ms: horizon %v, want %v", v.Horizon, want)
+	}
+}

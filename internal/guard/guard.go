@@ -387,8 +387,8 @@ func (e *entry) loseCounts() {
 	}
 	if tr := cmp.Or(e.trails, e.last); tr != nil {
 		for i, who := range tr.whose {
-			if who == ownRegion {
-				continue
+			if who == ownRegion || slices.ContainsFunc(e.silent, func(h heldCount) bool { return h.region == tr.name[i] }) {
+				continue // its own, or a silent one's, read since
 			}
 			add(heldCount{region: tr.name[i], id: tr.name[i] + "#" + strconv.Itoa(i), bucket: tr.bucket,
 				cur: tr.cur[i].Count(), prev: tr.prev[i].Count(), curTrail: lowTrail(tr.cur[i]), prevTrail: lowTrail(tr.prev[i])})

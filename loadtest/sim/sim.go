@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/guard"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -373,7 +374,7 @@ func (w *world) viewOf(r, k int) *guard.View {
 // unheardTTL is how long a region's report of the regions it does not
 // hear holds, as gossip.Node.GuardView keeps it at rlnode's default
 // heartbeat (--gossip-heartbeat, 100 ms).
-var unheardTTL = guard.UnheardHold(100 * time.Millisecond)
+var unheardTTL = guard.UnheardHold(gossip.DefaultHeartbeatInterval)
 
 func (w *world) decide(e *event) {
 	n := w.regions[e.to]
@@ -606,7 +607,9 @@ func (w *world) oneWayOf(r, j int) time.Duration {
 }
 
 // heartbeat is the interval of the regions' heartbeats (config.Heartbeat).
-func (w *world) heartbeat() time.Duration { return cmp.Or(w.cfg.Heartbeat, 100*time.Millisecond) }
+func (w *world) heartbeat() time.Duration {
+	return cmp.Or(w.cfg.Heartbeat, gossip.DefaultHeartbeatInterval)
+}
 
 // heardOf records the buckets of tot, merged by region r, for relay.
 func (w *world) heardOf(r int, tot []region.Total) {
