@@ -100,7 +100,7 @@ func (r *rtts) measured() bool { return r != nil && r.next > 0 }
 // interval (2 s by default), so a node that has just started may go
 // seconds without a round trip to some region; a horizon without that
 // region's delay would drop what the guard holds for the others' unheard
-// admissions before they can have arrived (TestGuardBurstBeforePing).
+// admissions before they can have arrived (TestGuardViewUnmeasured).
 // pingUnmeasured measures it within a round trip of the region's first
 // frame.
 func oneWay(rs *rtts) time.Duration {
