@@ -324,6 +324,45 @@ func (e *entry) pending(now time.Time) uint64 {
 	return e.pend
 }
 
+// othersFreed returns the other alive regions' shares of what left the
+// window after this node's last store result and within the horizon
+// before now: each of them may have read the window after this node did,
+// with that much more headroom, and taken its share of it, which this
+// node's own reads (setQuota's others) do not hold.
+func (e *entry) othersFreed(now time.Time, limit uint64, v *View, floor uint64) uint64 {
+	if !e.known || len(v.Alive) <= 1 {
+		return 0
+	}
+	from := now.Add(-e.horizon)
+	for _, t := range []time.Time{e.t0, e.hAt} {
+		if t.After(from) {
+			from = t
+		}
+	}
+	if !now.After(from) {
+		return 0
+	}
+	var freed uint64
+	switch {
+	case e.trails != nil:
+		freed = e.trails.leaving(from, now)
+	case e.oldest > 0 && e.subMs > 0:
+		// The oldest bucket's weight falls linearly until it leaves.
+		end := now
+		if e.until.Before(end) {
+			end = e.until
+		}
+		if el := end.Sub(from).Milliseconds(); el > 0 {
+			freed = window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs))
+		}
+	}
+	if freed == 0 {
+		return 0
+	}
+	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start))
+	return o
+}
+
 // setQuota raises the horizon's quota to this node's share of headroom h
 // net of what is pending at now, and records the other regions' shares of
 // h itself, before pending is taken off: what they may take is their
@@ -576,6 +615,10 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		var ownPrevOK bool
 		if !e.start.IsZero() {
 			if gap := now.Sub(e.start.Add(e.horizon)); gap < e.horizon {
+				// The others' shares were of the headroom as this node
+				// read it; they may have read the window later, with more
+				// of it freed, and taken their shares of that too.
+				e.others = window.SatAdd(e.others, e.othersFreed(now, limit, v, g.cfg.Floor))
 				pend = window.MulDivCeil(e.others, uint64(e.horizon-gap), uint64(e.horizon))
 				if num, den := e.unheardShare(now, limit, v, g.cfg.Floor, 2*e.horizon); num > 0 {
 					// A region not heard from for two horizons may be

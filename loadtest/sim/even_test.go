@@ -45,10 +45,12 @@ func TestEvenLoad(t *testing.T) {
 				// The goal: a median of 0.97 and a steady minimum of 0.95. A
 				// hit of a limit of 100 is a hundredth of it, and the
 				// counter alone, without the guard, has a steady minimum
-				// of 0.97 there.
+				// of 0.97 there; the hold of what the window freed
+				// after a node's last read costs a few hundredths of
+				// the steady minimum at 100 ms one-way.
 				median, low := 0.97, 0.95
 				if lim < 1000 {
-					median, low = 0.94, 0.88
+					median, low = 0.94, 0.85
 				}
 				if st.Median < median || st.SteadyMin < low {
 					t.Errorf("%v, %d per 10s: trailing window at admissions: median %.3f, steady min %.3f; want at least %.2f and %.2f", d, lim, st.Median, st.SteadyMin, median, low)
