@@ -334,33 +334,36 @@ func (e *entry) othersFreed(now time.Time, limit uint64, v *View, floor uint64) 
 		return 0
 	}
 	from := now.Add(-e.horizon)
-	for _, t := range []time.Time{e.t0, e.hAt} {
-		if t.After(from) {
-			from = t
-		}
-	}
-	if !now.After(from) {
-		return 0
+	if e.hAt.After(from) {
+		from = e.hAt // the last result, at or after t0, the horizon's first
 	}
 	var freed uint64
 	switch {
+	case !now.After(from):
 	case e.trails != nil:
 		freed = e.trails.leaving(from, now)
 	case e.oldest > 0 && e.subMs > 0:
-		// The oldest bucket's weight falls linearly until it leaves.
-		end := now
-		if e.until.Before(end) {
-			end = e.until
-		}
-		if el := end.Sub(from).Milliseconds(); el > 0 {
-			freed = window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs))
-		}
+		freed = e.oldestFreed(from, now)
 	}
 	if freed == 0 {
 		return 0
 	}
 	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start))
 	return o
+}
+
+// oldestFreed is what the oldest bucket of the horizon's first result
+// frees from a to b on a counter without trails: its weight falls
+// linearly until it leaves the window (at until), rounded up.
+func (e *entry) oldestFreed(a, b time.Time) uint64 {
+	if e.until.Before(b) {
+		b = e.until
+	}
+	el := b.Sub(a).Milliseconds()
+	if el <= 0 || e.subMs <= 0 {
+		return 0
+	}
+	return window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs))
 }
 
 // setQuota raises the horizon's quota to this node's share of headroom h
@@ -734,14 +737,8 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 		// weight falls linearly until it leaves, freeing capacity that no
 		// other region's traffic can have taken from what this region
 		// knows. Share it as the headroom is shared.
-		end := now
-		if e.until.Before(end) {
-			end = e.until
-		}
-		el := end.Sub(e.t0).Milliseconds()
-		if el > 0 {
-			freed := window.MulDivCeil(e.oldest, uint64(el), uint64(e.subMs)) - 1
-			e.setQuota(now, satSub(e.h0+freed, e.over+grown), limit, e.weight, v, g.cfg.Floor)
+		if freed := e.oldestFreed(e.t0, now); freed > 0 {
+			e.setQuota(now, satSub(e.h0+freed-1, e.over+grown), limit, e.weight, v, g.cfg.Floor)
 		}
 	}
 	// A key this node has no answer for yet has a quota of the limit, not
