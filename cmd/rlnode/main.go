@@ -172,6 +172,7 @@ func runWithClock(ctx context.Context, args []string, getenv func(string) string
 		acfg.ReadyChecks = append(acfg.ReadyChecks, gossipReady(node, c.BurstGuard, now))
 		if c.BurstGuard {
 			acfg.Guard = guard.New(guard.Config{Floor: c.BurstGuardFloor})
+			node.ExchangeDemand(acfg.Guard)
 		}
 	}
 	h, err := api.NewHandler(acfg)

@@ -44,9 +44,12 @@ const (
 	// reasonRelay: other regions' totals relayed to a region whose
 	// members came (back) alive.
 	reasonRelay = "relay"
+	// reasonDemand: the hits each node refused, sent to every member with
+	// the flushes (see DemandExchange).
+	reasonDemand = "demand"
 )
 
-var reasons = []string{reasonFlush, reasonUrgent, reasonPeriodic, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin, reasonRelay}
+var reasons = []string{reasonFlush, reasonUrgent, reasonPeriodic, reasonEcho, reasonHeartbeat, reasonReconcile, reasonState, reasonTouch, reasonRepair, reasonRejoin, reasonRelay, reasonDemand}
 
 // costOf is the reason a frame of kind is sent for unless the sender says
 // otherwise.
@@ -66,6 +69,8 @@ func costOf(k Kind) cost {
 		return cost{reason: reasonRejoin}
 	case KindRelay:
 		return cost{reason: reasonRelay}
+	case KindDemand:
+		return cost{reason: reasonDemand}
 	}
 	return cost{reason: k.String()}
 }

@@ -73,6 +73,12 @@
 //     in case their stores lost theirs too); after a loss while it runs, it holds its
 //     decisions until the answers can be back (GuardView's Restoring).
 //     See repair.go and restore.go.
+//   - With ExchangeDemand, every flush also sends what the node's burst
+//     guard and store refused since the last one, per key and bucket, to
+//     every alive member of every region, its own too (KindDemand), and
+//     hands what the members send to the guard, so that its shares weigh
+//     each region by what it asks for (demand.go). A demand frame carries
+//     only the sender's region and moves no count.
 //   - With Config.OwnStore (the in-memory store), each node counts as a
 //     replica of its own and also replicates to its region's other such
 //     nodes, which merge it; so does a node while its store decides from

@@ -113,6 +113,9 @@ func (n *Node) flush(final bool) {
 	}
 	n.mu.Unlock()
 	n.met.observeStaleness(out.stale)
+	if !final {
+		n.sendDemand(now, v)
+	}
 	if len(out.totals) == 0 && len(notice) == 0 {
 		return
 	}

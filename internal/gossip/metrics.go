@@ -212,7 +212,7 @@ func (m *metrics) stalenessCount(class string) uint64 {
 // bytesSent returns the payload bytes sent so far, all kinds together.
 func (m *metrics) bytesSentTotal() float64 {
 	var sum float64
-	for k := KindFlush; k <= KindRelay; k++ {
+	for k := KindFlush; k <= KindDemand; k++ {
 		sum += counterValue(m.bytesSent.WithLabelValues(k.String()))
 	}
 	return sum

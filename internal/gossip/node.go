@@ -82,8 +82,9 @@ type Node struct {
 	// plus Config.joinCountHold, the same instant in every node's view
 	// (see GuardView).
 	countFrom  atomic.Int64
-	seenRemote atomic.Bool              // a member of another region was seen alive
-	acc        atomic.Pointer[Accuracy] // told of every decision (Decided); nil: none
+	seenRemote atomic.Bool               // a member of another region was seen alive
+	acc        atomic.Pointer[Accuracy]  // told of every decision (Decided); nil: none
+	demand     atomic.Pointer[demandBox] // the guard's demand (demand.go); nil: none
 
 	// replicas is, per member region, the replica names (<region>~<id>)
 	// accepted from it, each with the expiry of the newest bucket it was

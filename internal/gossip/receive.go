@@ -75,6 +75,10 @@ func (n *Node) handle(b []byte) {
 		n.noteUnheard(sender, m.Unheard, now)
 		return
 	}
+	if m.Kind == KindDemand {
+		n.learnDemand(now, m)
+		return
+	}
 	if m.Kind == KindTouch { // check let through touches of this region only
 		n.remember(now, m.Totals)
 		return
@@ -201,6 +205,9 @@ func relayedFrom(m Message, t region.Total) string {
 //   - unknown_region: a relay with a total of a region no member of the
 //     pool belongs to (see checkRelay).
 //   - foreign_kind: also a relay from this node's own region.
+//   - bad_demand: a demand frame ([KindDemand]) with a total of another
+//     region than the sender's (a replica's too), of a calendar bucket or
+//     with a trail.
 //
 // Decode has checked the rest: names are UTF-8 within MaxRegionLen, keys
 // within MaxKeyLen, windows within window.MaxWindow, counts at most
@@ -218,6 +225,10 @@ func (n *Node) check(now time.Time, m Message, sender *member) string {
 		return "foreign_kind"
 	case (m.Kind == KindRepair || m.Kind == KindRejoin) && len(m.Totals) > 0:
 		return "foreign_kind" // requests carry no totals
+	case m.Kind == KindDemand:
+		if reason := checkDemand(m); reason != "" {
+			return reason
+		}
 	case m.Kind == KindRelay:
 		if own {
 			return "foreign_kind" // a region's own nodes share its view

@@ -37,6 +37,7 @@ func steadyUnderLoss(t *testing.T, oneWay time.Duration) {
 	guards := map[string]*guard.Guard{}
 	for _, r := range threeRegions {
 		guards[r] = guard.New(guard.Config{})
+		s.nodes[r+"-0"].ExchangeDemand(guards[r]) // as rlnode does
 	}
 	var at []time.Time
 	per := map[string]int{}

@@ -24,8 +24,9 @@ import (
 //	              5 repair (a request, no entries), 6 repaired (its answer),
 //	              7 rejoin (no entries), 8 unheard (no entries; the
 //	              regions after the sender's in the region table are the
-//	              member regions the sender does not hear). A node that
-//	              predates a kind drops its frames.
+//	              member regions the sender does not hear), 9 relay,
+//	              10 demand (counts of refused hits, no trails). A node
+//	              that predates a kind drops its frames.
 //	2    8        sent: the sender's clock, Unix milliseconds (int64)
 //	10   8        token: the sender's incarnation, a random value it draws
 //	              at start and announces in its member metadata (uint64)
@@ -162,6 +163,13 @@ const (
 	// following another), and until it hears that region again it would
 	// charge it, silent, only its share, not what it admitted.
 	KindRelay Kind = 9
+	// KindDemand carries the hits the sender's burst guard and store
+	// refused, per key and bucket (each entry's count, of the sender's
+	// region, without a trail), sent with each flush to every alive
+	// member, of the sender's region too: the guard's shares weigh each
+	// region by what it admitted and what it was refused (see
+	// guard.Demand).
+	KindDemand Kind = 10
 )
 
 // String returns the kind's metric label.
@@ -185,6 +193,8 @@ func (k Kind) String() string {
 		return "unheard"
 	case KindRelay:
 		return "relay"
+	case KindDemand:
+		return "demand"
 	}
 	return "unknown"
 }
@@ -256,7 +266,7 @@ func Decode(b []byte) (Message, error) {
 		return m, fmt.Errorf("short header: %w", ErrMalformed)
 	}
 	m.Kind = Kind(b[1])
-	if m.Kind < KindFlush || m.Kind > KindRelay {
+	if m.Kind < KindFlush || m.Kind > KindDemand {
 		return m, ErrKind
 	}
 	m.Sent = time.UnixMilli(int64(binary.BigEndian.Uint64(b[2:10])))

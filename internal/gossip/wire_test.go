@@ -290,7 +290,7 @@ func TestDecodeRejects(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version", mut(func(b []byte) []byte { b[0] = 1; return b }), ErrVersion},
-		{"kind", mut(func(b []byte) []byte { b[1] = byte(KindRelay) + 1; return b }), ErrKind},
+		{"kind", mut(func(b []byte) []byte { b[1] = byte(KindDemand) + 1; return b }), ErrKind},
 		{"truncated", g[:len(g)-1], ErrMalformed},
 		{"trailing", append(append([]byte(nil), g...), 0), ErrMalformed},
 		{"no regions", mut(func(b []byte) []byte { b[nregions] = 0; return b }), ErrMalformed},

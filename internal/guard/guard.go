@@ -42,11 +42,16 @@ type Guard struct {
 	seed   maphash.Seed
 	shards [64]shard
 	reused atomic.Uint64 // hits the store admitted in the place of this region's that left (see refill)
+	// exchanging is set by the first DirtyDemand: until the node sends
+	// what it refuses, it counts none of it (see refuse).
+	exchanging atomic.Bool
 }
 
 type shard struct {
-	mu   sync.Mutex
-	keys map[string]*entry
+	mu     sync.Mutex
+	keys   map[string]*entry
+	demand map[string]*demand // refused hits, by key (see demand.go)
+	dirty  []string           // keys whose own demand changed since DirtyDemand
 }
 
 // entry is one key's horizon at this node.
@@ -348,7 +353,7 @@ func (e *entry) othersFreed(now time.Time, limit uint64, v *View, floor uint64) 
 	if freed == 0 {
 		return 0
 	}
-	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start))
+	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start), false)
 	return o
 }
 
@@ -374,7 +379,7 @@ func (e *entry) oldestFreed(a, b time.Time) uint64 {
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
 	ph := phase(e.start)
-	_, o := quota(h, limit, w, v, floor, ph)
+	_, o := quota(h, limit, w, v, floor, ph, false)
 	e.others = max(e.others, o)
 	if e.frozen {
 		// More regions are alive than when the quota was set: this
@@ -383,7 +388,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		// equal shares (their weights lacked the regions heard again, as
 		// this node's did), whatever the weights read since say. The next
 		// horizon holds the larger as pending.
-		_, oe := quota(h, limit, weights{}, v, floor, ph)
+		_, oe := quota(h, limit, weights{}, v, floor, ph, false)
 		e.others = max(e.others, oe)
 		return
 	}
@@ -393,7 +398,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		h = 0
 	}
 	h = satSub(h, e.holdLate(now, h, limit, v, floor))
-	q, _ := quota(h, limit, w, v, floor, ph)
+	q, _ := quota(h, limit, w, v, floor, ph, e.known)
 	e.quota = max(e.quota, q)
 }
 
@@ -533,6 +538,7 @@ func New(cfg Config) *Guard {
 	g := &Guard{cfg: cfg, seed: maphash.MakeSeed()}
 	for i := range g.shards {
 		g.shards[i].keys = map[string]*entry{}
+		g.shards[i].demand = map[string]*demand{}
 	}
 	return g
 }
@@ -573,6 +579,17 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	r, storeLimit, retryAfter = g.admit(s, now, key, lim, hits, v)
+	if r != Admitted {
+		g.refuse(s, key, lim, hits, now, v.Horizon)
+	}
+	return r, storeLimit, retryAfter
+}
+
+// admit is [Guard.AdmitReason] past the views that decide alone, with
+// s.mu held.
+func (g *Guard) admit(s *shard, now time.Time, key string, lim window.Limit, hits uint64, v *View) (r Reason, storeLimit uint64, retryAfter time.Duration) {
+	limit := lim.Limit
 	e := g.entryOf(s, key, now)
 	if e == nil {
 		return Admitted, charge(limit, limit, nil, nil, 0, lim, v.Isolated(), 0), 0 // full: the store alone decides
@@ -775,7 +792,7 @@ func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits ui
 			w := e.weightsAt(now, v, lim)
 			sh := e.sharing
 			if w.sum == 0 {
-				sh = sharing(nil, limit, w, v, g.cfg.Floor)
+				sh = sharing(nil, limit, w, v, g.cfg.Floor, nil)
 			}
 			_, den, _ := share(limit, w, v, g.cfg.Floor)
 			return e.stagger(now, hits, storeLimit, held, sh, den, v, 0)
@@ -838,6 +855,9 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	e.noteLoss(now, v)
 	if !res.Allowed {
 		e.used -= min(e.used, hits)
+		if !res.Held {
+			g.refuse(s, key, lim, hits, now, v.Horizon)
+		}
 	}
 	if e.reusing > 0 {
 		// The answer may be another request's: taking the reuse back on
@@ -863,7 +883,9 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.wMs = res.SubMs
 	}
 	v = e.keyView(v, lim)
-	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
+	var buf [8]regionDemand
+	ownDem, dem := demands(s, key, lim, now, v.Horizon, buf[:0])
+	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli(), dem)
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), limit, g.cfg.Floor)
 	// This node's admissions of the current and the previous horizon are
 	// in its own count but may not have reached the other regions yet:
@@ -891,7 +913,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	case !tracked && v.Nodes > 1:
 		fresh = c.own
 	}
-	e.read(res, c, c.own-min(c.own, fresh), silent, limit, v, g.cfg.Floor)
+	e.read(res, c, c.own-min(c.own, fresh)+ownDem, silent, limit, v, g.cfg.Floor, dem)
 	// The store decided against the charged limit Admit returned, so its
 	// Remaining is already net of the charge; a probe's answer, decided
 	// against a limit lowered by e.cut, is read against the charged
@@ -1004,6 +1026,12 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 		if lim.Window > 0 && now.Sub(e.hAt) >= 2*lim.Window {
 			return true
 		}
+		// A node refusing a key weighs by a demand that grows as it
+		// refuses, while the weights it decides by are as of its last
+		// result: it reads them again each window.
+		if lim.Window > 0 && now.Sub(e.hAt) >= lim.Window && refusing(s, key, lim, now) {
+			return true
+		}
 		return !e.weighs(e.keyView(v, lim))
 	}
 	return g.room(s, now)
@@ -1029,27 +1057,30 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 		e.wMs = res.SubMs
 	}
 	v = e.keyView(v, lim)
-	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli())
+	var buf [8]regionDemand
+	ownDem, dem := demands(s, key, lim, now, v.Horizon, buf[:0])
+	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli(), dem)
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), lim.Limit, g.cfg.Floor)
 	fresh, tracked := freshOwn(res, v.Region, v.heardAt(now).Add(-v.Horizon).UnixMilli())
 	if !tracked && v.Nodes > 1 {
 		fresh = c.own
 	}
-	e.read(res, c, c.own-min(c.own, fresh), silent, lim.Limit, v, g.cfg.Floor)
+	e.read(res, c, c.own-min(c.own, fresh)+ownDem, silent, lim.Limit, v, g.cfg.Floor, dem)
 	e.refill(now, v)
 	e.headroom, e.seen, e.hAt, e.losses = satSub(res.Limit, res.Estimate), true, now, v.Losses
 }
 
 // read records what a store result res gives the shares: the weights of
 // the alive regions' counts c, this region's being own (its count less
-// what the others cannot have heard yet), and the silent regions' counts.
-func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64) {
+// what the others cannot have heard yet, and its demand), the other
+// regions' demand dem, and the silent regions' counts.
+func (e *entry) read(res *region.Result, c tally, own uint64, silent []heldCount, limit uint64, v *View, floor uint64, dem []regionDemand) {
 	e.weight, e.wAlive = c.weigh(own), v.Alive
 	// Which other regions admit by their shares matters only to a node
 	// whose own share holds no whole hit (its probes are staggered).
 	e.sharing = 0
 	if num, den, _ := share(limit, e.weight, v, floor); window.MulDivCeil(uint64(max(v.Nodes, 1)), den, num) > res.Limit {
-		e.sharing = sharing(res, limit, e.weight, v, floor)
+		e.sharing = sharing(res, limit, e.weight, v, floor, dem)
 	}
 	keepOlder(silent, e.silent)
 	e.silent = silent
@@ -1106,6 +1137,7 @@ func (g *Guard) Keys() int {
 }
 
 func sweep(s *shard, now time.Time) {
+	sweepDemand(s, now)
 	for k, e := range s.keys {
 		if e.start.IsZero() && now.Sub(e.hAt) < learnedTTL {
 			continue // read for a request that has not asked yet

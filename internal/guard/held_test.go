@@ -506,9 +506,12 @@ func TestRegionHeardAgainKeepsPart(t *testing.T) {
 // share: a node reads the counts again first. With the same regions
 // alive it does not: a read is a store round trip.
 func TestReadWhenWeightsLackARegion(t *testing.T) {
-	l := window.Limit{Limit: 10, Window: time.Second}
+	l := window.Limit{Limit: 100, Window: time.Second}
 	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
-	st := heldStore(t, l, "b", start, 100, 5) // b holds most of the weight
+	// b holds most of the weight, and a's request before the heal, refused,
+	// weighs it by a hit of demand: a's share of the headroom of 5 is a
+	// tenth of it, and equal shares would give it one hit.
+	st := heldStore(t, l, "b", start, 100, 95)
 	g := New(Config{})
 	split := &View{Region: "a", Alive: []string{"a", "b"}, Silent: []string{"c", "d", "e"}, Nodes: 1, Horizon: 80 * time.Millisecond}
 	now := start.Add(300 * time.Millisecond)

@@ -66,13 +66,31 @@ func phase(start time.Time) float64 {
 //	q_region = floor(h * (B + num) / den) - floor(h * B / den)
 //
 // B being ph*den plus the weight of the regions named before it, so that
-// the others take h - q_region; the region's nodes each take
-// floor(q_region / N). w.sum 0: nothing known, equal shares.
-func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64) (q, others uint64) {
+// the others take h - q_region; the region's nodes take their parts of
+// q_region (see [nodePart]) when fresh, else floor(q_region / N) each.
+// w.sum 0: nothing known, equal shares.
+func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64, fresh bool) (q, others uint64) {
 	num, den, b := share(limit, w, v, floor)
 	b += uint64(float64(den) * ph)
 	qr := window.MulDiv(h, b+num, den) - window.MulDiv(h, b, den)
-	return qr / uint64(max(v.Nodes, 1)), h - qr
+	if !fresh {
+		return qr / uint64(max(v.Nodes, 1)), h - qr
+	}
+	return nodePart(qr, v), h - qr
+}
+
+// nodePart is this node's part of its region's quota q, set from a store
+// result of the horizon (fresh, in [quota]): the region's N nodes take
+// floor((q + i) / N) each, i being a node's rank, which sum to q
+// (Hermite's identity), so that a quota smaller than N is not lost to the
+// rounding: the last-ranked node takes its first hit. A quota set from
+// the headroom of an earlier horizon, which lacks what the region's other
+// nodes and the others' shares took since, is split floor(q / N) each:
+// the parts of a stale headroom took the pool past the bound at a cold
+// start (five regions of three nodes, 32 in a window of a limit of 30).
+func nodePart(q uint64, v *View) uint64 {
+	n := max(v.Nodes, 1)
+	return (q + uint64(min(max(v.NodeRank, 0), n-1))) / uint64(n)
 }
 
 // share returns this region's share num/den of the headroom and the
@@ -94,9 +112,9 @@ func share(limit uint64, w weights, v *View, floor uint64) (num, den, b uint64) 
 // same denominator as [share]'s) of the other alive regions that admit by
 // their shares: those whose share of the limit holds a whole hit for each
 // of their nodes. The others' probes are staggered (see [probeCut]). res
-// gives the regions' counts; nil, or weights w with nothing known (sum
-// 0), means equal shares.
-func sharing(res *region.Result, limit uint64, w weights, v *View, floor uint64) uint64 {
+// gives the regions' counts and dem their demand (see [demands]); nil,
+// or weights w with nothing known (sum 0), means equal shares.
+func sharing(res *region.Result, limit uint64, w weights, v *View, floor uint64, dem []regionDemand) uint64 {
 	if len(v.Alive) <= 1 {
 		return 0
 	}
@@ -116,6 +134,11 @@ func sharing(res *region.Result, limit uint64, w weights, v *View, floor uint64)
 			for _, rc := range res.Regions {
 				if name, _, _ := strings.Cut(rc.Region, "~"); name == a {
 					n += rc.Current + rc.Previous
+				}
+			}
+			for _, d := range dem {
+				if d.region == a {
+					n = window.SatAdd(n, d.n)
 				}
 			}
 		}
@@ -145,9 +168,10 @@ func staggerNeed(hits, base, held, sharing, den uint64) uint64 {
 // probeCut is how much lower than storeLimit a probe past the quota is
 // decided, so that the store admits it only when this node's quota of the
 // headroom it reads (less pend) holds its hits: the quota is at least
-// floor(x * num / den) / N for a headroom x, which holds hits once
+// floor((floor(x * num / den) + i) / N) for a headroom x (i the node's
+// rank, see [nodePart]), which holds hits once
 //
-//	x >= ceil(hits * N * den / num)
+//	x >= ceil((hits * N - i) * den / num)
 //
 // at most storeLimit - hits. whole is false when the limit cannot give
 // this node's share hits at any estimate (a share of the whole limit below
@@ -155,7 +179,8 @@ func staggerNeed(hits, base, held, sharing, den uint64) uint64 {
 // (see [stagger]).
 func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) (cut uint64, whole bool) {
 	num, den, _ := share(limit, w, v, floor)
-	need := window.MulDivCeil(hits*uint64(max(v.Nodes, 1)), den, num)
+	n := max(v.Nodes, 1)
+	need := window.MulDivCeil(hits*uint64(n)-uint64(min(max(v.NodeRank, 0), n-1)), den, num)
 	if storeLimit < need {
 		return 0, false
 	}

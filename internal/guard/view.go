@@ -283,8 +283,10 @@ type regionCount struct {
 
 // counts returns the alive regions' counts (see [tally]) and the silent
 // regions' counts (see [heldCount]), from the per-region counts of a
-// store result (replicas region~id count for their region).
-func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64) (c tally, silent []heldCount) {
+// store result (replicas region~id count for their region). The other
+// alive regions weigh by their counts and their demand dem (see
+// [demands]); this region's own count is c.own alone.
+func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64, dem []regionDemand) (c tally, silent []heldCount) {
 	var buf [16]regionCount // no allocation up to 16 alive regions
 	others := buf[:0]
 	for _, rc := range res.Regions {
@@ -304,6 +306,17 @@ func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64) (c ta
 			silent = append(silent, heldCount{region: name, id: rc.Region, bucket: res.Bucket, cur: rc.Current, prev: rc.Previous,
 				curTrail: lowTrail(rc.CurrentTrail), prevTrail: lowTrail(rc.PreviousTrail)})
 		}
+	}
+	for _, d := range dem {
+		if !slices.Contains(v.Alive, d.region) {
+			continue
+		}
+		i := slices.IndexFunc(others, func(o regionCount) bool { return o.name == d.region })
+		if i < 0 {
+			others = append(others, regionCount{name: d.region})
+			i = len(others) - 1
+		}
+		others[i].n = window.SatAdd(others[i].n, d.n)
 	}
 	*seen = remember(*seen, others, v, res, nowMs)
 	for _, o := range others {

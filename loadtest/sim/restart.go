@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/rlcluster/rlcluster/internal/gossip"
@@ -78,6 +79,7 @@ const (
 	evMerge                // a reconciliation's totals reach region to
 	evFallback             // node (to, node) starts deciding from its fallback (fallback.go)
 	evRecover              // node (to, node)'s store answers again
+	evDemand               // node (from, fromNode)'s demand (dem) reaches region to
 )
 
 // Gossip's defaults: how long a node accepts repair answers after it
@@ -170,6 +172,13 @@ func (w *world) restartEvent(e *event) {
 		w.fallBack(e.to, e.node)
 	case evRecover:
 		w.recover(e.to, e.node)
+	case evDemand:
+		from := w.regions[e.from]
+		for k, g := range n.guards {
+			if e.to != e.from || k != e.fromNode {
+				g.LearnDemand(time.UnixMilli(w.now), from.name, strconv.Itoa(e.fromNode), e.to == e.from, e.dem)
+			}
+		}
 	}
 }
 

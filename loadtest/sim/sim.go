@@ -184,6 +184,8 @@ type event struct {
 	relay []region.Total
 	// unheard is the sender's silent regions when it sent the frame.
 	unheard []string
+	// dem is a node's demand (evDemand).
+	dem []guard.Demand
 }
 
 type events []*event
@@ -525,6 +527,9 @@ func (w *world) flush(r int) {
 		w.mergeApart(r, rep)
 		tot = append(tot, rep...)
 	}
+	if w.cfg.Guard {
+		w.sendDemand(r)
+	}
 	beat := w.now >= n.beatAt
 	for n.beatAt <= w.now {
 		n.beatAt += w.heartbeat().Milliseconds()
@@ -553,6 +558,30 @@ func (w *world) flush(r int) {
 			relay = w.relay(r, j)
 		}
 		w.push(&event{at: w.now + w.delayMs(), kind: 2, to: j, from: r, tot: send, relay: relay, unheard: unheard})
+	}
+}
+
+// sendDemand sends what region r's nodes were refused since their last
+// flush to every node of the pool, as gossip does with each flush: to
+// the region's other nodes at once, to the other regions after the
+// one-way delay, unless their link is cut.
+func (w *world) sendDemand(r int) {
+	n := w.regions[r]
+	now := time.UnixMilli(w.now)
+	for k, g := range n.guards {
+		ds := g.DirtyDemand(now)
+		if len(ds) == 0 || !w.alive(r, k) {
+			continue
+		}
+		for j := range w.regions {
+			at := w.now + w.delayMs()
+			if j == r {
+				at = w.now
+			} else if w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now) {
+				continue
+			}
+			w.push(&event{at: at, kind: evDemand, to: j, from: r, fromNode: k, dem: ds})
+		}
 	}
 }
 

@@ -1,0 +1,167 @@
+package guard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// storeOf returns a store of region a holding n hits of key k for each
+// region of counts, spread over the first n ms of the bucket of start.
+func storeOf(t *testing.T, l window.Limit, start time.Time, counts map[string]int) *region.Memory {
+	t.Helper()
+	st := region.NewMemory(region.MemoryConfig{Region: "a"})
+	for r, n := range counts {
+		var tr window.Trail
+		for i := range n {
+			tr.Add(int64(i), l.WindowMs(), 1, false)
+		}
+		tot := region.Total{Key: "k", Window: l.Window, Bucket: start.UnixMilli() / l.WindowMs(), Region: r, Count: uint64(n), Trail: tr}
+		if err := st.Merge(context.Background(), []region.Total{tot}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// A region weighs the others by what they were refused too, as their
+// nodes report it: told that b was refused 90 hits, a, with b's count
+// equal to its own, leaves b the larger share of the headroom.
+func TestDemandAsHeard(t *testing.T) {
+	l := window.Limit{Limit: 100, Window: 10 * time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 10_000 * 10_000)
+	v := &View{Region: "a", Alive: []string{"a", "b"}, Nodes: 1, Horizon: 100 * time.Millisecond}
+	now := start.Add(time.Second)
+	admitted := func(heard []Demand) int {
+		st := storeOf(t, l, start, map[string]int{"b": 10})
+		g := New(Config{})
+		g.LearnDemand(now, "b", "b1", false, heard)
+		learn(t, g, st, now, l, v)
+		return admittedOf(t, g, st, now, 60, l, v)
+	}
+	_, b := l.BucketAt(now.UnixMilli())
+	alone := admitted(nil)
+	told := admitted([]Demand{{Key: "k", Window: l.Window, Bucket: b, Refused: 90}})
+	// Of a headroom of 90: a's share weighs its floor alone against b's
+	// count of 10 (about 0.2 of it), or against b's 10 and 90 refused
+	// (about 0.08).
+	if told >= alone || told > 9 {
+		t.Errorf("a admitted %d in a horizon told of b's demand, %d without; want fewer, at most 9", told, alone)
+	}
+	if told == 0 {
+		t.Error("a admitted nothing told of b's demand, want its share")
+	}
+	// Demand of a bucket two windows old is out of the weights.
+	old := admitted([]Demand{{Key: "k", Window: l.Window, Bucket: b - 2, Refused: 90}})
+	if old != alone {
+		t.Errorf("a admitted %d told of b's demand two buckets ago, want %d as without it", old, alone)
+	}
+}
+
+// A node's refusals go out once each as they grow (DirtyDemand), count
+// in its region's own weight once the others can have heard them, and
+// are forgotten two windows after they last grew. A guard whose demand
+// is not exchanged counts none of its refusals.
+func TestDemandRefusedAndForgotten(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	st := storeOf(t, l, start, map[string]int{"b": 10}) // the window is full
+	g := New(Config{})
+	g.DirtyDemand(start) // as gossip does with each flush
+	v := &View{Region: "a", Alive: []string{"a", "b"}, Nodes: 1, Horizon: 100 * time.Millisecond}
+	now := start.Add(100 * time.Millisecond)
+	alone := New(Config{})
+	if n := admittedOf(t, alone, st, now, 5, l, v); n != 0 {
+		t.Fatalf("admitted %d of a full window, want 0", n)
+	}
+	if ds := alone.DirtyDemand(now); len(ds) != 0 {
+		t.Errorf("a guard not exchanging demand recorded %+v", ds)
+	}
+	if n := admittedOf(t, g, st, now, 5, l, v); n != 0 {
+		t.Fatalf("admitted %d of a full window, want 0", n)
+	}
+	ds := g.DirtyDemand(now.Add(5 * time.Millisecond))
+	_, b := l.BucketAt(now.UnixMilli())
+	if len(ds) != 1 || ds[0] != (Demand{Key: "k", Window: l.Window, Bucket: b, Refused: 5}) {
+		t.Fatalf("DirtyDemand = %+v, want k's 5 refused in bucket %d", ds, b)
+	}
+	if ds := g.DirtyDemand(now.Add(10 * time.Millisecond)); len(ds) != 0 {
+		t.Errorf("DirtyDemand again = %+v, want nothing new", ds)
+	}
+	s := g.shard("k")
+	own := func(at time.Time) uint64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o, _ := demands(s, "k", l, at, v.Horizon, nil)
+		return o
+	}
+	if o := own(now.Add(50 * time.Millisecond)); o != 0 {
+		t.Errorf("own demand a horizon after the refusals = %d, want 0: the others may not have heard them", o)
+	}
+	if o := own(now.Add(250 * time.Millisecond)); o != 5 {
+		t.Errorf("own demand two horizons and more after the refusals = %d, want 5", o)
+	}
+	g.Sweep(now.Add(time.Second))
+	if o := own(now.Add(time.Second)); o != 5 {
+		t.Errorf("own demand in the next bucket = %d, want 5 (the previous bucket's)", o)
+	}
+	g.Sweep(now.Add(2100 * time.Millisecond))
+	s.mu.Lock()
+	left := len(s.demand)
+	s.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d demand records two windows after the last refusal, want 0", left)
+	}
+}
+
+// A node that refuses a key reads its counts again every window (rather
+// than every two), so that its weights follow the demand it reports.
+func TestNeedsReadWhenRefusing(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: time.Second}
+	start := time.UnixMilli(t0.UnixMilli() / 1000 * 1000)
+	v := &View{Region: "a", Alive: []string{"a", "b"}, Nodes: 1, Horizon: 100 * time.Millisecond}
+	for _, full := range []bool{false, true} {
+		counts := map[string]int{"b": 2}
+		if full {
+			counts["b"] = 10
+		}
+		st := storeOf(t, l, start, counts)
+		g := New(Config{})
+		g.DirtyDemand(start)
+		now := start.Add(100 * time.Millisecond)
+		learn(t, g, st, now, l, v)
+		if n := admittedOf(t, g, st, now, 1, l, v); (n == 0) != full {
+			t.Fatalf("full %v: admitted %d of 1", full, n)
+		}
+		later := now.Add(1100 * time.Millisecond)
+		if got := g.NeedsRead(later, "k", l, v); got != full {
+			t.Errorf("refusing %v: NeedsRead a window after the last read = %v, want %v", full, got, full)
+		}
+	}
+}
+
+// A region's nodes split its quota by rank so that their parts sum to it
+// (each taking floor(q / N) lost up to N - 1 hits a horizon, and every
+// hit of a quota below N); from a stale headroom they take floor(q / N).
+func TestNodePartsSumToQuota(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		for q := range uint64(20) {
+			var sum, stale uint64
+			for i := range n {
+				v := &View{Region: "a", Alive: []string{"a"}, Nodes: n, NodeRank: i}
+				sum += nodePart(q, v)
+				s, _ := quota(q, 100, weights{}, v, DefaultFloor, 0, false)
+				stale += s
+			}
+			if sum != q {
+				t.Errorf("%d nodes, quota %d: parts sum to %d", n, q, sum)
+			}
+			if want := q / uint64(n) * uint64(n); stale != want {
+				t.Errorf("%d nodes, quota %d from a stale headroom: parts sum to %d, want %d", n, q, stale, want)
+			}
+		}
+	}
+}
