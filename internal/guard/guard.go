@@ -992,8 +992,10 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 // and its first probe would be decided by an equal share of the headroom
 // while the regions that know the weights give its region only its floor
 // share; or its last result is two windows old or more, so its weights
-// are of counts that have left the window; or its store lost its counts
-// since that result (View.Losses).
+// are of counts that have left the window, or a window old while it
+// refuses the key, so its weights lack the demand it reports (see
+// [Demand]); or its store lost its counts since that result
+// (View.Losses).
 //
 // A key the guard has no room for (its shard full even after a sweep)
 // needs none: the store alone decides it; nor does a request Admit will
