@@ -230,13 +230,20 @@ type regionDemand struct {
 // demands returns the refused hits of key in the current and previous
 // buckets at now: this region's (own, less what the others may not have
 // heard yet) and each other region's, appended to buf (s.mu held).
-func demands(s *shard, key string, lim window.Limit, now time.Time, h time.Duration, buf []regionDemand) (own uint64, others []regionDemand) {
+//
+// The region's other nodes count in own for at most nodes - 1 times this
+// node's own refusals, as an even spread of the region's requests gives
+// them: a member that reported more to this region than to the others
+// (which it may, holding the gossip key) would have the region weigh
+// itself more than they weigh it, and take more than its share.
+func demands(s *shard, key string, lim window.Limit, now time.Time, h time.Duration, nodes int, buf []regionDemand) (own uint64, others []regionDemand) {
 	d := s.demand[key]
 	if d == nil || d.window != lim.Window || lim.Calendar.Unit != 0 {
 		return 0, buf
 	}
 	_, b := lim.BucketAt(now.UnixMilli())
-	own = d.own.at(b)
+	mine := d.own.at(b)
+	var peers uint64
 	others = buf
 	for _, n := range d.nodes {
 		x := n.p.at(b)
@@ -244,7 +251,7 @@ func demands(s *shard, key string, lim window.Limit, now time.Time, h time.Durat
 			continue
 		}
 		if n.local {
-			own = window.SatAdd(own, x)
+			peers = window.SatAdd(peers, x)
 			continue
 		}
 		i := slices.IndexFunc(others, func(o regionDemand) bool { return o.region == n.region })
@@ -254,6 +261,7 @@ func demands(s *shard, key string, lim window.Limit, now time.Time, h time.Durat
 		}
 		others[i].n = window.SatAdd(others[i].n, x)
 	}
+	own = window.SatAdd(mine, min(peers, window.MulDiv(mine, uint64(max(nodes, 1)-1), 1)))
 	d.rotate(now, h)
 	return satSub(own, d.recent[0]+d.recent[1]), others
 }

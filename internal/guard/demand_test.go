@@ -95,7 +95,7 @@ func TestDemandRefusedAndForgotten(t *testing.T) {
 	own := func(at time.Time) uint64 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		o, _ := demands(s, "k", l, at, v.Horizon, nil)
+		o, _ := demands(s, "k", l, at, v.Horizon, v.Nodes, nil)
 		return o
 	}
 	if o := own(now.Add(50 * time.Millisecond)); o != 0 {
@@ -163,5 +163,40 @@ func TestNodePartsSumToQuota(t *testing.T) {
 				t.Errorf("%d nodes, quota %d from a stale headroom: parts sum to %d, want %d", n, q, stale, want)
 			}
 		}
+	}
+}
+
+// The region's other nodes count in its own weight for at most what an
+// even spread of its requests gives them: a member reporting a huge
+// demand to its own region alone cannot have the region weigh itself
+// more than the others can weigh it.
+func TestDemandOfPeersCapped(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: 10 * time.Second}
+	now := time.UnixMilli(t0.UnixMilli() / 10_000 * 10_000).Add(time.Second)
+	_, b := l.BucketAt(now.UnixMilli())
+	g := New(Config{})
+	g.DirtyDemand(now)
+	s := g.shard("k")
+	s.mu.Lock()
+	g.refuse(s, "k", l, 5, now, 100*time.Millisecond)
+	s.mu.Unlock()
+	at := now
+	own := func(peer uint64, nodes int) uint64 {
+		at = at.Add(time.Second) // the peer's report is old enough to count
+		g.LearnDemand(at, "a", "a-1", true, []Demand{{Key: "k", Window: l.Window, Bucket: b, Refused: peer}})
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		at = at.Add(time.Second)
+		o, _ := demands(s, "k", l, at, 100*time.Millisecond, nodes, nil)
+		return o
+	}
+	if got := own(3, 2); got != 8 {
+		t.Errorf("own demand with a peer's 3 of two nodes = %d, want 8", got)
+	}
+	if got := own(1000, 2); got != 10 {
+		t.Errorf("own demand with a peer's 1000 of two nodes = %d, want 10 (5 and at most as much again)", got)
+	}
+	if got := own(1000, 3); got != 15 {
+		t.Errorf("own demand with peers' 1000 of three nodes = %d, want 15", got)
 	}
 }

@@ -884,7 +884,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	}
 	v = e.keyView(v, lim)
 	var buf [8]regionDemand
-	ownDem, dem := demands(s, key, lim, now, v.Horizon, buf[:0])
+	ownDem, dem := demands(s, key, lim, now, v.Horizon, v.Nodes, buf[:0])
 	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli(), dem)
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), limit, g.cfg.Floor)
 	// This node's admissions of the current and the previous horizon are
@@ -1060,7 +1060,7 @@ func (g *Guard) Learn(now time.Time, key string, lim window.Limit, v *View, res 
 	}
 	v = e.keyView(v, lim)
 	var buf [8]regionDemand
-	ownDem, dem := demands(s, key, lim, now, v.Horizon, buf[:0])
+	ownDem, dem := demands(s, key, lim, now, v.Horizon, v.Nodes, buf[:0])
 	c, silent := counts(res, v, &e.lastSeen, now.UnixMilli(), dem)
 	e.unseen = unseenShares(e.unseen, res, v, silent, e.lastSeen, now.UnixMilli(), lim.Limit, g.cfg.Floor)
 	fresh, tracked := freshOwn(res, v.Region, v.heardAt(now).Add(-v.Horizon).UnixMilli())
