@@ -200,3 +200,23 @@ func TestDemandOfPeersCapped(t *testing.T) {
 		t.Errorf("own demand with peers' 1000 of three nodes = %d, want 15", got)
 	}
 }
+
+// A probe needs the headroom at which its node's part of the region's
+// quota holds its hits, by rank, while every region is heard; while one
+// is silent (charged), as many times its share as the region has nodes.
+func TestProbeCutByRank(t *testing.T) {
+	for _, c := range []struct {
+		silent []string
+		rank   int
+		cut    uint64
+	}{
+		{nil, 1, 0},           // alone at full share, last of two: one free hit
+		{nil, 0, 1},           // first of two: two
+		{[]string{"b"}, 1, 1}, // b charged: two, whatever the rank
+	} {
+		v := &View{Region: "a", Alive: []string{"a"}, Silent: c.silent, Nodes: 2, NodeRank: c.rank}
+		if cut, whole := probeCut(2, 5, 1, 0, weights{}, v, DefaultFloor); cut != c.cut || !whole {
+			t.Errorf("silent %v, rank %d: cut %d (whole %v), want %d", c.silent, c.rank, cut, whole, c.cut)
+		}
+	}
+}

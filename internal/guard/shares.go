@@ -173,14 +173,21 @@ func staggerNeed(hits, base, held, sharing, den uint64) uint64 {
 //
 //	x >= ceil((hits * N - i) * den / num)
 //
-// at most storeLimit - hits. whole is false when the limit cannot give
+// at most storeLimit - hits. The rank counts only while no region is
+// silent or quiet in v: the limit is then charged, and the last-ranked
+// node's probe taking the charged limit's last hit went past the bound
+// (docs/design.md, "Demand"). whole is false when the limit cannot give
 // this node's share hits at any estimate (a share of the whole limit below
 // hits): then the cut is 0, and the caller staggers the probe instead
 // (see [stagger]).
 func probeCut(storeLimit, limit, hits, pend uint64, w weights, v *View, floor uint64) (cut uint64, whole bool) {
 	num, den, _ := share(limit, w, v, floor)
 	n := max(v.Nodes, 1)
-	need := window.MulDivCeil(hits*uint64(n)-uint64(min(max(v.NodeRank, 0), n-1)), den, num)
+	var rank uint64
+	if len(v.Silent) == 0 {
+		rank = uint64(min(max(v.NodeRank, 0), n-1))
+	}
+	need := window.MulDivCeil(hits*uint64(n)-rank, den, num)
 	if storeLimit < need {
 		return 0, false
 	}

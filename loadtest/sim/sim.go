@@ -31,8 +31,10 @@ import (
 type world struct {
 	cfg     config
 	regions []*node
-	// jrng draws the messages' jitter, prng the pings' (config.Jitter).
-	jrng, prng *rand.Rand
+	// jrng draws the messages' jitter, prng the pings' and drng the
+	// demand frames' (config.Jitter), so that the demand frames leave the
+	// other messages' draws as they were.
+	jrng, prng, drng *rand.Rand
 	// pings is, per pair (r, j), region r's recent round trips to j and
 	// when it next measures one (config.Jitter).
 	pings [][]pingRing
@@ -209,6 +211,7 @@ func (q *events) Pop() any {
 func newWorld(cfg config, startMs int64) *world {
 	w := &world{cfg: cfg, admitted: map[string][]int64{}, by: map[string][]int{}, denied: map[string][]int64{}, how: map[string][]denial{}, now: startMs}
 	w.jrng, w.prng = rand.New(rand.NewPCG(cfg.JitterSeed, 0x7177e4)), rand.New(rand.NewPCG(cfg.JitterSeed, 0x9146))
+	w.drng = rand.New(rand.NewPCG(cfg.JitterSeed, 0xde3a4d))
 	w.pings = make([][]pingRing, cfg.Regions)
 	for r := range w.pings {
 		w.pings[r] = make([]pingRing, cfg.Regions)
@@ -574,7 +577,7 @@ func (w *world) sendDemand(r int) {
 			continue
 		}
 		for j := range w.regions {
-			at := w.now + w.delayMs()
+			at := w.now + w.cfg.Delay.Milliseconds() + jitterMs(w.drng, w.cfg.Jitter)
 			if j == r {
 				at = w.now
 			} else if w.cfg.Cut != nil && w.cfg.Cut(r, j, w.now) {
