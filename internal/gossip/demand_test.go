@@ -129,9 +129,13 @@ func TestAttackDemandOfAnotherRegion(t *testing.T) {
 // Three regions 60 ms apart over real sockets, each node's guard
 // exchanging demand, offered 10x a limit of 10 per 1 s evenly, the first
 // region from 300 ms before the others: every region gets at least a
-// sixth of what the pool admits from the second second on. Without the
-// exchange the shares weigh only what each region admitted, and the
-// region that started first kept nearly all of it (7, 0 and 0 here).
+// tenth of what the pool admits from the second second on, and the pool
+// stays within the limit. The simulator's starved fixed points (94, 0 and
+// 0 at this load without demand, TestNoneStarved) do not form over real
+// sockets, whose jitter breaks them: without the exchange the regions got
+// 30, 12 and 22, 25, 22 and 14, and 20, 19 and 19 in three runs here, so
+// this test guards what demand must not break rather than showing what
+// it mends (docs/design.md, "Demand").
 func TestDemandNoneStarvedOverSockets(t *testing.T) {
 	fn := NewFaultNetwork(1)
 	wan(fn, threeRegions, 60*time.Millisecond)
@@ -180,9 +184,14 @@ func TestDemandNoneStarvedOverSockets(t *testing.T) {
 		t.Fatal("nothing admitted")
 	}
 	for i, n := range admitted {
-		if 6*n < sum {
-			t.Errorf("region %s admitted %d of %d (per region %v), want at least a sixth", h.nodes[i].region, n, sum, admitted)
+		if 10*n < sum {
+			t.Errorf("region %s admitted %d of %d (per region %v), want at least a tenth", h.nodes[i].region, n, sum, admitted)
 		}
+	}
+	// Six seconds of a limit of 10 per 1 s: at most 70 in any six
+	// seconds and the window before them.
+	if sum > 70 {
+		t.Errorf("admitted %d in six seconds at a limit of 10 per 1 s, want at most 70", sum)
 	}
 }
 
