@@ -143,64 +143,6 @@ func TestNeedsReadWhenRefusing(t *testing.T) {
 	}
 }
 
-// A region's nodes split its quota by rank so that their parts sum to it
-// (each taking floor(q / N) lost up to N - 1 hits a horizon, and every
-// hit of a quota below N); from a stale headroom they take floor(q / N).
-func TestNodePartsSumToQuota(t *testing.T) {
-	for n := 1; n <= 4; n++ {
-		for q := range uint64(20) {
-			var sum, stale uint64
-			for i := range n {
-				v := &View{Region: "a", Alive: []string{"a"}, Nodes: n, NodeRank: i}
-				sum += nodePart(q, v)
-				s, _ := quota(q, 100, weights{}, v, DefaultFloor, 0, false)
-				stale += s
-			}
-			if sum != q {
-				t.Errorf("%d nodes, quota %d: parts sum to %d", n, q, sum)
-			}
-			if want := q / uint64(n) * uint64(n); stale != want {
-				t.Errorf("%d nodes, quota %d from a stale headroom: parts sum to %d, want %d", n, q, stale, want)
-			}
-		}
-	}
-}
-
-// The region's other nodes count in its own weight for at most what an
-// even spread of its requests gives them: a member reporting a huge
-// demand to its own region alone cannot have the region weigh itself
-// more than the others can weigh it.
-func TestDemandOfPeersCapped(t *testing.T) {
-	l := window.Limit{Limit: 10, Window: 10 * time.Second}
-	now := time.UnixMilli(t0.UnixMilli() / 10_000 * 10_000).Add(time.Second)
-	_, b := l.BucketAt(now.UnixMilli())
-	g := New(Config{})
-	g.DirtyDemand(now)
-	s := g.shard("k")
-	s.mu.Lock()
-	g.refuse(s, "k", l, 5, now, 100*time.Millisecond)
-	s.mu.Unlock()
-	at := now
-	own := func(peer uint64, nodes int) uint64 {
-		at = at.Add(time.Second) // the peer's report is old enough to count
-		g.LearnDemand(at, "a", "a-1", true, []Demand{{Key: "k", Window: l.Window, Bucket: b, Refused: peer}})
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		at = at.Add(time.Second)
-		o, _ := demands(s, "k", l, at, 100*time.Millisecond, nodes, nil)
-		return o
-	}
-	if got := own(3, 2); got != 8 {
-		t.Errorf("own demand with a peer's 3 of two nodes = %d, want 8", got)
-	}
-	if got := own(1000, 2); got != 10 {
-		t.Errorf("own demand with a peer's 1000 of two nodes = %d, want 10 (5 and at most as much again)", got)
-	}
-	if got := own(1000, 3); got != 15 {
-		t.Errorf("own demand with peers' 1000 of three nodes = %d, want 15", got)
-	}
-}
-
 // A probe needs the headroom at which its node's part of the region's
 // quota holds its hits, by rank, while every region is heard; while one
 // is silent (charged), as many times its share as the region has nodes.

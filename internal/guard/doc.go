@@ -8,14 +8,13 @@
 //	headroom = limit - estimate               (the store's global estimate)
 //	share    = (w_self + f) / D,   D = sum_alive w_r + R*f,   f = weight(limit) / (R * Floor)
 //	q_region = floor(headroom * (B + w_self + f) / D) - floor(headroom * B / D)
-//	quota    = floor((q_region + i) / N)      per horizon H, per node
+//	quota    = q_region / N (rounded down)    per horizon H, per node
 //
 // where w_r is the [weight] of region r's count and its demand (the hits
 // its nodes refused, see [Demand]) in the current and previous buckets
 // (the square root, so that regions of equal demand are drawn to equal
-// shares), R the alive regions, N this region's alive nodes, i this
-// node's rank among them (so that the nodes' quotas sum to q_region), and
-// B the layout's [phase] times D plus the weights of the alive regions
+// shares), R the alive regions, N this region's alive nodes, and B the
+// layout's [phase] times D plus the weights of the alive regions
 // named before this one. Every region computes the same shares from the
 // same replicated counts and demand, so the regions' quotas sum to the
 // headroom (a region's own demand counts once the others can have heard

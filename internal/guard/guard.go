@@ -353,7 +353,7 @@ func (e *entry) othersFreed(now time.Time, limit uint64, v *View, floor uint64) 
 	if freed == 0 {
 		return 0
 	}
-	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start), false)
+	_, o := quota(freed, limit, e.weight, v, floor, phase(e.start))
 	return o
 }
 
@@ -379,7 +379,7 @@ func (e *entry) oldestFreed(a, b time.Time) uint64 {
 // pending (each region takes off its own).
 func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
 	ph := phase(e.start)
-	_, o := quota(h, limit, w, v, floor, ph, false)
+	_, o := quota(h, limit, w, v, floor, ph)
 	e.others = max(e.others, o)
 	if e.frozen {
 		// More regions are alive than when the quota was set: this
@@ -388,7 +388,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		// equal shares (their weights lacked the regions heard again, as
 		// this node's did), whatever the weights read since say. The next
 		// horizon holds the larger as pending.
-		_, oe := quota(h, limit, weights{}, v, floor, ph, false)
+		_, oe := quota(h, limit, weights{}, v, floor, ph)
 		e.others = max(e.others, oe)
 		return
 	}
@@ -398,7 +398,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		h = 0
 	}
 	h = satSub(h, e.holdLate(now, h, limit, v, floor))
-	q, _ := quota(h, limit, w, v, floor, ph, e.known)
+	q, _ := quota(h, limit, w, v, floor, ph)
 	e.quota = max(e.quota, q)
 }
 

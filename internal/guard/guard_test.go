@@ -282,18 +282,18 @@ func TestQuotaLoneRegion(t *testing.T) {
 	v := view([]string{"a", "b", "c"}, nil)
 	// f = weight(100)/(3*8) = 10240/24 = 426, equal weights: a, first in
 	// name order at phase 0, takes floor(10 * 426/1278) = 3.
-	if got, others := quota(10, 100, weights{}, v, DefaultFloor, 0, true); got != 3 || others != 7 {
+	if got, others := quota(10, 100, weights{}, v, DefaultFloor, 0); got != 3 || others != 7 {
 		t.Errorf("quota from idle = %d (others %d), want 3 (others 7)", got, others)
 	}
 	// weight(150) = 12541: floor(100 * 12967 / 13819) = 93, the others'
 	// floor shares 7.
 	own := weight(150)
-	if got, others := quota(100, 100, weights{own: own, sum: own}, v, DefaultFloor, 0, true); got != 93 || others != 7 {
+	if got, others := quota(100, 100, weights{own: own, sum: own}, v, DefaultFloor, 0); got != 93 || others != 7 {
 		t.Errorf("quota alone = %d (others %d), want 93 (others 7)", got, others)
 	}
 	// Another region's 10 weighs weight(10) = 3238: floor(100 *
 	// 12967 / 17057) = 76, the others 24.
-	if got, others := quota(100, 100, weights{own: own, sum: own + weight(10)}, v, DefaultFloor, 0, true); got != 76 || others != 24 {
+	if got, others := quota(100, 100, weights{own: own, sum: own + weight(10)}, v, DefaultFloor, 0); got != 76 || others != 24 {
 		t.Errorf("quota with another region's 10 = %d (others %d), want 76 (others 24)", got, others)
 	}
 }
@@ -316,7 +316,7 @@ func TestQuotasSumToHeadroom(t *testing.T) {
 					for j := range i {
 						w.before += weight(c[j])
 					}
-					q, others := quota(h, 60, w, v, DefaultFloor, ph, true)
+					q, others := quota(h, 60, w, v, DefaultFloor, ph)
 					if q+others != h {
 						t.Errorf("phase %.3f, counts %v, h %d, %s: quota %d + others %d != h", ph, c, h, r, q, others)
 					}
@@ -343,7 +343,7 @@ func TestPhaseRotatesSpareHit(t *testing.T) {
 			v := view(names, nil)
 			v.Region = r
 			w := weights{own: weight(50), sum: 3 * weight(50), before: uint64(i) * weight(50)}
-			if q, _ := quota(1, 60, w, v, DefaultFloor, ph, true); q == 1 {
+			if q, _ := quota(1, 60, w, v, DefaultFloor, ph); q == 1 {
 				got[r]++
 			}
 		}

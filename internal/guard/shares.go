@@ -66,31 +66,13 @@ func phase(start time.Time) float64 {
 //	q_region = floor(h * (B + num) / den) - floor(h * B / den)
 //
 // B being ph*den plus the weight of the regions named before it, so that
-// the others take h - q_region; the region's nodes take their parts of
-// q_region (see [nodePart]) when fresh, else floor(q_region / N) each.
-// w.sum 0: nothing known, equal shares.
-func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64, fresh bool) (q, others uint64) {
+// the others take h - q_region; the region's nodes each take
+// floor(q_region / N). w.sum 0: nothing known, equal shares.
+func quota(h, limit uint64, w weights, v *View, floor uint64, ph float64) (q, others uint64) {
 	num, den, b := share(limit, w, v, floor)
 	b += uint64(float64(den) * ph)
 	qr := window.MulDiv(h, b+num, den) - window.MulDiv(h, b, den)
-	if !fresh {
-		return qr / uint64(max(v.Nodes, 1)), h - qr
-	}
-	return nodePart(qr, v), h - qr
-}
-
-// nodePart is this node's part of its region's quota q, set from a store
-// result of the horizon (fresh, in [quota]): the region's N nodes take
-// floor((q + i) / N) each, i being a node's rank, which sum to q
-// (Hermite's identity), so that a quota smaller than N is not lost to the
-// rounding: the last-ranked node takes its first hit. A quota set from
-// the headroom of an earlier horizon, which lacks what the region's other
-// nodes and the others' shares took since, is split floor(q / N) each:
-// the parts of a stale headroom took the pool past the bound at a cold
-// start (five regions of three nodes, 32 in a window of a limit of 30).
-func nodePart(q uint64, v *View) uint64 {
-	n := max(v.Nodes, 1)
-	return (q + uint64(min(max(v.NodeRank, 0), n-1))) / uint64(n)
+	return qr / uint64(max(v.Nodes, 1)), h - qr
 }
 
 // share returns this region's share num/den of the headroom and the
@@ -166,10 +148,11 @@ func staggerNeed(hits, base, held, sharing, den uint64) uint64 {
 }
 
 // probeCut is how much lower than storeLimit a probe past the quota is
-// decided, so that the store admits it only when this node's quota of the
-// headroom it reads (less pend) holds its hits: the quota is at least
-// floor((floor(x * num / den) + i) / N) for a headroom x (i the node's
-// rank, see [nodePart]), which holds hits once
+// decided, so that the store admits it only when its node's part of the
+// region's quota of the headroom it reads (less pend) holds its hits, the
+// region's N nodes taking floor((q + i) / N) of a quota q by their rank
+// i, which sum to q: for a headroom x the region's quota is at least
+// floor(x * num / den), which holds the node's hits once
 //
 //	x >= ceil((hits * N - i) * den / num)
 //
