@@ -127,7 +127,7 @@ func (g *Guard) refuse(s *shard, key string, lim window.Limit, hits uint64, now 
 	if lim.Calendar.Unit != 0 || lim.Window <= 0 || !g.exchanging.Load() {
 		return
 	}
-	d := g.demandOf(s, key, lim.Window, now)
+	d := g.demandOf(s, key, lim.Window, now, true)
 	if d == nil {
 		return
 	}
@@ -147,8 +147,9 @@ func (g *Guard) refuse(s *shard, key string, lim window.Limit, hits uint64, now 
 
 // demandOf returns key's demand record in s, new when it has none (nil
 // when s has no room; s.mu held). A record of another window is
-// restarted.
-func (g *Guard) demandOf(s *shard, key string, w time.Duration, now time.Time) *demand {
+// restarted when reset (this node refused the key under window w), else
+// nil: another node's report cannot wipe what the record holds.
+func (g *Guard) demandOf(s *shard, key string, w time.Duration, now time.Time, reset bool) *demand {
 	d := s.demand[key]
 	if d == nil {
 		if len(s.demand) >= g.cfg.MaxKeys/len(g.shards) {
@@ -161,6 +162,9 @@ func (g *Guard) demandOf(s *shard, key string, w time.Duration, now time.Time) *
 		s.demand[key] = d
 	}
 	if d.window != w {
+		if !reset {
+			return nil
+		}
 		dirty := d.dirty
 		*d = demand{window: w, recentAt: now, dirty: dirty}
 	}
@@ -201,7 +205,7 @@ func (g *Guard) LearnDemand(now time.Time, region, node string, local bool, ds [
 		}
 		s := g.shard(x.Key)
 		s.mu.Lock()
-		if d := g.demandOf(s, x.Key, x.Window, now); d != nil {
+		if d := g.demandOf(s, x.Key, x.Window, now, false); d != nil {
 			i := slices.IndexFunc(d.nodes, func(n nodeDemand) bool { return n.node == node && n.region == region })
 			if i < 0 && len(d.nodes) < maxDemandNodes {
 				d.nodes = append(d.nodes, nodeDemand{region: region, node: node, local: local})

@@ -162,3 +162,21 @@ func TestProbeCutByRank(t *testing.T) {
 		}
 	}
 }
+
+// Another node's report of a key under another window is ignored: it
+// cannot wipe the demand this node holds of the key.
+func TestDemandOfAnotherWindowIgnored(t *testing.T) {
+	l := window.Limit{Limit: 10, Window: 10 * time.Second}
+	now := time.UnixMilli(t0.UnixMilli() / 10_000 * 10_000).Add(time.Second)
+	_, b := l.BucketAt(now.UnixMilli())
+	g := New(Config{})
+	g.LearnDemand(now, "b", "b-0", false, []Demand{{Key: "k", Window: l.Window, Bucket: b, Refused: 50}})
+	g.LearnDemand(now, "c", "c-0", false, []Demand{{Key: "k", Window: time.Second, Bucket: now.Unix(), Refused: 1}})
+	s := g.shard("k")
+	s.mu.Lock()
+	_, others := demands(s, "k", l, now, 100*time.Millisecond, 1, nil)
+	s.mu.Unlock()
+	if len(others) != 1 || others[0] != (regionDemand{region: "b", n: 50}) {
+		t.Errorf("demand of k after a report under another window = %+v, want b's 50 alone", others)
+	}
+}
