@@ -124,6 +124,7 @@ type entry struct {
 	tokenized       uint64
 	reuseQ, reusing uint64
 	r0              uint64 // the reserve at t0 (see trails.reserve)
+	held0           uint64 // what of its own the region did not reuse, held at t0 (see unreused)
 	// rho is the part of what leaves that the region does not reuse, in
 	// 1/unit (unit less [reuseShare]).
 	rho uint64
@@ -143,11 +144,13 @@ const unit = 1024
 // reuseShare is the part, in 1/unit, of what leaves of a region's
 // admissions that its nodes reuse: all of it while its part of the
 // alive regions' count in the window (own of own+others) is at most its
-// share of the headroom (num/den), and the square root of that share over
-// its part beyond: what it does not reuse goes to the shares, so that
-// regions whose counts drifted apart under equal demand come together,
-// as the shares' concave weights draw them (docs/design.md, "Reuse", has
-// what the square root gains over the share itself).
+// part num/den of their demand (see [demandPart]), and the square root
+// of that part over its part of the count beyond: what it does not reuse
+// goes to the shares, so that a region that took more than the others
+// while they asked as much (it began first) gives it back, and regions
+// admit in proportion to what they are asked, as an exact sliding log
+// over all of them would (docs/design.md, "Reuse", has what the square
+// root gains over the part itself).
 func reuseShare(own, others, num, den uint64) uint64 {
 	if own == 0 || den == 0 {
 		return unit
@@ -254,6 +257,23 @@ func (e *entry) reserved(t time.Time, v *View) (uint64, bool) {
 		return 0, false
 	}
 	return tr.reserve(t, e.horizon, v.Ages)
+}
+
+// unreused returns what this node holds of what its region's own
+// admissions left the window from a to b and does not reuse (rho of it,
+// see refill), within t's bucket: the other regions hold all of what
+// leaves of this region's for the reserve's reach (see
+// [trails.reserve]), so what the region does not reuse reaches their
+// headroom only after it; taken here at once, by this region's share, it
+// would go to the region that does not reuse it, and a region that took
+// more than its share would keep most of it.
+func (e *entry) unreused(a, b time.Time) uint64 {
+	if e.rho == 0 || e.trails == nil || !reuses(e.trails.l, e.horizon) {
+		return 0
+	}
+	w := e.trails.l.WindowMs()
+	a = time.UnixMilli(max(a.UnixMilli(), b.UnixMilli()/w*w))
+	return window.MulDivCeil(e.trails.leavingOf(ownRegion, a, b), e.rho, unit)
 }
 
 // keyView is v as this node decides key under it: the regions quiet for
@@ -372,12 +392,15 @@ func (e *entry) oldestFreed(a, b time.Time) uint64 {
 }
 
 // setQuota raises the horizon's quota to this node's share of headroom h
-// net of what is pending at now, and records the other regions' shares of
-// h itself, before pending is taken off: what they may take is their
-// shares of their own headroom, which is at most h (the store's estimate
-// lacks only admissions), not of this region's net of what it takes as
-// pending (each region takes off its own).
-func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, floor uint64) {
+// net of held and of what is pending at now, and records the other
+// regions' shares of h itself, before either is taken off: what they may
+// take is their shares of their own headroom, which is at most h (the
+// store's estimate lacks only admissions), not of this region's net of
+// what it takes as pending (each region takes off its own). held is what
+// of h this region leaves to the others (see unreused): they see it in
+// their headroom later, and take their shares of it there, so it stays
+// in the shares this node holds pending for them.
+func (e *entry) setQuota(now time.Time, h, held, limit uint64, w weights, v *View, floor uint64) {
 	ph := phase(e.start)
 	_, o := quota(h, limit, w, v, floor, ph)
 	e.others = max(e.others, o)
@@ -392,6 +415,7 @@ func (e *entry) setQuota(now time.Time, h, limit uint64, w weights, v *View, flo
 		e.others = max(e.others, oe)
 		return
 	}
+	h = satSub(h, held)
 	if p := e.pending(now); h > p {
 		h -= p
 	} else {
@@ -687,7 +711,7 @@ func (g *Guard) admit(s *shard, now time.Time, key string, lim window.Limit, hit
 			tok: e.tok, tokSlot: e.tokSlot, tokAt: e.tokAt, rho: e.rho,
 			pend: pend, recent: recent, ownPrev: ownPrev, ownPrevOK: ownPrevOK, staggered: e.staggered, alive: len(v.Alive), alive0: len(v.Alive), silent0: len(v.Silent),
 			late: e.late}
-		e.setQuota(now, h, limit, e.weightsAt(now, v, lim), v, g.cfg.Floor)
+		e.setQuota(now, h, 0, limit, e.weightsAt(now, v, lim), v, g.cfg.Floor)
 	}
 	if len(v.Alive) > e.alive {
 		// More regions share the headroom than when this horizon's quota
@@ -748,14 +772,14 @@ func (g *Guard) admit(s *shard, now time.Time, key string, lim window.Limit, hit
 		if reuses(lim, e.horizon) {
 			r += e.trails.leavingOf(aliveRegion, e.t0, now)
 		}
-		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), e.held0+e.unreused(e.t0, now), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
 		// other region's traffic can have taken from what this region
 		// knows. Share it as the headroom is shared.
 		if freed := e.oldestFreed(e.t0, now); freed > 0 {
-			e.setQuota(now, satSub(e.h0+freed-1, e.over+grown), limit, e.weight, v, g.cfg.Floor)
+			e.setQuota(now, satSub(e.h0+freed-1, e.over+grown), 0, limit, e.weight, v, g.cfg.Floor)
 		}
 	}
 	// A key this node has no answer for yet has a quota of the limit, not
@@ -959,12 +983,18 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.tokenized = e.tok[0] + e.tok[1]
 		e.trails = newTrails(now, lim, hits, res, v)
 		if e.trails != nil {
-			num, den, _ := share(limit, e.weight, v, g.cfg.Floor)
+			num, den := demandPart(res, v, c.own, ownDem, dem)
+			if !g.exchanging.Load() {
+				// No demand is known: the shares of the headroom stand
+				// for it.
+				num, den, _ = share(limit, e.weight, v, g.cfg.Floor)
+			}
 			e.rho = unit - reuseShare(e.trails.estimateOf(now, ownRegion), e.trails.estimateOf(now, aliveRegion), num, den)
 		}
 		r, _ := e.reserved(now, v)
 		e.r0 = r
-		e.setQuota(now, satSub(before, window.SatAdd(r, window.MulDivCeil(e.tokenized, 1, unit))), limit, e.weight, v, g.cfg.Floor)
+		e.held0 = e.unreused(now.Add(-e.horizon-reuseAge), now)
+		e.setQuota(now, satSub(before, window.SatAdd(r, window.MulDivCeil(e.tokenized, 1, unit))), e.held0, limit, e.weight, v, g.cfg.Floor)
 		if e.trails != nil {
 			return guardRetry
 		}
@@ -982,7 +1012,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 	// when it grew, the share of the growth is this node's too, so that a
 	// region alone keeps up with the window instead of waiting a horizon.
 	r, _ := e.reserved(now, v)
-	e.setQuota(now, satSub(rem+e.admitted, over+window.MulDivCeil(e.tokenized, 1, unit)+r), limit, e.weight, v, g.cfg.Floor)
+	e.setQuota(now, satSub(rem+e.admitted, over+window.MulDivCeil(e.tokenized, 1, unit)+r), e.unreused(now.Add(-e.horizon-reuseAge), now), limit, e.weight, v, g.cfg.Floor)
 	return guardRetry
 }
 

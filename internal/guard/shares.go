@@ -243,3 +243,35 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 	}
 	return base, ok, wait
 }
+
+// demandPart returns this region's part num/den of the alive regions'
+// demand for a key, each region's count in res's current and previous
+// buckets and its refused hits (own and ownRefused for this one, dem for
+// the others): the part of the admissions that an exact sliding log would
+// give it, which admits whoever asks first, in proportion to what each
+// asks. A region whose part of the count is at most its part of the
+// demand reuses all of what leaves of its own (see reuseShare). With
+// nothing counted, the part is 1 of 1.
+func demandPart(res *region.Result, v *View, own, ownRefused uint64, dem []regionDemand) (num, den uint64) {
+	num = window.SatAdd(own, ownRefused)
+	den = num
+	for _, a := range v.Alive {
+		if a == v.Region {
+			continue
+		}
+		for _, rc := range res.Regions {
+			if name, _, _ := strings.Cut(rc.Region, "~"); name == a {
+				den = window.SatAdd(den, rc.Current+rc.Previous)
+			}
+		}
+		for _, d := range dem {
+			if d.region == a {
+				den = window.SatAdd(den, d.n)
+			}
+		}
+	}
+	if den == 0 {
+		return 1, 1
+	}
+	return num, den
+}
