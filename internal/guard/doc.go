@@ -35,7 +35,10 @@
 //     reuseAge of their leaving), since the count does not grow by it;
 //     every region holds what left of the others' hits within a horizon
 //     and reuseAge out of the headroom it shares, since they may have
-//     admitted in its place unheard.
+//     admitted in its place unheard. A region whose part of the count is
+//     beyond its part of the regions' demand reuses only some of its own,
+//     and holds the rest out of its own quota for as long, so that the
+//     shares take it where every region sees it.
 //   - The first request of a horizon is a probe, decided against a limit
 //     lowered so that the store admits it only within this node's share;
 //     a probe that no share can hold, and every hit of a limit smaller
