@@ -261,7 +261,7 @@ func (e *entry) reserved(t time.Time, v *View) (uint64, bool) {
 
 // unreused returns what this node holds of what its region's own
 // admissions left the window from a to b and does not reuse (rho of it,
-// see refill), within t's bucket: the other regions hold all of what
+// see refill), within b's bucket: the other regions hold all of what
 // leaves of this region's for the reserve's reach (see
 // [trails.reserve]), so what the region does not reuse reaches their
 // headroom only after it; taken here at once, by this region's share, it
