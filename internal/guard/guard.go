@@ -124,7 +124,6 @@ type entry struct {
 	tokenized       uint64
 	reuseQ, reusing uint64
 	r0              uint64 // the reserve at t0 (see trails.reserve)
-	held0           uint64 // what of its own the region did not reuse, held at t0 (see unreused)
 	// rho is the part of what leaves that the region does not reuse, in
 	// 1/unit (unit less [reuseShare]).
 	rho uint64
@@ -772,7 +771,7 @@ func (g *Guard) admit(s *shard, now time.Time, key string, lim window.Limit, hit
 		if reuses(lim, e.horizon) {
 			r += e.trails.leavingOf(aliveRegion, e.t0, now)
 		}
-		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), e.held0+e.unreused(e.t0, now), limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, satSub(e.h0+e.trails.freed(now), e.over+grown+window.MulDivCeil(e.tokenized, 1, unit)+r), e.unreused(e.t0.Add(-e.horizon-reuseAge), e.t0)+e.unreused(e.t0, now), limit, e.weight, v, g.cfg.Floor)
 	} else if e.used+hits > e.quota && e.known && e.oldest > 0 {
 		// The window slides on within the horizon: the oldest bucket's
 		// weight falls linearly until it leaves, freeing capacity that no
@@ -983,7 +982,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		e.tokenized = e.tok[0] + e.tok[1]
 		e.trails = newTrails(now, lim, hits, res, v)
 		if e.trails != nil {
-			num, den := demandPart(res, v, c.own, ownDem, dem)
+			num, den := demandPart(c.own, ownDem, c.asked)
 			if !g.exchanging.Load() {
 				// No demand is known: the shares of the headroom stand
 				// for it.
@@ -993,8 +992,7 @@ func (g *Guard) Done(now time.Time, key string, lim window.Limit, hits uint64, v
 		}
 		r, _ := e.reserved(now, v)
 		e.r0 = r
-		e.held0 = e.unreused(now.Add(-e.horizon-reuseAge), now)
-		e.setQuota(now, satSub(before, window.SatAdd(r, window.MulDivCeil(e.tokenized, 1, unit))), e.held0, limit, e.weight, v, g.cfg.Floor)
+		e.setQuota(now, satSub(before, window.SatAdd(r, window.MulDivCeil(e.tokenized, 1, unit))), e.unreused(now.Add(-e.horizon-reuseAge), now), limit, e.weight, v, g.cfg.Floor)
 		if e.trails != nil {
 			return guardRetry
 		}

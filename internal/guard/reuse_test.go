@@ -188,9 +188,9 @@ func TestReuseHugeRequest(t *testing.T) {
 }
 
 // demandPart is this region's count and refused hits over every alive
-// region's (a replica of the region, "b~n1", counts as the region); a
-// silent region's count is not in it, and with nothing counted the part
-// is the whole.
+// region's, as counts tallies them (a replica of a region, "b~n1", counts
+// as the region; a silent region not at all); with nothing counted the
+// part is the whole.
 func TestDemandPart(t *testing.T) {
 	res := &region.Result{Regions: []region.RegionCount{
 		{Region: "a", Current: 10, Previous: 20},
@@ -200,18 +200,21 @@ func TestDemandPart(t *testing.T) {
 	}}
 	v := &View{Region: "a", Alive: []string{"a", "b", "c"}, Silent: []string{"d"}, Nodes: 1}
 	dem := []regionDemand{{region: "b", n: 20}, {region: "c", n: 30}, {region: "d", n: 50}}
-	if num, den := demandPart(res, v, 30, 0, dem); num != 30 || den != 90 {
+	var seen []regionCount
+	c, _ := counts(res, v, &seen, 0, dem)
+	if num, den := demandPart(c.own, 0, c.asked); num != 30 || den != 90 {
 		t.Errorf("demandPart = %d/%d, want 30/90 (a's 30 of 30 + 30 for b + 30 for c)", num, den)
 	}
 	// A busy region beside two that ask for little has the part it asks
 	// for: it reuses all of its own while its part of the count is no more.
-	if num, den := demandPart(res, v, 30, 500, dem[:0]); num != 530 || den != 540 {
+	c, _ = counts(res, v, &seen, 0, nil)
+	if num, den := demandPart(c.own, 500, c.asked); num != 530 || den != 540 {
 		t.Errorf("demandPart with refusals = %d/%d, want 530/540", num, den)
-	}
-	if num, den := demandPart(&region.Result{}, v, 0, 0, nil); num != 1 || den != 1 {
-		t.Errorf("demandPart with nothing counted = %d/%d, want 1/1", num, den)
 	}
 	if got := reuseShare(530, 10, 530, 540); got != unit {
 		t.Errorf("reuseShare of a busy region at its part of the demand = %d, want %d (all)", got, unit)
+	}
+	if num, den := demandPart(0, 0, 0); num != 1 || den != 1 {
+		t.Errorf("demandPart with nothing counted = %d/%d, want 1/1", num, den)
 	}
 }

@@ -29,10 +29,10 @@ type weights struct{ own, sum, before uint64 }
 func weight(c uint64) uint64 { return uint64(math.Sqrt(float64(c)) * 1024) }
 
 // tally is the alive regions' counts as a store result gave them: this
-// region's (own, a count), and the other alive regions' weights summed
-// over all of them (others) and over those named before this one
-// (before).
-type tally struct{ own, others, before uint64 }
+// region's (own, a count), the other alive regions' counts and refused
+// hits summed (asked), and their weights summed over all of them
+// (others) and over those named before this one (before).
+type tally struct{ own, asked, others, before uint64 }
 
 // weigh returns the weights with this region's count own.
 func (c tally) weigh(own uint64) weights {
@@ -245,31 +245,16 @@ func stagger(now time.Time, v *View) (base uint64, ok bool, wait time.Duration) 
 }
 
 // demandPart returns this region's part num/den of the alive regions'
-// demand for a key, each region's count in res's current and previous
-// buckets and its refused hits (own and ownRefused for this one, dem for
-// the others): the part of the admissions that an exact sliding log would
-// give it, which admits whoever asks first, in proportion to what each
-// asks. A region whose part of the count is at most its part of the
-// demand reuses all of what leaves of its own (see reuseShare). With
-// nothing counted, the part is 1 of 1.
-func demandPart(res *region.Result, v *View, own, ownRefused uint64, dem []regionDemand) (num, den uint64) {
+// demand for a key: its count and refused hits (own and ownRefused) over
+// those and the other alive regions' (asked, see [tally]), the part of
+// the admissions that an exact sliding log would give it, which admits
+// whoever asks first, in proportion to what each asks. A region whose
+// part of the count is at most its part of the demand reuses all of what
+// leaves of its own (see reuseShare). With nothing counted, the part is
+// 1 of 1.
+func demandPart(own, ownRefused, asked uint64) (num, den uint64) {
 	num = window.SatAdd(own, ownRefused)
-	den = num
-	for _, a := range v.Alive {
-		if a == v.Region {
-			continue
-		}
-		for _, rc := range res.Regions {
-			if name, _, _ := strings.Cut(rc.Region, "~"); name == a {
-				den = window.SatAdd(den, rc.Current+rc.Previous)
-			}
-		}
-		for _, d := range dem {
-			if d.region == a {
-				den = window.SatAdd(den, d.n)
-			}
-		}
-	}
+	den = window.SatAdd(num, asked)
 	if den == 0 {
 		return 1, 1
 	}

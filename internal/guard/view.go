@@ -320,6 +320,7 @@ func counts(res *region.Result, v *View, seen *[]regionCount, nowMs int64, dem [
 	}
 	*seen = remember(*seen, others, v, res, nowMs)
 	for _, o := range others {
+		c.asked = window.SatAdd(c.asked, o.n)
 		x := weight(o.n)
 		c.others += x
 		if o.name < v.Region {

@@ -63,15 +63,13 @@ func TestPrintEvenOthers(t *testing.T) {
 // evenly, two of them starting a second after the first, are admitted
 // within 10% of each other from the sixth window on. A saturated window
 // frees its capacity where it was first taken, and each region reuses
-// what of its own leaves, so the first region's lead lasted: while a
+// what of its own leaves, so the first region's lead lasted while a
 // region gave back only what was beyond its share of the headroom by
-// weights of what each region had admitted, 2,630, 2,124 and 2,246 in
-// those seven windows (24% apart), and the region that did not reuse a
-// hit took its share of it at once, while the others held it as one the
-// region would reuse. A region now gives back by the regions' demand (as
-// an exact log, which admits whoever asks, would share), and what it does
+// weights of what each region had admitted, and took its share of what
+// it did not reuse at once while the others held it as one it would
+// reuse. A region now gives back by the regions' demand, and what it does
 // not reuse reaches the shares only when every region sees it
-// (docs/design.md, "Reuse").
+// (docs/design.md, "Reusing by demand", has the figures before and after).
 func TestEvenAfterLead(t *testing.T) {
 	t.Parallel()
 	sc := evenScenario(60*time.Millisecond, 1000)
