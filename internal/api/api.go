@@ -38,6 +38,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/api/status"
 	"github.com/rlcluster/rlcluster/internal/guard"
@@ -186,6 +187,12 @@ type Config struct {
 	// ResetTTL is how long a node trusts what it read of a key's reset
 	// instant; default [decision.DefaultResetTTL].
 	ResetTTL time.Duration
+	// RLQSMaxBuckets bounds the buckets of one stream of Envoy's rate
+	// limit quota service; default [rlqs.DefaultMaxBuckets].
+	RLQSMaxBuckets int
+	// RLQSLifetime ends a stream of the rate limit quota service this
+	// long after it began; default [rlqs.DefaultLifetime].
+	RLQSLifetime time.Duration
 }
 
 // Validate reports whether NewHandler accepts cfg's settings, its zero
@@ -240,6 +247,7 @@ type Server struct {
 	mux    *http.ServeMux
 	health *grpchealth.StaticChecker
 	envoy  *envoyrls.Service
+	rlqs   *rlqs.Service
 	resets *prometheus.CounterVec // rule, result
 	// errWriter writes serveFast's errors; nil when the fast path is off
 	// (Config.HandlerOptions set: interceptors must see every call).
@@ -381,9 +389,13 @@ func NewHandler(cfg Config) (*Server, error) {
 	}))
 	s.envoy = envoyrls.New(envoyrls.Config{Decider: dec, MaxBatch: cfg.MaxBatch, Now: cfg.Now, Headers: cfg.RLSHeaders})
 	s.mux.Handle(envoyrls.Procedure, s.envoy.Handler(readMax(s.reads.batch)...))
-	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName)
+	if s.rlqs, err = rlqs.New(rlqs.Config{Decider: dec, Now: cfg.Now, MaxBuckets: cfg.RLQSMaxBuckets, Lifetime: cfg.RLQSLifetime, Logger: cfg.Logger, Registerer: cfg.Registerer}); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s.mux.Handle(rlqs.Procedure, s.rlqs.Handler(readMax(s.reads.batch)...))
+	s.health = grpchealth.NewStaticChecker(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, rlqs.ServiceName)
 	s.mux.Handle(grpchealth.NewHandler(s.health, readMax(s.reads.small)...))
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, rlqs.ServiceName, grpchealth.HealthV1ServiceName)
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, readMax(s.reads.small)...))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readMax(s.reads.small)...))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -413,7 +425,11 @@ func NewHandler(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isStream(r.URL.Path) {
 		// A stream outlives the server's unary deadlines, up to its own.
-		end := time.Now().Add(s.cfg.StreamTimeout)
+		d := s.cfg.StreamTimeout
+		if r.URL.Path == rlqs.Procedure {
+			d = s.rlqs.Lifetime()
+		}
+		end := time.Now().Add(d)
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(end) // unsupported by some writers: the server's deadlines stay then
 		_ = rc.SetWriteDeadline(end)
@@ -451,7 +467,8 @@ func (s *Server) AcquireRequest(ctx context.Context, size int) (release func(), 
 
 // isStream reports whether path is a streaming procedure.
 func isStream(path string) bool {
-	return strings.HasPrefix(path, "/grpc.reflection.v1.ServerReflection/") ||
+	return path == rlqs.Procedure ||
+		strings.HasPrefix(path, "/grpc.reflection.v1.ServerReflection/") ||
 		strings.HasPrefix(path, "/grpc.reflection.v1alpha.ServerReflection/")
 }
 
@@ -463,6 +480,10 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // Envoy returns the server's Envoy rate-limit service, for other
 // transports (a grpc-go server) to serve through the same decision path.
 func (s *Server) Envoy() *envoyrls.Service { return s.envoy }
+
+// RLQS returns the server's rate limit quota service, for other
+// transports (a grpc-go server) to serve.
+func (s *Server) RLQS() *rlqs.Service { return s.rlqs }
 
 // Rules returns the rules in use (nil when none).
 func (s *Server) Rules() *rules.Set { return s.dec.Rules() }

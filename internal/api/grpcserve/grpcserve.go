@@ -1,6 +1,7 @@
 // Package grpcserve serves the API's gRPC services with grpc-go's own
 // HTTP/2 transport on a listener of their own: Envoy's rate-limit service
-// (RLS v3 ShouldRateLimit), ratelimit.v1 RateLimitService (Check,
+// (RLS v3 ShouldRateLimit), its rate limit quota service (RLQS
+// StreamRateLimitQuotas), ratelimit.v1 RateLimitService (Check,
 // CheckBatch, Peek, Reset), gRPC health checking and server reflection.
 //
 // Every call goes through the same methods as the Connect handler on the
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,6 +51,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/auth"
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs"
 )
 
 // Config configures a [Server]. API is required; other zero fields mean
@@ -150,6 +153,7 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, grpc.NumStreamWorkers(streamWorkers()))
 	s := &Server{grpc: grpc.NewServer(opts...), health: health.NewServer()}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, envoyServer{svc: cfg.API.Envoy()})
+	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, rlqsServer{svc: cfg.API.RLQS()})
 	s.grpc.RegisterService(&rateLimitServiceDesc, cfg.API)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -173,7 +177,7 @@ func (s *Server) SetServing(serving bool) {
 	if !serving {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	for _, name := range []string{"", ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName} {
+	for _, name := range []string{"", ratelimitv1connect.RateLimitServiceName, envoyrls.ServiceName, rlqs.ServiceName} {
 		s.health.SetServingStatus(name, st)
 	}
 }
@@ -321,8 +325,13 @@ type streamTimeout time.Duration
 
 // stream runs the handler until it returns or the timeout passes; then
 // the call ends with DeadlineExceeded, which closes the stream, and the
-// handler, blocked on the closed stream, returns in its own time.
-func (d streamTimeout) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+// handler, blocked on the closed stream, returns in its own time. The
+// rate limit quota service's streams live longer and bound themselves
+// ([rlqs.Config.Lifetime]).
+func (d streamTimeout) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == rlqs.Procedure {
+		return h(srv, ss)
+	}
 	ctx, cancel := context.WithTimeout(ss.Context(), time.Duration(d))
 	defer cancel()
 	done := make(chan error, 1)
@@ -353,6 +362,19 @@ func (c connStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.End:
 		c.conns.End(p.Addr.String())
 	}
+}
+
+// rlqsServer adapts [rlqs.Service] to grpc-go's generated server.
+type rlqsServer struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	svc *rlqs.Service
+}
+
+func (r rlqsServer) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	if err := r.svc.Stream(st.Context(), st.Recv, st.Send); err != nil {
+		return grpcError(err)
+	}
+	return nil
 }
 
 // envoyServer adapts [envoyrls.Service] to grpc-go's generated server.

@@ -148,22 +148,7 @@ type Entry struct {
 func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 	n := &d.root
 	for i := range entries {
-		e := &entries[i]
-		next := n.children[descKey{e.Key, e.Value}]
-		if next == nil {
-			for _, w := range n.wildcards {
-				if w.key == e.Key && MatchWildcard(w.pattern, e.Value) {
-					next = w.node
-					if w.share {
-						e.Value, e.Shared = w.pattern, true
-					}
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = n.children[descKey{e.Key, ""}]
-		}
+		next := n.next(&entries[i])
 		if next == nil {
 			return nil
 		}
@@ -176,6 +161,74 @@ func (d *Domain) Match(entries []Entry) *EnvoyLimit {
 		n = next
 	}
 	return nil
+}
+
+// next returns the child of n that entry e leads to, or nil: the child of
+// its key and value, else the first wildcard of its key that its value
+// matches (rewriting e when the wildcard shares its counter, see
+// [Domain.Match]), else the child of its key alone.
+func (n *descNode) next(e *Entry) *descNode {
+	if next := n.children[descKey{e.Key, e.Value}]; next != nil {
+		return next
+	}
+	for _, w := range n.wildcards {
+		if w.key == e.Key && MatchWildcard(w.pattern, e.Value) {
+			if w.share {
+				e.Value, e.Shared = w.pattern, true
+			}
+			return w.node
+		}
+	}
+	return n.children[descKey{e.Key, ""}]
+}
+
+// matchSteps bounds the children MatchSet tries for one set of entries.
+const matchSteps = 4096
+
+// MatchSet matches entries that come without an order (the bucket_id of
+// Envoy's rate limit quota service is a map): it returns the limit of the
+// first order of every entry, trying them in the order given at each
+// level, that [Domain.Match] finds one for, and the entries in that order
+// (rewritten as Match rewrites them); nil when no order matches within a
+// bounded search.
+func (d *Domain) MatchSet(entries []Entry) (*EnvoyLimit, []Entry) {
+	ordered := make([]Entry, 0, len(entries))
+	used := make([]bool, len(entries))
+	steps := 0
+	var walk func(n *descNode) *EnvoyLimit
+	walk = func(n *descNode) *EnvoyLimit {
+		for i := range entries {
+			if used[i] {
+				continue
+			}
+			if steps++; steps > matchSteps {
+				return nil
+			}
+			e := entries[i]
+			next := n.next(&e)
+			if next == nil {
+				continue
+			}
+			used[i] = true
+			ordered = append(ordered, e)
+			if len(ordered) == len(entries) {
+				if next.limit != nil {
+					return next.limit
+				}
+			} else if !next.leaf() {
+				if l := walk(next); l != nil {
+					return l
+				}
+			}
+			used[i] = false
+			ordered = ordered[:len(ordered)-1]
+		}
+		return nil
+	}
+	if l := walk(&d.root); l != nil {
+		return l, ordered
+	}
+	return nil, nil
 }
 
 // MatchWildcard reports whether value matches pattern, in which each '*'

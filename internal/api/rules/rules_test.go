@@ -363,3 +363,55 @@ func FuzzParseRules(f *testing.F) {
 		}
 	})
 }
+
+// TestMatchSet: entries without an order match in the order of the
+// domain's tree, trying another entry first where the first leads
+// nowhere, and come back in that order; a shared wildcard rewrites its
+// entry as Match does.
+func TestMatchSet(t *testing.T) {
+	rs, err := rules.Parse([]byte(`domain: d
+descriptors:
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    descriptors:
+      - key: path
+        value: /api*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := rs.Domain("d")
+	for _, tc := range []struct {
+		entries []rules.Entry
+		limit   uint64
+		order   string
+	}{
+		{[]rules.Entry{{Key: "path", Value: "/x"}}, 1, "path=/x"},
+		{[]rules.Entry{{Key: "tenant", Value: "a"}}, 2, "tenant=a"},
+		// path first leads to a leaf with an entry left: tenant first.
+		{[]rules.Entry{{Key: "path", Value: "/api/v1"}, {Key: "tenant", Value: "a"}}, 3, "tenant=a path=/api*(shared)"},
+		{[]rules.Entry{{Key: "path", Value: "/other"}, {Key: "tenant", Value: "a"}}, 0, ""},
+		{[]rules.Entry{{Key: "user", Value: "a"}}, 0, ""},
+	} {
+		l, ordered := dom.MatchSet(tc.entries)
+		var got uint64
+		if l != nil {
+			got = l.Limit.Limit
+		}
+		var parts []string
+		for _, e := range ordered {
+			p := e.Key + "=" + e.Value
+			if e.Shared {
+				p += "(shared)"
+			}
+			parts = append(parts, p)
+		}
+		if got != tc.limit || strings.Join(parts, " ") != tc.order {
+			t.Errorf("MatchSet(%v) = limit %d, order %q; want %d, %q", tc.entries, got, strings.Join(parts, " "), tc.limit, tc.order)
+		}
+	}
+}

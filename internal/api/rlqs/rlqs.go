@@ -1,0 +1,585 @@
+// Package rlqs owns Envoy's Rate Limit Quota Service (RLQS,
+// envoy.service.rate_limit_quota.v3 StreamRateLimitQuotas): the streams of
+// usage reports that Envoy's rate_limit_quota filter sends, the matching
+// of their buckets to limits, and the quota assignments sent back, which
+// the filter enforces locally so that limited requests cost no round trip.
+//
+// An assignment is a lease: every token it can hand out over its life is
+// decided and counted through the [decision.Decider] before the
+// assignment is sent, under the same counter key (and through the same
+// burst guard and replication) as Envoy's ShouldRateLimit for the same
+// descriptor, so a bucket's leases and every other caller of that limit
+// share one count. An assignment's life is extended at each report while
+// its rate still fits the bucket's demand, and each extension is charged
+// before it is sent. What a lease cannot do is return a token once
+// charged: tokens a client does not use stay counted until they leave the
+// window. docs/design.md ("Quota leases") states the bounds this gives.
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rlcluster/rlcluster/internal/api/auth"
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// The service and its one procedure.
+const (
+	ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+	Procedure   = "/" + ServiceName + "/StreamRateLimitQuotas"
+)
+
+// Defaults of [Config].
+const (
+	DefaultMaxBuckets = 1000
+	DefaultLifetime   = time.Hour
+)
+
+// Bounds on what a report may say; anything outside is refused.
+const (
+	// MaxEntries bounds the entries of one bucket_id, as Envoy's
+	// descriptors are bounded.
+	MaxEntries = 64
+	// maxElapsed bounds time_elapsed: a reporting interval longer than an
+	// hour is no interval Envoy's filter accepts.
+	maxElapsed = time.Hour
+	// minInterval and maxInterval clamp the reporting interval that the
+	// assignments are sized for.
+	minInterval = 50 * time.Millisecond
+	maxInterval = time.Minute
+	// firstInterval is the interval assumed until a bucket's reports show
+	// the client's (Envoy's first report of a bucket comes at once).
+	firstInterval = time.Second
+	// delivery covers the time between sending an assignment and the
+	// client applying it, and between the client's report and its arrival:
+	// each charge covers the client's fills this much past the TTL.
+	delivery = 100 * time.Millisecond
+	// keepWithin is how far the demand may move before a bucket's active
+	// assignment is replaced rather than extended: a replacement starts a
+	// new, full token bucket, whose tokens are charged again.
+	keepWithin = 0.2
+	// tries is the most decisions one assignment takes: the whole charge,
+	// then half, then a quarter.
+	tries = 3
+)
+
+// Config configures a [Service]. Decider and Now are required.
+type Config struct {
+	// Decider validates, decides and records the leases' charges; its
+	// rules hold the domains and the native rules.
+	Decider *decision.Decider
+	// Now returns the current time.
+	Now func() time.Time
+	// MaxBuckets bounds the buckets of one stream (default
+	// [DefaultMaxBuckets]); a bucket past it is abandoned.
+	MaxBuckets int
+	// Lifetime ends a stream this long after it began (default
+	// [DefaultLifetime]); Envoy's filter then opens a new one and keeps
+	// its assignments meanwhile.
+	Lifetime time.Duration
+	// Logger logs refused streams; nil discards.
+	Logger *slog.Logger
+	// Registerer registers the metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Service serves StreamRateLimitQuotas. It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	m       metrics
+	streams atomic.Int64
+}
+
+type metrics struct {
+	streams     prometheus.Gauge
+	buckets     prometheus.Gauge
+	reports     *prometheus.CounterVec // by outcome of the reported requests
+	assignments *prometheus.CounterVec // by action
+	charged     prometheus.Counter
+	overused    prometheus.Counter
+}
+
+// New checks cfg and returns the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Decider == nil || cfg.Now == nil {
+		return nil, errors.New("rlqs: Config.Decider and Now are required")
+	}
+	if cfg.MaxBuckets <= 0 {
+		cfg.MaxBuckets = DefaultMaxBuckets
+	}
+	if cfg.Lifetime <= 0 {
+		cfg.Lifetime = DefaultLifetime
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, m: metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rlcluster_rlqs_streams",
+			Help: "Open streams of Envoy's rate limit quota service (RLQS).",
+		}),
+		buckets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rlcluster_rlqs_buckets",
+			Help: "Buckets of the open RLQS streams (a bucket reported on two streams counts twice).",
+		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rlcluster_rlqs_reported_requests_total",
+			Help: "Requests that RLQS clients reported, by outcome (allowed, denied).",
+		}, []string{"outcome"}),
+		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rlcluster_rlqs_assignments_total",
+			Help: "Bucket actions sent to RLQS clients, by action: token_bucket (a new lease), extend (the active lease's life extended), deny_all, allow_all (an unlimited limit), abandon (no limit applies, or the stream holds too many buckets).",
+		}, []string{"action"}),
+		charged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlcluster_rlqs_charged_hits_total",
+			Help: "Hits counted for RLQS leases: every token an assignment can hand out over its life, counted before it is sent.",
+		}),
+		overused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlcluster_rlqs_overused_requests_total",
+			Help: "Requests that RLQS clients reported allowed beyond what their leases were charged for: over-admission by clients that do not enforce their assignments.",
+		}),
+	}}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{s.m.streams, s.m.buckets, s.m.reports, s.m.assignments, s.m.charged, s.m.overused} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("rlqs: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Handler returns the Connect handler of [Procedure] (gRPC over HTTP/2,
+// as Envoy calls it), with opts.
+func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
+	return connect.NewBidiStreamHandler(Procedure, func(ctx context.Context, st *connect.BidiStream[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+		return s.Stream(ctx, st.Receive, st.Send)
+	}, opts...)
+}
+
+// Lifetime is how long a stream may last (Config.Lifetime).
+func (s *Service) Lifetime() time.Duration { return s.cfg.Lifetime }
+
+// Streams returns the streams open now.
+func (s *Service) Streams() int64 { return s.streams.Load() }
+
+// Stream serves one StreamRateLimitQuotas call, for every transport:
+// recv returns the client's next reports (io.EOF when it half-closes),
+// send writes a response. It answers every report with an action for
+// each of its buckets, in the report's order, and returns when the client
+// ends the stream (nil), ctx is done, the stream's lifetime passes (nil:
+// Envoy's filter opens a new stream), or a report is invalid
+// (invalid_argument, naming the field). Errors are Connect errors.
+func (s *Service) Stream(parent context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Lifetime)
+	defer cancel()
+	s.streams.Add(1)
+	s.m.streams.Inc()
+	st := &stream{svc: s, ctx: ctx, buckets: map[string]*bucket{}}
+	defer func() {
+		s.streams.Add(-1)
+		s.m.streams.Dec()
+		s.m.buckets.Sub(float64(len(st.buckets)))
+	}()
+	// recv blocks on the transport, not on ctx: a goroutine of its own
+	// receives, so that the lifetime can end the stream. Returning ends
+	// the call, which makes a blocked recv return.
+	type received struct {
+		m   *rlqsv3.RateLimitQuotaUsageReports
+		err error
+	}
+	msgs := make(chan received)
+	go func() {
+		for {
+			m, err := recv()
+			select {
+			case msgs <- received{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var r received
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return connect.NewError(connect.CodeCanceled, parent.Err())
+			}
+			return nil // the lifetime passed: the client opens a new stream
+		case r = <-msgs:
+		}
+		switch {
+		case errors.Is(r.err, io.EOF):
+			return nil
+		case r.err != nil:
+			return r.err
+		}
+		resp, err := st.report(r.m)
+		if err != nil {
+			s.cfg.Logger.Debug("rlqs: stream refused", "err", err)
+			return err
+		}
+		if len(resp.GetBucketAction()) > 0 {
+			if err := send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// stream is one call's state, owned by its goroutine.
+type stream struct {
+	svc     *Service
+	ctx     context.Context
+	domain  string
+	buckets map[string]*bucket // by counter key
+}
+
+// bucket is one bucket_id of a stream: its limit, the client's demand and
+// the lease it holds.
+type bucket struct {
+	id *rlqsv3.BucketId
+	// req decides one hit of the bucket's limit; charges copy it.
+	req   decision.Request
+	limit window.Limit
+	// interval is the client's reporting interval (its last time_elapsed
+	// within bounds), rate its demand in requests a second (allowed and
+	// denied), as last reported.
+	interval time.Duration
+	rate     float64
+	// The active lease, when tb.MaxTokens > 0: sent at start, expiring at
+	// expiry; charged is every token it can hand out until then (its
+	// full bucket and its fills, continuous at tb's rate).
+	tb            tokenBucket
+	start, expiry time.Time
+	charged       uint64
+	// used is every request the client reported allowed on this stream,
+	// paid every token charged on it (both only grow; see usage).
+	used, paid uint64
+}
+
+// tokenBucket is an assignment's token bucket.
+type tokenBucket struct {
+	MaxTokens, TokensPerFill uint32
+	FillInterval             time.Duration
+}
+
+// rate is the bucket's fill rate in tokens a second.
+func (t tokenBucket) rate() float64 {
+	return float64(t.TokensPerFill) / t.FillInterval.Seconds()
+}
+
+// lifetimeTokens is the most tokens t can hand out from its start over d:
+// its full bucket and its fills, counted as continuous (a discrete fill
+// hands out no more by any instant).
+func (t tokenBucket) lifetimeTokens(d time.Duration) uint64 {
+	return uint64(t.MaxTokens) + uint64(math.Ceil(t.rate()*d.Seconds()))
+}
+
+// report handles one message: every usage it carries, in order.
+func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	if st.domain == "" {
+		if m.GetDomain() == "" {
+			return nil, decision.Invalid("domain: required in a stream's first report")
+		}
+		if !auth.FromContext(st.ctx).AllowDomain(m.GetDomain()) {
+			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain: this token may not use domain %.128q", m.GetDomain()))
+		}
+		st.domain = m.GetDomain()
+	} else if m.GetDomain() != "" && m.GetDomain() != st.domain {
+		return nil, decision.Invalid("domain: a stream keeps its first report's domain %.128q; open a new stream for %.128q", st.domain, m.GetDomain())
+	}
+	if n := len(m.GetBucketQuotaUsages()); n > st.svc.cfg.MaxBuckets {
+		return nil, decision.Invalid("bucket_quota_usages: %d usages, more than the maximum of %d buckets a stream may hold", n, st.svc.cfg.MaxBuckets)
+	}
+	now := st.svc.cfg.Now()
+	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(m.GetBucketQuotaUsages()))}
+	for i, u := range m.GetBucketQuotaUsages() {
+		a, err := st.usage(i, u, now)
+		if err != nil {
+			return nil, err
+		}
+		resp.BucketAction = append(resp.BucketAction, a)
+	}
+	return resp, nil
+}
+
+// usage handles report i of one bucket and returns its action.
+func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) (*rlqsv3.RateLimitQuotaResponse_BucketAction, error) {
+	f := fmt.Sprintf("bucket_quota_usages[%d].", i)
+	id := u.GetBucketId().GetBucket()
+	if len(id) == 0 {
+		return nil, decision.Invalid("%sbucket_id.bucket: at least one entry is required", f)
+	}
+	if len(id) > MaxEntries {
+		return nil, decision.Invalid("%sbucket_id.bucket: more than the maximum of %d entries", f, MaxEntries)
+	}
+	var elapsed time.Duration
+	if te := u.GetTimeElapsed(); te != nil {
+		if err := te.CheckValid(); err != nil || te.AsDuration() < 0 || te.AsDuration() > maxElapsed {
+			return nil, decision.Invalid("%stime_elapsed: must be from 0 to %v", f, maxElapsed)
+		}
+		elapsed = te.AsDuration()
+	}
+	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+	if allowed > window.MaxLimit || denied > window.MaxLimit {
+		return nil, decision.Invalid("%snum_requests_allowed and num_requests_denied: at most %d each", f, window.MaxLimit)
+	}
+	st.svc.m.reports.WithLabelValues("allowed").Add(float64(allowed))
+	st.svc.m.reports.WithLabelValues("denied").Add(float64(denied))
+
+	entries := make([]rules.Entry, 0, len(id))
+	for k, v := range id {
+		if k == "" {
+			return nil, decision.Invalid("%sbucket_id.bucket: keys must not be empty", f)
+		}
+		entries = append(entries, rules.Entry{Key: k, Value: v})
+	}
+	sort.Slice(entries, func(a, b int) bool { return entries[a].Key < entries[b].Key })
+	key, req, lim, known, err := st.match(f, entries, now)
+	if err != nil {
+		return nil, err
+	}
+	action := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: id}}
+	if !known {
+		st.forget(key)
+		return st.abandon(action), nil
+	}
+	if lim.unlimited {
+		st.forget(key)
+		return st.blanket(action, typev3.RateLimitStrategy_ALLOW_ALL, firstInterval), nil
+	}
+	b := st.buckets[key]
+	if b == nil {
+		if len(st.buckets) >= st.svc.cfg.MaxBuckets {
+			return st.abandon(action), nil
+		}
+		b = &bucket{id: action.BucketId, interval: firstInterval}
+		st.buckets[key] = b
+		st.svc.m.buckets.Inc()
+	}
+	b.req, b.limit = req, lim.limit
+	b.observe(elapsed, allowed, denied)
+	if b.used > b.paid {
+		// More allowed than every lease of the stream could hand out:
+		// the client does not enforce its assignments (or spent a lease
+		// of an earlier stream's). Counted once.
+		st.svc.m.overused.Add(float64(b.used - b.paid))
+		b.paid = b.used
+	}
+	if lim.limit.Limit == 0 {
+		b.tb = tokenBucket{}
+		return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, b.ttl()), nil
+	}
+	return st.lease(action, b, now), nil
+}
+
+// matched is a bucket's limit, as much of it as the lease needs.
+type matched struct {
+	limit     window.Limit
+	unlimited bool
+}
+
+// match finds the limit of a bucket's entries (sorted by key): the
+// stream's domain's, when it is a configured domain, in the first order
+// of the entries that its descriptor tree matches ([rules.Domain.MatchSet];
+// the counter is then the one ShouldRateLimit decides a descriptor of
+// those entries in that order on); else, for a bucket of exactly the
+// entries "rule" and "key", the native rule of that name.
+// key names the bucket within the stream (its counter's key, before any
+// scope prefix); known is false when no limit applies.
+func (st *stream) match(f string, entries []rules.Entry, now time.Time) (key string, req decision.Request, lim matched, known bool, err error) {
+	d := st.svc.cfg.Decider
+	rs := d.Rules()
+	if dom := rs.Domain(st.domain); dom != nil {
+		el, ordered := dom.MatchSet(entries)
+		if el != nil {
+			entries = ordered
+		}
+		in := decision.Input{NS: decision.Envoy, Field: f, Envoy: el, Now: now}
+		in.StoreKey, in.Key = decision.EnvoyStoreKey(st.domain, entries)
+		req, err = d.Validate(in)
+		if err != nil || el == nil {
+			return in.StoreKey, req, lim, false, err
+		}
+		return in.StoreKey, req, matched{limit: el.Limit, unlimited: el.Unlimited}, true, nil
+	}
+	if len(entries) == 2 && entries[0].Key == "key" && entries[1].Key == "rule" {
+		key = decision.RuleKey(entries[1].Value, entries[0].Value)
+		rule, ok := rs.Lookup(entries[1].Value)
+		if !ok {
+			return key, req, lim, false, nil
+		}
+		req, err = d.Validate(decision.Input{NS: decision.Rule, Field: f, Rule: rule.Name, Key: entries[0].Value, Now: now, Scope: auth.FromContext(st.ctx)})
+		if err != nil {
+			return key, req, lim, false, err
+		}
+		return key, req, matched{limit: rule.Limit}, true, nil
+	}
+	return decision.EnvoyDescriptor(st.domain, entries), req, lim, false, nil
+}
+
+// observe takes a report's figures into the bucket's interval and demand.
+func (b *bucket) observe(elapsed time.Duration, allowed, denied uint64) {
+	b.used += allowed
+	if elapsed <= 0 {
+		// Envoy reports a new bucket at once: the requests so far say
+		// that it is asked for, not at what rate.
+		b.rate = max(b.rate, float64(allowed+denied)/firstInterval.Seconds())
+		return
+	}
+	b.interval = min(max(elapsed, minInterval), maxInterval)
+	b.rate = float64(allowed+denied) / elapsed.Seconds()
+}
+
+// ttl is an assignment's time to live: the reporting interval and half of
+// it again, so that one late report does not let a lease lapse.
+func (b *bucket) ttl() time.Duration {
+	return b.interval + max(b.interval/2, 2*delivery)
+}
+
+// want is the token bucket the bucket's demand asks for: a quarter more
+// than the reported rate (at least one request an interval), capped at
+// the limit's own rate, with a bucket of half an interval's tokens.
+func (b *bucket) want() tokenBucket {
+	w, _ := b.limit.BucketAt(0)
+	if b.limit.Window > 0 {
+		w = b.limit.Window
+	}
+	full := float64(b.limit.Capacity()) / w.Seconds()
+	r := min(max(b.rate*1.25, 1/b.interval.Seconds()), full)
+	return sized(r, b.interval, b.limit.Capacity())
+}
+
+// sized is a token bucket of rate r tokens a second for clients reporting
+// every interval, its bucket at most capacity.
+func sized(r float64, interval time.Duration, capacity uint64) tokenBucket {
+	fill := max(interval/10, 10*time.Millisecond)
+	per := r * fill.Seconds()
+	if per < 1 {
+		// One token a fill, and fills as far apart as the rate asks.
+		fill = time.Duration(float64(time.Second) / r)
+		per = 1
+	}
+	maxTokens := min(max(math.Ceil(r*interval.Seconds()/2), math.Ceil(per)), float64(capacity), math.MaxUint32)
+	return tokenBucket{MaxTokens: uint32(maxTokens), TokensPerFill: uint32(min(math.Round(per), math.MaxUint32)), FillInterval: fill}
+}
+
+// near reports whether a and b's rates are within keepWithin of each
+// other.
+func near(a, b tokenBucket) bool {
+	ra, rb := a.rate(), b.rate()
+	return math.Abs(ra-rb) <= keepWithin*max(ra, rb)
+}
+
+// lease extends the bucket's active lease when it still fits the demand
+// and its extension can be charged, else charges a new one (as large as
+// the limit admits, halving up to [tries] times), else denies all until
+// the next report.
+func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	ttl := b.ttl()
+	want := b.want()
+	if b.tb.MaxTokens > 0 && now.Before(b.expiry) && near(b.tb, want) {
+		need := b.tb.lifetimeTokens(now.Add(ttl + delivery).Sub(b.start))
+		if need <= b.charged || st.charge(b, need-b.charged, now) {
+			b.charged = max(b.charged, need)
+			b.expiry = now.Add(ttl)
+			st.svc.m.assignments.WithLabelValues("extend").Inc()
+			return assign(action, b.tb, ttl)
+		}
+	}
+	// A new lease: a full bucket and its fills over its life.
+	for range tries {
+		need := want.lifetimeTokens(ttl + delivery)
+		if need > 0 && st.charge(b, need, now) {
+			b.tb, b.start, b.expiry, b.charged = want, now, now.Add(ttl), need
+			st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
+			return assign(action, want, ttl)
+		}
+		r := want.rate() / 2
+		if r*(ttl+delivery).Seconds() < 1 {
+			break
+		}
+		want = sized(r, b.interval, uint64(want.MaxTokens))
+	}
+	b.tb = tokenBucket{}
+	return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, ttl)
+}
+
+// charge decides n hits of b's limit now, as one request; it reports
+// whether the limit admitted them. A store failure admits nothing.
+func (st *stream) charge(b *bucket, n uint64, now time.Time) bool {
+	if n > b.limit.Capacity() {
+		return false // no window holds it: the caller asks for less
+	}
+	req := b.req
+	req.Store.Hits, req.Store.Now, req.Store.Peek = n, now, false
+	var out [1]decision.Outcome
+	if err := st.svc.cfg.Decider.Decide(st.ctx, []decision.Request{req}, out[:]); err != nil || !out[0].Allowed {
+		return false
+	}
+	b.paid += n
+	st.svc.m.charged.Add(float64(n))
+	return true
+}
+
+// forget drops a bucket that no longer has a lease to track.
+func (st *stream) forget(key string) {
+	if _, ok := st.buckets[key]; ok {
+		delete(st.buckets, key)
+		st.svc.m.buckets.Dec()
+	}
+}
+
+func assign(a *rlqsv3.RateLimitQuotaResponse_BucketAction, tb tokenBucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+		AssignmentTimeToLive: durationpb.New(ttl),
+		RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens:     tb.MaxTokens,
+			TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
+			FillInterval:  durationpb.New(tb.FillInterval),
+		}}},
+	}}
+	return a
+}
+
+func (st *stream) blanket(a *rlqsv3.RateLimitQuotaResponse_BucketAction, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	label := "deny_all"
+	if rule == typev3.RateLimitStrategy_ALLOW_ALL {
+		label = "allow_all"
+	}
+	st.svc.m.assignments.WithLabelValues(label).Inc()
+	a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+		AssignmentTimeToLive: durationpb.New(ttl),
+		RateLimitStrategy:    &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}},
+	}}
+	return a
+}
+
+func (st *stream) abandon(a *rlqsv3.RateLimitQuotaResponse_BucketAction) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	st.svc.m.assignments.WithLabelValues("abandon").Inc()
+	a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+	return a
+}
