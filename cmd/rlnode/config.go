@@ -14,6 +14,7 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/envoyrls"
 	"github.com/rlcluster/rlcluster/internal/api/forwardauth"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/gossip"
 	"github.com/rlcluster/rlcluster/internal/guard"
@@ -54,6 +55,8 @@ type config struct {
 	RulesReloadInterval time.Duration
 	ShadowMode          bool
 	RLSHeaders          string
+	RLQSMaxBuckets      int
+	RLQSStreamLifetime  time.Duration
 	LogLevel            slog.Level
 	LogFormat           string
 	MaxKeys             int
@@ -139,6 +142,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.RulesReloadInterval, "rules-reload-interval", rules.DefaultReloadInterval, "how often to look for changes to the rules files (`duration`); negative: only on SIGHUP")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "decide and count every request but always answer allowed (OK to Envoy); denials show as outcome=\"shadow_denied\" in rlcluster_decisions_total")
 	fs.StringVar(&c.RLSHeaders, "rls-headers", "none", "response headers Envoy's ShouldRateLimit asks Envoy to add (`set`): none, draft (RateLimit-Limit, -Remaining, -Reset) or x (X-RateLimit-Limit, -Remaining, -Reset)")
+	fs.IntVar(&c.RLQSMaxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "most buckets one stream of Envoy's rate limit quota service may hold (`count`); a bucket past it is abandoned")
+	fs.DurationVar(&c.RLQSStreamLifetime, "rlqs-stream-lifetime", rlqs.DefaultLifetime, "longest a stream of Envoy's rate limit quota service stays open (`duration`); Envoy then opens a new one, keeping its assignments")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.IntVar(&c.MaxKeys, "max-keys", defaultMemoryBudgetMiB<<20/memoryKeyBytes, fmt.Sprintf("`count` of keys the in-memory store holds before evicting the least recently used; default --memory-budget / %d bytes, what a key costs the node (its store and replication sets)", memoryKeyBytes))
@@ -347,6 +352,9 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if c.Region == "" {
 		refuse("region", "must not be empty")
 	}
+	if c.RLQSMaxBuckets < 1 || c.RLQSMaxBuckets > 1_000_000 {
+		refuse("rlqs-max-buckets", "%d, want 1 to 1000000", c.RLQSMaxBuckets)
+	}
 	if _, ok := rlsHeaderSets[c.RLSHeaders]; !ok {
 		refuse("rls-headers", "%q is not none, draft or x", c.RLSHeaders)
 	}
@@ -356,6 +364,7 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		want          string
 	}{
 		{"stream-timeout", c.StreamTimeout, time.Second, 24 * time.Hour, "1s to 24h"},
+		{"rlqs-stream-lifetime", c.RLQSStreamLifetime, time.Minute, 24 * time.Hour, "1m to 24h"},
 		{"store-timeout", c.StoreTimeout, time.Millisecond, time.Minute, "1ms to 1m"},
 		{"flush-interval", c.FlushInterval, time.Millisecond, 10 * time.Second, "1ms to 10s"},
 		{"gossip-max-staleness", c.MaxStaleness, 0, time.Hour, "0 to 1h"},
@@ -420,8 +429,10 @@ func (c config) apiConfig() api.Config {
 			DenyStatus:    c.CheckDenyStatus,
 			LegacyHeaders: c.LegacyHeaders,
 		},
-		ShadowMode: c.ShadowMode,
-		RLSHeaders: rlsHeaderSets[c.RLSHeaders],
+		ShadowMode:     c.ShadowMode,
+		RLSHeaders:     rlsHeaderSets[c.RLSHeaders],
+		RLQSMaxBuckets: c.RLQSMaxBuckets,
+		RLQSLifetime:   c.RLQSStreamLifetime,
 	}
 }
 

@@ -106,6 +106,7 @@ type Service struct {
 	cfg     Config
 	m       metrics
 	streams atomic.Int64
+	demand  *demands
 }
 
 type metrics struct {
@@ -131,7 +132,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, m: metrics{
+	s := &Service{cfg: cfg, demand: newDemands(), m: metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rlcluster_rlqs_streams",
 			Help: "Open streams of Envoy's rate limit quota service (RLQS).",
@@ -154,7 +155,7 @@ func New(cfg Config) (*Service, error) {
 		}),
 		overused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rlcluster_rlqs_overused_requests_total",
-			Help: "Requests that RLQS clients reported allowed beyond what their leases were charged for: over-admission by clients that do not enforce their assignments.",
+			Help: "Requests that RLQS clients reported allowed beyond what their streams' leases were charged for (at least): before the first assignment, on an expired assignment's fallback, or by clients that do not enforce their assignments. They are counted on the limit when it admits them.",
 		}),
 	}}
 	if cfg.Registerer != nil {
@@ -198,6 +199,11 @@ func (s *Service) Stream(parent context.Context, recv func() (*rlqsv3.RateLimitQ
 		s.streams.Add(-1)
 		s.m.streams.Dec()
 		s.m.buckets.Sub(float64(len(st.buckets)))
+		for key, b := range st.buckets {
+			if b.joined {
+				s.demand.leave(key, b.rate)
+			}
+		}
 	}()
 	// recv blocks on the transport, not on ctx: a goroutine of its own
 	// receives, so that the lifetime can end the stream. Returning ends
@@ -260,7 +266,8 @@ type stream struct {
 // bucket is one bucket_id of a stream: its limit, the client's demand and
 // the lease it holds.
 type bucket struct {
-	id *rlqsv3.BucketId
+	id  *rlqsv3.BucketId
+	key string
 	// req decides one hit of the bucket's limit; charges copy it.
 	req   decision.Request
 	limit window.Limit
@@ -275,6 +282,10 @@ type bucket struct {
 	tb            tokenBucket
 	start, expiry time.Time
 	charged       uint64
+	// total is the key's demand over this node's streams when the rate
+	// was last reported (joined: once the rate is in it).
+	total  float64
+	joined bool
 	// used is every request the client reported allowed on this stream,
 	// paid every token charged on it (both only grow; see usage).
 	used, paid uint64
@@ -376,17 +387,25 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		if len(st.buckets) >= st.svc.cfg.MaxBuckets {
 			return st.abandon(action), nil
 		}
-		b = &bucket{id: action.BucketId, interval: firstInterval}
+		b = &bucket{id: action.BucketId, key: key, interval: firstInterval}
 		st.buckets[key] = b
 		st.svc.m.buckets.Inc()
 	}
 	b.req, b.limit = req, lim.limit
+	old, joined := b.rate, b.joined
 	b.observe(elapsed, allowed, denied)
+	b.total, b.joined = st.svc.demand.set(key, joined, old, b.rate), true
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
-		// the client does not enforce its assignments (or spent a lease
-		// of an earlier stream's). Counted once.
-		st.svc.m.overused.Add(float64(b.used - b.paid))
+		// requests before the first assignment or on an expired one's
+		// fallback (the filter's no_assignment_behavior and
+		// expired_assignment_behavior), a lease of an earlier stream's,
+		// or a client that does not enforce its assignments. They are
+		// counted now, if the limit admits them, so that later decisions
+		// see them; either way they are counted once, in the metric.
+		over := b.used - b.paid
+		st.svc.m.overused.Add(float64(over))
+		st.charge(b, min(over, b.limit.Capacity()), now)
 		b.paid = b.used
 	}
 	if lim.limit.Limit == 0 {
@@ -462,14 +481,18 @@ func (b *bucket) ttl() time.Duration {
 
 // want is the token bucket the bucket's demand asks for: a quarter more
 // than the reported rate (at least one request an interval), capped at
-// the limit's own rate, with a bucket of half an interval's tokens.
+// its part of the limit's own rate (its rate over the key's demand on
+// this node), with a bucket of half an interval's tokens.
 func (b *bucket) want() tokenBucket {
 	w, _ := b.limit.BucketAt(0)
 	if b.limit.Window > 0 {
 		w = b.limit.Window
 	}
 	full := float64(b.limit.Capacity()) / w.Seconds()
-	r := min(max(b.rate*1.25, 1/b.interval.Seconds()), full)
+	if b.total > 0 {
+		full *= min(b.rate/b.total, 1)
+	}
+	r := min(max(b.rate*1.25, 1/b.interval.Seconds()), max(full, 1/b.interval.Seconds()))
 	return sized(r, b.interval, b.limit.Capacity())
 }
 
@@ -547,9 +570,12 @@ func (st *stream) charge(b *bucket, n uint64, now time.Time) bool {
 
 // forget drops a bucket that no longer has a lease to track.
 func (st *stream) forget(key string) {
-	if _, ok := st.buckets[key]; ok {
+	if b, ok := st.buckets[key]; ok {
 		delete(st.buckets, key)
 		st.svc.m.buckets.Dec()
+		if b.joined {
+			st.svc.demand.leave(key, b.rate)
+		}
 	}
 }
 
