@@ -175,8 +175,14 @@ func TestQuotaLeaseCharged(t *testing.T) {
 		t.Errorf("charged %d hits for a demand of one request", charged)
 	}
 
-	// A second later, the same demand: the same strategy, a longer life,
-	// its new fills counted.
+	// A second later, a measured demand of a request a second, and a
+	// second after that the same: the same strategy, a longer life, its
+	// new fills counted.
+	c.Advance(time.Second)
+	resp = exchange(t, st, "quota", usage(time.Second, 1, 0, "tenant", "acme"))
+	tb, _ = leaseTokens(t, resp.GetBucketAction()[0])
+	charged = 100 - uint64(peekEnvoy(t, s, "quota", "tenant", "acme"))
+	extends := s.metric(t, "rlcluster_rlqs_assignments_total", "action", "extend")
 	c.Advance(time.Second)
 	resp = exchange(t, st, "quota", usage(time.Second, 1, 0, "tenant", "acme"))
 	tb2, _ := leaseTokens(t, resp.GetBucketAction()[0])
@@ -187,17 +193,24 @@ func TestQuotaLeaseCharged(t *testing.T) {
 	if charged2 <= charged {
 		t.Errorf("extension counted nothing: %d then %d", charged, charged2)
 	}
+	if got := s.metric(t, "rlcluster_rlqs_assignments_total", "action", "extend"); got != extends+1 {
+		t.Errorf("extend assignments = %v, want %v", got, extends+1)
+	}
 
-	// Demand of 30 a second: a new, larger bucket (capped at the limit's
-	// rate, 100 a minute).
+	// Demand of 30 a second: at most the limit's rate, 100 a minute.
 	c.Advance(time.Second)
 	resp = exchange(t, st, "quota", usage(time.Second, 2, 28, "tenant", "acme"))
-	a := resp.GetBucketAction()[0]
-	if tb3 := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb3 == nil || tb3.String() == tb.String() {
-		t.Errorf("demand of 30/s: %v, want a new token bucket", a)
+	tb3, _ := leaseTokens(t, resp.GetBucketAction()[0])
+	if r := float64(tb3.GetTokensPerFill().GetValue()) / tb3.GetFillInterval().AsDuration().Seconds(); r > 100.0/60 {
+		t.Errorf("demand of 30/s: %v, %.2f a second, want at most the limit's 1.67", tb3, r)
 	}
-	if got := s.metric(t, "rlcluster_rlqs_assignments_total", "action", "extend"); got != 1 {
-		t.Errorf("extend assignments = %v, want 1", got)
+	// No demand for ten seconds: a smaller lease replaces it.
+	for range 10 {
+		c.Advance(time.Second)
+		resp = exchange(t, st, "quota", usage(time.Second, 0, 0, "tenant", "acme"))
+	}
+	if tb4, _ := leaseTokens(t, resp.GetBucketAction()[0]); tb4.String() == tb3.String() {
+		t.Errorf("no demand: %v, want a smaller token bucket than %v", tb4, tb3)
 	}
 }
 
@@ -278,10 +291,10 @@ func TestQuotaBlanketAndAbandon(t *testing.T) {
 
 // TestQuotaNativeRule: outside a configured domain, a bucket of exactly
 // "rule" and "key" leases the native rule's key, on the same counter as
-// Check's.
+// Check's, when the rule is leasable.
 func TestQuotaNativeRule(t *testing.T) {
 	c := newClock(t0)
-	s := quotaServer(t, "rules:\n  - name: login\n    limit: 50\n    window: 1m\n", c, api.Config{})
+	s := quotaServer(t, "rules:\n  - name: login\n    limit: 50\n    window: 1m\n    leasable: true\n  - name: fixed\n    limit: 50\n    window: 1m\n", c, api.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := s.quotaStream(t, ctx)
@@ -296,6 +309,9 @@ func TestQuotaNativeRule(t *testing.T) {
 	}
 	if a := exchange(t, st, "", usage(0, 1, 0, "rule", "nosuch", "key", "alice")).GetBucketAction()[0]; a.GetAbandonAction() == nil {
 		t.Errorf("unknown rule: %v, want abandon", a)
+	}
+	if a := exchange(t, st, "", usage(0, 1, 0, "rule", "fixed", "key", "alice")).GetBucketAction()[0]; a.GetAbandonAction() == nil {
+		t.Errorf("a rule that is not leasable: %v, want abandon", a)
 	}
 }
 

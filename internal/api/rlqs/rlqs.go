@@ -72,10 +72,11 @@ const (
 	// client applying it, and between the client's report and its arrival:
 	// each charge covers the client's fills this much past the TTL.
 	delivery = 100 * time.Millisecond
-	// keepWithin is how far the demand may move before a bucket's active
-	// assignment is replaced rather than extended: a replacement starts a
-	// new, full token bucket, whose tokens are charged again.
-	keepWithin = 0.2
+	// headroom is how much more than its demand a lease asks for.
+	headroom = 1.1
+	// smoothing is the weight of a new measure of a bucket's demand in
+	// its moving average.
+	smoothing = 0.5
 	// tries is the most decisions one assignment takes: the whole charge,
 	// then half, then a quarter.
 	tries = 3
@@ -276,12 +277,20 @@ type bucket struct {
 	// denied), as last reported.
 	interval time.Duration
 	rate     float64
+	// pendN and pendElapsed are the requests and time of the reports
+	// since the rate was last measured (see observe).
+	pendN       uint64
+	pendElapsed time.Duration
+	measured    bool
 	// The active lease, when tb.MaxTokens > 0: sent at start, expiring at
 	// expiry; charged is every token it can hand out until then (its
 	// full bucket and its fills, continuous at tb's rate).
 	tb            tokenBucket
 	start, expiry time.Time
 	charged       uint64
+	// leaseUsed is what the client reported allowed since the lease
+	// began (see lease).
+	leaseUsed uint64
 	// total is the key's demand over this node's streams when the rate
 	// was last reported (joined: once the rate is in it).
 	total  float64
@@ -303,10 +312,11 @@ func (t tokenBucket) rate() float64 {
 }
 
 // lifetimeTokens is the most tokens t can hand out from its start over d:
-// its full bucket and its fills, counted as continuous (a discrete fill
-// hands out no more by any instant).
+// its full bucket and its whole fills, counted as continuous (a discrete
+// fill hands out no more by any instant, and a request takes a whole
+// token).
 func (t tokenBucket) lifetimeTokens(d time.Duration) uint64 {
-	return uint64(t.MaxTokens) + uint64(math.Ceil(t.rate()*d.Seconds()))
+	return uint64(t.MaxTokens) + uint64(math.Floor(t.rate()*d.Seconds()))
 }
 
 // report handles one message: every usage it carries, in order.
@@ -426,7 +436,8 @@ type matched struct {
 // of the entries that its descriptor tree matches ([rules.Domain.MatchSet];
 // the counter is then the one ShouldRateLimit decides a descriptor of
 // those entries in that order on); else, for a bucket of exactly the
-// entries "rule" and "key", the native rule of that name.
+// entries "rule" and "key", the native rule of that name, when the rule
+// is leasable.
 // key names the bucket within the stream (its counter's key, before any
 // scope prefix); known is false when no limit applies.
 func (st *stream) match(f string, entries []rules.Entry, now time.Time) (key string, req decision.Request, lim matched, known bool, err error) {
@@ -448,7 +459,7 @@ func (st *stream) match(f string, entries []rules.Entry, now time.Time) (key str
 	if len(entries) == 2 && entries[0].Key == "key" && entries[1].Key == "rule" {
 		key = decision.RuleKey(entries[1].Value, entries[0].Value)
 		rule, ok := rs.Lookup(entries[1].Value)
-		if !ok {
+		if !ok || !rule.Leasable {
 			return key, req, lim, false, nil
 		}
 		req, err = d.Validate(decision.Input{NS: decision.Rule, Field: f, Rule: rule.Name, Key: entries[0].Value, Now: now, Scope: auth.FromContext(st.ctx)})
@@ -463,14 +474,42 @@ func (st *stream) match(f string, entries []rules.Entry, now time.Time) (key str
 // observe takes a report's figures into the bucket's interval and demand.
 func (b *bucket) observe(elapsed time.Duration, allowed, denied uint64) {
 	b.used += allowed
-	if elapsed <= 0 {
-		// Envoy reports a new bucket at once: the requests so far say
-		// that it is asked for, not at what rate.
-		b.rate = max(b.rate, float64(allowed+denied)/firstInterval.Seconds())
-		return
+	b.leaseUsed += allowed
+	// Besides its periodic reports, the filter reports a bucket out of
+	// cycle: at once when it is new, and when an assignment replaces
+	// another. Such a report covers a short time, and its few requests
+	// say little of the rate: the demand is measured over reports that
+	// add up to half an interval at least, and the interval is the
+	// longest time_elapsed lately (shrinking by a tenth a periodic
+	// report, should the client's interval shorten).
+	b.pendN += allowed + denied
+	b.pendElapsed += elapsed
+	if elapsed >= b.interval/2 {
+		b.interval = min(max(elapsed, b.interval*9/10, minInterval), maxInterval)
 	}
-	b.interval = min(max(elapsed, minInterval), maxInterval)
-	b.rate = float64(allowed+denied) / elapsed.Seconds()
+	switch {
+	case b.pendElapsed <= 0 && !b.measured:
+		// A new bucket's first report: its requests say that it is
+		// asked for, not at what rate. Until a rate is measured the
+		// bucket asks for an eighth of the limit's rate (at most its
+		// part of it), so that a new client's first interval is not
+		// held to a request or two, while clients that start together
+		// do not charge the window full of leases they may not use (a
+		// quarter, tried, charged half the window in the first second
+		// for five clients at a tenth of the limit's rate each).
+		b.rate = max(b.rate, fullRate(b.limit)/8)
+	case b.pendElapsed >= b.interval/2:
+		// An interval's count of random arrivals is noisy (a Poisson
+		// count of n is off by about its square root): the rate is a
+		// moving average, so that a lease is not replaced, and its
+		// client's bucket refilled, on noise alone.
+		r := float64(b.pendN) / b.pendElapsed.Seconds()
+		if b.measured {
+			r = smoothing*r + (1-smoothing)*b.rate
+		}
+		b.rate, b.measured = r, true
+		b.pendN, b.pendElapsed = 0, 0
+	}
 }
 
 // ttl is an assignment's time to live: the reporting interval and half of
@@ -479,66 +518,164 @@ func (b *bucket) ttl() time.Duration {
 	return b.interval + max(b.interval/2, 2*delivery)
 }
 
-// want is the token bucket the bucket's demand asks for: a quarter more
-// than the reported rate (at least one request an interval), capped at
-// its part of the limit's own rate (its rate over the key's demand on
-// this node), with a bucket of half an interval's tokens.
+// want is the token bucket the bucket's demand asks for. Its rate is a
+// quarter more than the reported rate (at least one request an
+// interval), at most its part of the limit's own rate (its rate over the
+// key's demand on this node): the parts add up to the limit's rate, as
+// asking for more (a quarter more, tried) charges the window full early
+// in each window and then refuses every lease until the charges leave
+// it, in bunches. Its bucket holds half an interval's tokens and three
+// standard deviations of an interval's count of random arrivals (a
+// Poisson count of n varies by about its square root): random arrivals
+// need depth, not rate, and a rate above the demand charges fills that a
+// full bucket discards.
+//
+// Rates and intervals come in steps (rates of powers of 1.25, intervals
+// of powers of two milliseconds), so that a demand that wanders within a
+// step keeps its lease: a replaced lease starts a full bucket, charged
+// again, while the old one's tokens are lost.
 func (b *bucket) want() tokenBucket {
-	w, _ := b.limit.BucketAt(0)
-	if b.limit.Window > 0 {
-		w = b.limit.Window
-	}
-	full := float64(b.limit.Capacity()) / w.Seconds()
+	part := fullRate(b.limit)
 	if b.total > 0 {
-		full *= min(b.rate/b.total, 1)
+		part *= min(b.rate/b.total, 1)
 	}
-	r := min(max(b.rate*1.25, 1/b.interval.Seconds()), max(full, 1/b.interval.Seconds()))
-	return sized(r, b.interval, b.limit.Capacity())
+	interval := stepInterval(b.interval)
+	i := interval.Seconds()
+	r := stepUp(max(b.rate*headroom, 1/i))
+	if r > part {
+		r = max(stepDown(part), stepUp(1/i))
+	}
+	tb := sized(r, interval, b.limit.Capacity())
+	depth := math.Ceil(r*i/2 + 3*math.Sqrt(r*i))
+	tb.MaxTokens = uint32(min(max(float64(tb.MaxTokens), depth), float64(b.limit.Capacity()), math.MaxUint32))
+	return tb
+}
+
+// rateStep is the ratio of one step of lease rates to the next.
+const rateStep = 1.25
+
+// stepUp and stepDown round r to a power of rateStep, up or down.
+func stepUp(r float64) float64 {
+	return math.Pow(rateStep, math.Ceil(math.Log(r)/math.Log(rateStep)-1e-9))
+}
+
+func stepDown(r float64) float64 {
+	return math.Pow(rateStep, math.Floor(math.Log(r)/math.Log(rateStep)+1e-9))
+}
+
+// stepInterval rounds d to a power of two milliseconds.
+func stepInterval(d time.Duration) time.Duration {
+	ms := math.Exp2(math.Round(math.Log2(max(float64(d.Milliseconds()), 1))))
+	return time.Duration(ms) * time.Millisecond
+}
+
+// fullRate is l's whole rate, in hits a second.
+func fullRate(l window.Limit) float64 {
+	w, _ := l.BucketAt(0)
+	if l.Window > 0 {
+		w = l.Window
+	}
+	return float64(l.Capacity()) / w.Seconds()
 }
 
 // sized is a token bucket of rate r tokens a second for clients reporting
-// every interval, its bucket at most capacity.
+// every interval, its bucket at most capacity: whole tokens a fill, the
+// fill interval what makes the rate r (about a tenth of an interval, or
+// as long as one token takes).
 func sized(r float64, interval time.Duration, capacity uint64) tokenBucket {
-	fill := max(interval/10, 10*time.Millisecond)
-	per := r * fill.Seconds()
-	if per < 1 {
-		// One token a fill, and fills as far apart as the rate asks.
-		fill = time.Duration(float64(time.Second) / r)
-		per = 1
+	per := max(math.Round(r*(interval/10).Seconds()), 1)
+	per = min(per, math.MaxUint32)
+	fill := time.Duration(per / r * float64(time.Second))
+	fill = max(fill, time.Millisecond)
+	maxTokens := min(max(math.Ceil(r*interval.Seconds()/2), per), float64(capacity), math.MaxUint32)
+	return tokenBucket{MaxTokens: uint32(maxTokens), TokensPerFill: uint32(per), FillInterval: fill}
+}
+
+// keeps reports whether the active lease cur may stay for a demand that
+// wants want: the same, or a step or two more than it (fewer fills
+// wasted than a new bucket would cost), but never less.
+func keeps(cur, want tokenBucket) bool {
+	if cur == want {
+		return true
 	}
-	maxTokens := min(max(math.Ceil(r*interval.Seconds()/2), math.Ceil(per)), float64(capacity), math.MaxUint32)
-	return tokenBucket{MaxTokens: uint32(maxTokens), TokensPerFill: uint32(min(math.Round(per), math.MaxUint32)), FillInterval: fill}
+	rc, rw := cur.rate(), want.rate()
+	return rc >= rw && rc <= rw*rateStep*1.001 && cur.MaxTokens >= want.MaxTokens
 }
 
-// near reports whether a and b's rates are within keepWithin of each
-// other.
-func near(a, b tokenBucket) bool {
-	ra, rb := a.rate(), b.rate()
-	return math.Abs(ra-rb) <= keepWithin*max(ra, rb)
-}
-
-// lease extends the bucket's active lease when it still fits the demand
-// and its extension can be charged, else charges a new one (as large as
-// the limit admits, halving up to [tries] times), else denies all until
-// the next report.
+// lease answers a report of bucket b: it extends the active lease when
+// it still fits the demand and its extension can be charged; else it
+// charges a new lease for the demand, crediting the fills the active one
+// was charged for and can no longer make; else it extends the active one
+// as it is, or lets it run out unextended (no charge); with no lease left,
+// it charges a smaller new one (half, then a quarter), else the bucket
+// denies all until its next report.
+//
+// Replacing a lease wastes what its client's bucket holds (the filter
+// starts the new one full), so a lease is replaced only when the demand
+// moved and the new one can be charged.
 func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ttl := b.ttl()
 	want := b.want()
-	if b.tb.MaxTokens > 0 && now.Before(b.expiry) && near(b.tb, want) {
-		need := b.tb.lifetimeTokens(now.Add(ttl + delivery).Sub(b.start))
-		if need <= b.charged || st.charge(b, need-b.charged, now) {
-			b.charged = max(b.charged, need)
-			b.expiry = now.Add(ttl)
-			st.svc.m.assignments.WithLabelValues("extend").Inc()
-			return assign(action, b.tb, ttl)
+	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
+	// extend charges the active lease's fills until now+ttl, or as many
+	// of them as the limit admits, and moves its expiry to what its
+	// charge covers; it reports whether the lease lives longer for it.
+	extend := func() bool {
+		if need := b.tb.lifetimeTokens(now.Add(ttl + delivery).Sub(b.start)); need > b.charged {
+			b.charged += st.chargeUpTo(b, need-b.charged, now)
+		}
+		until := b.covered()
+		if until.After(now.Add(ttl)) {
+			until = now.Add(ttl)
+		}
+		if !until.After(b.expiry) {
+			return false
+		}
+		b.expiry = until
+		st.svc.m.assignments.WithLabelValues("extend").Inc()
+		return true
+	}
+	if active && keeps(b.tb, want) && extend() {
+		return assign(action, b.tb, b.expiry.Sub(now))
+	}
+	// What the active lease was charged and its client will not use is
+	// the new lease's: the fills it would make after its client applies
+	// a replacement (a delivery from now), and, of those before, what
+	// its client did not use: the lease hands out at most what its
+	// client reported using and, after the report this answers, what its
+	// bucket held and filled until the replacement applies (two
+	// deliveries).
+	var credit uint64
+	if active {
+		made := b.tb.lifetimeTokens(now.Add(delivery).Sub(b.start))
+		spent := min(made, b.leaseUsed+uint64(b.tb.MaxTokens)+uint64(math.Ceil(b.tb.rate()*(2*delivery).Seconds())))
+		if b.charged > spent {
+			credit = b.charged - spent
 		}
 	}
-	// A new lease: a full bucket and its fills over its life.
+	renew := func(tb tokenBucket) bool {
+		need := tb.lifetimeTokens(ttl + delivery)
+		if need > credit && !st.charge(b, need-credit, now) {
+			return false
+		}
+		b.tb, b.start, b.expiry, b.charged, b.leaseUsed = tb, now, now.Add(ttl), need, 0
+		st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
+		return true
+	}
+	if active {
+		if !keeps(b.tb, want) && renew(want) {
+			return assign(action, want, ttl)
+		}
+		if extend() {
+			return assign(action, b.tb, b.expiry.Sub(now))
+		}
+		// Nothing more can be charged: the lease runs out as it is (the
+		// same strategy with the time it has left changes nothing).
+		st.svc.m.assignments.WithLabelValues("extend").Inc()
+		return assign(action, b.tb, b.expiry.Sub(now))
+	}
 	for range tries {
-		need := want.lifetimeTokens(ttl + delivery)
-		if need > 0 && st.charge(b, need, now) {
-			b.tb, b.start, b.expiry, b.charged = want, now, now.Add(ttl), need
-			st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
+		if renew(want) {
 			return assign(action, want, ttl)
 		}
 		r := want.rate() / 2
@@ -551,21 +688,59 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 	return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, ttl)
 }
 
+// chargeUpTo charges n hits of b's limit now, or, when the limit refuses
+// them, the fewer that it says it would admit; it returns the hits
+// charged.
+func (st *stream) chargeUpTo(b *bucket, n uint64, now time.Time) uint64 {
+	r, ok := st.decide(b, n, now)
+	if ok {
+		return n
+	}
+	if r = min(r, n-1); r > 0 {
+		if _, ok := st.decide(b, r, now); ok {
+			return r
+		}
+	}
+	return 0
+}
+
+// covered is the instant until which the active lease's charge covers
+// its fills, its delivery allowed for.
+func (b *bucket) covered() time.Time {
+	if b.charged <= uint64(b.tb.MaxTokens) {
+		return b.start
+	}
+	// With n fills charged, the client may take tokens until just before
+	// the next one.
+	next := float64(b.charged-uint64(b.tb.MaxTokens)+1) / b.tb.rate()
+	return b.start.Add(time.Duration(next*float64(time.Second)) - time.Nanosecond - delivery)
+}
+
 // charge decides n hits of b's limit now, as one request; it reports
 // whether the limit admitted them. A store failure admits nothing.
 func (st *stream) charge(b *bucket, n uint64, now time.Time) bool {
+	_, ok := st.decide(b, n, now)
+	return ok
+}
+
+// decide charges n hits of b's limit now, as one request: it reports
+// whether the limit admitted them, and else how many it would have.
+func (st *stream) decide(b *bucket, n uint64, now time.Time) (remaining uint64, ok bool) {
 	if n > b.limit.Capacity() {
-		return false // no window holds it: the caller asks for less
+		return b.limit.Capacity(), false // no window holds it: the caller asks for less
 	}
 	req := b.req
 	req.Store.Hits, req.Store.Now, req.Store.Peek = n, now, false
 	var out [1]decision.Outcome
-	if err := st.svc.cfg.Decider.Decide(st.ctx, []decision.Request{req}, out[:]); err != nil || !out[0].Allowed {
-		return false
+	if err := st.svc.cfg.Decider.Decide(st.ctx, []decision.Request{req}, out[:]); err != nil {
+		return 0, false
+	}
+	if !out[0].Allowed { // shadow mode answers allowed: the lease is granted
+		return out[0].Remaining, false
 	}
 	b.paid += n
 	st.svc.m.charged.Add(float64(n))
-	return true
+	return 0, true
 }
 
 // forget drops a bucket that no longer has a lease to track.

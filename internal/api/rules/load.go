@@ -24,6 +24,7 @@ import (
 //	    burst: 20                   # optional, token_bucket only
 //	    shadow_mode: false          # optional
 //	    scope: global               # optional: global or region
+//	    leasable: false             # optional: quota leases may hold it
 //
 // A file holds native rules or one envoyproxy/ratelimit domain (see
 // envoy.go), not both.
@@ -38,6 +39,7 @@ type ruleYAML struct {
 	Burst      uint64
 	ShadowMode bool
 	Scope      string
+	Leasable   bool
 }
 
 // Load reads rules from path: a YAML file, or a directory whose
@@ -224,7 +226,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		field{"name", &y.Name}, field{"limit", &y.Limit}, field{"window", &y.Window},
 		field{"calendar", &y.Calendar}, field{"time_zone", &y.TimeZone},
 		field{"algorithm", &y.Algorithm}, field{"strict", &y.Strict}, field{"burst", &y.Burst},
-		field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope})
+		field{"shadow_mode", &y.ShadowMode}, field{"scope", &y.Scope}, field{"leasable", &y.Leasable})
 	label := fmt.Sprintf("rule %d", n)
 	if y.Name != "" {
 		label = fmt.Sprintf("rule %d (%s)", n, y.Name)
@@ -332,7 +334,7 @@ func (rb *rulesBuilder) addRule(file string, n int, item *yaml.Node, at func(int
 		}
 		rb.warns = append(rb.warns, fmt.Sprintf("%s: %s: %s: %s", location(file, lineOf(f)), label, f, regionLocalWarning(algo)))
 	}
-	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict, Burst: y.Burst, Calendar: cal}, Shadow: y.ShadowMode, Scope: scope})
+	rb.rules = append(rb.rules, Rule{Name: y.Name, Limit: window.Limit{Limit: y.Limit, Window: w, Algorithm: algo, Strict: y.Strict, Burst: y.Burst, Calendar: cal}, Shadow: y.ShadowMode, Scope: scope, Leasable: y.Leasable})
 }
 
 // addDomain checks an envoyproxy/ratelimit domain file.

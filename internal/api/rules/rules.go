@@ -30,6 +30,11 @@ type Rule struct {
 	// Scope says whose hits count: every region's (the zero value,
 	// ScopeGlobal) or only the deciding region's.
 	Scope Scope
+	// Leasable lets quota leases hold the rule's keys (Envoy's rate limit
+	// quota service, and the Go client's leases): the requests a lease
+	// admits are decided before they arrive, which loosens the bound (see
+	// docs/design.md, "Quota leases"), so a rule opts in.
+	Leasable bool
 }
 
 // Set is an immutable set of rules: native rules looked up by name, and

@@ -262,7 +262,7 @@ func TestLoadMessages(t *testing.T) {
 		want       []string // after "<file>:"
 	}{
 		{"misspelled field", "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n",
-			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope)`}},
+			[]string{`5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode, scope or leasable)`}},
 		{"unknown algorithm", "rules:\n  - name: a\n    limit: 5\n    window: 1m\n  - name: b\n    limit: 5\n    window: 1m\n    algorithm: leaky\n",
 			[]string{`8: rule 2 (b): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log`}},
 		{"wrong types", "rules:\n  - name: a\n    limit: five\n    window: [1m]\n    shadow_mode: maybe\n",
@@ -275,7 +275,7 @@ func TestLoadMessages(t *testing.T) {
 			[]string{"2: rule 1 (a): limit: required (1 to 2^53)", "2: rule 1 (a): window: required (a Go duration such as 1s, 1m, 1h), or a calendar (minute, hour, day, week, month or year)"}},
 		{"not a list", "rules:\n  name: a\n", []string{"2: rules: must be a list of rules"}},
 		{"rule not a mapping", "rules:\n  - a\n", []string{
-			"2: rule 1: must be a mapping of name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope",
+			"2: rule 1: must be a mapping of name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode, scope or leasable",
 			"2: rule 1: name: required",
 			"2: rule 1: limit: required (1 to 2^53)",
 			"2: rule 1: window: required (a Go duration such as 1s, 1m, 1h), or a calendar (minute, hour, day, week, month or year)",

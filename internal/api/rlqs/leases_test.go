@@ -1,0 +1,315 @@
+package rlqs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rlcluster/rlcluster/internal/api/decision"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/window"
+)
+
+// bridge is a RateLimitQuotaServiceClient whose streams run
+// [rlqs.Service.Stream] in process, each message delayed by the one-way
+// delay, in order: the network of a synctest bubble. It also keeps, per
+// stream, the largest number of tokens an assignment sent on it could
+// hand out over its time to live (see boundOf).
+type bridge struct {
+	svc   *rlqs.Service
+	delay time.Duration
+
+	mu    sync.Mutex
+	worst float64 // summed over streams: each one's largest lease
+}
+
+func (b *bridge) StreamRateLimitQuotas(ctx context.Context, _ ...grpc.CallOption) (grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], error) {
+	st := &bridgeStream{ctx: ctx, up: newPipe(b.delay), down: newPipe(b.delay)}
+	var largest float64
+	go func() {
+		_ = b.svc.Stream(ctx, func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+			m, ok := st.up.recv(ctx)
+			if !ok {
+				return nil, io.EOF
+			}
+			return m.(*rlqsv3.RateLimitQuotaUsageReports), nil
+		}, func(r *rlqsv3.RateLimitQuotaResponse) error {
+			for _, a := range r.GetBucketAction() {
+				qa := a.GetQuotaAssignmentAction()
+				tb := qa.GetRateLimitStrategy().GetTokenBucket()
+				if tb == nil {
+					continue
+				}
+				rate := float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+				n := float64(tb.GetMaxTokens()) + rate*(qa.GetAssignmentTimeToLive().AsDuration()+100*time.Millisecond).Seconds()
+				if n > largest {
+					b.mu.Lock()
+					b.worst += n - largest
+					b.mu.Unlock()
+					largest = n
+				}
+			}
+			st.down.send(proto.Clone(r))
+			return nil
+		})
+	}()
+	return st, nil
+}
+
+// pipe delivers messages delay after they are sent, in order.
+type pipe struct {
+	delay time.Duration
+	ch    chan timed
+}
+
+type timed struct {
+	at time.Time
+	m  proto.Message
+}
+
+func newPipe(delay time.Duration) *pipe { return &pipe{delay: delay, ch: make(chan timed, 1024)} }
+
+func (p *pipe) send(m proto.Message) { p.ch <- timed{time.Now().Add(p.delay), m} }
+
+func (p *pipe) recv(ctx context.Context) (proto.Message, bool) {
+	select {
+	case t := <-p.ch:
+		if d := time.Until(t.at); d > 0 {
+			tm := time.NewTimer(d)
+			defer tm.Stop()
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				return nil, false
+			}
+		}
+		return t.m, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// bridgeStream is the client end of a bridged stream.
+type bridgeStream struct {
+	grpc.ClientStream
+	ctx      context.Context
+	up, down *pipe
+}
+
+func (s *bridgeStream) Send(m *rlqsv3.RateLimitQuotaUsageReports) error {
+	s.up.send(proto.Clone(m))
+	return nil
+}
+
+func (s *bridgeStream) Recv() (*rlqsv3.RateLimitQuotaResponse, error) {
+	m, ok := s.down.recv(s.ctx)
+	if !ok {
+		return nil, s.ctx.Err()
+	}
+	return m.(*rlqsv3.RateLimitQuotaResponse), nil
+}
+
+// leaseRun is one run of clients that lease one native rule's key.
+type leaseRun struct {
+	limit    uint64
+	window   time.Duration
+	interval time.Duration   // the clients' reporting interval
+	rates    []float64       // each client's offered requests a second
+	changes  map[int]float64 // from the run's middle: client -> new rate
+	duration time.Duration
+	seed     uint64
+}
+
+// leaseResult is what a run admitted, measured as an exact sliding log
+// would count it.
+type leaseResult struct {
+	admitted, offered int
+	// worst is the largest trailing window's count at an admission,
+	// median the median of those from the second window on, over the
+	// limit; bound is the documented bound over the limit: the limit
+	// and every stream's largest lease.
+	worst, median, bound float64
+	// falseDenied is the requests denied while the trailing window held
+	// less than the limit.
+	falseDenied int
+}
+
+func (r leaseRun) play(t *testing.T) leaseResult {
+	t.Helper()
+	var res leaseResult
+	synctest.Test(t, func(t *testing.T) {
+		rs, err := rules.New([]rules.Rule{{Name: "api", Limit: window.Limit{Limit: r.limit, Window: r.window}, Leasable: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := decision.New(decision.Config{
+			Store: region.NewMemory(region.MemoryConfig{}), Region: "local",
+			MaxKeyBytes: 1024, MaxHits: window.MaxLimit,
+			Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+		}, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		svc, err := rlqs.New(rlqs.Config{Decider: dec, Now: time.Now, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := &bridge{svc: svc, delay: 5 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		var (
+			mu       sync.Mutex
+			admitted []time.Time
+			denied   []time.Time
+			wg       sync.WaitGroup
+		)
+		id := map[string]string{"rule": "api", "key": "k"}
+		start := time.Now()
+		for c, rate := range r.rates {
+			f, err := rlqsfilter.New(rlqsfilter.Config{
+				Domain: "app", ReportingInterval: r.interval,
+				NoAssignment: rlqsfilter.DenyAll(),
+				Expired:      &rlqsfilter.Expired{Fallback: rlqsfilter.DenyAll(), Timeout: time.Minute},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); _ = f.Run(ctx, br) }()
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(r.seed, uint64(c)))
+				h := f.Bucket(id)
+				for {
+					now := time.Since(start)
+					if now >= r.duration {
+						return
+					}
+					cur := rate
+					if nr, ok := r.changes[c]; ok && now >= r.duration/2 {
+						cur = nr
+					}
+					if cur <= 0 {
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					time.Sleep(time.Duration(rng.ExpFloat64() / cur * float64(time.Second)))
+					mu.Lock()
+					res.offered++
+					if h.Allow() {
+						admitted = append(admitted, time.Now())
+					} else {
+						denied = append(denied, time.Now())
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		time.Sleep(r.duration)
+		cancel()
+		wg.Wait()
+		synctest.Wait()
+
+		res.admitted = len(admitted)
+		var steady []float64
+		lo := 0
+		for i, at := range admitted {
+			for !admitted[lo].After(at.Add(-r.window)) {
+				lo++
+			}
+			n := float64(i-lo+1) / float64(r.limit)
+			res.worst = max(res.worst, n)
+			if at.Sub(start) >= r.window+r.interval {
+				steady = append(steady, n)
+			}
+		}
+		// A denial is false when fewer than the limit were admitted in
+		// the trailing window: an exact sliding log, given what was
+		// admitted, would have admitted it.
+		j, k := 0, 0
+		for _, at := range denied {
+			for j < len(admitted) && !admitted[j].After(at) {
+				j++
+			}
+			for k < len(admitted) && !admitted[k].After(at.Add(-r.window)) {
+				k++
+			}
+			if uint64(j-k) < r.limit {
+				res.falseDenied++
+			}
+		}
+		sort.Float64s(steady)
+		if len(steady) > 0 {
+			res.median = steady[len(steady)/2]
+		}
+		br.mu.Lock()
+		res.bound = (float64(r.limit) + br.worst) / float64(r.limit)
+		br.mu.Unlock()
+	})
+	return res
+}
+
+// TestLeasesBounded plays clients of Envoy's rate limit quota filter (the
+// test client, reporting every second) against one node's leases, with
+// Poisson arrivals, and measures every trailing window of what they
+// admitted as an exact sliding log counts it: never past the documented
+// bound (the limit and every stream's largest lease), close to the limit
+// in the steady state when offered more, and nothing refused when offered
+// less.
+func TestLeasesBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  leaseRun
+		// median is the least steady median of the trailing window, over
+		// the limit; under the most requests denied while the window held
+		// less than the limit, as a share of the offered.
+		median, under float64
+	}{
+		{"10 clients at 10x a limit of 1000 per 10s, one carrying half", leaseRun{
+			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 1,
+			rates: append([]float64{500}, slices.Repeat([]float64{500.0 / 9}, 9)...),
+		}, 0.95, 1},
+		{"3 clients at 3x a limit of 600 per minute", leaseRun{
+			limit: 600, window: time.Minute, interval: time.Second, duration: 3 * time.Minute, seed: 2,
+			rates: []float64{10, 10, 10},
+		}, 0.85, 1},
+		{"demand that moves: 10 clients at 2x, then half of them stop", leaseRun{
+			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 3,
+			rates: slices.Repeat([]float64{20}, 10), changes: map[int]float64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0},
+		}, 0.65, 1},
+		{"5 clients at half a limit of 1000 per 10s", leaseRun{
+			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 4,
+			rates: slices.Repeat([]float64{10}, 5),
+		}, 0, 0.02},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tc.run.play(t)
+			t.Logf("admitted %d of %d offered; worst trailing window %.3f of the limit (bound %.3f), steady median %.3f; denied under the limit %d (%.1f%% of the offered)",
+				res.admitted, res.offered, res.worst, res.bound, res.median, res.falseDenied, 100*float64(res.falseDenied)/float64(res.offered))
+			if res.worst > res.bound {
+				t.Errorf("worst trailing window %.3f of the limit, past the bound %.3f", res.worst, res.bound)
+			}
+			if res.median < tc.median {
+				t.Errorf("steady median %.3f of the limit, want at least %.3f", res.median, tc.median)
+			}
+			if u := float64(res.falseDenied) / float64(res.offered); u > tc.under {
+				t.Errorf("%.1f%% of the offered requests denied under the limit, want at most %.1f%%", 100*u, 100*tc.under)
+			}
+		})
+	}
+}
