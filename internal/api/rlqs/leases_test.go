@@ -269,8 +269,10 @@ func (r leaseRun) play(t *testing.T) leaseResult {
 // Poisson arrivals, and measures every trailing window of what they
 // admitted as an exact sliding log counts it: never past the documented
 // bound (the limit and every stream's largest lease), close to the limit
-// in the steady state when offered more, and nothing refused when offered
-// less.
+// in the steady state when offered more, and little refused when offered
+// less. Clients that report at the same instant are served in the order
+// the bubble's goroutines run, which varies from run to run: the floors
+// leave room for it (docs/design.md has the spread).
 func TestLeasesBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -283,15 +285,19 @@ func TestLeasesBounded(t *testing.T) {
 		{"10 clients at 10x a limit of 1000 per 10s, one carrying half", leaseRun{
 			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 1,
 			rates: append([]float64{500}, slices.Repeat([]float64{500.0 / 9}, 9)...),
-		}, 0.95, 1},
+		}, 0.93, 1},
 		{"3 clients at 3x a limit of 600 per minute", leaseRun{
 			limit: 600, window: time.Minute, interval: time.Second, duration: 3 * time.Minute, seed: 2,
 			rates: []float64{10, 10, 10},
-		}, 0.85, 1},
+		}, 0.8, 1},
 		{"demand that moves: 10 clients at 2x, then half of them stop", leaseRun{
 			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 3,
 			rates: slices.Repeat([]float64{20}, 10), changes: map[int]float64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0},
 		}, 0.65, 1},
+		{"3 clients at 10x a limit of 5 per 10s", leaseRun{
+			limit: 5, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 5,
+			rates: []float64{5.0 / 3, 5.0 / 3, 5.0 / 3},
+		}, 0.5, 1},
 		{"5 clients at half a limit of 1000 per 10s", leaseRun{
 			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 4,
 			rates: slices.Repeat([]float64{10}, 5),

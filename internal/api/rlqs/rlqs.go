@@ -519,8 +519,8 @@ func (b *bucket) ttl() time.Duration {
 }
 
 // want is the token bucket the bucket's demand asks for. Its rate is a
-// quarter more than the reported rate (at least one request an
-// interval), at most its part of the limit's own rate (its rate over the
+// tenth more than the reported rate (at least one request an interval),
+// at most its part of the limit's own rate (its rate over the
 // key's demand on this node): the parts add up to the limit's rate, as
 // asking for more (a quarter more, tried) charges the window full early
 // in each window and then refuses every lease until the charges leave
@@ -543,7 +543,9 @@ func (b *bucket) want() tokenBucket {
 	i := interval.Seconds()
 	r := stepUp(max(b.rate*headroom, 1/i))
 	if r > part {
-		r = max(stepDown(part), stepUp(1/i))
+		// Its part, even under a request an interval: a limit of a few
+		// a minute leases a token at a time.
+		r = stepDown(part)
 	}
 	tb := sized(r, interval, b.limit.Capacity())
 	depth := math.Ceil(r*i/2 + 3*math.Sqrt(r*i))
