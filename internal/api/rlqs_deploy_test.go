@@ -1,17 +1,27 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
+
+	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter"
+	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
 // rlqsExample reads deploy/envoy/envoy-rlqs.yaml, the Envoy
@@ -84,5 +94,83 @@ func TestEnvoyRLQSConfigExample(t *testing.T) {
 	}
 	if got := bucket.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule().String(); got != "DENY_ALL" {
 		t.Errorf("expired assignment behavior %s, want DENY_ALL", got)
+	}
+}
+
+// TestEnvoyRLQSExampleRoundTrip runs the example's filter settings
+// (domain, reporting interval, no-assignment and expired behaviours) in
+// the test client of Envoy's filter against a node with the README's
+// rules for the domain, over gRPC on the node's main port: a bucket of
+// the example's tenant entry gets a token bucket at the limit's rate.
+func TestEnvoyRLQSExampleRoundTrip(t *testing.T) {
+	cfg, bucket := rlqsExample(t)
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rulesYAML string
+	for _, b := range regexp.MustCompile("(?s)```yaml\n(domain: quota\n.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		rulesYAML = b[1]
+	}
+	if rulesYAML == "" {
+		t.Fatal("README shows no rules for domain quota")
+	}
+	rs, err := rules.Parse([]byte(rulesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, api.Config{Rules: rs, Now: time.Now})
+
+	noAssign, err := rlqsfilter.StrategyFromProto(bucket.GetNoAssignmentBehavior().GetFallbackRateLimit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fallback, err := rlqsfilter.StrategyFromProto(bucket.GetExpiredAssignmentBehavior().GetFallbackRateLimit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := rlqsfilter.New(rlqsfilter.Config{
+		Domain:            cfg.GetDomain(),
+		ReportingInterval: bucket.GetReportingInterval().AsDuration(),
+		NoAssignment:      noAssign,
+		Expired:           &rlqsfilter.Expired{Fallback: fallback, Timeout: bucket.GetExpiredAssignmentBehavior().GetExpiredAssignmentBehaviorTimeout().AsDuration()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, rlqsv3.NewRateLimitQuotaServiceClient(conn)) }()
+	defer func() { cancel(); <-done }()
+
+	id := map[string]string{}
+	for k := range bucket.GetBucketIdBuilder().GetBucketIdBuilder() {
+		id[k] = "acme" // the x-tenant header's value
+	}
+	if !f.Allow(id) {
+		t.Error("the first request was denied under no_assignment_behavior ALLOW_ALL")
+	}
+	for {
+		st, _ := f.State(id)
+		if st.Phase == rlqsfilter.PhaseActive {
+			tb := st.Strategy.TokenBucket
+			if st.Strategy.Kind != rlqsfilter.KindTokenBucket || tb.TokensPerFill == 0 {
+				t.Fatalf("assignment %v, want a token bucket", st.Strategy)
+			}
+			if r := float64(tb.TokensPerFill) / tb.FillInterval.Seconds(); r > 600.0/60*1.001 {
+				t.Errorf("assignment %v: %.2f a second, past the limit's 10", st.Strategy, r)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no assignment within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
