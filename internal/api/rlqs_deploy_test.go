@@ -3,6 +3,9 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -22,6 +26,8 @@ import (
 	"github.com/rlcluster/rlcluster/internal/api"
 	"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
+	"github.com/rlcluster/rlcluster/internal/region"
+	"github.com/rlcluster/rlcluster/internal/region/storetest"
 )
 
 // rlqsExample reads deploy/envoy/envoy-rlqs.yaml, the Envoy
@@ -172,5 +178,120 @@ func TestEnvoyRLQSExampleRoundTrip(t *testing.T) {
 			t.Fatal("no assignment within 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestQuotaNodeRestart: the node a filter leases from goes away and comes
+// back on the same address with the same store (a node restarted in
+// front of its Redis). The filter keeps its last assignment until its
+// time to live, then applies the expired behaviour (deny all), opens a
+// new stream when the node is back and gets a lease again; and what it
+// admits in the whole run, within one window, stays within the limit.
+func TestQuotaNodeRestart(t *testing.T) {
+	rs, err := rules.Parse([]byte("rules:\n  - name: api\n    limit: 40\n    window: 1m\n    leasable: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := storetest.Open(t, region.Config{})
+	start := func(addr string) *httptest.Server {
+		t.Helper()
+		h, err := api.NewHandler(api.Config{Store: store, Rules: rs, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(h)
+		srv.Listener.Close()
+		srv.Listener = ln
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Config.Protocols = &p
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	srv := start("127.0.0.1:0")
+	addr := srv.Listener.Addr().String()
+
+	const interval = 200 * time.Millisecond
+	f, err := rlqsfilter.New(rlqsfilter.Config{
+		Domain: "app", ReportingInterval: interval, NoAssignment: rlqsfilter.DenyAll(),
+		Expired:          &rlqsfilter.Expired{Fallback: rlqsfilter.DenyAll(), Timeout: time.Minute},
+		ReconnectBackoff: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx, rlqsv3.NewRateLimitQuotaServiceClient(conn)) }()
+	defer func() { cancel(); <-done }()
+
+	id := map[string]string{"rule": "api", "key": "k"}
+	admitted := 0
+	// spend asks for 20 requests a second until cond holds, and returns
+	// when.
+	spend := func(what string, cond func(rlqsfilter.BucketState) bool) time.Time {
+		t.Helper()
+		for {
+			if f.Allow(id) {
+				admitted++
+			}
+			if st, _ := f.State(id); cond(st) {
+				return time.Now()
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no %s within 20 s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	active := func(st rlqsfilter.BucketState) bool { return st.Phase == rlqsfilter.PhaseActive }
+	t0 := time.Now()
+	spend("first lease", active)
+	t.Logf("first lease after %v", time.Since(t0))
+	spend("five admitted", func(rlqsfilter.BucketState) bool { return admitted >= 5 })
+
+	st, _ := f.State(id)
+	srv.CloseClientConnections()
+	srv.Close()
+	killed := time.Now()
+	t.Logf("killed with %v of the assignment left", st.ExpiresAt.Sub(killed))
+	expired := spend("expiry", func(st rlqsfilter.BucketState) bool { return st.Phase == rlqsfilter.PhaseExpired })
+	// It expired at its time to live (the test polls every 50 ms).
+	if late := expired.Sub(st.ExpiresAt); late > 200*time.Millisecond || expired.Before(st.ExpiresAt) {
+		t.Errorf("the assignment expired %v after its time to live (the node went %v before it)", late, st.ExpiresAt.Sub(killed))
+	}
+	before := admitted
+	for range 5 {
+		if f.Allow(id) {
+			admitted++
+		}
+	}
+	if admitted != before {
+		t.Errorf("the expired assignment's fallback (deny all) admitted %d", admitted-before)
+	}
+
+	start(addr)
+	back := time.Now()
+	spend("lease after the restart", active)
+	t.Logf("leased again %v after the node came back", time.Since(back))
+	before = admitted
+	spend("an admission after the restart", func(rlqsfilter.BucketState) bool { return admitted > before })
+	if got := f.Stats().Streams; got < 2 {
+		t.Errorf("%d streams, want a new one after the restart", got)
+	}
+	if admitted > 40 {
+		t.Errorf("admitted %d within a minute of a limit of 40 a minute", admitted)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -277,6 +278,10 @@ type bucket struct {
 	// denied), as last reported.
 	interval time.Duration
 	rate     float64
+	// elapsed holds the last reports' time_elapsed, nextElapsed where
+	// the next goes (see observe).
+	elapsed     [4]time.Duration
+	nextElapsed int
 	// pendN and pendElapsed are the requests and time of the reports
 	// since the rate was last measured (see observe).
 	pendN       uint64
@@ -398,6 +403,9 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 			return st.abandon(action), nil
 		}
 		b = &bucket{id: action.BucketId, key: key, interval: firstInterval}
+		for i := range b.elapsed {
+			b.elapsed[i] = firstInterval
+		}
 		st.buckets[key] = b
 		st.svc.m.buckets.Inc()
 	}
@@ -480,12 +488,15 @@ func (b *bucket) observe(elapsed time.Duration, allowed, denied uint64) {
 	// another. Such a report covers a short time, and its few requests
 	// say little of the rate: the demand is measured over reports that
 	// add up to half an interval at least, and the interval is the
-	// longest time_elapsed lately (shrinking by a tenth a periodic
-	// report, should the client's interval shorten).
+	// longest of the last four time_elapsed (out-of-cycle reports come
+	// between periodic ones, not in runs), the first interval assumed
+	// until four reports say otherwise.
 	b.pendN += allowed + denied
 	b.pendElapsed += elapsed
-	if elapsed >= b.interval/2 {
-		b.interval = min(max(elapsed, b.interval*9/10, minInterval), maxInterval)
+	if elapsed > 0 {
+		b.elapsed[b.nextElapsed%len(b.elapsed)] = elapsed
+		b.nextElapsed++
+		b.interval = min(max(slices.Max(b.elapsed[:]), minInterval), maxInterval)
 	}
 	switch {
 	case b.pendElapsed <= 0 && !b.measured:
