@@ -1,8 +1,9 @@
 // Package client is rlcluster's Go client: typed Check and Peek calls to an
 // rlnode over its Connect API, with retries, a timeout and a choice of what
-// to answer when the node cannot be reached, and net/http middleware that
+// to answer when the node cannot be reached; net/http middleware that
 // rate-limits a handler with the same response headers as rlnode's /check
-// endpoint.
+// endpoint; and limiters that admit a leasable rule's key in the process,
+// on quota leases from the node ([Client.Limiter]).
 //
 //	c, err := client.New("http://rlnode:8080", client.WithFailureMode(client.FailOpen))
 //	d, err := c.Check(ctx, "alice", client.Rule("api-per-user"))
@@ -314,13 +315,14 @@ func marks(ms []*ratelimitv1.Mark) []Mark {
 type Option func(*options)
 
 type options struct {
-	httpClient  connect.HTTPClient
-	timeout     time.Duration
-	retries     int
-	backoff     time.Duration
-	mode        FailureMode
-	connectOpts []connect.ClientOption
-	noStats     bool
+	httpClient    connect.HTTPClient
+	timeout       time.Duration
+	retries       int
+	backoff       time.Duration
+	mode          FailureMode
+	connectOpts   []connect.ClientOption
+	noStats       bool
+	leaseInterval time.Duration
 }
 
 // WithHTTPClient sets the HTTP client; default http.DefaultClient. gRPC
@@ -366,14 +368,16 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 // Client calls one rlnode (or a load balancer in front of a region's
 // rlnodes). It is safe for concurrent use.
 type Client struct {
-	rpc  ratelimitv1connect.RateLimitServiceClient
-	opts options
+	rpc     ratelimitv1connect.RateLimitServiceClient
+	opts    options
+	baseURL string
+	leases  leases
 }
 
 // New returns a client for the node at baseURL (for example
 // "http://127.0.0.1:8080").
 func New(baseURL string, opts ...Option) (*Client, error) {
-	o := options{httpClient: http.DefaultClient, timeout: DefaultTimeout, backoff: DefaultBackoff}
+	o := options{httpClient: http.DefaultClient, timeout: DefaultTimeout, backoff: DefaultBackoff, leaseInterval: DefaultLeaseInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -390,8 +394,10 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: WithRetries: backoff %v, want more than 0", o.backoff)
 	case o.mode < FailError || o.mode > FailClosed:
 		return nil, fmt.Errorf("client: WithFailureMode: unknown mode %d", o.mode)
+	case o.leaseInterval < 10*time.Millisecond || o.leaseInterval > time.Minute:
+		return nil, fmt.Errorf("client: WithLeaseInterval: %v, want 10ms to 1m", o.leaseInterval)
 	}
-	return &Client{rpc: ratelimitv1connect.NewRateLimitServiceClient(o.httpClient, baseURL, o.connectOpts...), opts: o}, nil
+	return &Client{rpc: ratelimitv1connect.NewRateLimitServiceClient(o.httpClient, baseURL, o.connectOpts...), opts: o, baseURL: baseURL}, nil
 }
 
 // Check spends one hit of p for key; see [Client.CheckN].

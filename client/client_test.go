@@ -437,7 +437,9 @@ func TestMiddlewareFailureModes(t *testing.T) {
 }
 
 // TestDependencies keeps the public client light: it may import the
-// generated API and the header package, nothing of the server.
+// generated API, the header package and the state machine of quota
+// leases (rlqsfilter, which brings go-control-plane's rate limit quota
+// messages), nothing of the server.
 func TestDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -448,6 +450,7 @@ func TestDependencies(t *testing.T) {
 		"github.com/rlcluster/rlcluster/gen/ratelimit/v1":                    true,
 		"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect": true,
 		"github.com/rlcluster/rlcluster/internal/ratelimitheader":            true,
+		"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter":        true,
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if strings.HasPrefix(p, "github.com/rlcluster/") && !allowed[p] {

@@ -381,7 +381,8 @@ func NewHandler(cfg Config) (*Server, error) {
 	svcPath, checks := ratelimitv1connect.NewRateLimitServiceHandler(s, readMax(s.reads.check)...)
 	_, batches := ratelimitv1connect.NewRateLimitServiceHandler(s, readMax(s.reads.batch)...)
 	s.mux.Handle(svcPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == pathCheckBatch {
+		if r.URL.Path == pathCheckBatch || r.URL.Path == ratelimitv1connect.RateLimitServiceLeaseProcedure {
+			// A lease report holds many keys, as a batch does.
 			batches.ServeHTTP(w, r)
 			return
 		}
@@ -426,7 +427,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isStream(r.URL.Path) {
 		// A stream outlives the server's unary deadlines, up to its own.
 		d := s.cfg.StreamTimeout
-		if r.URL.Path == rlqs.Procedure {
+		if r.URL.Path == rlqs.Procedure || r.URL.Path == ratelimitv1connect.RateLimitServiceLeaseProcedure {
 			d = s.rlqs.Lifetime()
 		}
 		end := time.Now().Add(d)
@@ -467,7 +468,7 @@ func (s *Server) AcquireRequest(ctx context.Context, size int) (release func(), 
 
 // isStream reports whether path is a streaming procedure.
 func isStream(path string) bool {
-	return path == rlqs.Procedure ||
+	return path == rlqs.Procedure || path == ratelimitv1connect.RateLimitServiceLeaseProcedure ||
 		strings.HasPrefix(path, "/grpc.reflection.v1.ServerReflection/") ||
 		strings.HasPrefix(path, "/grpc.reflection.v1alpha.ServerReflection/")
 }

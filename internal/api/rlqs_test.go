@@ -406,3 +406,44 @@ func (s *testServer) metric(t *testing.T, name string, labels ...string) float64
 	}
 	return 0
 }
+
+// TestLeaseRPC: ratelimit.v1's Lease over Connect (bidirectional, so
+// HTTP/2): a leasable rule's key gets a token bucket grant with a time to
+// live, a rule that is not leasable (or unknown) is abandoned, and a
+// usage without a key ends the stream with invalid_argument.
+func TestLeaseRPC(t *testing.T) {
+	c := newClock(t0)
+	s := quotaServer(t, "rules:\n  - name: login\n    limit: 50\n    window: 1m\n    leasable: true\n  - name: fixed\n    limit: 50\n    window: 1m\n", c, api.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, p := range protocols {
+		if !p.h2c {
+			continue // a bidirectional stream needs HTTP/2
+		}
+		st := s.client(t, true, p.opts...).Lease(ctx)
+		if err := st.Send(&ratelimitv1.LeaseRequest{Usages: []*ratelimitv1.LeaseUsage{
+			{Rule: "login", Key: "alice", Allowed: 1},
+			{Rule: "fixed", Key: "alice", Allowed: 1},
+			{Rule: "nosuch", Key: "alice"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := resp.GetGrants()
+		if len(g) != 3 || g[0].GetRule() != "login" || g[0].GetKey() != "alice" || g[0].GetTokenBucket().GetTokensPerFill() == 0 || g[0].GetTtl().AsDuration() <= 0 {
+			t.Fatalf("grants %v, want a token bucket for login/alice first", g)
+		}
+		if !g[1].GetAbandon() || !g[2].GetAbandon() {
+			t.Errorf("a rule not leasable and an unknown one: %v, %v, want abandon", g[1], g[2])
+		}
+		if err := st.Send(&ratelimitv1.LeaseRequest{Usages: []*ratelimitv1.LeaseUsage{{Rule: "login"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Receive(); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "usages[0]: rule and key are required") {
+			t.Errorf("a usage without a key: %v, want invalid_argument naming it", err)
+		}
+	}
+}

@@ -246,6 +246,370 @@ func (Calendar) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
+// LeaseRequest reports the use of keys since the stream's last report of
+// each. A key's first report subscribes to its grants.
+type LeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Usages        []*LeaseUsage          `protobuf:"bytes,1,rep,name=usages,proto3" json:"usages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *LeaseRequest) GetUsages() []*LeaseUsage {
+	if x != nil {
+		return x.Usages
+	}
+	return nil
+}
+
+// LeaseUsage is one key's use.
+type LeaseUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rule  string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// elapsed is the time since this key's last report (0 in its first).
+	Elapsed *durationpb.Duration `protobuf:"bytes,3,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
+	// allowed and denied count the requests admitted and refused locally.
+	Allowed       uint64 `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Denied        uint64 `protobuf:"varint,5,opt,name=denied,proto3" json:"denied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseUsage) Reset() {
+	*x = LeaseUsage{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseUsage) ProtoMessage() {}
+
+func (x *LeaseUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseUsage.ProtoReflect.Descriptor instead.
+func (*LeaseUsage) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseUsage) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LeaseUsage) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaseUsage) GetElapsed() *durationpb.Duration {
+	if x != nil {
+		return x.Elapsed
+	}
+	return nil
+}
+
+func (x *LeaseUsage) GetAllowed() uint64 {
+	if x != nil {
+		return x.Allowed
+	}
+	return 0
+}
+
+func (x *LeaseUsage) GetDenied() uint64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
+// LeaseResponse answers a LeaseRequest: a grant for each key it reports.
+type LeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*LeaseGrant          `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LeaseResponse) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// LeaseGrant is what a client may admit of one key. A grant whose action
+// is the same as the key's current one only extends it (its token bucket
+// keeps its tokens); another replaces it (a new bucket starts full).
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rule  string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Types that are valid to be assigned to Action:
+	//
+	//	*LeaseGrant_TokenBucket
+	//	*LeaseGrant_DenyAll
+	//	*LeaseGrant_Abandon
+	Action isLeaseGrant_Action `protobuf_oneof:"action"`
+	// ttl is how long the grant holds from its arrival; the client then
+	// decides the key with Check until the next grant.
+	Ttl           *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaseGrant) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LeaseGrant) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaseGrant) GetAction() isLeaseGrant_Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+func (x *LeaseGrant) GetTokenBucket() *LeaseTokenBucket {
+	if x != nil {
+		if x, ok := x.Action.(*LeaseGrant_TokenBucket); ok {
+			return x.TokenBucket
+		}
+	}
+	return nil
+}
+
+func (x *LeaseGrant) GetDenyAll() bool {
+	if x != nil {
+		if x, ok := x.Action.(*LeaseGrant_DenyAll); ok {
+			return x.DenyAll
+		}
+	}
+	return false
+}
+
+func (x *LeaseGrant) GetAbandon() bool {
+	if x != nil {
+		if x, ok := x.Action.(*LeaseGrant_Abandon); ok {
+			return x.Abandon
+		}
+	}
+	return false
+}
+
+func (x *LeaseGrant) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type isLeaseGrant_Action interface {
+	isLeaseGrant_Action()
+}
+
+type LeaseGrant_TokenBucket struct {
+	// token_bucket admits a request for each token.
+	TokenBucket *LeaseTokenBucket `protobuf:"bytes,3,opt,name=token_bucket,json=tokenBucket,proto3,oneof"`
+}
+
+type LeaseGrant_DenyAll struct {
+	// deny_all refuses every request until the next grant.
+	DenyAll bool `protobuf:"varint,4,opt,name=deny_all,json=denyAll,proto3,oneof"`
+}
+
+type LeaseGrant_Abandon struct {
+	// abandon: the key cannot be leased (an unknown rule, or one not
+	// leasable); decide it with Check. Reports of it stop.
+	Abandon bool `protobuf:"varint,5,opt,name=abandon,proto3,oneof"`
+}
+
+func (*LeaseGrant_TokenBucket) isLeaseGrant_Action() {}
+
+func (*LeaseGrant_DenyAll) isLeaseGrant_Action() {}
+
+func (*LeaseGrant_Abandon) isLeaseGrant_Action() {}
+
+// LeaseTokenBucket holds max_tokens and starts full; it gains
+// tokens_per_fill every fill_interval, continuously, never above
+// max_tokens.
+type LeaseTokenBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxTokens     uint32                 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	TokensPerFill uint32                 `protobuf:"varint,2,opt,name=tokens_per_fill,json=tokensPerFill,proto3" json:"tokens_per_fill,omitempty"`
+	FillInterval  *durationpb.Duration   `protobuf:"bytes,3,opt,name=fill_interval,json=fillInterval,proto3" json:"fill_interval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseTokenBucket) Reset() {
+	*x = LeaseTokenBucket{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseTokenBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseTokenBucket) ProtoMessage() {}
+
+func (x *LeaseTokenBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseTokenBucket.ProtoReflect.Descriptor instead.
+func (*LeaseTokenBucket) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseTokenBucket) GetMaxTokens() uint32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *LeaseTokenBucket) GetTokensPerFill() uint32 {
+	if x != nil {
+		return x.TokensPerFill
+	}
+	return 0
+}
+
+func (x *LeaseTokenBucket) GetFillInterval() *durationpb.Duration {
+	if x != nil {
+		return x.FillInterval
+	}
+	return nil
+}
+
 // ResetRequest names the counters to clear: key under a rule, or key with
 // an inline limit (whose window and algorithm do not matter: every inline
 // counter of the key is cleared; its scope does).
@@ -263,7 +627,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +639,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +652,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResetRequest) GetKey() string {
@@ -323,7 +687,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +699,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +712,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResetResponse) GetResetAt() *timestamppb.Timestamp {
@@ -395,7 +759,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +771,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +784,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Limit) GetLimit() uint64 {
@@ -503,7 +867,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +879,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +892,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckRequest) GetKey() string {
@@ -591,7 +955,7 @@ type RegionCount struct {
 
 func (x *RegionCount) Reset() {
 	*x = RegionCount{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +967,7 @@ func (x *RegionCount) String() string {
 func (*RegionCount) ProtoMessage() {}
 
 func (x *RegionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +980,7 @@ func (x *RegionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionCount.ProtoReflect.Descriptor instead.
 func (*RegionCount) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegionCount) GetRegion() string {
@@ -670,7 +1034,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +1046,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +1059,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Mark) GetAtMs() int64 {
@@ -725,7 +1089,7 @@ type EstimateTerm struct {
 
 func (x *EstimateTerm) Reset() {
 	*x = EstimateTerm{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +1101,7 @@ func (x *EstimateTerm) String() string {
 func (*EstimateTerm) ProtoMessage() {}
 
 func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1114,7 @@ func (x *EstimateTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateTerm.ProtoReflect.Descriptor instead.
 func (*EstimateTerm) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EstimateTerm) GetCount() uint64 {
@@ -823,7 +1187,7 @@ type WindowStats struct {
 
 func (x *WindowStats) Reset() {
 	*x = WindowStats{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1199,7 @@ func (x *WindowStats) String() string {
 func (*WindowStats) ProtoMessage() {}
 
 func (x *WindowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1212,7 @@ func (x *WindowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowStats.ProtoReflect.Descriptor instead.
 func (*WindowStats) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WindowStats) GetBucket() int64 {
@@ -946,7 +1310,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1322,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1335,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -1041,7 +1405,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1417,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1430,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckBatchRequest) GetChecks() []*CheckRequest {
@@ -1090,7 +1454,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1466,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1479,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckResult) GetResult() isCheckResult_Result {
@@ -1174,7 +1538,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1550,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1563,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Error) GetCode() string {
@@ -1227,7 +1591,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1603,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1616,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckBatchResponse) GetResults() []*CheckResult {
@@ -1281,7 +1645,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1657,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1670,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -1355,7 +1719,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1731,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1744,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PeekResponse) GetResponse() *CheckResponse {
@@ -1394,7 +1758,32 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"_\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
+	"\fLeaseRequest\x120\n" +
+	"\x06usages\x18\x01 \x03(\v2\x18.ratelimit.v1.LeaseUsageR\x06usages\"\x99\x01\n" +
+	"\n" +
+	"LeaseUsage\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x123\n" +
+	"\aelapsed\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\x04R\aallowed\x12\x16\n" +
+	"\x06denied\x18\x05 \x01(\x04R\x06denied\"A\n" +
+	"\rLeaseResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ratelimit.v1.LeaseGrantR\x06grants\"\xe7\x01\n" +
+	"\n" +
+	"LeaseGrant\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12C\n" +
+	"\ftoken_bucket\x18\x03 \x01(\v2\x1e.ratelimit.v1.LeaseTokenBucketH\x00R\vtokenBucket\x12\x1b\n" +
+	"\bdeny_all\x18\x04 \x01(\bH\x00R\adenyAll\x12\x1a\n" +
+	"\aabandon\x18\x05 \x01(\bH\x00R\aabandon\x12+\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\b\n" +
+	"\x06action\"\x99\x01\n" +
+	"\x10LeaseTokenBucket\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12&\n" +
+	"\x0ftokens_per_fill\x18\x02 \x01(\rR\rtokensPerFill\x12>\n" +
+	"\rfill_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\ffillInterval\"_\n" +
 	"\fResetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12)\n" +
@@ -1490,13 +1879,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\fCALENDAR_DAY\x10\x03\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x04\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x05\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x062\xb0\x02\n" +
+	"\rCALENDAR_YEAR\x10\x062\xf6\x02\n" +
 	"\x10RateLimitService\x12@\n" +
 	"\x05Check\x12\x1a.ratelimit.v1.CheckRequest\x1a\x1b.ratelimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ratelimit.v1.CheckBatchRequest\x1a .ratelimit.v1.CheckBatchResponse\x12B\n" +
 	"\x04Peek\x12\x19.ratelimit.v1.PeekRequest\x1a\x1a.ratelimit.v1.PeekResponse\"\x03\x90\x02\x01\x12E\n" +
-	"\x05Reset\x12\x1a.ratelimit.v1.ResetRequest\x1a\x1b.ratelimit.v1.ResetResponse\"\x03\x90\x02\x02B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
+	"\x05Reset\x12\x1a.ratelimit.v1.ResetRequest\x1a\x1b.ratelimit.v1.ResetResponse\"\x03\x90\x02\x02\x12D\n" +
+	"\x05Lease\x12\x1a.ratelimit.v1.LeaseRequest\x1a\x1b.ratelimit.v1.LeaseResponse(\x010\x01B=Z;github.com/rlcluster/rlcluster/gen/ratelimit/v1;ratelimitv1b\x06proto3"
 
 var (
 	file_ratelimit_v1_ratelimit_proto_rawDescOnce sync.Once
@@ -1511,64 +1901,77 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),                // 0: ratelimit.v1.Algorithm
 	(Scope)(0),                    // 1: ratelimit.v1.Scope
 	(Calendar)(0),                 // 2: ratelimit.v1.Calendar
-	(*ResetRequest)(nil),          // 3: ratelimit.v1.ResetRequest
-	(*ResetResponse)(nil),         // 4: ratelimit.v1.ResetResponse
-	(*Limit)(nil),                 // 5: ratelimit.v1.Limit
-	(*CheckRequest)(nil),          // 6: ratelimit.v1.CheckRequest
-	(*RegionCount)(nil),           // 7: ratelimit.v1.RegionCount
-	(*Mark)(nil),                  // 8: ratelimit.v1.Mark
-	(*EstimateTerm)(nil),          // 9: ratelimit.v1.EstimateTerm
-	(*WindowStats)(nil),           // 10: ratelimit.v1.WindowStats
-	(*CheckResponse)(nil),         // 11: ratelimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),     // 12: ratelimit.v1.CheckBatchRequest
-	(*CheckResult)(nil),           // 13: ratelimit.v1.CheckResult
-	(*Error)(nil),                 // 14: ratelimit.v1.Error
-	(*CheckBatchResponse)(nil),    // 15: ratelimit.v1.CheckBatchResponse
-	(*PeekRequest)(nil),           // 16: ratelimit.v1.PeekRequest
-	(*PeekResponse)(nil),          // 17: ratelimit.v1.PeekResponse
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*LeaseRequest)(nil),          // 3: ratelimit.v1.LeaseRequest
+	(*LeaseUsage)(nil),            // 4: ratelimit.v1.LeaseUsage
+	(*LeaseResponse)(nil),         // 5: ratelimit.v1.LeaseResponse
+	(*LeaseGrant)(nil),            // 6: ratelimit.v1.LeaseGrant
+	(*LeaseTokenBucket)(nil),      // 7: ratelimit.v1.LeaseTokenBucket
+	(*ResetRequest)(nil),          // 8: ratelimit.v1.ResetRequest
+	(*ResetResponse)(nil),         // 9: ratelimit.v1.ResetResponse
+	(*Limit)(nil),                 // 10: ratelimit.v1.Limit
+	(*CheckRequest)(nil),          // 11: ratelimit.v1.CheckRequest
+	(*RegionCount)(nil),           // 12: ratelimit.v1.RegionCount
+	(*Mark)(nil),                  // 13: ratelimit.v1.Mark
+	(*EstimateTerm)(nil),          // 14: ratelimit.v1.EstimateTerm
+	(*WindowStats)(nil),           // 15: ratelimit.v1.WindowStats
+	(*CheckResponse)(nil),         // 16: ratelimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),     // 17: ratelimit.v1.CheckBatchRequest
+	(*CheckResult)(nil),           // 18: ratelimit.v1.CheckResult
+	(*Error)(nil),                 // 19: ratelimit.v1.Error
+	(*CheckBatchResponse)(nil),    // 20: ratelimit.v1.CheckBatchResponse
+	(*PeekRequest)(nil),           // 21: ratelimit.v1.PeekRequest
+	(*PeekResponse)(nil),          // 22: ratelimit.v1.PeekResponse
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	5,  // 0: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
-	18, // 1: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
-	19, // 2: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
-	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	1,  // 4: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
-	2,  // 5: ratelimit.v1.Limit.calendar:type_name -> ratelimit.v1.Calendar
-	5,  // 6: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
-	19, // 7: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
-	8,  // 8: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
-	7,  // 9: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
-	9,  // 10: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
-	19, // 11: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	19, // 12: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	10, // 13: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
-	1,  // 14: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
-	6,  // 15: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
-	11, // 16: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
-	14, // 17: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
-	13, // 18: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
-	5,  // 19: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
-	11, // 20: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
-	6,  // 21: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
-	12, // 22: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
-	16, // 23: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
-	3,  // 24: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
-	11, // 25: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
-	15, // 26: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
-	17, // 27: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
-	4,  // 28: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
-	25, // [25:29] is the sub-list for method output_type
-	21, // [21:25] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 0: ratelimit.v1.LeaseRequest.usages:type_name -> ratelimit.v1.LeaseUsage
+	23, // 1: ratelimit.v1.LeaseUsage.elapsed:type_name -> google.protobuf.Duration
+	6,  // 2: ratelimit.v1.LeaseResponse.grants:type_name -> ratelimit.v1.LeaseGrant
+	7,  // 3: ratelimit.v1.LeaseGrant.token_bucket:type_name -> ratelimit.v1.LeaseTokenBucket
+	23, // 4: ratelimit.v1.LeaseGrant.ttl:type_name -> google.protobuf.Duration
+	23, // 5: ratelimit.v1.LeaseTokenBucket.fill_interval:type_name -> google.protobuf.Duration
+	10, // 6: ratelimit.v1.ResetRequest.limit:type_name -> ratelimit.v1.Limit
+	24, // 7: ratelimit.v1.ResetResponse.reset_at:type_name -> google.protobuf.Timestamp
+	23, // 8: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	0,  // 9: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	1,  // 10: ratelimit.v1.Limit.scope:type_name -> ratelimit.v1.Scope
+	2,  // 11: ratelimit.v1.Limit.calendar:type_name -> ratelimit.v1.Calendar
+	10, // 12: ratelimit.v1.CheckRequest.limit:type_name -> ratelimit.v1.Limit
+	23, // 13: ratelimit.v1.RegionCount.age:type_name -> google.protobuf.Duration
+	13, // 14: ratelimit.v1.RegionCount.previous_marks:type_name -> ratelimit.v1.Mark
+	12, // 15: ratelimit.v1.WindowStats.regions:type_name -> ratelimit.v1.RegionCount
+	14, // 16: ratelimit.v1.WindowStats.terms:type_name -> ratelimit.v1.EstimateTerm
+	23, // 17: ratelimit.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	23, // 18: ratelimit.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	15, // 19: ratelimit.v1.CheckResponse.stats:type_name -> ratelimit.v1.WindowStats
+	1,  // 20: ratelimit.v1.CheckResponse.scope:type_name -> ratelimit.v1.Scope
+	11, // 21: ratelimit.v1.CheckBatchRequest.checks:type_name -> ratelimit.v1.CheckRequest
+	16, // 22: ratelimit.v1.CheckResult.response:type_name -> ratelimit.v1.CheckResponse
+	19, // 23: ratelimit.v1.CheckResult.error:type_name -> ratelimit.v1.Error
+	18, // 24: ratelimit.v1.CheckBatchResponse.results:type_name -> ratelimit.v1.CheckResult
+	10, // 25: ratelimit.v1.PeekRequest.limit:type_name -> ratelimit.v1.Limit
+	16, // 26: ratelimit.v1.PeekResponse.response:type_name -> ratelimit.v1.CheckResponse
+	11, // 27: ratelimit.v1.RateLimitService.Check:input_type -> ratelimit.v1.CheckRequest
+	17, // 28: ratelimit.v1.RateLimitService.CheckBatch:input_type -> ratelimit.v1.CheckBatchRequest
+	21, // 29: ratelimit.v1.RateLimitService.Peek:input_type -> ratelimit.v1.PeekRequest
+	8,  // 30: ratelimit.v1.RateLimitService.Reset:input_type -> ratelimit.v1.ResetRequest
+	3,  // 31: ratelimit.v1.RateLimitService.Lease:input_type -> ratelimit.v1.LeaseRequest
+	16, // 32: ratelimit.v1.RateLimitService.Check:output_type -> ratelimit.v1.CheckResponse
+	20, // 33: ratelimit.v1.RateLimitService.CheckBatch:output_type -> ratelimit.v1.CheckBatchResponse
+	22, // 34: ratelimit.v1.RateLimitService.Peek:output_type -> ratelimit.v1.PeekResponse
+	9,  // 35: ratelimit.v1.RateLimitService.Reset:output_type -> ratelimit.v1.ResetResponse
+	5,  // 36: ratelimit.v1.RateLimitService.Lease:output_type -> ratelimit.v1.LeaseResponse
+	32, // [32:37] is the sub-list for method output_type
+	27, // [27:32] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1576,7 +1979,12 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 	if File_ratelimit_v1_ratelimit_proto != nil {
 		return
 	}
-	file_ratelimit_v1_ratelimit_proto_msgTypes[10].OneofWrappers = []any{
+	file_ratelimit_v1_ratelimit_proto_msgTypes[3].OneofWrappers = []any{
+		(*LeaseGrant_TokenBucket)(nil),
+		(*LeaseGrant_DenyAll)(nil),
+		(*LeaseGrant_Abandon)(nil),
+	}
+	file_ratelimit_v1_ratelimit_proto_msgTypes[15].OneofWrappers = []any{
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
@@ -1586,7 +1994,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -2,7 +2,8 @@
 // HTTP/2 transport on a listener of their own: Envoy's rate-limit service
 // (RLS v3 ShouldRateLimit), its rate limit quota service (RLQS
 // StreamRateLimitQuotas), ratelimit.v1 RateLimitService (Check,
-// CheckBatch, Peek, Reset), gRPC health checking and server reflection.
+// CheckBatch, Peek, Reset, Lease), gRPC health checking and server
+// reflection.
 //
 // Every call goes through the same methods as the Connect handler on the
 // main port ([api.Server] and [envoyrls.Service]), hence the one decision
@@ -326,10 +327,10 @@ type streamTimeout time.Duration
 // stream runs the handler until it returns or the timeout passes; then
 // the call ends with DeadlineExceeded, which closes the stream, and the
 // handler, blocked on the closed stream, returns in its own time. The
-// rate limit quota service's streams live longer and bound themselves
-// ([rlqs.Config.Lifetime]).
+// rate limit quota service's streams (and Lease's) live longer and bound
+// themselves ([rlqs.Config.Lifetime]).
 func (d streamTimeout) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if info.FullMethod == rlqs.Procedure {
+	if info.FullMethod == rlqs.Procedure || info.FullMethod == ratelimitv1connect.RateLimitServiceLeaseProcedure {
 		return h(srv, ss)
 	}
 	ctx, cancel := context.WithTimeout(ss.Context(), time.Duration(d))

@@ -6,7 +6,9 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 
+	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/gen/ratelimit/v1/ratelimitv1connect"
+	"github.com/rlcluster/rlcluster/internal/api"
 )
 
 // rateLimitServiceDesc describes ratelimit.v1.RateLimitService to grpc-go
@@ -22,7 +24,22 @@ var rateLimitServiceDesc = grpc.ServiceDesc{
 		{MethodName: "Peek", Handler: unary(ratelimitv1connect.RateLimitServicePeekProcedure, ratelimitv1connect.RateLimitServiceHandler.Peek)},
 		{MethodName: "Reset", Handler: unary(ratelimitv1connect.RateLimitServiceResetProcedure, ratelimitv1connect.RateLimitServiceHandler.Reset)},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{{
+		StreamName: "Lease", ServerStreams: true, ClientStreams: true,
+		Handler: func(srv any, ss grpc.ServerStream) error {
+			err := srv.(*api.Server).LeaseStream(ss.Context(), func() (*ratelimitv1.LeaseRequest, error) {
+				m := new(ratelimitv1.LeaseRequest)
+				if err := ss.RecvMsg(m); err != nil {
+					return nil, err
+				}
+				return m, nil
+			}, func(m *ratelimitv1.LeaseResponse) error { return ss.SendMsg(m) })
+			if err != nil {
+				return grpcError(err)
+			}
+			return nil
+		},
+	}},
 	Metadata: "ratelimit/v1/ratelimit.proto",
 }
 

@@ -192,11 +192,23 @@ func (s *Service) Streams() int64 { return s.streams.Load() }
 // Envoy's filter opens a new stream), or a report is invalid
 // (invalid_argument, naming the field). Errors are Connect errors.
 func (s *Service) Stream(parent context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	return s.stream(parent, false, recv, send)
+}
+
+// StreamRules serves a stream of leases of native rules' keys (the
+// ratelimit.v1 Lease call) as [Service.Stream] serves Envoy's: its
+// reports carry no domain, and each bucket is exactly the entries "rule"
+// and "key" of a leasable rule.
+func (s *Service) StreamRules(parent context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	return s.stream(parent, true, recv, send)
+}
+
+func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Lifetime)
 	defer cancel()
 	s.streams.Add(1)
 	s.m.streams.Inc()
-	st := &stream{svc: s, ctx: ctx, buckets: map[string]*bucket{}}
+	st := &stream{svc: s, ctx: ctx, native: native, buckets: map[string]*bucket{}}
 	defer func() {
 		s.streams.Add(-1)
 		s.m.streams.Dec()
@@ -261,6 +273,7 @@ func (s *Service) Stream(parent context.Context, recv func() (*rlqsv3.RateLimitQ
 type stream struct {
 	svc     *Service
 	ctx     context.Context
+	native  bool // native rules only, no domain (StreamRules)
 	domain  string
 	buckets map[string]*bucket // by counter key
 }
@@ -326,7 +339,7 @@ func (t tokenBucket) lifetimeTokens(d time.Duration) uint64 {
 
 // report handles one message: every usage it carries, in order.
 func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
-	if st.domain == "" {
+	if !st.native && st.domain == "" {
 		if m.GetDomain() == "" {
 			return nil, decision.Invalid("domain: required in a stream's first report")
 		}
@@ -334,7 +347,7 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain: this token may not use domain %.128q", m.GetDomain()))
 		}
 		st.domain = m.GetDomain()
-	} else if m.GetDomain() != "" && m.GetDomain() != st.domain {
+	} else if !st.native && m.GetDomain() != "" && m.GetDomain() != st.domain {
 		return nil, decision.Invalid("domain: a stream keeps its first report's domain %.128q; open a new stream for %.128q", st.domain, m.GetDomain())
 	}
 	if n := len(m.GetBucketQuotaUsages()); n > st.svc.cfg.MaxBuckets {
@@ -451,7 +464,7 @@ type matched struct {
 func (st *stream) match(f string, entries []rules.Entry, now time.Time) (key string, req decision.Request, lim matched, known bool, err error) {
 	d := st.svc.cfg.Decider
 	rs := d.Rules()
-	if dom := rs.Domain(st.domain); dom != nil {
+	if dom := rs.Domain(st.domain); dom != nil && !st.native {
 		el, ordered := dom.MatchSet(entries)
 		if el != nil {
 			entries = ordered

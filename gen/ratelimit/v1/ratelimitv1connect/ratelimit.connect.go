@@ -43,6 +43,8 @@ const (
 	RateLimitServicePeekProcedure = "/ratelimit.v1.RateLimitService/Peek"
 	// RateLimitServiceResetProcedure is the fully-qualified name of the RateLimitService's Reset RPC.
 	RateLimitServiceResetProcedure = "/ratelimit.v1.RateLimitService/Reset"
+	// RateLimitServiceLeaseProcedure is the fully-qualified name of the RateLimitService's Lease RPC.
+	RateLimitServiceLeaseProcedure = "/ratelimit.v1.RateLimitService/Lease"
 )
 
 // RateLimitServiceClient is a client for the ratelimit.v1.RateLimitService service.
@@ -65,6 +67,14 @@ type RateLimitServiceClient interface {
 	// When the node requires bearer tokens, only a token with the admin scope
 	// may call it (permission_denied otherwise). Resetting twice is harmless.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
+	// Lease streams quota leases for keys of leasable rules (a rule's
+	// leasable: true): the client reports each key's use every interval and
+	// admits requests locally, against the token bucket each grant
+	// assigns, until the grant's time to live runs out. It is the node's
+	// rate limit quota service (Envoy's RLQS) for native rules: every token
+	// a grant can hand out is decided on the rule's counter before it is
+	// sent. Needs HTTP/2 (gRPC, or the Connect protocol over HTTP/2).
+	Lease(context.Context) *connect.BidiStreamForClient[v1.LeaseRequest, v1.LeaseResponse]
 }
 
 // NewRateLimitServiceClient constructs a client for the ratelimit.v1.RateLimitService service. By
@@ -104,6 +114,12 @@ func NewRateLimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		lease: connect.NewClient[v1.LeaseRequest, v1.LeaseResponse](
+			httpClient,
+			baseURL+RateLimitServiceLeaseProcedure,
+			connect.WithSchema(rateLimitServiceMethods.ByName("Lease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -113,6 +129,7 @@ type rateLimitServiceClient struct {
 	checkBatch *connect.Client[v1.CheckBatchRequest, v1.CheckBatchResponse]
 	peek       *connect.Client[v1.PeekRequest, v1.PeekResponse]
 	reset      *connect.Client[v1.ResetRequest, v1.ResetResponse]
+	lease      *connect.Client[v1.LeaseRequest, v1.LeaseResponse]
 }
 
 // Check calls ratelimit.v1.RateLimitService.Check.
@@ -135,6 +152,11 @@ func (c *rateLimitServiceClient) Reset(ctx context.Context, req *connect.Request
 	return c.reset.CallUnary(ctx, req)
 }
 
+// Lease calls ratelimit.v1.RateLimitService.Lease.
+func (c *rateLimitServiceClient) Lease(ctx context.Context) *connect.BidiStreamForClient[v1.LeaseRequest, v1.LeaseResponse] {
+	return c.lease.CallBidiStream(ctx)
+}
+
 // RateLimitServiceHandler is an implementation of the ratelimit.v1.RateLimitService service.
 type RateLimitServiceHandler interface {
 	// Check decides whether key may spend hits now and, when allowed, consumes
@@ -155,6 +177,14 @@ type RateLimitServiceHandler interface {
 	// When the node requires bearer tokens, only a token with the admin scope
 	// may call it (permission_denied otherwise). Resetting twice is harmless.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
+	// Lease streams quota leases for keys of leasable rules (a rule's
+	// leasable: true): the client reports each key's use every interval and
+	// admits requests locally, against the token bucket each grant
+	// assigns, until the grant's time to live runs out. It is the node's
+	// rate limit quota service (Envoy's RLQS) for native rules: every token
+	// a grant can hand out is decided on the rule's counter before it is
+	// sent. Needs HTTP/2 (gRPC, or the Connect protocol over HTTP/2).
+	Lease(context.Context, *connect.BidiStream[v1.LeaseRequest, v1.LeaseResponse]) error
 }
 
 // NewRateLimitServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -190,6 +220,12 @@ func NewRateLimitServiceHandler(svc RateLimitServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	rateLimitServiceLeaseHandler := connect.NewBidiStreamHandler(
+		RateLimitServiceLeaseProcedure,
+		svc.Lease,
+		connect.WithSchema(rateLimitServiceMethods.ByName("Lease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ratelimit.v1.RateLimitService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RateLimitServiceCheckProcedure:
@@ -200,6 +236,8 @@ func NewRateLimitServiceHandler(svc RateLimitServiceHandler, opts ...connect.Han
 			rateLimitServicePeekHandler.ServeHTTP(w, r)
 		case RateLimitServiceResetProcedure:
 			rateLimitServiceResetHandler.ServeHTTP(w, r)
+		case RateLimitServiceLeaseProcedure:
+			rateLimitServiceLeaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -223,4 +261,8 @@ func (UnimplementedRateLimitServiceHandler) Peek(context.Context, *connect.Reque
 
 func (UnimplementedRateLimitServiceHandler) Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RateLimitService.Reset is not implemented"))
+}
+
+func (UnimplementedRateLimitServiceHandler) Lease(context.Context, *connect.BidiStream[v1.LeaseRequest, v1.LeaseResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RateLimitService.Lease is not implemented"))
 }

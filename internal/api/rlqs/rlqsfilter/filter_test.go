@@ -1,6 +1,7 @@
 package rlqsfilter
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -609,5 +610,61 @@ func BenchmarkAllow(b *testing.B) {
 				f.Allow(id)
 			}
 		})
+	})
+}
+
+// TestReserve: a reservation takes a held token at once, or the next one
+// not yet owed with the delay until its fill; while a token is owed no
+// request is admitted; a reservation cancelled before its time gives its
+// token back; none is made past the assignment's expiry, or without a
+// token bucket.
+func TestReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := mustNew(t, Config{ReportingInterval: time.Hour, NoAssignment: DenyAll()})
+		h := f.Bucket(idA)
+		if _, ok, _ := h.Reserve(); ok {
+			t.Fatal("reserved without an assignment")
+		}
+		h.Allow()
+		f.apply(response(assign(idA, TokenBucketStrategy(2, 1, 100*time.Millisecond), time.Second)))
+		var delays []time.Duration
+		var cancels []func()
+		for range 4 {
+			d, ok, cancel := h.Reserve()
+			if !ok {
+				t.Fatalf("reservation %d refused", len(delays)+1)
+			}
+			delays = append(delays, d)
+			cancels = append(cancels, cancel)
+		}
+		if want := []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(delays, want) {
+			t.Fatalf("delays %v, want %v", delays, want)
+		}
+		if h.Allow() {
+			t.Fatal("admitted while two tokens are owed")
+		}
+		cancels[3]() // before its time: the token comes back
+		time.Sleep(100 * time.Millisecond)
+		if h.Allow() {
+			t.Fatal("admitted the fill that pays the third reservation")
+		}
+		time.Sleep(100 * time.Millisecond)
+		if !h.Allow() || h.Allow() {
+			t.Fatal("want the one token the cancelled reservation gave back")
+		}
+		// Tokens that would fill after the expiry (a second from the
+		// assignment, 200 ms from now... less) are not reserved.
+		for range 20 {
+			if _, ok, _ := h.Reserve(); !ok {
+				break
+			}
+		}
+		if d, ok, _ := h.Reserve(); ok {
+			t.Fatalf("reserved a token %v away, past the assignment's expiry", d)
+		}
+		f.apply(response(assign(idA, DenyAll(), time.Minute)))
+		if _, ok, _ := h.Reserve(); ok {
+			t.Fatal("reserved under deny all")
+		}
 	})
 }

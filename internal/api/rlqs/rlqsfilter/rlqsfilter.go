@@ -303,6 +303,58 @@ func (h *Bucket) Allow() bool {
 	return ok
 }
 
+// Reserve takes a token of the handle's bucket for one request, now or
+// ahead of its fill, as golang.org/x/time/rate's Reserve does: delay is
+// how long the caller waits before acting, and cancel gives the token
+// back (a call after the delay has passed changes nothing the bucket has
+// not already counted). ok is false, and nothing is taken, unless the
+// bucket's active assignment is a token bucket that fills the token
+// before the assignment expires; a bucket not yet known subscribes, as a
+// request would (without counting one). A reserved token counts in the usage
+// reported as an allowed request; a token owed is paid by the next
+// fills, before any request is admitted again.
+func (h *Bucket) Reserve() (delay time.Duration, ok bool, cancel func()) {
+	f := h.f
+	now := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := h.b
+	if b == nil || !f.live(b, now) {
+		b = f.lookup(h.hash, h.id, now)
+	}
+	if b == nil {
+		// A new bucket subscribes, as its first request would.
+		b = f.create(h.hash, h.id, now)
+		if f.connected {
+			f.queue(b, now)
+		}
+	}
+	h.b = b
+	if b.phase != PhaseActive || b.strategy.Kind != KindTokenBucket {
+		return 0, false, func() {}
+	}
+	tb := b.strategy.TokenBucket
+	delay = b.tokens.reserve(tb, now)
+	if b.expires && now.Add(delay).After(b.expiresAt) {
+		b.tokens.unreserve(tb)
+		return 0, false, func() {}
+	}
+	b.allowed++
+	b.totalAllowed++
+	f.stats.Allowed++
+	at := now.Add(delay)
+	var once sync.Once
+	return delay, true, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.now().Before(at) && b.strategy.Kind == KindTokenBucket && b.strategy.TokenBucket == tb {
+				b.tokens.unreserve(tb)
+			}
+		})
+	}
+}
+
 // allowLocked decides a request for the bucket (h, id), trying cached
 // first, and returns the bucket it used.
 func (f *Filter) allowLocked(cached *bucket, h uint64, id map[string]string, now time.Time) (*bucket, bool) {

@@ -183,18 +183,32 @@ type tokenState struct {
 	tokens uint64
 	frac   uint64 // < FillInterval in nanoseconds
 	last   time.Time
+	// debt is the tokens reserved ahead of their fill ([Bucket.Reserve]):
+	// fills pay it before the bucket gains any, and no request is
+	// admitted while it is owed.
+	debt uint64
 }
 
-// reset fills the bucket, as a new assignment's bucket starts.
+// reset fills the bucket, as a new assignment's bucket starts; what is
+// reserved of the old one is owed by the new.
 func (s *tokenState) reset(tb TokenBucket, now time.Time) {
-	*s = tokenState{tokens: uint64(tb.MaxTokens), last: now}
+	*s = tokenState{tokens: uint64(tb.MaxTokens), last: now, debt: s.debt}
+	s.pay()
+}
+
+// pay settles debt from the tokens held.
+func (s *tokenState) pay() {
+	p := min(s.tokens, s.debt)
+	s.tokens -= p
+	s.debt -= p
 }
 
 // refill adds what the time since the last refill has filled, capped at
 // MaxTokens. A clock that steps back adds nothing.
 func (s *tokenState) refill(tb TokenBucket, now time.Time) {
+	defer s.pay()
 	limit := uint64(tb.MaxTokens)
-	if s.tokens >= limit {
+	if s.tokens >= limit && s.debt == 0 {
 		// A full bucket does not bank the time it spends full.
 		s.tokens, s.frac = limit, 0
 		if now.After(s.last) {
@@ -219,7 +233,11 @@ func (s *tokenState) refill(tb TokenBucket, now time.Time) {
 		return
 	}
 	add, rem := bits.Div64(hi, lo, q)
-	if add >= limit-s.tokens {
+	// Fills pay the debt before they add to the bucket.
+	p := min(add, s.debt)
+	s.debt -= p
+	add -= p
+	if add >= limit-min(s.tokens, limit) {
 		s.tokens, s.frac = limit, 0
 		return
 	}
@@ -227,12 +245,37 @@ func (s *tokenState) refill(tb TokenBucket, now time.Time) {
 	s.frac = rem
 }
 
-// take refills, then takes one token if there is one.
+// take refills, then takes one token if there is one and none is owed.
 func (s *tokenState) take(tb TokenBucket, now time.Time) bool {
 	s.refill(tb, now)
-	if s.tokens == 0 {
+	if s.tokens == 0 || s.debt > 0 {
 		return false
 	}
 	s.tokens--
 	return true
+}
+
+// reserve refills, then takes one token: one held now (delay 0), or the
+// next one not yet owed, which it owes until a fill pays it; delay is the
+// time until that fill.
+func (s *tokenState) reserve(tb TokenBucket, now time.Time) (delay time.Duration) {
+	if s.take(tb, now) {
+		return 0
+	}
+	s.debt++
+	// The debt'th token is filled when debt*FillInterval units have come
+	// in, frac of them already (in units of 1/FillInterval ns of a token,
+	// TokensPerFill a nanosecond).
+	need := s.debt*uint64(tb.FillInterval) - min(s.frac, s.debt*uint64(tb.FillInterval))
+	per := uint64(tb.TokensPerFill)
+	return time.Duration((need + per - 1) / per)
+}
+
+// unreserve gives back a token reserve took.
+func (s *tokenState) unreserve(tb TokenBucket) {
+	if s.debt > 0 {
+		s.debt--
+		return
+	}
+	s.tokens = min(s.tokens+1, uint64(tb.MaxTokens))
 }
