@@ -412,7 +412,10 @@ func NewHandler(cfg Config) (*Server, error) {
 	if cfg.Pool != nil {
 		ages = cfg.Pool.RemoteAges
 	}
-	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready, Watcher: cfg.Watcher})
+	leases := func() status.LeaseStatus {
+		return status.LeaseStatus{Streams: s.rlqs.Streams(), Buckets: s.rlqs.Buckets()}
+	}
+	sp := status.New(status.Config{Region: cfg.Region, Cluster: cfg.Cluster, Now: cfg.Now, Ages: ages, Ready: s.Ready, Watcher: cfg.Watcher, Leases: leases})
 	s.mux.HandleFunc("GET /{$}", sp.ServePage)
 	s.mux.HandleFunc("GET /status.json", sp.ServeJSON)
 	s.mux.HandleFunc("GET /watch.svg", sp.ServeWatchSVG)

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	ratelimitv1 "github.com/rlcluster/rlcluster/gen/ratelimit/v1"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 )
 
@@ -195,6 +197,18 @@ func TestQuotaLeaseCharged(t *testing.T) {
 	}
 	if got := s.metric(t, "rlcluster_rlqs_assignments_total", "action", "extend"); got != extends+1 {
 		t.Errorf("extend assignments = %v, want %v", got, extends+1)
+	}
+
+	// The status page counts the stream and its bucket.
+	_, body := apitest.Get(t, s.URL+"/status.json", nil)
+	var status struct {
+		Leases struct{ Streams, Buckets int64 }
+	}
+	if err := json.Unmarshal([]byte(body), &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.Leases.Streams != 1 || status.Leases.Buckets != 1 {
+		t.Errorf("status.json leases = %+v, want 1 stream and 1 bucket", status.Leases)
 	}
 
 	// Demand of 30 a second: at most the limit's rate, 100 a minute.

@@ -108,6 +108,7 @@ type Service struct {
 	cfg     Config
 	m       metrics
 	streams atomic.Int64
+	buckets atomic.Int64
 	demand  *demands
 }
 
@@ -184,6 +185,9 @@ func (s *Service) Lifetime() time.Duration { return s.cfg.Lifetime }
 // Streams returns the streams open now.
 func (s *Service) Streams() int64 { return s.streams.Load() }
 
+// Buckets returns the buckets the open streams hold.
+func (s *Service) Buckets() int64 { return s.buckets.Load() }
+
 // Stream serves one StreamRateLimitQuotas call, for every transport:
 // recv returns the client's next reports (io.EOF when it half-closes),
 // send writes a response. It answers every report with an action for
@@ -213,6 +217,7 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 		s.streams.Add(-1)
 		s.m.streams.Dec()
 		s.m.buckets.Sub(float64(len(st.buckets)))
+		s.buckets.Add(-int64(len(st.buckets)))
 		for key, b := range st.buckets {
 			if b.joined {
 				s.demand.leave(key, b.rate)
@@ -421,6 +426,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		}
 		st.buckets[key] = b
 		st.svc.m.buckets.Inc()
+		st.svc.buckets.Add(1)
 	}
 	b.req, b.limit = req, lim.limit
 	old, joined := b.rate, b.joined
@@ -774,6 +780,7 @@ func (st *stream) forget(key string) {
 	if b, ok := st.buckets[key]; ok {
 		delete(st.buckets, key)
 		st.svc.m.buckets.Dec()
+		st.svc.buckets.Add(-1)
 		if b.joined {
 			st.svc.demand.leave(key, b.rate)
 		}

@@ -61,6 +61,8 @@ type Status struct {
 	Regions []RegionStatus `json:"regions"`
 	// Watch is the watched key's windows, for /status.json?watch=<key>.
 	Watch *WatchStatus `json:"watch,omitempty"`
+	// Leases is what the node's quota leases hold.
+	Leases *LeaseStatus `json:"leases,omitempty"`
 }
 
 // RegionStatus is one region in [Status].
@@ -108,6 +110,16 @@ type Config struct {
 	// Watcher follows the windows of watched keys (?watch=<key>); nil
 	// means the page watches no key.
 	Watcher Watcher
+	// Leases returns the quota leases' streams and buckets held on this
+	// node; nil means none are served.
+	Leases func() LeaseStatus
+}
+
+// LeaseStatus is what the node's quota leases hold (Envoy's rate limit
+// quota service and ratelimit.v1's Lease).
+type LeaseStatus struct {
+	Streams int64 `json:"streams"`
+	Buckets int64 `json:"buckets"`
 }
 
 // Page serves the status page and its data. It is safe for concurrent use.
@@ -127,6 +139,10 @@ func (s *Page) ServePage(w http.ResponseWriter, _ *http.Request) {
 // Status returns this node's view of the pool, as /status.json serves it.
 func (s *Page) Status(ctx context.Context) Status {
 	st := Status{Region: s.cfg.Region, Time: s.cfg.Now().UTC(), Gossip: s.cfg.Cluster != nil, Ready: true}
+	if s.cfg.Leases != nil {
+		l := s.cfg.Leases()
+		st.Leases = &l
+	}
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(ctx); err != nil {
 			st.Ready, st.NotReady = false, err.Error()
