@@ -196,7 +196,7 @@ func TestValidate(t *testing.T) {
 	writeAtomic(t, native, "rules:\n  - name: login\n    limit: 5\n    window: 1m\n    algoritm: sliding_log\n  - name: api\n    limit: 5\n    window: 1m\n    algorithm: leaky\n")
 	errOut.Reset()
 	err = run(context.Background(), []string{"validate", "--rules", native}, env(nil), io.Discard, &errOut)
-	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode or scope)
+	if got, want := errOut.String(), native+`:5: rule 1 (login): unknown field "algoritm" (want name, limit, window, calendar, time_zone, algorithm, strict, burst, shadow_mode, scope or leasable)
 `+native+`:9: rule 2 (api): algorithm: "leaky" is not sliding_window, sliding_window_two_bucket, fixed_window, token_bucket or sliding_log
 `; !errors.Is(err, errInvalidRules) || got != want {
 		t.Errorf("validate = %v, printed:\n%s\nwant:\n%s", err, got, want)
