@@ -92,9 +92,10 @@ func TestLeasesThreeRegions(t *testing.T) {
 			}
 			wg.Add(2)
 			go func() { defer wg.Done(); _ = f.Run(ctx, rlqsv3.NewRateLimitQuotaServiceClient(conn)) }()
+			seed := uint64(c)
 			go func() {
 				defer wg.Done()
-				rng := rand.New(rand.NewPCG(7, uint64(c)))
+				rng := rand.New(rand.NewPCG(7, seed))
 				h := f.Bucket(id)
 				next := start
 				for {
@@ -141,8 +142,9 @@ func TestLeasesThreeRegions(t *testing.T) {
 	if worst > 1.1 {
 		t.Errorf("worst trailing window %.3f of the limit, past the leases' bound of 1.1", worst)
 	}
-	// The steady medians of three runs were 0.62 to 0.75 (docs/design.md,
-	// "Quota leases"): the floor catches leases that stop filling it.
+	// The steady medians of three runs were 0.81 to 0.84 (0.65 under the
+	// race detector; docs/design.md, "Quota leases"): the floor catches
+	// leases that stop filling it.
 	if median < 0.5 {
 		t.Errorf("steady median %.3f of the limit, want at least 0.5", median)
 	}

@@ -1067,6 +1067,26 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 	return g.room(s, now)
 }
 
+// Share returns this region's share of key's headroom under v, as the
+// shares of a horizon weigh it (its weight over the alive regions'; equal
+// shares while nothing is known of the key, 1 alone): what a quota
+// lease sized to a part of the limit's rate takes as the region's part.
+// It reads and changes nothing else.
+func (g *Guard) Share(now time.Time, key string, lim window.Limit, v *View) float64 {
+	if v.Off() || len(v.Alive) <= 1 {
+		return 1
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var w weights
+	if e := s.keys[key]; e != nil {
+		w = e.weightsAt(now, e.keyView(v, lim), lim)
+	}
+	num, den, _ := share(lim.Limit, w, v, g.cfg.Floor)
+	return float64(num) / float64(den)
+}
+
 // Learn records a read of key's counts (res, a store decision with Peek
 // at now; a held one is ignored) that [Guard.NeedsRead] asked for: the
 // weights, the silent regions' counts and the headroom, as a store result

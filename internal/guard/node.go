@@ -174,3 +174,8 @@ func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 	}
 	return guardRetry
 }
+
+// Share is [Guard.Share] under the node's current view.
+func (n *Node) Share(now time.Time, key string, l window.Limit) float64 {
+	return n.g.Share(now, key, l, n.current(now))
+}

@@ -112,6 +112,9 @@ type burstGuard interface {
 	NeedsRead(now time.Time, key string, l window.Limit) bool
 	// Learn tells the guard a read that NeedsRead asked for.
 	Learn(now time.Time, key string, l window.Limit, res *region.Result)
+	// Share returns this region's share of the key's headroom, as the
+	// guard weighs the regions.
+	Share(now time.Time, key string, l window.Limit) float64
 }
 
 // Config configures a [Decider]. Every field is required unless it says

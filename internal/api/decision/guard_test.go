@@ -30,6 +30,8 @@ type fakeGuard struct {
 
 func (f *fakeGuard) NeedsRead(now time.Time, key string, l window.Limit) bool { return f.read[key] }
 
+func (f *fakeGuard) Share(time.Time, string, window.Limit) float64 { return 0.5 }
+
 func (f *fakeGuard) Learn(now time.Time, key string, l window.Limit, res *region.Result) {
 	if f.learned == nil {
 		f.learned = map[string]region.Result{}

@@ -314,6 +314,9 @@ type bucket struct {
 	// leaseUsed is what the client reported allowed since the lease
 	// began (see lease).
 	leaseUsed uint64
+	// share is the region's share of the key's headroom as the burst
+	// guard weighs the regions (1 alone), when last reported.
+	share float64
 	// total is the key's demand over this node's streams when the rate
 	// was last reported (joined: once the rate is in it).
 	total  float64
@@ -432,6 +435,9 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	old, joined := b.rate, b.joined
 	b.observe(elapsed, allowed, denied)
 	b.total, b.joined = st.svc.demand.set(key, joined, old, b.rate), true
+	r := b.req
+	r.Store.Now = now
+	b.share = st.svc.cfg.Decider.RegionShare(r)
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
 		// requests before the first assignment or on an expired one's
@@ -565,7 +571,7 @@ func (b *bucket) ttl() time.Duration {
 // step keeps its lease: a replaced lease starts a full bucket, charged
 // again, while the old one's tokens are lost.
 func (b *bucket) want() tokenBucket {
-	part := fullRate(b.limit)
+	part := fullRate(b.limit) * b.share
 	if b.total > 0 {
 		part *= min(b.rate/b.total, 1)
 	}
