@@ -145,6 +145,19 @@ func (g *Guard) refuse(s *shard, key string, lim window.Limit, hits uint64, now 
 	}
 }
 
+// Refused records hits of key that were refused outside the guard and
+// the store, at now: requests a quota lease's client refused, which are
+// the region's demand as much as the node's own refusals (see refuse).
+func (g *Guard) Refused(now time.Time, key string, lim window.Limit, hits uint64, v *View) {
+	if hits == 0 || v.Off() {
+		return
+	}
+	s := g.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.refuse(s, key, lim, hits, now, v.Horizon)
+}
+
 // demandOf returns key's demand record in s, new when it has none (nil
 // when s has no room; s.mu held). A record of another window is
 // restarted when reset (this node refused the key under window w), else

@@ -179,3 +179,8 @@ func (n *Node) Done(t *Ticket, res *region.Result) (guardRetry time.Duration) {
 func (n *Node) Share(now time.Time, key string, l window.Limit) float64 {
 	return n.g.Share(now, key, l, n.current(now))
 }
+
+// Refused is [Guard.Refused] under the node's current view.
+func (n *Node) Refused(now time.Time, key string, l window.Limit, hits uint64) {
+	n.g.Refused(now, key, l, hits, n.current(now))
+}

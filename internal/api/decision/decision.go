@@ -115,6 +115,9 @@ type burstGuard interface {
 	// Share returns this region's share of the key's headroom, as the
 	// guard weighs the regions.
 	Share(now time.Time, key string, l window.Limit) float64
+	// Refused tells the guard of hits refused outside it and the store
+	// (by quota leases' clients): the region's demand.
+	Refused(now time.Time, key string, l window.Limit, hits uint64)
 }
 
 // Config configures a [Decider]. Every field is required unless it says

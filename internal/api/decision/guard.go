@@ -141,3 +141,13 @@ func (d *Decider) RegionShare(r Request) float64 {
 	}
 	return d.guard.Share(r.Store.Now, r.Store.Key, r.Store.Limit)
 }
+
+// Refused tells the burst guard of hits of r's key that quota leases'
+// clients refused (their reports' denied requests), so that the region
+// weighs by its demand in the guard's shares as it does by its own
+// refusals.
+func (d *Decider) Refused(r Request, hits uint64) {
+	if d.guarded(&r) {
+		d.guard.Refused(r.Store.Now, r.Store.Key, r.Store.Limit, hits)
+	}
+}

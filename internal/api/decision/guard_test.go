@@ -32,6 +32,8 @@ func (f *fakeGuard) NeedsRead(now time.Time, key string, l window.Limit) bool { 
 
 func (f *fakeGuard) Share(time.Time, string, window.Limit) float64 { return 0.5 }
 
+func (f *fakeGuard) Refused(time.Time, string, window.Limit, uint64) {}
+
 func (f *fakeGuard) Learn(now time.Time, key string, l window.Limit, res *region.Result) {
 	if f.learned == nil {
 		f.learned = map[string]region.Result{}

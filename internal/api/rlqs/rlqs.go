@@ -437,6 +437,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	b.total, b.joined = st.svc.demand.set(key, joined, old, b.rate), true
 	r := b.req
 	r.Store.Now = now
+	st.svc.cfg.Decider.Refused(r, denied)
 	b.share = st.svc.cfg.Decider.RegionShare(r)
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
