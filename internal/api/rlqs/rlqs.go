@@ -25,7 +25,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -375,7 +375,7 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 
 // usage handles report i of one bucket and returns its action.
 func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) (*rlqsv3.RateLimitQuotaResponse_BucketAction, error) {
-	f := fmt.Sprintf("bucket_quota_usages[%d].", i)
+	f := usageField(i)
 	id := u.GetBucketId().GetBucket()
 	if len(id) == 0 {
 		return nil, decision.Invalid("%sbucket_id.bucket: at least one entry is required", f)
@@ -404,7 +404,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		}
 		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
-	sort.Slice(entries, func(a, b int) bool { return entries[a].Key < entries[b].Key })
+	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
 	key, req, lim, known, err := st.match(f, entries, now)
 	if err != nil {
 		return nil, err
@@ -457,6 +457,23 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, b.ttl()), nil
 	}
 	return st.lease(action, b, now), nil
+}
+
+// usageFields are the field prefixes of a report's first usages, built
+// once: every usage names its field, though only an error shows it.
+var usageFields = func() (f [128]string) {
+	for i := range f {
+		f[i] = fmt.Sprintf("bucket_quota_usages[%d].", i)
+	}
+	return f
+}()
+
+// usageField returns the field prefix of usage i.
+func usageField(i int) string {
+	if i < len(usageFields) {
+		return usageFields[i]
+	}
+	return fmt.Sprintf("bucket_quota_usages[%d].", i)
 }
 
 // matched is a bucket's limit, as much of it as the lease needs.
