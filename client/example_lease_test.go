@@ -3,12 +3,11 @@ package client_test
 import (
 	"fmt"
 	"log"
-	"net/http"
-	"net/http/httptest"
 	"time"
 
 	"github.com/rlcluster/rlcluster/client"
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
@@ -26,11 +25,7 @@ func startLeasingNode() (url string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(h)
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &p
+	srv := apitest.NewUnstarted(h)
 	srv.Start()
 	return srv.URL, srv.Close
 }

@@ -65,7 +65,33 @@ func TestREADMESnippetsMatchDeploy(t *testing.T) {
 // every message passing Envoy's validation rules, every route's cluster
 // defined. No Envoy binary is available to CI, so this is the check.
 func TestEnvoyConfigExample(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/envoy/envoy.yaml")
+	bs := envoyExample(t, "../../deploy/envoy/envoy.yaml")
+	clusters := map[string]bool{}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+	}
+	if !clusters["rlcluster"] {
+		t.Error("no rlcluster cluster")
+	}
+	js2, _ := protojson.Marshal(bs)
+	for _, want := range []string{`"domain":"messaging"`, `"clusterName":"rlcluster"`, `"transportApiVersion":"V3"`, `"http2ProtocolOptions":{}`} {
+		if !strings.Contains(string(js2), want) {
+			t.Errorf("config lacks %s", want)
+		}
+	}
+	for _, m := range findStrings(string(js2), `"cluster":"`) {
+		if !clusters[m] {
+			t.Errorf("a route names cluster %q, which is not defined", m)
+		}
+	}
+}
+
+// envoyExample reads the Envoy configuration at path (under deploy/),
+// which the README must show verbatim, and returns it as Envoy's v3
+// bootstrap after Envoy's validation rules pass on every message in it.
+func envoyExample(t *testing.T, path string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +100,7 @@ func TestEnvoyConfigExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+string(b)+"```") {
-		t.Error("README.md does not show deploy/envoy/envoy.yaml verbatim")
+		t.Errorf("README.md does not show %s verbatim", path)
 	}
 	var doc any
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -86,28 +112,10 @@ func TestEnvoyConfigExample(t *testing.T) {
 	}
 	var bs bootstrapv3.Bootstrap
 	if err := protojson.Unmarshal(js, &bs); err != nil {
-		t.Fatalf("not a valid Envoy v3 bootstrap: %v", err)
+		t.Fatalf("%s is not a valid Envoy v3 bootstrap: %v", path, err)
 	}
 	validateDeep(t, "bootstrap", bs.ProtoReflect())
-
-	clusters := map[string]bool{}
-	for _, c := range bs.GetStaticResources().GetClusters() {
-		clusters[c.GetName()] = true
-	}
-	if !clusters["rlcluster"] {
-		t.Error("no rlcluster cluster")
-	}
-	js2, _ := protojson.Marshal(&bs)
-	for _, want := range []string{`"domain":"messaging"`, `"clusterName":"rlcluster"`, `"transportApiVersion":"V3"`, `"http2ProtocolOptions":{}`} {
-		if !strings.Contains(string(js2), want) {
-			t.Errorf("config lacks %s", want)
-		}
-	}
-	for _, m := range findStrings(string(js2), `"cluster":"`) {
-		if !clusters[m] {
-			t.Errorf("a route names cluster %q, which is not defined", m)
-		}
-	}
+	return &bs
 }
 
 // validateDeep runs Envoy's validation rules (protoc-gen-validate) on m

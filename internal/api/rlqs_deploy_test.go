@@ -2,9 +2,7 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -12,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -20,10 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
-	"gopkg.in/yaml.v3"
 
 	"github.com/rlcluster/rlcluster/internal/api"
+	"github.com/rlcluster/rlcluster/internal/api/apitest"
 	"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter"
 	"github.com/rlcluster/rlcluster/internal/api/rules"
 	"github.com/rlcluster/rlcluster/internal/region"
@@ -37,30 +33,7 @@ import (
 // catch-all matcher.
 func rlqsExample(t *testing.T) (*rlqsfilterv3.RateLimitQuotaFilterConfig, *rlqsfilterv3.RateLimitQuotaBucketSettings) {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/envoy/envoy-rlqs.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```yaml\n"+string(b)+"```") {
-		t.Error("README.md does not show deploy/envoy/envoy-rlqs.yaml verbatim")
-	}
-	var doc any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &bs); err != nil {
-		t.Fatalf("not a valid Envoy v3 bootstrap: %v", err)
-	}
-	validateDeep(t, "bootstrap", bs.ProtoReflect())
+	bs := envoyExample(t, "../../deploy/envoy/envoy-rlqs.yaml")
 	clusters := map[string]bool{}
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = true
@@ -203,13 +176,9 @@ func TestQuotaNodeRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewUnstartedServer(h)
+		srv := apitest.NewUnstarted(h)
 		srv.Listener.Close()
 		srv.Listener = ln
-		var p http.Protocols
-		p.SetHTTP1(true)
-		p.SetUnencryptedHTTP2(true)
-		srv.Config.Protocols = &p
 		srv.Start()
 		t.Cleanup(srv.Close)
 		return srv

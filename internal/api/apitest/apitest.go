@@ -17,13 +17,21 @@ import (
 // Serve serves h over HTTP/1.1 and h2c on a loopback port until tb ends.
 func Serve(tb testing.TB, h http.Handler) *httptest.Server {
 	tb.Helper()
+	srv := NewUnstarted(h)
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// NewUnstarted returns a server of h that speaks HTTP/1.1 and h2c, as
+// rlnode does, not yet started: its caller may set its listener first,
+// and closes it.
+func NewUnstarted(h http.Handler) *httptest.Server {
 	srv := httptest.NewUnstartedServer(h)
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	srv.Config.Protocols = &p
-	srv.Start()
-	tb.Cleanup(srv.Close)
 	return srv
 }
 

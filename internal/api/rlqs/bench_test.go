@@ -20,13 +20,14 @@ import (
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
-// benchService is a node's quota service on the in-memory store, with a
-// leasable rule of a limit no report here spends.
-func benchService(b *testing.B) *rlqs.Service {
-	b.Helper()
-	rs, err := rules.New([]rules.Rule{{Name: "api", Limit: window.Limit{Limit: 1 << 40, Window: time.Minute}, Leasable: true}})
+// newService is a node's quota service on the in-memory store (its
+// clock time.Now: a synctest bubble's, inside one), with one leasable
+// rule "api" of lim.
+func newService(tb testing.TB, lim window.Limit) *rlqs.Service {
+	tb.Helper()
+	rs, err := rules.New([]rules.Rule{{Name: "api", Limit: lim, Leasable: true}})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	dec, err := decision.New(decision.Config{
 		Store: region.NewMemory(region.MemoryConfig{}), Region: "local",
@@ -34,13 +35,18 @@ func benchService(b *testing.B) *rlqs.Service {
 		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	}, rs)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	svc, err := rlqs.New(rlqs.Config{Decider: dec, Now: time.Now, Registerer: prometheus.NewRegistry(), MaxBuckets: 1000})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return svc
+}
+
+// benchService is newService with a limit no report here spends.
+func benchService(b *testing.B) *rlqs.Service {
+	return newService(b, window.Limit{Limit: 1 << 40, Window: time.Minute})
 }
 
 // report is a periodic report of n buckets of stream s, each at about

@@ -3,6 +3,9 @@ package rlqs
 import (
 	"hash/maphash"
 	"sync"
+	"time"
+
+	"github.com/rlcluster/rlcluster/internal/window"
 )
 
 // demands sums, per counter key, the demand that this node's streams
@@ -25,6 +28,10 @@ type demandShard struct {
 type keyDemand struct {
 	total float64
 	n     int
+	// fed is what the node told the burst guard of its clients'
+	// refusals of the key in bucket fedBucket of the limit (see refusals).
+	fed       uint64
+	fedBucket int64
 }
 
 func newDemands() *demands {
@@ -74,3 +81,37 @@ func (d *demands) leave(key string, rate float64) {
 	}
 	k.total = max(k.total-rate, 0)
 }
+
+// refusals returns how many of denied refusals of key, reported at now,
+// to tell the burst guard as the region's demand: at most
+// [maxRefusalsPerLimit] times the limit's capacity a bucket of its
+// window, for the node's streams together.
+// Reports are the client's word: without the cap one client could make
+// its region weigh as much as it liked in the guard's shares (the others
+// then taking less of the headroom; the bound holds either way).
+func (d *demands) refusals(key string, lim window.Limit, now time.Time, denied uint64) uint64 {
+	if denied == 0 {
+		return 0
+	}
+	_, b := lim.BucketAt(now.UnixMilli())
+	sh := d.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.keys[key]
+	if k == nil {
+		return 0
+	}
+	if k.fedBucket != b {
+		k.fed, k.fedBucket = 0, b
+	}
+	most := maxRefusalsPerLimit * lim.Capacity()
+	n := min(denied, most-min(k.fed, most))
+	k.fed += n
+	return n
+}
+
+// maxRefusalsPerLimit bounds the refusals a node tells the guard of a
+// key, in limits a bucket: a region refused ten times the limit weighs
+// as much as its refusals say (the guard weighs by their square root),
+// one claiming more weighs no more than that.
+const maxRefusalsPerLimit = 10

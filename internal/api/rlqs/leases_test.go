@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -13,15 +12,11 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rlcluster/rlcluster/internal/api/decision"
 	"github.com/rlcluster/rlcluster/internal/api/rlqs"
 	"github.com/rlcluster/rlcluster/internal/api/rlqs/rlqsfilter"
-	"github.com/rlcluster/rlcluster/internal/api/rules"
-	"github.com/rlcluster/rlcluster/internal/region"
 	"github.com/rlcluster/rlcluster/internal/window"
 )
 
@@ -153,23 +148,7 @@ func (r leaseRun) play(t *testing.T) leaseResult {
 	t.Helper()
 	var res leaseResult
 	synctest.Test(t, func(t *testing.T) {
-		rs, err := rules.New([]rules.Rule{{Name: "api", Limit: window.Limit{Limit: r.limit, Window: r.window}, Leasable: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec, err := decision.New(decision.Config{
-			Store: region.NewMemory(region.MemoryConfig{}), Region: "local",
-			MaxKeyBytes: 1024, MaxHits: window.MaxLimit,
-			Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-		}, rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg := prometheus.NewRegistry()
-		svc, err := rlqs.New(rlqs.Config{Decider: dec, Now: time.Now, Registerer: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := newService(t, window.Limit{Limit: r.limit, Window: r.window})
 		br := &bridge{svc: svc, delay: 5 * time.Millisecond}
 		ctx, cancel := context.WithCancel(context.Background())
 		var (

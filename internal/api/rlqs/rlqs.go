@@ -437,7 +437,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	b.total, b.joined = st.svc.demand.set(key, joined, old, b.rate), true
 	r := b.req
 	r.Store.Now = now
-	st.svc.cfg.Decider.Refused(r, denied)
+	st.svc.cfg.Decider.Refused(r, st.svc.demand.refusals(key, b.limit, now, denied))
 	b.share = st.svc.cfg.Decider.RegionShare(r)
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
@@ -548,9 +548,8 @@ func (b *bucket) observe(elapsed time.Duration, allowed, denied uint64) {
 		// bucket asks for an eighth of the limit's rate (at most its
 		// part of it), so that a new client's first interval is not
 		// held to a request or two, while clients that start together
-		// do not charge the window full of leases they may not use (a
-		// quarter, tried, charged half the window in the first second
-		// for five clients at a tenth of the limit's rate each).
+		// do not charge the window full of leases they may not use
+		// (docs/design.md, "Quota leases").
 		b.rate = max(b.rate, fullRate(b.limit)/8)
 	case b.pendElapsed >= b.interval/2:
 		// An interval's count of random arrivals is noisy (a Poisson
