@@ -236,9 +236,12 @@ func fallbackContention(t *testing.T, name string, down int) {
 			})
 			took := time.Since(tripped)
 			// The flag is noticed at a flush and spread by memberlist's
-			// gossip, whose rounds pick their targets at random: a member
-			// missed by the first round hears it in the next.
-			bound := testConfig().FlushInterval + 2*testConfig().GossipInterval + oneWay
+			// gossip: most members hear it in the first round, but a
+			// round's packets carry a bounded number of broadcasts, and a
+			// member left out of one hears it in a later round, from the
+			// node or from a member that relays it (in 60 runs, 10 took a
+			// second round and 2 a third).
+			bound := testConfig().FlushInterval + 3*testConfig().GossipInterval + oneWay
 			t.Logf("every member saw x's nodes count apart %v after their breakers opened (bound %v)", took, bound)
 			if took > bound {
 				t.Errorf("x's nodes were seen counting apart %v after their breakers opened, want <= %v", took, bound)
