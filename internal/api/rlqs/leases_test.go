@@ -126,8 +126,11 @@ type leaseRun struct {
 	interval time.Duration   // the clients' reporting interval
 	rates    []float64       // each client's offered requests a second
 	changes  map[int]float64 // from the run's middle: client -> new rate
-	duration time.Duration
-	seed     uint64
+	// starts and stops name the clients whose Envoy starts, or stops
+	// (its stream closes), at the run's middle.
+	starts, stops map[int]bool
+	duration      time.Duration
+	seed          uint64
 }
 
 // leaseResult is what a run admitted, measured as an exact sliding log
@@ -142,6 +145,19 @@ type leaseResult struct {
 	// falseDenied is the requests denied while the trailing window held
 	// less than the limit.
 	falseDenied int
+	// byClient is each client's admissions, as offsets from the start.
+	byClient [][]time.Duration
+}
+
+// between counts client c's admissions in [from, to).
+func (r leaseResult) between(c int, from, to time.Duration) int {
+	n := 0
+	for _, at := range r.byClient[c] {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
 }
 
 func (r leaseRun) play(t *testing.T) leaseResult {
@@ -159,7 +175,17 @@ func (r leaseRun) play(t *testing.T) leaseResult {
 		)
 		id := map[string]string{"rule": "api", "key": "k"}
 		start := time.Now()
+		res.byClient = make([][]time.Duration, len(r.rates))
 		for c, rate := range r.rates {
+			cctx, ccancel := context.WithCancel(ctx)
+			defer ccancel()
+			from, until := time.Duration(0), r.duration
+			if r.starts[c] {
+				from = r.duration / 2
+			}
+			if r.stops[c] {
+				until = r.duration / 2
+			}
 			f, err := rlqsfilter.New(rlqsfilter.Config{
 				Domain: "app", ReportingInterval: r.interval,
 				NoAssignment: rlqsfilter.DenyAll(),
@@ -169,14 +195,20 @@ func (r leaseRun) play(t *testing.T) leaseResult {
 				t.Fatal(err)
 			}
 			wg.Add(2)
-			go func() { defer wg.Done(); _ = f.Run(ctx, br) }()
 			go func() {
 				defer wg.Done()
+				time.Sleep(from)
+				_ = f.Run(cctx, br)
+			}()
+			go func() {
+				defer wg.Done()
+				defer ccancel() // the Envoy stops: its stream closes
+				time.Sleep(from)
 				rng := rand.New(rand.NewPCG(r.seed, uint64(c)))
 				h := f.Bucket(id)
 				for {
 					now := time.Since(start)
-					if now >= r.duration {
+					if now >= until {
 						return
 					}
 					cur := rate
@@ -192,6 +224,7 @@ func (r leaseRun) play(t *testing.T) leaseResult {
 					res.offered++
 					if h.Allow() {
 						admitted = append(admitted, time.Now())
+						res.byClient[c] = append(res.byClient[c], time.Since(start))
 					} else {
 						denied = append(denied, time.Now())
 					}
@@ -264,15 +297,15 @@ func TestLeasesBounded(t *testing.T) {
 		{"10 clients at 10x a limit of 1000 per 10s, one carrying half", leaseRun{
 			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 1,
 			rates: append([]float64{500}, slices.Repeat([]float64{500.0 / 9}, 9)...),
-		}, 0.93, 1},
+		}, 0.95, 1},
 		{"3 clients at 3x a limit of 600 per minute", leaseRun{
 			limit: 600, window: time.Minute, interval: time.Second, duration: 3 * time.Minute, seed: 2,
 			rates: []float64{10, 10, 10},
-		}, 0.8, 1},
+		}, 0.93, 1},
 		{"demand that moves: 10 clients at 2x, then half of them stop", leaseRun{
 			limit: 1000, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 3,
 			rates: slices.Repeat([]float64{20}, 10), changes: map[int]float64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0},
-		}, 0.65, 1},
+		}, 0.7, 1},
 		{"3 clients at 10x a limit of 5 per 10s", leaseRun{
 			limit: 5, window: 10 * time.Second, interval: time.Second, duration: 60 * time.Second, seed: 5,
 			rates: []float64{5.0 / 3, 5.0 / 3, 5.0 / 3},
@@ -297,4 +330,68 @@ func TestLeasesBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeasesFollowClients starts, then stops, one Envoy among others that
+// all offer 10x their part of a limit, and counts what each admits per
+// reporting interval: an Envoy that starts gets its part within two
+// intervals, and one that stops leaves its part to the others within
+// two. The change comes four windows in, after the echoes of the
+// clients' common start (docs/design.md, "Quota leases") have died out.
+func TestLeasesFollowClients(t *testing.T) {
+	const (
+		limit    = 1000
+		win      = 10 * time.Second
+		interval = time.Second
+		duration = 80 * time.Second
+		clients  = 6
+		mid      = duration / 2
+	)
+	full := float64(limit) / win.Seconds() * interval.Seconds() // the limit's hits per interval
+	offered := slices.Repeat([]float64{10 * full / clients / interval.Seconds()}, clients)
+	// perInterval lists, for the intervals from the middle on, what the
+	// clients in cs admitted in each.
+	perInterval := func(res leaseResult, cs ...int) []int {
+		var out []int
+		for at := mid; at < duration; at += interval {
+			n := 0
+			for _, c := range cs {
+				n += res.between(c, at, at+interval)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	others := make([]int, clients-1)
+	for i := range others {
+		others[i] = i
+	}
+	t.Run("an Envoy starts", func(t *testing.T) {
+		res := leaseRun{limit: limit, window: win, interval: interval, duration: duration, seed: 7,
+			rates: offered, starts: map[int]bool{clients - 1: true}}.play(t)
+		got := perInterval(res, clients-1)
+		want := full / clients
+		t.Logf("the starting Envoy admitted %v per interval from its start (its part %.1f); every Envoy: %v", got, want, perInterval(res, append(others, clients-1)...))
+		sum := 0
+		for i, n := range got[2:] {
+			sum += n
+			if float64(n) < 0.85*want {
+				t.Errorf("interval %d after the start: the new Envoy admitted %d, want at least 0.85 x its part %.1f", i+2, n, want)
+			}
+		}
+		if avg := float64(sum) / float64(len(got)-2); avg < 0.95*want {
+			t.Errorf("from the second interval after the start the new Envoy admitted %.1f an interval, want at least 0.95 x its part %.1f", avg, want)
+		}
+	})
+	t.Run("an Envoy stops", func(t *testing.T) {
+		res := leaseRun{limit: limit, window: win, interval: interval, duration: duration, seed: 8,
+			rates: offered, stops: map[int]bool{clients - 1: true}}.play(t)
+		got := perInterval(res, others...)
+		t.Logf("the other Envoys admitted %v per interval from the stop (the limit's rate %.1f)", got, full)
+		for i, n := range got[2:] {
+			if float64(n) < 0.9*full {
+				t.Errorf("interval %d after the stop: the others admitted %d, want at least 0.9 x the limit's rate %.1f", i+2, n, full)
+			}
+		}
+	})
 }

@@ -220,7 +220,7 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 		s.buckets.Add(-int64(len(st.buckets)))
 		for key, b := range st.buckets {
 			if b.joined {
-				s.demand.leave(key, b.rate)
+				s.demand.leave(key, b)
 			}
 		}
 	}()
@@ -317,9 +317,14 @@ type bucket struct {
 	// share is the region's share of the key's headroom as the burst
 	// guard weighs the regions (1 alone), when last reported.
 	share float64
-	// total is the key's demand over this node's streams when the rate
-	// was last reported (joined: once the rate is in it).
-	total  float64
+	// reach is how far past a report the active lease's charge reaches
+	// (see lease).
+	reach time.Duration
+	// level is the most any bucket of the key on this node gets of the
+	// region's share of the limit's rate (see demands.level) when the
+	// rate was last reported; joined: once the rate is in the key's
+	// demand.
+	level  float64
 	joined bool
 	// used is every request the client reported allowed on this stream,
 	// paid every token charged on it (both only grow; see usage).
@@ -432,13 +437,14 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		st.svc.buckets.Add(1)
 	}
 	b.req, b.limit = req, lim.limit
-	old, joined := b.rate, b.joined
 	b.observe(elapsed, allowed, denied)
-	b.total, b.joined = st.svc.demand.set(key, joined, old, b.rate), true
+	st.svc.demand.set(key, b, b.asks())
+	b.joined = true
 	r := b.req
 	r.Store.Now = now
 	st.svc.cfg.Decider.Refused(r, st.svc.demand.refusals(key, b.limit, now, denied))
 	b.share = st.svc.cfg.Decider.RegionShare(r)
+	b.level = st.svc.demand.level(key, fullRate(b.limit)*b.share)
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
 		// requests before the first assignment or on an expired one's
@@ -571,40 +577,89 @@ func (b *bucket) ttl() time.Duration {
 	return b.interval + max(b.interval/2, 2*delivery)
 }
 
-// want is the token bucket the bucket's demand asks for. Its rate is a
-// tenth more than the reported rate (at least one request an interval),
-// at most its part of the limit's own rate (its rate over the
-// key's demand on this node): the parts add up to the limit's rate, as
-// asking for more (a quarter more, tried) charges the window full early
-// in each window and then refuses every lease until the charges leave
-// it, in bunches. Its bucket holds half an interval's tokens and three
-// standard deviations of an interval's count of random arrivals (a
-// Poisson count of n varies by about its square root): random arrivals
-// need depth, not rate, and a rate above the demand charges fills that a
-// full bucket discards.
+// want is the token bucket the bucket's demand asks for, and the part
+// that holds it (0 when what it asks fits). Its rate is what it asks
+// (see asks), or, when that is more than its part of the region's share
+// of the limit's rate (the key's level on this node: see
+// demands.level), partTarget of the part: the parts add up to the
+// limit's rate, and asking for more (a quarter more, tried) charges the
+// window full early in each window and then refuses every lease until
+// the charges leave it, in bunches. Its bucket holds half an interval's
+// tokens and three standard deviations of an interval's count of random
+// arrivals (a Poisson count of n varies by about its square root):
+// random arrivals need depth, not rate, and a rate above the demand
+// charges fills that a full bucket discards. A bucket held to its part
+// is less deep (see fullLoss), a new one's only half an interval.
 //
-// Rates and intervals come in steps (rates of powers of 1.25, intervals
-// of powers of two milliseconds), so that a demand that wanders within a
+// Intervals come in steps of powers of two milliseconds, and rates that
+// fit in steps of powers of 1.25, so that a demand that wanders within a
 // step keeps its lease: a replaced lease starts a full bucket, charged
 // again, while the old one's tokens are lost.
-func (b *bucket) want() tokenBucket {
-	part := fullRate(b.limit) * b.share
-	if b.total > 0 {
-		part *= min(b.rate/b.total, 1)
-	}
+func (b *bucket) want() (tb tokenBucket, part float64) {
+	part = min(fullRate(b.limit)*b.share, b.level)
 	interval := stepInterval(b.interval)
 	i := interval.Seconds()
-	r := stepUp(max(b.rate*headroom, 1/i))
+	r := b.asks()
 	if r > part {
-		// Its part, even under a request an interval: a limit of a few
-		// a minute leases a token at a time.
-		r = stepDown(part)
+		// Its part, even under a request an interval (a limit of a few
+		// a minute leases a token at a time), less a margin: leases
+		// charge their fills ahead of use, and the parts add up to the
+		// limit's rate, so parts taken whole would charge the window
+		// full early in each window and then refuse every lease until
+		// the charges leave it, in bunches.
+		r = part * partTarget
+	} else {
+		part = 0
 	}
-	tb := sized(r, interval, b.limit.Capacity())
+	tb = sized(r, interval, b.limit.Capacity())
+	if !b.measured {
+		// A new bucket's rate is a guess: its lease is charged no depth
+		// for random arrivals at a rate nobody measured.
+		return tb, part
+	}
 	depth := math.Ceil(r*i/2 + 3*math.Sqrt(r*i))
 	tb.MaxTokens = uint32(min(max(float64(tb.MaxTokens), depth), float64(b.limit.Capacity()), math.MaxUint32))
-	return tb
+	if u := r / b.rate; part > 0 && u < 1 {
+		// A client asked for more than its part empties its bucket as it
+		// fills, and its depth only bursts when a replaced lease starts
+		// full. Its tokens are lost only while its bucket is full: with
+		// random arrivals at rate d and fills at r, a bucket of depth D
+		// is full about (r/d)^D of the time. The depth keeps that under
+		// a hundredth.
+		need := math.Ceil(math.Log(fullLoss) / math.Log(u))
+		tb.MaxTokens = min(tb.MaxTokens, uint32(max(need, float64(tb.TokensPerFill))))
+	}
+	return tb, part
 }
+
+// reachSteps is how many reports a lease takes to reach its TTL: a new
+// lease is charged until its next report's answer, and each extension
+// reaches a tenth of an interval further. Charged until its TTL at once,
+// a new lease charged the half interval of fills past its next report
+// in one go, and clients that started, or whose leases lapsed, at once
+// charged the window past the limit early enough to refuse them again
+// at its end, a window later, and again.
+const reachSteps = 10
+
+// fullLoss is the share of a lease's fills that a client asking for more
+// than its part may lose to a full bucket (see want).
+const fullLoss = 0.01
+
+// asks is the rate of the lease the bucket's demand asks for: a tenth
+// more than its rate, at least a request an interval, rounded up to a
+// step. The key's level divides the limit among what its buckets ask.
+func (b *bucket) asks() float64 {
+	return stepUp(max(b.rate*headroom, 1/stepInterval(b.interval).Seconds()))
+}
+
+// A lease held to its part is sized at partTarget of it, and kept while
+// its rate stays within partFloor and the whole part: a part moves a
+// little with every report (its clients' demands are measured), and a
+// replaced lease starts a full bucket.
+const (
+	partTarget = 0.97
+	partFloor  = 0.93
+)
 
 // rateStep is the ratio of one step of lease rates to the next.
 const rateStep = 1.25
@@ -647,11 +702,19 @@ func sized(r float64, interval time.Duration, capacity uint64) tokenBucket {
 }
 
 // keeps reports whether the active lease cur may stay for a demand that
-// wants want: the same, or a step or two more than it (fewer fills
-// wasted than a new bucket would cost), but never less.
-func keeps(cur, want tokenBucket) bool {
+// wants want: the same, or a step more than it (fewer fills wasted than
+// a new bucket would cost), but never less; held to a part (part > 0),
+// at a rate within the part and over partFloor of it.
+func keeps(cur, want tokenBucket, part float64) bool {
 	if cur == want {
 		return true
+	}
+	if part > 0 {
+		rc := cur.rate()
+		// The depth follows the measured demand (see want), which is
+		// noisy: only a depth far below what the demand wants replaces
+		// the lease.
+		return rc <= part*1.0001 && rc >= part*partFloor && 2*cur.MaxTokens >= want.MaxTokens
 	}
 	rc, rw := cur.rate(), want.rate()
 	return rc >= rw && rc <= rw*rateStep*1.001 && cur.MaxTokens >= want.MaxTokens
@@ -670,27 +733,28 @@ func keeps(cur, want tokenBucket) bool {
 // moved and the new one can be charged.
 func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ttl := b.ttl()
-	want := b.want()
+	want, part := b.want()
 	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
 	// extend charges the active lease's fills until now+ttl, or as many
 	// of them as the limit admits, and moves its expiry to what its
 	// charge covers; it reports whether the lease lives longer for it.
 	extend := func() bool {
-		if need := b.tb.lifetimeTokens(now.Add(ttl + delivery).Sub(b.start)); need > b.charged {
+		reach := min(ttl, max(b.reach, b.interval+delivery)+b.interval/reachSteps)
+		if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
 			b.charged += st.chargeUpTo(b, need-b.charged, now)
 		}
 		until := b.covered()
-		if until.After(now.Add(ttl)) {
-			until = now.Add(ttl)
+		if until.After(now.Add(reach)) {
+			until = now.Add(reach)
 		}
 		if !until.After(b.expiry) {
 			return false
 		}
-		b.expiry = until
+		b.expiry, b.reach = until, reach
 		st.svc.m.assignments.WithLabelValues("extend").Inc()
 		return true
 	}
-	if active && keeps(b.tb, want) && extend() {
+	if active && keeps(b.tb, want, part) && extend() {
 		return assign(action, b.tb, b.expiry.Sub(now))
 	}
 	// What the active lease was charged and its client will not use is
@@ -708,18 +772,22 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 			credit = b.charged - spent
 		}
 	}
+	reach := b.reach
+	if !active {
+		reach = min(ttl, b.interval+delivery)
+	}
 	renew := func(tb tokenBucket) bool {
-		need := tb.lifetimeTokens(ttl + delivery)
+		need := tb.lifetimeTokens(reach + delivery)
 		if need > credit && !st.charge(b, need-credit, now) {
 			return false
 		}
-		b.tb, b.start, b.expiry, b.charged, b.leaseUsed = tb, now, now.Add(ttl), need, 0
+		b.tb, b.start, b.expiry, b.reach, b.charged, b.leaseUsed = tb, now, now.Add(reach), reach, need, 0
 		st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
 		return true
 	}
 	if active {
-		if !keeps(b.tb, want) && renew(want) {
-			return assign(action, want, ttl)
+		if !keeps(b.tb, want, part) && renew(want) {
+			return assign(action, want, b.reach)
 		}
 		if extend() {
 			return assign(action, b.tb, b.expiry.Sub(now))
@@ -731,7 +799,7 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 	}
 	for range tries {
 		if renew(want) {
-			return assign(action, want, ttl)
+			return assign(action, want, b.reach)
 		}
 		r := want.rate() / 2
 		if r*(ttl+delivery).Seconds() < 1 {
@@ -805,7 +873,7 @@ func (st *stream) forget(key string) {
 		st.svc.m.buckets.Dec()
 		st.svc.buckets.Add(-1)
 		if b.joined {
-			st.svc.demand.leave(key, b.rate)
+			st.svc.demand.leave(key, b)
 		}
 	}
 }
