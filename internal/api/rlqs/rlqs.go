@@ -11,7 +11,10 @@
 // descriptor, so a bucket's leases and every other caller of that limit
 // share one count. An assignment's life is extended at each report while
 // its rate still fits the bucket's demand, and each extension is charged
-// before it is sent. What a lease cannot do is return a token once
+// before it is sent; a lease held to its part of the limit is also
+// topped up between reports, its extensions pushed unasked. The node
+// divides the region's share of a key among its streams by max-min
+// fairness (demand.go). What a lease cannot do is return a token once
 // charged: tokens a client does not use stay counted until they leave the
 // window. docs/design.md ("Quota leases") states the bounds this gives.
 package rlqs
@@ -245,6 +248,15 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 			}
 		}
 	}()
+	var (
+		ticker *time.Ticker
+		ticks  <-chan time.Time
+	)
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
 	for {
 		var r received
 		select {
@@ -253,6 +265,13 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 				return connect.NewError(connect.CodeCanceled, parent.Err())
 			}
 			return nil // the lifetime passed: the client opens a new stream
+		case <-ticks:
+			if resp := st.topUp(s.cfg.Now()); resp != nil {
+				if err := send(resp); err != nil {
+					return err
+				}
+			}
+			continue
 		case r = <-msgs:
 		}
 		switch {
@@ -271,6 +290,19 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 				return err
 			}
 		}
+		if p := st.topUpPeriod(); p != st.period {
+			st.period = p
+			switch {
+			case p == 0 && ticker != nil:
+				ticker.Stop()
+				ticker, ticks = nil, nil
+			case p > 0 && ticker == nil:
+				ticker = time.NewTicker(p)
+				ticks = ticker.C
+			case p > 0:
+				ticker.Reset(p)
+			}
+		}
 	}
 }
 
@@ -281,6 +313,9 @@ type stream struct {
 	native  bool // native rules only, no domain (StreamRules)
 	domain  string
 	buckets map[string]*bucket // by counter key
+	// period is how often the stream's capped leases are topped up (0:
+	// none is), set at every report (see topUpPeriod).
+	period time.Duration
 }
 
 // bucket is one bucket_id of a stream: its limit, the client's demand and
@@ -318,8 +353,10 @@ type bucket struct {
 	// guard weighs the regions (1 alone), when last reported.
 	share float64
 	// reach is how far past a report the active lease's charge reaches
-	// (see lease).
-	reach time.Duration
+	// (see lease); capped says whether the lease is held to its part at
+	// the last report, and topped up between reports (see topUp).
+	reach  time.Duration
+	capped bool
 	// level is the most any bucket of the key on this node gets of the
 	// region's share of the limit's rate (see demands.level) when the
 	// rate was last reported; joined: once the rate is in the key's
@@ -459,7 +496,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 		b.paid = b.used
 	}
 	if lim.limit.Limit == 0 {
-		b.tb = tokenBucket{}
+		b.tb, b.capped = tokenBucket{}, false
 		return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, b.ttl()), nil
 	}
 	return st.lease(action, b, now), nil
@@ -664,13 +701,9 @@ const (
 // rateStep is the ratio of one step of lease rates to the next.
 const rateStep = 1.25
 
-// stepUp and stepDown round r to a power of rateStep, up or down.
+// stepUp rounds r up to a power of rateStep.
 func stepUp(r float64) float64 {
 	return math.Pow(rateStep, math.Ceil(math.Log(r)/math.Log(rateStep)-1e-9))
-}
-
-func stepDown(r float64) float64 {
-	return math.Pow(rateStep, math.Floor(math.Log(r)/math.Log(rateStep)+1e-9))
 }
 
 // stepInterval rounds d to a power of two milliseconds.
@@ -734,12 +767,19 @@ func keeps(cur, want tokenBucket, part float64) bool {
 func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ttl := b.ttl()
 	want, part := b.want()
+	// Held to its part, and filling a token a period at least: a lease
+	// of a few tokens a minute is charged a token at a time, for as long
+	// as it lasts.
+	b.capped = part > 0 && want.rate()*b.period().Seconds() >= 1
 	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
 	// extend charges the active lease's fills until now+ttl, or as many
 	// of them as the limit admits, and moves its expiry to what its
 	// charge covers; it reports whether the lease lives longer for it.
 	extend := func() bool {
 		reach := min(ttl, max(b.reach, b.interval+delivery)+b.interval/reachSteps)
+		if b.capped {
+			reach = b.topUpReach()
+		}
 		if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
 			b.charged += st.chargeUpTo(b, need-b.charged, now)
 		}
@@ -773,18 +813,13 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 		}
 	}
 	reach := b.reach
-	if !active {
+	switch {
+	case b.capped:
+		reach = b.topUpReach()
+	case !active:
 		reach = min(ttl, b.interval+delivery)
 	}
-	renew := func(tb tokenBucket) bool {
-		need := tb.lifetimeTokens(reach + delivery)
-		if need > credit && !st.charge(b, need-credit, now) {
-			return false
-		}
-		b.tb, b.start, b.expiry, b.reach, b.charged, b.leaseUsed = tb, now, now.Add(reach), reach, need, 0
-		st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
-		return true
-	}
+	renew := func(tb tokenBucket) bool { return st.renew(b, tb, credit, reach, now) }
 	if active {
 		if !keeps(b.tb, want, part) && renew(want) {
 			return assign(action, want, b.reach)
@@ -811,6 +846,131 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 	return st.blanket(action, typev3.RateLimitStrategy_DENY_ALL, ttl)
 }
 
+// renew charges b a new lease tb, less credit, until reach from now;
+// when the limit refuses that whole but admits part of it, it charges
+// the part, and the lease lives as long as the part covers, if that is
+// past the next top-up (capped) or a quarter interval (else). It reports
+// whether b holds the new lease.
+func (st *stream) renew(b *bucket, tb tokenBucket, credit uint64, reach time.Duration, now time.Time) bool {
+	need := tb.lifetimeTokens(reach + delivery)
+	got, until := need, reach
+	if need > credit {
+		left, ok := st.decide(b, need-credit, now)
+		if !ok {
+			least := b.interval / 4
+			if b.capped {
+				least = b.period() + delivery
+			}
+			got = credit + min(left, need-credit-1)
+			until = min(reach, tb.covers(got))
+			if got <= credit || until < least || !st.charge(b, got-credit, now) {
+				return false
+			}
+		}
+	}
+	b.tb, b.start, b.expiry, b.reach, b.charged, b.leaseUsed = tb, now, now.Add(until), until, got, 0
+	st.svc.m.assignments.WithLabelValues("token_bucket").Inc()
+	return true
+}
+
+// Top-ups. A lease held to its part is charged only a little ahead, and
+// topped up between reports: the stream charges its next fills every
+// period and pushes the same assignment with a later expiry (RLQS lets
+// the server push assignments at any time; the filter keeps the state
+// of a bucket whose strategy did not change). A charge a second ahead
+// is a lump of a client's part that the burst guard, which gives each
+// node its share of the window's headroom a horizon at a time, refuses
+// whole near the limit; a period's is a few hits. Leases that fit their
+// demand are far from the limit, and keep to their reports.
+
+// topUps is how many times an interval a capped lease is topped up.
+const topUps = 5
+
+// minPeriod is the shortest top-up period.
+const minPeriod = 20 * time.Millisecond
+
+// period is how often b's lease is topped up.
+func (b *bucket) period() time.Duration { return max(b.interval/topUps, minPeriod) }
+
+// topUpReach is how far past now a capped lease is charged: past the
+// next top-up by a period and a delivery each way, so that one top-up
+// late or lost does not let it lapse.
+func (b *bucket) topUpReach() time.Duration { return 2*b.period() + 2*delivery }
+
+// topUpPeriod is the stream's top-up period: the shortest of its capped
+// buckets', or 0 when none is capped.
+func (st *stream) topUpPeriod() time.Duration {
+	var p time.Duration
+	for _, b := range st.buckets {
+		if b.capped && (p == 0 || b.period() < p) {
+			p = b.period()
+		}
+	}
+	return p
+}
+
+// topUp charges every active capped lease of the stream until its reach
+// from now, or as much of it as the limit admits, and returns the
+// assignments whose expiry moved (nil when none did).
+func (st *stream) topUp(now time.Time) *rlqsv3.RateLimitQuotaResponse {
+	var resp *rlqsv3.RateLimitQuotaResponse
+	for _, b := range st.buckets {
+		if !b.capped {
+			continue
+		}
+		reach := b.topUpReach()
+		// A part that moved since the report (a client of the key came,
+		// left, or asked for more or less) is followed now, not an
+		// interval later: a lease over it shrinks, so that a newcomer's
+		// charges find room, and a lease that lapsed, or was refused, is
+		// asked for again. The old lease is credited the fills it was
+		// charged for past the replacement's arrival, which its client
+		// cannot have taken.
+		b.level = st.svc.demand.level(b.key, fullRate(b.limit)*b.share)
+		want, part := b.want()
+		active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
+		if part > 0 && (!active || b.tb.rate() > part*1.0001) {
+			var credit uint64
+			if made := b.tb.lifetimeTokens(now.Add(delivery).Sub(b.start)); active && b.charged > made {
+				credit = b.charged - made
+			}
+			if st.renew(b, want, credit, reach, now) {
+				resp = pushed(resp, assign(&rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id}, want, b.reach))
+				continue
+			}
+		}
+		if !active {
+			continue
+		}
+		if !b.expiry.Before(now.Add(reach - b.period())) {
+			continue // its last top-up still reaches past the next
+		}
+		if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
+			b.charged += st.chargeUpTo(b, need-b.charged, now)
+		}
+		until := b.covered()
+		if until.After(now.Add(reach)) {
+			until = now.Add(reach)
+		}
+		if !until.After(b.expiry) {
+			continue
+		}
+		b.expiry, b.reach = until, reach
+		st.svc.m.assignments.WithLabelValues("top_up").Inc()
+		resp = pushed(resp, assign(&rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id}, b.tb, until.Sub(now)))
+	}
+	return resp
+}
+
+// pushed appends a to resp, made when nil.
+func pushed(resp *rlqsv3.RateLimitQuotaResponse, a *rlqsv3.RateLimitQuotaResponse_BucketAction) *rlqsv3.RateLimitQuotaResponse {
+	if resp == nil {
+		resp = &rlqsv3.RateLimitQuotaResponse{}
+	}
+	resp.BucketAction = append(resp.BucketAction, a)
+	return resp
+}
+
 // chargeUpTo charges n hits of b's limit now, or, when the limit refuses
 // them, the fewer that it says it would admit; it returns the hits
 // charged.
@@ -829,14 +989,19 @@ func (st *stream) chargeUpTo(b *bucket, n uint64, now time.Time) uint64 {
 
 // covered is the instant until which the active lease's charge covers
 // its fills, its delivery allowed for.
-func (b *bucket) covered() time.Time {
-	if b.charged <= uint64(b.tb.MaxTokens) {
-		return b.start
+func (b *bucket) covered() time.Time { return b.start.Add(b.tb.covers(b.charged)) }
+
+// covers is how long after its start a lease of t charged n tokens
+// covers its fills, its delivery allowed for (0 when n does not pass its
+// full bucket).
+func (t tokenBucket) covers(n uint64) time.Duration {
+	if n <= uint64(t.MaxTokens) {
+		return 0
 	}
 	// With n fills charged, the client may take tokens until just before
 	// the next one.
-	next := float64(b.charged-uint64(b.tb.MaxTokens)+1) / b.tb.rate()
-	return b.start.Add(time.Duration(next*float64(time.Second)) - time.Nanosecond - delivery)
+	next := float64(n-uint64(t.MaxTokens)+1) / t.rate()
+	return max(time.Duration(next*float64(time.Second))-time.Nanosecond-delivery, 0)
 }
 
 // charge decides n hits of b's limit now, as one request; it reports
