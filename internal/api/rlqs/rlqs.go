@@ -772,25 +772,17 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 	// as it lasts.
 	b.capped = part > 0 && want.rate()*b.period().Seconds() >= 1
 	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
-	// extend charges the active lease's fills until now+ttl, or as many
-	// of them as the limit admits, and moves its expiry to what its
-	// charge covers; it reports whether the lease lives longer for it.
+	// extend extends the active lease at a report: a tenth of an
+	// interval further than before, up to the TTL, or, held to its part,
+	// to its top-up reach.
 	extend := func() bool {
 		reach := min(ttl, max(b.reach, b.interval+delivery)+b.interval/reachSteps)
 		if b.capped {
 			reach = b.topUpReach()
 		}
-		if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
-			b.charged += st.chargeUpTo(b, need-b.charged, now)
-		}
-		until := b.covered()
-		if until.After(now.Add(reach)) {
-			until = now.Add(reach)
-		}
-		if !until.After(b.expiry) {
+		if !st.extend(b, reach, now) {
 			return false
 		}
-		b.expiry, b.reach = until, reach
 		st.svc.m.assignments.WithLabelValues("extend").Inc()
 		return true
 	}
@@ -945,21 +937,31 @@ func (st *stream) topUp(now time.Time) *rlqsv3.RateLimitQuotaResponse {
 		if !b.expiry.Before(now.Add(reach - b.period())) {
 			continue // its last top-up still reaches past the next
 		}
-		if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
-			b.charged += st.chargeUpTo(b, need-b.charged, now)
-		}
-		until := b.covered()
-		if until.After(now.Add(reach)) {
-			until = now.Add(reach)
-		}
-		if !until.After(b.expiry) {
+		if !st.extend(b, reach, now) {
 			continue
 		}
-		b.expiry, b.reach = until, reach
 		st.svc.m.assignments.WithLabelValues("top_up").Inc()
-		resp = pushed(resp, assign(&rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id}, b.tb, until.Sub(now)))
+		resp = pushed(resp, assign(&rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id}, b.tb, b.expiry.Sub(now)))
 	}
 	return resp
+}
+
+// extend charges b's active lease its fills until reach from now, or as
+// many of them as the limit admits, and moves its expiry to what its
+// charge covers; it reports whether the lease lives longer for it.
+func (st *stream) extend(b *bucket, reach time.Duration, now time.Time) bool {
+	if need := b.tb.lifetimeTokens(now.Add(reach + delivery).Sub(b.start)); need > b.charged {
+		b.charged += st.chargeUpTo(b, need-b.charged, now)
+	}
+	until := b.covered()
+	if until.After(now.Add(reach)) {
+		until = now.Add(reach)
+	}
+	if !until.After(b.expiry) {
+		return false
+	}
+	b.expiry, b.reach = until, reach
+	return true
 }
 
 // pushed appends a to resp, made when nil.
