@@ -250,8 +250,12 @@ func TestReplicationCost(t *testing.T) {
 		for _, v := range r.byReason {
 			sum += v
 		}
-		if math.Abs(sum-r.payload) > 1 {
-			t.Errorf("%s: bytes by reason sum to %.0f, bytes by kind to %.0f", c.name, sum, r.payload)
+		// The nodes keep sending (heartbeats) while the two counters are
+		// read, one after the other: a frame or two may be in one and not
+		// yet in the other. A kind of send left out of the reasons would
+		// be far more.
+		if slack := 2 * float64(testConfig().UDPBudget); math.Abs(sum-r.payload) > slack {
+			t.Errorf("%s: bytes by reason sum to %.0f, bytes by kind to %.0f (more apart than two frames, %.0f)", c.name, sum, r.payload, slack)
 		}
 		// Near totals are echoed at the next flush; a far key changes
 		// before its echo would be due, so its next send stands for it.
