@@ -589,24 +589,38 @@ func (g *Guard) Admit(now time.Time, key string, lim window.Limit, hits uint64, 
 // AdmitReason is [Guard.Admit] with what it decided: Admitted when the
 // request goes to the store, else why it refused it.
 func (g *Guard) AdmitReason(now time.Time, key string, lim window.Limit, hits uint64, v *View) (r Reason, storeLimit uint64, retryAfter time.Duration) {
+	r, storeLimit, retryAfter, _ = g.AdmitRoom(now, key, lim, hits, v)
+	return r, storeLimit, retryAfter
+}
+
+// AdmitRoom is [Guard.AdmitReason] that also says, of a request refused
+// for this node's share of the horizon (Share), how many hits its quota
+// holds still: a request of that many would go to the store now, unless
+// another takes them first. It is 0 for every other answer. A caller
+// that may take fewer hits than it asked (a quota lease's charge) asks
+// again for that many, rather than for none until the next horizon.
+func (g *Guard) AdmitRoom(now time.Time, key string, lim window.Limit, hits uint64, v *View) (r Reason, storeLimit uint64, retryAfter time.Duration, room uint64) {
 	limit := lim.Limit
 	if v.Off() {
-		return Admitted, limit, 0
+		return Admitted, limit, 0, 0
 	}
 	if v.Restoring > 0 {
-		return Restoring, limit, v.RestoringRetry()
+		return Restoring, limit, v.RestoringRetry(), 0
 	}
 	if v.Joining > 0 {
-		return Joining, limit, v.JoiningRetry()
+		return Joining, limit, v.JoiningRetry(), 0
 	}
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, storeLimit, retryAfter = g.admit(s, now, key, lim, hits, v)
+	if e := s.keys[key]; r == Share && e != nil {
+		room = min(satSub(e.quota+e.reuseQ, e.used), storeLimit)
+	}
 	if r != Admitted {
 		g.refuse(s, key, lim, hits, now, v.Horizon)
 	}
-	return r, storeLimit, retryAfter
+	return r, storeLimit, retryAfter, room
 }
 
 // admit is [Guard.AdmitReason] past the views that decide alone, with

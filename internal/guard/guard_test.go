@@ -830,3 +830,30 @@ func TestStaggerWaitsAfterGrowth(t *testing.T) {
 		t.Errorf("a pool that never grew: refused, want the stagger's ask")
 	}
 }
+
+// TestAdmitRoom: a request refused for this node's share of the horizon
+// learns how many hits the quota holds still, and a request of that many
+// goes to the store; a refusal for anything else reports no room.
+func TestAdmitRoom(t *testing.T) {
+	g := New(Config{})
+	v := view([]string{"a", "b", "c"}, nil)
+	var est uint64
+	if got := admitN(g, t0, "k", 100, 20, v, &est, 0); got != 20 {
+		t.Fatalf("admitted %d of 20 single hits, want 20 (the share is 33)", got)
+	}
+	r, _, _, room := g.AdmitRoom(t0, "k", limitOf(100), 20, v)
+	if r != Share || room != 13 {
+		t.Fatalf("20 hits past 20 of a share of 33: %v, room %d; want %v, room 13", r, room, Share)
+	}
+	if r, _, _, room := g.AdmitRoom(t0, "k", limitOf(100), room, v); r != Admitted || room != 0 {
+		t.Errorf("the room's 13 hits: %v, room %d; want %v, room 0", r, room, Admitted)
+	}
+	if r, _, _, room := g.AdmitRoom(t0, "k", limitOf(100), 1, v); r != Share || room != 0 {
+		t.Errorf("one hit past the spent share: %v, room %d; want %v, room 0", r, room, Share)
+	}
+	joining := view([]string{"a", "b", "c"}, nil)
+	joining.Joining = 1
+	if r, _, _, room := g.AdmitRoom(t0, "j", limitOf(100), 5, joining); r != Joining || room != 0 {
+		t.Errorf("a joining view: %v, room %d; want %v, room 0", r, room, Joining)
+	}
+}

@@ -39,6 +39,9 @@ type Node struct {
 type Ticket struct {
 	// StoreLimit is the limit the store must decide against.
 	StoreLimit uint64
+	// Room is, for a request refused for the node's share, how many hits
+	// its quota holds still (see [Guard.AdmitRoom]).
+	Room uint64
 	v          *View
 	now        time.Time
 	key        string
@@ -142,11 +145,11 @@ func (n *Node) current(now time.Time) *View {
 // l.Limit) and calls Done with the result.
 func (n *Node) Admit(now time.Time, key string, l window.Limit, hits uint64) (t Ticket, ok bool, retryAfter time.Duration) {
 	v := n.current(now)
-	r, sl, retry := n.g.AdmitReason(now, key, l, hits, v)
+	r, sl, retry, room := n.g.AdmitRoom(now, key, l, hits, v)
 	if r != Admitted {
 		n.denials[r].Inc()
 	}
-	return Ticket{StoreLimit: sl, v: v, now: now, key: key, limit: l, hits: hits}, r == Admitted, retry
+	return Ticket{StoreLimit: sl, Room: room, v: v, now: now, key: key, limit: l, hits: hits}, r == Admitted, retry
 }
 
 // NeedsRead is [Guard.NeedsRead] under the node's current view.

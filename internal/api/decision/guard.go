@@ -65,6 +65,7 @@ func (d *Decider) guardBefore(reqs []Request, sreqs []region.Request, out []Outc
 		if !ok {
 			skip[i] = true
 			out[i] = d.guardDenial(r, retry)
+			out[i].Remaining = t.Room // what the node's share holds still
 			continue
 		}
 		tickets[i] = t
