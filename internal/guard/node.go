@@ -41,12 +41,12 @@ type Ticket struct {
 	StoreLimit uint64
 	// Room is, for a request refused for the node's share, how many hits
 	// its quota holds still (see [Guard.AdmitRoom]).
-	Room uint64
-	v          *View
-	now        time.Time
-	key        string
-	limit      window.Limit
-	hits       uint64
+	Room  uint64
+	v     *View
+	now   time.Time
+	key   string
+	limit window.Limit
+	hits  uint64
 }
 
 // stalenessBuckets go from 10 ms to about 100 s.
