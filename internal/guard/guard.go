@@ -1081,11 +1081,14 @@ func (g *Guard) NeedsRead(now time.Time, key string, lim window.Limit, v *View) 
 	return g.room(s, now)
 }
 
-// Share returns this region's share of key's headroom under v, as the
-// shares of a horizon weigh it (its weight over the alive regions'; equal
-// shares while nothing is known of the key, 1 alone): what a quota
-// lease sized to a part of the limit's rate takes as the region's part.
-// It reads and changes nothing else.
+// Share returns this node's share of key's headroom under v, as the
+// shares of a horizon weigh it: its region's weight over the alive
+// regions' (equal shares while nothing is known of the key, 1 alone),
+// divided among the region's alive nodes as the quotas are. It is what a
+// quota lease of this node, sized to a part of the limit's rate, takes
+// as the node's part: sized by the region's share, every node of a
+// region of two leased its clients the region's part, and the guard
+// refused what it could not hold. It reads and changes nothing else.
 func (g *Guard) Share(now time.Time, key string, lim window.Limit, v *View) float64 {
 	if v.Off() || len(v.Alive) <= 1 {
 		return 1
@@ -1098,7 +1101,7 @@ func (g *Guard) Share(now time.Time, key string, lim window.Limit, v *View) floa
 		w = e.weightsAt(now, e.keyView(v, lim), lim)
 	}
 	num, den, _ := share(lim.Limit, w, v, g.cfg.Floor)
-	return float64(num) / float64(den)
+	return float64(num) / float64(den) / float64(max(v.Nodes, 1))
 }
 
 // Learn records a read of key's counts (res, a store decision with Peek

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -855,5 +856,24 @@ func TestAdmitRoom(t *testing.T) {
 	joining.Joining = 1
 	if r, _, _, room := g.AdmitRoom(t0, "j", limitOf(100), 5, joining); r != Joining || room != 0 {
 		t.Errorf("a joining view: %v, room %d; want %v, room 0", r, room, Joining)
+	}
+}
+
+// TestShareOfANode: the share a node's quota leases size their parts by
+// is its region's, divided among the region's alive nodes as the quotas
+// of a horizon are: two nodes of a region leasing the region's share
+// each would lease twice what the guard admits.
+func TestShareOfANode(t *testing.T) {
+	g := New(Config{})
+	v := view([]string{"a", "b", "c"}, nil)
+	if got := g.Share(t0, "k", limitOf(100), v); math.Abs(got-1.0/3) > 1e-9 {
+		t.Errorf("one node of three regions: share %v, want 1/3", got)
+	}
+	v.Nodes = 2
+	if got := g.Share(t0, "k", limitOf(100), v); math.Abs(got-1.0/6) > 1e-9 {
+		t.Errorf("one of two nodes of three regions: share %v, want 1/6", got)
+	}
+	if got := g.Share(t0, "k", limitOf(100), view([]string{"a"}, nil)); got != 1 {
+		t.Errorf("alone: share %v, want 1", got)
 	}
 }

@@ -6,10 +6,11 @@
 // -heavy of it and the rest spread evenly, with Poisson arrivals. Every
 // admission is recorded with the client's clock.
 //
-// It prints what was offered and admitted per region, and the count in
-// every trailing window (t-W, t] over the whole cluster at each admission,
-// as a multiple of the limit: its largest, and from the second window on
-// its median and smallest. It fails when a window holds more than -bound.
+// It prints what was offered and admitted per region (in all and each
+// second), and the count in every trailing window (t-W, t] over the
+// whole cluster at each admission, as a multiple of the limit: its
+// largest, and from the second window on its median and smallest (and
+// when that was). It fails when a window holds more than -bound.
 //
 // Usage (the demo up, with its rules file's rule "leased", 1000 per 10 s):
 //
@@ -168,29 +169,41 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	sort.Slice(admitted, func(i, j int) bool { return admitted[i].at.Before(admitted[j].at) })
 	perRegion := make([]int, len(c.targets))
-	var worst float64
+	seconds := int(c.duration/time.Second) + 1
+	perSecond := make([][]int, len(c.targets))
+	for r := range perSecond {
+		perSecond[r] = make([]int, seconds)
+	}
+	var worst, least float64
+	var leastAt time.Duration
 	var steady []float64
 	lo := 0
 	for i, a := range admitted {
 		perRegion[a.region]++
+		if s := int(a.at.Sub(start) / time.Second); s >= 0 && s < seconds {
+			perSecond[a.region][s]++
+		}
 		for !admitted[lo].at.After(a.at.Add(-c.window)) {
 			lo++
 		}
 		n := float64(i-lo+1) / float64(c.limit)
 		worst = max(worst, n)
-		if a.at.Sub(start) >= c.window {
+		if at := a.at.Sub(start); at >= c.window {
+			if len(steady) == 0 || n < least {
+				least, leastAt = n, at
+			}
 			steady = append(steady, n)
 		}
 	}
 	slices.Sort(steady)
 	for r, name := range c.names {
-		fmt.Fprintf(out, "  %s: offered %d, admitted %d\n", name, offered[r], perRegion[r])
+		fmt.Fprintf(out, "  %s: offered %d, admitted %d; each second: %v\n", name, offered[r], perRegion[r], perSecond[r])
 	}
 	if len(steady) == 0 {
 		return fmt.Errorf("nothing admitted after the first window")
 	}
-	fmt.Fprintf(out, "trailing window at admissions, over the limit: max %.3f; from the second window median %.3f, min %.3f\n",
-		worst, steady[len(steady)/2], steady[0])
+	fmt.Fprintf(out, "trailing window at admissions, over the limit: max %.3f; from the second window median %.3f, min %.3f (at %.1fs)\n",
+		worst, steady[len(steady)/2], least, leastAt.Seconds())
 	if worst > c.bound {
 		return fmt.Errorf("a trailing window held %.3f of the limit, past -bound %.3f", worst, c.bound)
 	}

@@ -132,11 +132,11 @@ func (d *Decider) decideGuarded(ctx context.Context, reqs []Request, sreqs []reg
 	return nil
 }
 
-// RegionShare returns this region's share of r's headroom, as the burst
-// guard weighs the regions for r's key (1 without a guard, or for a
-// request it does not guard): the part of a limit that quota leases of
-// this region size their demand against.
-func (d *Decider) RegionShare(r Request) float64 {
+// NodeShare returns this node's share of r's headroom, as the burst
+// guard divides it for r's key among the regions and their nodes (1
+// without a guard, or for a request it does not guard): the part of a
+// limit that this node's quota leases size their demand against.
+func (d *Decider) NodeShare(r Request) float64 {
 	if !d.guarded(&r) {
 		return 1
 	}

@@ -13,7 +13,7 @@
 // its rate still fits the bucket's demand, and each extension is charged
 // before it is sent; a lease held to its part of the limit is also
 // topped up between reports, its extensions pushed unasked. The node
-// divides the region's share of a key among its streams by max-min
+// divides its share of a key (the burst guard's) among its streams by max-min
 // fairness (demand.go). What a lease cannot do is return a token once
 // charged: tokens a client does not use stay counted until they leave the
 // window. docs/design.md ("Quota leases") states the bounds this gives.
@@ -349,8 +349,9 @@ type bucket struct {
 	// leaseUsed is what the client reported allowed since the lease
 	// began (see lease).
 	leaseUsed uint64
-	// share is the region's share of the key's headroom as the burst
-	// guard weighs the regions (1 alone), when last reported.
+	// share is this node's share of the key's headroom as the burst
+	// guard divides it among the regions and their nodes (1 alone), when
+	// last reported.
 	share float64
 	// reach is how far past a report the active lease's charge reaches
 	// (see lease); capped says whether the lease is held to its part at
@@ -358,7 +359,7 @@ type bucket struct {
 	reach  time.Duration
 	capped bool
 	// level is the most any bucket of the key on this node gets of the
-	// region's share of the limit's rate (see demands.level) when the
+	// node's share of the limit's rate (see demands.level) when the
 	// rate was last reported; joined: once the rate is in the key's
 	// demand.
 	level  float64
@@ -480,7 +481,7 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	r := b.req
 	r.Store.Now = now
 	st.svc.cfg.Decider.Refused(r, st.svc.demand.refusals(key, b.limit, now, denied))
-	b.share = st.svc.cfg.Decider.RegionShare(r)
+	b.share = st.svc.cfg.Decider.NodeShare(r)
 	b.level = st.svc.demand.level(key, fullRate(b.limit)*b.share)
 	if b.used > b.paid {
 		// More allowed than every lease of the stream could hand out:
@@ -616,7 +617,7 @@ func (b *bucket) ttl() time.Duration {
 
 // want is the token bucket the bucket's demand asks for, and the part
 // that holds it (0 when what it asks fits). Its rate is what it asks
-// (see asks), or, when that is more than its part of the region's share
+// (see asks), or, when that is more than its part of the node's share
 // of the limit's rate (the key's level on this node: see
 // demands.level), partTarget of the part: the parts add up to the
 // limit's rate, and asking for more (a quarter more, tried) charges the
@@ -767,10 +768,10 @@ func keeps(cur, want tokenBucket, part float64) bool {
 func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *bucket, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ttl := b.ttl()
 	want, part := b.want()
-	// Held to its part, and filling a token a period at least: a lease
-	// of a few tokens a minute is charged a token at a time, for as long
-	// as it lasts.
-	b.capped = part > 0 && want.rate()*b.period().Seconds() >= 1
+	// Held to its part, and filling a token every half interval at
+	// least: a lease of a few tokens a minute is charged a token at a
+	// time, for as long as it lasts.
+	b.capped = part > 0 && want.rate()*(b.interval/2).Seconds() >= 1
 	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
 	// extend extends the active lease at a report: a tenth of an
 	// interval further than before, up to the TTL, or, held to its part,
@@ -881,8 +882,15 @@ const topUps = 5
 // minPeriod is the shortest top-up period.
 const minPeriod = 20 * time.Millisecond
 
-// period is how often b's lease is topped up.
-func (b *bucket) period() time.Duration { return max(b.interval/topUps, minPeriod) }
+// period is how often b's lease is topped up: topUps times an interval,
+// or as long as its lease takes to fill a token.
+func (b *bucket) period() time.Duration {
+	p := max(b.interval/topUps, minPeriod)
+	if r := b.tb.rate(); b.tb.MaxTokens > 0 && r > 0 {
+		p = max(p, time.Duration(float64(time.Second)/r))
+	}
+	return p
+}
 
 // topUpReach is how far past now a capped lease is charged: past the
 // next top-up by a period and a delivery each way, so that one top-up
