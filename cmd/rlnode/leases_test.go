@@ -26,7 +26,7 @@ import (
 // counted as an exact sliding log over the whole cluster, stays within
 // the bound of leases (a tenth over the limit here: the limit and what
 // the leases hand out ahead of their charges, see docs/design.md), and
-// the steady state keeps more than half of it.
+// the steady state keeps most of it.
 func TestLeasesThreeRegions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads three nodes for 12 s")
@@ -142,11 +142,12 @@ func TestLeasesThreeRegions(t *testing.T) {
 	if worst > 1.1 {
 		t.Errorf("worst trailing window %.3f of the limit, past the leases' bound of 1.1", worst)
 	}
-	// A floor well under what runs measure (docs/design.md, "Quota
-	// leases"), race detector included: it catches leases that stop
-	// filling the window.
-	if median < 0.5 {
-		t.Errorf("steady median %.3f of the limit, want at least 0.5", median)
+	// A floor under what runs measure (0.86 to 0.89, race detector
+	// included; docs/design.md, "Quota leases"): it catches leases that
+	// stop filling the window, or that each region sizes by the whole
+	// rate (0.62 to 0.75).
+	if median < 0.78 {
+		t.Errorf("steady median %.3f of the limit, want at least 0.78", median)
 	}
 	stopNodes(eu, us, ap)
 }
