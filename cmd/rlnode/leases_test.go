@@ -142,10 +142,10 @@ func TestLeasesThreeRegions(t *testing.T) {
 	if worst > 1.1 {
 		t.Errorf("worst trailing window %.3f of the limit, past the leases' bound of 1.1", worst)
 	}
-	// A floor under what runs measure (0.86 to 0.89, race detector
-	// included; docs/design.md, "Quota leases"): it catches leases that
+	// A floor under what runs measure, race detector included (docs/
+	// design.md, "Quota leases", across regions): it catches leases that
 	// stop filling the window, or that each region sizes by the whole
-	// rate (0.62 to 0.75, most of it).
+	// rate.
 	if median < 0.75 {
 		t.Errorf("steady median %.3f of the limit, want at least 0.75", median)
 	}

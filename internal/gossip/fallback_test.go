@@ -239,8 +239,8 @@ func fallbackContention(t *testing.T, name string, down int) {
 			// gossip: most members hear it in the first round, but a
 			// round's packets carry a bounded number of broadcasts, and a
 			// member left out of one hears it in a later round, from the
-			// node or from a member that relays it (in 60 runs, 10 took a
-			// second round and 2 a third).
+			// node or from a member that relays it (docs/design.md has the
+			// spread over runs).
 			bound := testConfig().FlushInterval + 3*testConfig().GossipInterval + oneWay
 			t.Logf("every member saw x's nodes count apart %v after their breakers opened (bound %v)", took, bound)
 			if took > bound {

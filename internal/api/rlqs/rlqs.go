@@ -222,9 +222,7 @@ func (s *Service) stream(parent context.Context, native bool, recv func() (*rlqs
 		s.m.buckets.Sub(float64(len(st.buckets)))
 		s.buckets.Add(-int64(len(st.buckets)))
 		for key, b := range st.buckets {
-			if b.joined {
-				s.demand.leave(key, b)
-			}
+			s.demand.leave(key, b)
 		}
 	}()
 	// recv blocks on the transport, not on ctx: a goroutine of its own
@@ -360,10 +358,8 @@ type bucket struct {
 	capped bool
 	// level is the most any bucket of the key on this node gets of the
 	// node's share of the limit's rate (see demands.level) when the
-	// rate was last reported; joined: once the rate is in the key's
-	// demand.
-	level  float64
-	joined bool
+	// rate was last reported.
+	level float64
 	// used is every request the client reported allowed on this stream,
 	// paid every token charged on it (both only grow; see usage).
 	used, paid uint64
@@ -477,7 +473,6 @@ func (st *stream) usage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	b.req, b.limit = req, lim.limit
 	b.observe(elapsed, allowed, denied)
 	st.svc.demand.set(key, b, b.asks())
-	b.joined = true
 	r := b.req
 	r.Store.Now = now
 	st.svc.cfg.Decider.Refused(r, st.svc.demand.refusals(key, b.limit, now, denied))
@@ -772,7 +767,7 @@ func (st *stream) lease(action *rlqsv3.RateLimitQuotaResponse_BucketAction, b *b
 	// least: a lease of a few tokens a minute is charged a token at a
 	// time, for as long as it lasts.
 	b.capped = part > 0 && want.rate()*(b.interval/2).Seconds() >= 1
-	active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
+	active := b.active(now)
 	// extend extends the active lease at a report: a tenth of an
 	// interval further than before, up to the TTL, or, held to its part,
 	// to its top-up reach.
@@ -879,8 +874,11 @@ func (st *stream) renew(b *bucket, tb tokenBucket, credit uint64, reach time.Dur
 // topUps is how many times an interval a capped lease is topped up.
 const topUps = 5
 
-// minPeriod is the shortest top-up period.
-const minPeriod = 20 * time.Millisecond
+// minPeriod is the shortest top-up period: that of the shortest
+// reporting interval the node assumes, so that a client claiming a short
+// interval does not make the node decide a lease's charges more often
+// than reports at that interval would.
+const minPeriod = minInterval
 
 // period is how often b's lease is topped up: topUps times an interval,
 // or as long as its lease takes to fill a token.
@@ -928,7 +926,7 @@ func (st *stream) topUp(now time.Time) *rlqsv3.RateLimitQuotaResponse {
 		// cannot have taken.
 		b.level = st.svc.demand.level(b.key, fullRate(b.limit)*b.share)
 		want, part := b.want()
-		active := b.tb.MaxTokens > 0 && now.Before(b.expiry)
+		active := b.active(now)
 		if part > 0 && (!active || b.tb.rate() > part*1.0001) {
 			var credit uint64
 			if made := b.tb.lifetimeTokens(now.Add(delivery).Sub(b.start)); active && b.charged > made {
@@ -997,6 +995,9 @@ func (st *stream) chargeUpTo(b *bucket, n uint64, now time.Time) uint64 {
 	return 0
 }
 
+// active reports whether b holds a lease that has not expired at now.
+func (b *bucket) active(now time.Time) bool { return b.tb.MaxTokens > 0 && now.Before(b.expiry) }
+
 // covered is the instant until which the active lease's charge covers
 // its fills, its delivery allowed for.
 func (b *bucket) covered() time.Time { return b.start.Add(b.tb.covers(b.charged)) }
@@ -1047,9 +1048,7 @@ func (st *stream) forget(key string) {
 		delete(st.buckets, key)
 		st.svc.m.buckets.Dec()
 		st.svc.buckets.Add(-1)
-		if b.joined {
-			st.svc.demand.leave(key, b)
-		}
+		st.svc.demand.leave(key, b)
 	}
 }
 
